@@ -1,0 +1,3 @@
+from abgate.cli import main
+
+main()

@@ -1,0 +1,41 @@
+"""Thin command-line layer over abgate's public API.
+
+Every command module registers itself on :data:`abgate.cli.app.app`. Errors that
+abgate raises on purpose print as one line (``abgate: error: ...``) and exit with
+the error's code (2 for bad input, 1 for failures); nothing prints a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from abgate.cli import extract_cmd, run_cmd  # noqa: F401  (registers commands)
+from abgate.cli.app import app
+from abgate.errors import AbgateError
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        rc = app(standalone_mode=False)
+    except AbgateError as exc:
+        print(f"abgate: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("abgate: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        # Click's own usage errors (Typer may vendor click, so match by shape, not type).
+        show = getattr(exc, "show", None)
+        if show is None or not hasattr(exc, "exit_code"):
+            raise
+        show()
+        sys.exit(2)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+__all__ = ["app", "main"]

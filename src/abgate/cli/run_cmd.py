@@ -1,0 +1,106 @@
+"""``abgate run``: one engine configuration over a suite, with crash-safe records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from abgate.cli.app import app
+from abgate.cli.render import print_run_summary
+from abgate.engines.args import parse_pairs
+from abgate.errors import UsageError
+from abgate.progress import reporter
+from abgate.runner import RunConfig, execute, prepare
+from abgate.runner.records import RUN_FILE, read_json
+from abgate.suites import parse_seeds
+
+# CLI option name -> RunConfig field, for options that may be taken from a resumed run.
+_CONFIG_PARAMS = ("engine", "model", "engine_arg", "env", "suite", "data", "difficulty",
+                  "synthetic_seed", "limit", "sample", "sample_seed", "seeds", "max_tokens",
+                  "temperature", "top_p", "top_k", "shots", "shots_file", "system")
+
+
+def config_from_options(o: dict[str, Any]) -> RunConfig:
+    return RunConfig(
+        engine=o["engine"], model=o["model"],
+        engine_args=parse_pairs(o["engine_arg"] or [], "--engine-arg"),
+        env=parse_pairs(o["env"] or [], "--env", coerce=False),
+        suite=o["suite"], data=o["data"], difficulty=o["difficulty"],
+        synthetic_seed=o["synthetic_seed"], limit=o["limit"], sample=o["sample"],
+        sample_seed=o["sample_seed"], seeds=tuple(parse_seeds(o["seeds"])),
+        max_tokens=o["max_tokens"], temperature=o["temperature"], top_p=o["top_p"],
+        top_k=o["top_k"], shots=o["shots"], shots_file=o["shots_file"], system=o["system"])
+
+
+def _resumed_config(ctx: typer.Context, resume: Path, o: dict[str, Any]) -> RunConfig:
+    """Options left at their defaults take the resumed run's recorded values."""
+    stored = read_json(resume / RUN_FILE).get("config") if (resume / RUN_FILE).exists() else None
+    if stored is None:
+        return config_from_options(o)
+    base = RunConfig.from_dict(stored)
+    explicit = {k for k in _CONFIG_PARAMS if _given(ctx, k)}
+    if not explicit:
+        return base
+    merged = config_from_options(o)
+    fields = {f: getattr(merged if _option_for(f) in explicit else base, f)
+              for f in RunConfig.__dataclass_fields__}
+    return RunConfig(**fields)
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Whether the user set option ``name`` (Typer may vendor its own click, so compare
+    the source by name rather than by enum identity)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
+def _option_for(field: str) -> str:
+    return {"engine_args": "engine_arg"}.get(field, field)
+
+
+@app.command("run")
+def run_command(
+    ctx: typer.Context,
+    suite: str = typer.Option("gsm8k", help="Suite: gsm8k or synthetic."),
+    data: str = typer.Option(None, help="gsm8k data: PATH.jsonl, PATH.parquet or hf:openai/gsm8k."),
+    difficulty: str = typer.Option("easy", help="synthetic suite: easy, medium or hard."),
+    synthetic_seed: int = typer.Option(0, help="synthetic suite: generator seed."),
+    limit: int = typer.Option(None, help="Use the first N items."),
+    sample: int = typer.Option(None, help="Use N items drawn with --sample-seed."),
+    sample_seed: int = typer.Option(0, help="Seed for --sample."),
+    seeds: str = typer.Option("0", help="Comma-separated seeds; each item runs once per seed."),
+    max_tokens: int = typer.Option(512, help="Output token limit per sample."),
+    temperature: float = typer.Option(0.0, help="0 = greedy."),
+    top_p: float = typer.Option(1.0),
+    top_k: int = typer.Option(0, help="0 disables top-k."),
+    shots: int = typer.Option(0, help="k-shot exemplars (never from the evaluated split)."),
+    shots_file: str = typer.Option(None, help="JSONL of {question, answer} shots."),
+    system: str = typer.Option(None, help="System prompt (default: the model template's)."),
+    engine: str = typer.Option("llamacpp", help="Engine name."),
+    model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
+    engine_arg: list[str] = typer.Option(None, "--engine-arg", help="KEY=VALUE, repeatable."),
+    env: list[str] = typer.Option(None, "--env", help="KEY=VALUE env override, repeatable."),
+    out: Path = typer.Option(None, "-o", "--out", help="Run directory to write."),
+    resume: Path = typer.Option(None, help="Finish an interrupted run in this directory."),
+    force: bool = typer.Option(False, help="Overwrite an existing run directory."),
+) -> None:
+    """Run one engine configuration over a suite and record every sample."""
+    opts = dict(ctx.params)
+    if resume is not None:
+        if out is not None and out.resolve() != resume.resolve():
+            raise UsageError("give either -o DIR or --resume DIR, not two different directories")
+        out = resume
+        config = _resumed_config(ctx, resume, opts)
+    else:
+        if out is None:
+            raise UsageError("missing -o RUN_DIR (where to write the run)")
+        config = config_from_options(opts)
+    prepared = prepare(config)
+    with reporter(f"run {out.name}") as rep:
+        outcome = execute(prepared, out, resume=resume is not None, force=force,
+                          on_start=rep.on_start, on_sample=rep.on_sample)
+    print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
+    if outcome.status == "interrupted":
+        raise typer.Exit(130)

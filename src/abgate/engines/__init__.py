@@ -1,0 +1,26 @@
+"""Engines behind one protocol, registered lazily by name.
+
+An engine module provides ``ARG_SPECS`` (what ``--engine-arg`` accepts),
+``resolve_model(model)`` (checks the model before anything loads) and
+``load(model, args)`` (returns a resident :class:`~abgate.engines.base.Engine`).
+Importing :mod:`abgate.engines` imports no engine library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from abgate.errors import UsageError, did_you_mean
+
+ENGINES: dict[str, str] = {
+    "llamacpp": "abgate.engines.llamacpp",
+}
+
+
+def engine_module(name: str) -> ModuleType:
+    target = ENGINES.get(name)
+    if target is None:
+        raise UsageError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}"
+                         + did_you_mean(name, ENGINES))
+    return importlib.import_module(target)

@@ -1,0 +1,137 @@
+"""``--engine-arg KEY=VALUE`` parsing: typed coercion and validation before any load.
+
+Values are coerced from text once (``true``/``false``, ints including negative,
+floats, ``null``/``none``, JSON objects and lists, otherwise the plain string), then
+checked against the engine's declared :class:`ArgSpec` table. An unknown key names
+the closest valid keys; a wrong type names the key and the expected type; friendly
+names (``type_k=q8_0``) are mapped to the engine's codes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from abgate.errors import UsageError, did_you_mean
+
+_INT = re.compile(r"^[+-]?\d+$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+def coerce_value(raw: str) -> Any:
+    """Turn the text of a ``KEY=VALUE`` pair into a Python value."""
+    text = raw.strip()
+    low = text.lower()
+    if low == "true":
+        return True
+    if low == "false":
+        return False
+    if low in ("null", "none"):
+        return None
+    if _INT.match(text):
+        return int(text)
+    if _FLOAT.match(text):
+        return float(text)
+    if text and text[0] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"value {raw!r} looks like JSON but does not parse: {exc.msg}") from None
+    return raw
+
+
+def parse_pairs(items: Iterable[str], flag: str, coerce: bool = True) -> dict[str, Any]:
+    """Parse repeated ``KEY=VALUE`` flags. Later repeats of a key win."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = coerce_value(value) if coerce else value
+    return out
+
+
+def is_secret_name(name: str) -> bool:
+    """Env var / header names whose values must never be recorded."""
+    return bool(_SECRET.search(name))
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Copy of ``env`` with secret-looking values replaced by ``'<redacted>'``."""
+    return {k: ("<redacted>" if is_secret_name(k) else v) for k, v in env.items()}
+
+
+_TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "string", dict: "JSON object",
+               list: "JSON list"}
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One engine argument an adapter accepts.
+
+    ``kind`` is the expected Python type; ``choices`` maps friendly names to the
+    engine's codes (the value passed on). ``nullable`` allows ``null``.
+    """
+
+    name: str
+    kind: type
+    help: str = ""
+    nullable: bool = False
+    choices: Mapping[str, Any] = field(default_factory=dict)
+
+    def expected(self) -> str:
+        text = _TYPE_NAMES.get(self.kind, self.kind.__name__)
+        if self.choices:
+            text += " (one of " + ", ".join(sorted(self.choices)) + ")"
+        return text + (" or null" if self.nullable else "")
+
+    def resolve(self, value: Any) -> Any:
+        """Check ``value`` and return what the engine should receive."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise UsageError(f"engine arg {self.name!r} expects {self.expected()}, got null")
+        if self.choices:
+            if isinstance(value, str):
+                key = value.lower()
+                if key in self.choices:
+                    return self.choices[key]
+                raise UsageError(
+                    f"engine arg {self.name!r}: unknown value {value!r}; expected {self.expected()}"
+                    + did_you_mean(key, self.choices)
+                )
+            if isinstance(value, int) and not isinstance(value, bool) \
+                    and value in set(self.choices.values()):
+                return value
+            raise UsageError(f"engine arg {self.name!r} expects {self.expected()}, got {value!r}")
+        if self.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        ok = isinstance(value, self.kind)
+        if self.kind is int and isinstance(value, bool):
+            ok = False
+        if not ok:
+            got = _TYPE_NAMES.get(type(value), type(value).__name__)
+            raise UsageError(
+                f"engine arg {self.name!r} expects {self.expected()}, got {got} {value!r}"
+            )
+        return value
+
+
+def validate_args(
+    engine: str, args: Mapping[str, Any], specs: Mapping[str, ArgSpec]
+) -> dict[str, Any]:
+    """Validate every key and value; return the resolved arguments for the engine."""
+    resolved: dict[str, Any] = {}
+    for key, value in args.items():
+        spec = specs.get(key)
+        if spec is None:
+            raise UsageError(
+                f"unknown engine arg {key!r} for engine {engine!r}" + did_you_mean(key, specs)
+            )
+        resolved[key] = spec.resolve(value)
+    return resolved

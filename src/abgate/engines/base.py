@@ -1,0 +1,144 @@
+"""The engine seam: the one protocol every engine adapter implements.
+
+An engine is loaded once, stays resident, and turns a batch of
+:class:`GenerationRequest` into :class:`GenerationResult` in the same order.
+Timing is taken *inside* the adapter as tokens arrive (``time.perf_counter``),
+because only the adapter sees token boundaries; everything derived from the
+timestamps (TTFT, steady decode, TPOT) lives in :mod:`abgate.metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+FinishReason = Literal["stop", "length", "error"]
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling. ``temperature == 0`` means greedy (argmax)."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False  # benchmarks decode exactly max_tokens
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "seed": self.seed,
+            "stop": list(self.stop),
+            "ignore_eos": self.ignore_eos,
+        }
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt: chat ``messages`` (templated by the engine), raw ``prompt`` text,
+    or exact ``prompt_token_ids``. Exactly one must be given."""
+
+    id: str
+    params: SamplingParams
+    messages: tuple[Message, ...] | None = None
+    prompt: str | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        given = [x is not None for x in (self.messages, self.prompt, self.prompt_token_ids)]
+        if sum(given) != 1:
+            raise ValueError("GenerationRequest needs exactly one of messages, prompt, prompt_token_ids")
+
+
+@dataclass
+class GenerationResult:
+    """What an engine returns for one request.
+
+    Times are ``time.perf_counter()`` seconds taken by the adapter: ``t_submit`` when
+    the request was handed to the engine, ``t_first_token``/``t_last_token`` when the
+    first/last output token became available, ``token_times`` one entry per output
+    token when the engine streams. ``engine_timings`` holds the engine's own counters
+    where it exposes them (e.g. llama.cpp's perf context), for fidelity checks.
+    """
+
+    request_id: str
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    output_tokens: int
+    output_token_ids: list[int] | None
+    t_submit: float
+    t_first_token: float | None
+    t_last_token: float | None
+    prompt_token_ids: list[int] | None = None
+    token_times: list[float] | None = None
+    error: str | None = None
+    engine_timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can return, declared by the adapter (never guessed)."""
+
+    token_ids: bool
+    logprobs: bool
+    streaming: bool
+    chat_template: bool
+    concurrent: bool = False
+    engine_timings: bool = False
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """``describe()``: name, version and the effective configuration after load."""
+
+    name: str
+    version: str
+    model: str
+    effective_config: dict[str, Any]
+    capabilities: Capabilities
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "version": self.version,
+            "model": self.model,
+            "effective_config": self.effective_config,
+            "capabilities": vars(self.capabilities).copy(),
+        }
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """The protocol every engine implements. Construct = load; it stays resident."""
+
+    capabilities: Capabilities
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        """Run a batch; results come back in request order. A request that fails
+        returns ``finish_reason="error"`` with ``error`` set; it does not raise."""
+        ...
+
+    def tokenize(self, text: str) -> list[int]:
+        """The engine's own tokenizer (no special tokens added)."""
+        ...
+
+    def render_prompt(self, messages: Sequence[Message]) -> list[int]:
+        """The exact prompt token IDs the engine would feed for chat ``messages``."""
+        ...
+
+    def describe(self) -> EngineInfo: ...
+
+    def close(self) -> None: ...

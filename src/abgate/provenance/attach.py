@@ -1,0 +1,182 @@
+"""Tree-identity attachment: results measured on one commit also hold for another
+only when both commits have the identical tree hash.
+
+The tested commit comes from ``RESULT_DIR/run.json`` (``git.commit`` or
+``host.git.commit``) or, failing that, ``RESULT_DIR/manifest.json``
+(``source.git.commit``). Results measured on a dirty tree belong to no commit and
+are never attached. A success appends one JSON line to
+``RESULT_DIR/attachments.jsonl`` (flushed and fsynced).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abgate.errors import AbgateError, UsageError
+from abgate.provenance import gitinfo
+from abgate.provenance.loading import digest_matches, load_manifest
+
+RUN_FILE = "run.json"
+MANIFEST_FILE = "manifest.json"
+ATTACHMENTS_FILE = "attachments.jsonl"
+_RUN_KEYS = (("git",), ("host", "git"))
+
+
+class AttachRefused(AbgateError):
+    """The trees differ (or the tested commit is unknown/dirty); nothing was recorded."""
+
+    def __init__(self, message: str, paths: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.paths = paths or []
+
+
+@dataclass(frozen=True)
+class MeasuredSource:
+    """The commit a result directory was measured on, and where that was read."""
+
+    commit: str
+    tree: str | None
+    dirty: bool | None
+    origin: str
+
+
+@dataclass(frozen=True)
+class Attachment:
+    tested_commit: str
+    attached_commit: str
+    attached_rev: str
+    tree: str
+    origin: str
+    attached_at: str
+    already_recorded: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": "abgate.attachment", "schema_version": 1,
+                "tested_commit": self.tested_commit, "attached_commit": self.attached_commit,
+                "attached_rev": self.attached_rev, "tree": self.tree,
+                "tested_commit_from": self.origin, "attached_at": self.attached_at}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AbgateError(f"cannot read {path}: {exc}") from None
+
+
+def _from_run(path: Path) -> MeasuredSource | None:
+    data = _read_json(path)
+    for keys in _RUN_KEYS:
+        node: Any = data
+        for key in keys:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get("commit"), str) and node["commit"]:
+            tree = node.get("tree")
+            dirty = node.get("dirty")
+            return MeasuredSource(node["commit"], tree if isinstance(tree, str) else None,
+                                dirty if isinstance(dirty, bool) else None,
+                                f"{RUN_FILE} {'.'.join(keys)}.commit")
+    return None
+
+
+def _from_manifest(path: Path) -> MeasuredSource | None:
+    manifest = load_manifest(path)
+    if not digest_matches(manifest):
+        raise AttachRefused(f"{path} was edited after it was built (digest mismatch); "
+                            "it cannot vouch for a commit")
+    git = manifest["source"]["git"]
+    if not git or not git.get("commit"):
+        return None
+    return MeasuredSource(git["commit"], git.get("tree"), git.get("dirty"),
+                        f"{MANIFEST_FILE} source.git.commit")
+
+
+def tested_source(result_dir: Path) -> MeasuredSource:
+    """The commit the results in ``result_dir`` were measured on."""
+    found: MeasuredSource | None = None
+    if (result_dir / RUN_FILE).is_file():
+        found = _from_run(result_dir / RUN_FILE)
+    if found is None and (result_dir / MANIFEST_FILE).is_file():
+        found = _from_manifest(result_dir / MANIFEST_FILE)
+    if found is None:
+        raise AttachRefused(f"cannot tell which commit {result_dir} was measured on: no "
+                            f"git.commit in {RUN_FILE} and no source.git.commit in "
+                            f"{MANIFEST_FILE}")
+    if found.dirty:
+        raise AttachRefused(f"{result_dir} was measured on a dirty tree (uncommitted changes, "
+                            f"per {found.origin.split()[0]}); its results belong to no commit")
+    return found
+
+
+def _append_line(path: Path, record: dict[str, Any]) -> None:
+    line = json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n"
+    if path.is_file() and path.stat().st_size > 0:
+        with open(path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                line = "\n" + line  # a torn last line from a crash stays on its own
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _existing(path: Path, tested: str, attached: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn line from a crash
+        if isinstance(rec, dict) and rec.get("tested_commit") == tested \
+                and rec.get("attached_commit") == attached:
+            return rec
+    return None
+
+
+def _refuse_different(repo: Path, tested: str, target: str, rev: str) -> AttachRefused:
+    paths = gitinfo.name_status(repo, tested, target)
+    shown = ", ".join(p.replace("\t", " ") for p in paths[:20])
+    more = f" and {len(paths) - 20} more" if len(paths) > 20 else ""
+    return AttachRefused(f"trees differ between tested commit {tested[:12]} and {rev} "
+                         f"({target[:12]}); {len(paths)} path(s) differ: {shown}{more}", paths)
+
+
+def attach(result_dir: Path | str, rev: str, repo: Path | str = ".") -> Attachment:
+    """Record that ``result_dir``'s results hold for ``rev``, iff the trees are identical."""
+    result_dir, repo = Path(result_dir), Path(repo)
+    if not result_dir.is_dir():
+        raise UsageError(f"result directory {str(result_dir)!r} does not exist")
+    if gitinfo.toplevel(repo) is None:
+        raise UsageError(f"{str(repo)!r} is not inside a git checkout (use --repo)")
+    source = tested_source(result_dir)
+    tested = gitinfo.resolve_commit(repo, source.commit)
+    tree = gitinfo.tree_of(repo, tested)
+    if source.tree is not None and source.tree != tree:
+        raise AttachRefused(f"{source.origin} records tree {source.tree[:12]} but commit "
+                            f"{tested[:12]} has tree {tree[:12]}; the record is inconsistent")
+    target = gitinfo.resolve_commit(repo, rev)
+    if gitinfo.tree_of(repo, target) != tree:
+        raise _refuse_different(repo, tested, target, rev)
+    log = result_dir / ATTACHMENTS_FILE
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    found = _existing(log, tested, target)
+    if found is not None:
+        return Attachment(tested, target, rev, tree, source.origin,
+                          str(found.get("attached_at", now)), already_recorded=True)
+    attachment = Attachment(tested, target, rev, tree, source.origin, now)
+    _append_line(log, attachment.to_dict())
+    return attachment

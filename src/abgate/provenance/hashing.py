@@ -1,0 +1,104 @@
+"""Content hashing: canonical JSON digests, file SHA-256, sampled hashes and a stat cache.
+
+Everything abgate records about an artefact's identity goes through these helpers so
+that the same bytes always give the same hex string, on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CHUNK_BYTES = 1 << 20
+SAMPLE_CHUNKS = 64
+SAMPLE_CHUNK_BYTES = 1 << 20
+
+
+def canonical_json(obj: Any) -> bytes:
+    """UTF-8 JSON with sorted keys and no whitespace: the form every digest is taken over."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+    return text.encode("utf-8")
+
+
+def digest_json(obj: Any) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``obj``."""
+    return "sha256:" + hashlib.sha256(canonical_json(obj)).hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a whole file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK_BYTES):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sampled_sha256(path: Path, chunks: int = SAMPLE_CHUNKS,
+                   chunk_bytes: int = SAMPLE_CHUNK_BYTES) -> str:
+    """Hex SHA-256 over the file size and ``chunks`` evenly spaced slices of the file.
+
+    This is *not* a content hash: two files that differ only between the sampled
+    slices hash the same. It is recorded under its own key (``sampled_sha256``) so
+    nobody mistakes it for one. A file no larger than the sample is hashed whole
+    (still under the sampled label, so the two modes never mix).
+    """
+    size = path.stat().st_size
+    h = hashlib.sha256()
+    h.update(size.to_bytes(8, "big"))
+    with open(path, "rb") as fh:
+        if size <= chunks * chunk_bytes:
+            while block := fh.read(CHUNK_BYTES):
+                h.update(block)
+            return h.hexdigest()
+        last = size - chunk_bytes
+        for i in range(chunks):
+            fh.seek(i * last // (chunks - 1))
+            h.update(fh.read(chunk_bytes))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class FileHash:
+    """What one hashing pass learned about a file."""
+
+    sha256: str
+    size: int
+
+
+class HashCache:
+    """SHA-256 of files, remembered by (real path, size, mtime) so repeat calls are cheap.
+
+    A file rewritten in place gets a new mtime (or size) and is hashed again.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, int], str] = {}
+        self.misses = 0
+
+    def hash(self, path: Path) -> FileHash:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        key = (real, st.st_size, st.st_mtime_ns)
+        digest = self._known.get(key)
+        if digest is None:
+            self.misses += 1
+            digest = sha256_file(Path(real))
+            self._known[key] = digest
+        return FileHash(sha256=digest, size=st.st_size)
+
+    def clear(self) -> None:
+        self._known.clear()
+
+
+#: Process-wide cache used when a caller does not bring its own.
+DEFAULT_CACHE = HashCache()

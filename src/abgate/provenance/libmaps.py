@@ -1,0 +1,225 @@
+"""Which shared libraries an engine process and its workers actually mapped.
+
+For each process in a tree (psutil), ``/proc/<pid>/maps`` names the files mapped
+into memory; the ``.so`` files among them are the native code that process runs.
+Recording them (with SHA-256) shows which build a measurement used, and
+:func:`check_required` catches the classic mistake of a worker loading a stale copy
+of a freshly built library (same basename, different path or content).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from abgate.errors import UsageError
+from abgate.provenance.hashing import DEFAULT_CACHE, HashCache
+from abgate.provenance.paths import resolve_entry
+
+_SO_NAME = re.compile(r"\.so($|\.)")
+_DELETED = " (deleted)"
+
+
+@dataclass(frozen=True)
+class MappedLib:
+    """One shared library mapped by a process. ``sha256``/``size`` are None when the
+    file is gone or unreadable (``deleted`` marks a file replaced after mapping)."""
+
+    path: str
+    sha256: str | None
+    size: int | None
+    deleted: bool = False
+
+    @property
+    def basename(self) -> str:
+        return os.path.basename(self.path)
+
+
+@dataclass(frozen=True)
+class WorkerMapping:
+    """The libraries one process had mapped when the snapshot was taken."""
+
+    pid: int
+    name: str
+    cmdline: tuple[str, ...]
+    libs: tuple[MappedLib, ...]
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"pid {self.pid} ({self.name})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "name": self.name,
+            "cmdline": list(self.cmdline),
+            "error": self.error,
+            "libs": [{"path": m.path, "sha256": m.sha256, "size": m.size,
+                      "deleted": m.deleted} for m in self.libs],
+        }
+
+
+def parse_maps(text: str) -> list[tuple[str, bool]]:
+    """Distinct ``.so`` paths in ``/proc/<pid>/maps`` text, as (path, deleted), in order."""
+    seen: dict[str, bool] = {}
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or not fields[5].startswith("/"):
+            continue
+        path = fields[5]
+        deleted = path.endswith(_DELETED)
+        if deleted:
+            path = path[: -len(_DELETED)]
+        if _SO_NAME.search(os.path.basename(path)):
+            seen.setdefault(path, deleted)
+    return list(seen.items())
+
+
+def _hash_mapped(path: str, deleted: bool, cache: HashCache) -> MappedLib:
+    if deleted:
+        return MappedLib(path=path, sha256=None, size=None, deleted=True)
+    try:
+        hashed = cache.hash(Path(path))
+    except OSError:
+        return MappedLib(path=path, sha256=None, size=None)
+    return MappedLib(path=path, sha256=hashed.sha256, size=hashed.size)
+
+
+def snapshot_process(proc: psutil.Process, cache: HashCache = DEFAULT_CACHE) -> WorkerMapping:
+    """Mapped libraries of one process (an ``error`` instead when it cannot be read)."""
+    try:
+        with proc.oneshot():
+            name, cmdline = proc.name(), tuple(proc.cmdline())
+    except psutil.Error as exc:
+        return WorkerMapping(proc.pid, "?", (), (), error=type(exc).__name__)
+    try:
+        with open(f"/proc/{proc.pid}/maps", encoding="utf-8", errors="surrogateescape") as fh:
+            text = fh.read()
+    except OSError as exc:
+        return WorkerMapping(proc.pid, name, cmdline, (), error=exc.strerror or str(exc))
+    libs = tuple(_hash_mapped(p, d, cache) for p, d in parse_maps(text))
+    return WorkerMapping(proc.pid, name, cmdline, libs)
+
+
+def snapshot_pids(pids: Iterable[int], cache: HashCache = DEFAULT_CACHE) -> list[WorkerMapping]:
+    """Snapshots of the given processes; ones that already exited are skipped."""
+    out = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            continue
+        out.append(snapshot_process(proc, cache))
+    return out
+
+
+def snapshot_tree(root_pid: int | None = None,
+                  cache: HashCache = DEFAULT_CACHE) -> list[WorkerMapping]:
+    """The engine process (default: this one) and every descendant, root first."""
+    root = psutil.Process(os.getpid() if root_pid is None else root_pid)
+    try:
+        children = root.children(recursive=True)
+    except psutil.Error:
+        children = []
+    return snapshot_pids([root.pid, *(c.pid for c in children)], cache)
+
+
+@dataclass(frozen=True)
+class RequiredLib:
+    """A library that must be mapped: its real path and content hash."""
+
+    path: str
+    sha256: str
+
+    @property
+    def basename(self) -> str:
+        return os.path.basename(self.path)
+
+
+def required_from_paths(paths: Iterable[Path], cache: HashCache = DEFAULT_CACHE
+                        ) -> list[RequiredLib]:
+    """Required libraries as they are on disk now (e.g. expanded contract globs)."""
+    return [RequiredLib(os.path.realpath(p), cache.hash(p).sha256) for p in paths]
+
+
+def required_from_manifest(manifest: dict[str, Any], root: Path) -> list[RequiredLib]:
+    """The libraries a manifest recorded, with the hashes it recorded for them."""
+    return [RequiredLib(os.path.realpath(resolve_entry(root, e["path"], "library")),
+                        str(e["sha256"])) for e in manifest["libraries"]]
+
+
+MODES = ("every", "consistent")
+
+
+@dataclass(frozen=True)
+class MappingIssue:
+    """A process that mapped the wrong copy of a required library, none, or is unreadable."""
+
+    worker: str
+    required: str
+    found: str | None
+    reason: str
+
+    def message(self) -> str:
+        return f"{self.worker}: {self.reason}"
+
+
+def _wrong_copies(req: RequiredLib, worker: WorkerMapping) -> tuple[list[MappedLib], bool]:
+    same_name = [m for m in worker.libs if m.basename == req.basename]
+    good = any(os.path.realpath(m.path) == req.path and m.sha256 == req.sha256
+               for m in same_name)
+    bad = [m for m in same_name
+           if os.path.realpath(m.path) != req.path or m.sha256 != req.sha256]
+    return bad, good
+
+
+def _bad_copy(req: RequiredLib, worker: WorkerMapping, lib: MappedLib) -> MappingIssue:
+    if os.path.realpath(lib.path) == req.path:
+        state = "deleted/replaced file" if lib.deleted else f"sha256 {str(lib.sha256)[:12]}"
+        reason = f"mapped {lib.path} ({state}), expected sha256 {req.sha256[:12]}"
+    else:
+        reason = f"mapped {lib.path} instead of {req.path}"
+    return MappingIssue(worker.label, req.path, lib.path, reason)
+
+
+def check_required(required: Sequence[RequiredLib], mappings: Sequence[WorkerMapping],
+                   mode: str = "every") -> list[MappingIssue]:
+    """Every required library must be the mapped copy.
+
+    A process that mapped another copy (same basename, different real path or hash)
+    always fails. ``mode="every"`` also fails each process that mapped no copy at
+    all or whose mappings could not be read; ``mode="consistent"`` only asks that at
+    least one process mapped it (for trees with helper processes, e.g. a resource
+    tracker, that load no native code).
+    """
+    if mode not in MODES:
+        raise UsageError(f"library check mode {mode!r} is not one of {', '.join(MODES)}")
+    issues: list[MappingIssue] = []
+    if required and not mappings:
+        return [MappingIssue("no process", r.path, None, "no process mappings were recorded")
+                for r in required]
+    for req in required:
+        anywhere = False
+        for worker in mappings:
+            if worker.error is not None:
+                if mode == "every":
+                    issues.append(MappingIssue(worker.label, req.path, None,
+                                               f"mappings unreadable ({worker.error})"))
+                continue
+            bad, good = _wrong_copies(req, worker)
+            anywhere = anywhere or good
+            issues.extend(_bad_copy(req, worker, lib) for lib in bad)
+            if not good and not bad and mode == "every":
+                issues.append(MappingIssue(worker.label, req.path, None,
+                                           f"did not map {req.basename} ({req.path})"))
+        if not anywhere and mode != "every":
+            issues.append(MappingIssue("no process", req.path, None,
+                                       f"no process mapped {req.path}"))
+    return issues

@@ -1,0 +1,144 @@
+"""Read a manifest back and refuse one that cannot be trusted to mean anything.
+
+Refused (``UsageError``, exit 2): unreadable, truncated or non-JSON text; another
+schema; a schema version newer than this abgate; a required field missing or of the
+wrong type; a path that escapes the root; duplicate paths; and a manifest whose
+digest matches but whose fingerprint disagrees with its own file list
+(self-inconsistent). A digest that does *not* match is not refused here: that is an
+edited manifest, which ``verify`` reports field by field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from abgate.errors import UsageError
+from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, content_digest, fingerprint
+from abgate.provenance.paths import check_entry_path, check_relative
+
+_TOP = {"schema": str, "schema_version": int, "created_at": str, "params": dict,
+        "source": dict, "libraries": list, "models": list, "environment": dict,
+        "digest": str}
+_PARAMS = {"include": list, "exclude": list, "libs": list, "models": list,
+           "model_hash_mode": str, "env_vars": list}
+_SOURCE = {"listing": str, "git": (dict, type(None)), "fingerprint": str, "files": list}
+_TREE_FILE = {"path": str, "mode": str, "size": int, "sha256": str}
+_LIB_FILE = {"path": str, "size": int, "sha256": str}
+_MODEL = {"path": str, "kind": str, "hash_mode": str, "files": list}
+_MODEL_FILE = {"path": str, "size": int}
+
+
+class ManifestError(UsageError):
+    """A manifest that is refused before any comparison."""
+
+
+def _require(obj: Any, fields: dict[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise ManifestError(f"incomplete manifest: {where or 'top level'} is not an object")
+    for key, kind in fields.items():
+        name = f"{where}.{key}" if where else key
+        if key not in obj:
+            raise ManifestError(f"incomplete manifest: required field {name!r} is missing")
+        value = obj[key]
+        if (isinstance(value, bool) and kind is int) or not isinstance(value, kind):
+            raise ManifestError(f"invalid manifest: field {name!r} has the wrong type "
+                                f"({type(value).__name__})")
+    return obj
+
+
+def _parse(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"manifest {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"cannot read manifest {str(path)!r}: {exc}") from None
+    if not text.strip():
+        raise ManifestError(f"manifest {str(path)!r} is empty")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
+        hint = "truncated: the JSON ends early" if truncated else "not valid JSON"
+        raise ManifestError(f"manifest {path}:{exc.lineno}: {hint} ({exc.msg} at line "
+                            f"{exc.lineno} column {exc.colno})") from None
+
+
+def _check_schema(data: Any) -> None:
+    if not isinstance(data, dict):
+        raise ManifestError("invalid manifest: the top level is not a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise ManifestError(f"not an abgate manifest: schema is {data.get('schema')!r}, "
+                            f"expected {SCHEMA!r}")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ManifestError(f"invalid manifest: schema_version {version!r} is not a "
+                            "positive integer")
+    if version > SCHEMA_VERSION:
+        raise ManifestError(f"manifest schema_version {version} is newer than this abgate "
+                            f"understands ({SCHEMA_VERSION}); upgrade abgate to read it")
+
+
+def _check_paths(paths: list[str], what: str, relative_only: bool) -> None:
+    seen: set[str] = set()
+    for rel in paths:
+        if relative_only:
+            check_relative(rel, what)
+        else:
+            check_entry_path(rel, what)
+        if rel in seen:
+            raise ManifestError(f"self-inconsistent manifest: {what} {rel!r} is listed twice")
+        seen.add(rel)
+
+
+def _check_choice(value: Any, choices: tuple[str, ...], name: str) -> None:
+    if value not in choices:
+        raise ManifestError(f"invalid manifest: {name} is {value!r}, expected one of "
+                            + ", ".join(choices))
+
+
+def check_structure(data: Any) -> dict[str, Any]:
+    """Schema, required fields, types and path safety. Returns the manifest."""
+    _check_schema(data)
+    manifest = _require(data, _TOP, "")
+    _require(data["params"], _PARAMS, "params")
+    source = _require(data["source"], _SOURCE, "source")
+    _check_choice(source["listing"], ("git", "walk"), "source.listing")
+    _check_choice(manifest["params"]["model_hash_mode"], ("full", "sampled"),
+                  "params.model_hash_mode")
+    for i, entry in enumerate(source["files"]):
+        _require(entry, _TREE_FILE, f"source.files[{i}]")
+    _check_paths([e["path"] for e in source["files"]], "source file", relative_only=True)
+    for i, entry in enumerate(data["libraries"]):
+        _require(entry, _LIB_FILE, f"libraries[{i}]")
+    _check_paths([e["path"] for e in data["libraries"]], "library", relative_only=False)
+    for i, model in enumerate(data["models"]):
+        _require(model, _MODEL, f"models[{i}]")
+        _check_choice(model["hash_mode"], ("full", "sampled"), f"models[{i}].hash_mode")
+        check_entry_path(model["path"], "model")
+        key = "sampled_sha256" if model["hash_mode"] == "sampled" else "sha256"
+        for j, entry in enumerate(model["files"]):
+            _require(entry, {**_MODEL_FILE, key: str}, f"models[{i}].files[{j}]")
+        _check_paths([e["path"] for e in model["files"]], "model file", relative_only=False)
+    return manifest
+
+
+def digest_matches(manifest: dict[str, Any]) -> bool:
+    return bool(manifest.get("digest") == content_digest(manifest))
+
+
+def load_manifest(path: Path | str) -> dict[str, Any]:
+    """Parse and check a manifest file; see the module doc for what is refused."""
+    manifest = check_structure(_parse(Path(path)))
+    if digest_matches(manifest):
+        files = manifest["source"]["files"]
+        if fingerprint(files) != manifest["source"]["fingerprint"]:
+            raise ManifestError("self-inconsistent manifest: source.fingerprint does not "
+                                "match the listed source files")
+        count = manifest["source"].get("file_count")
+        if count is not None and count != len(files):
+            raise ManifestError(f"self-inconsistent manifest: source.file_count is {count} "
+                                f"but {len(files)} files are listed")
+    return manifest

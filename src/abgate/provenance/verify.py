@@ -1,0 +1,170 @@
+"""Re-hash what a manifest describes and list every difference.
+
+``problems`` make verification fail (exit 1): a digest that does not match the
+content (the manifest was edited), a changed, missing or extra file, library or
+model file, a git field that differs, or a file refused because it now escapes the
+root. ``notes`` never fail it: environment differences (another machine or Python
+is expected) and git metadata that cannot be read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from abgate.errors import UsageError
+from abgate.provenance import gitinfo
+from abgate.provenance.environment import environment_snapshot
+from abgate.provenance.loading import digest_matches, load_manifest
+from abgate.provenance.manifest import (
+    BuildOptions,
+    fingerprint,
+    hash_libraries,
+    hash_model,
+    scan_tree,
+)
+from abgate.provenance.paths import entry_name
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One difference. ``kind``: digest, changed, missing, extra, refused, field or note."""
+
+    kind: str
+    where: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.kind:<8} {self.where}: {self.detail}" if self.detail \
+            else f"{self.kind:<8} {self.where}"
+
+
+@dataclass
+class VerifyReport:
+    problems: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "problems": [asdict(f) for f in self.problems],
+                "notes": [asdict(f) for f in self.notes]}
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text[:19] + "…" if len(text) > 24 and " " not in text else text
+
+
+def compare_entries(section: str, expected: list[dict[str, Any]],
+                    actual: list[dict[str, Any]]) -> list[Finding]:
+    """Changed, missing and extra entries between two lists keyed by ``path``."""
+    want = {str(e["path"]): e for e in expected}
+    have = {str(e["path"]): e for e in actual}
+    out: list[Finding] = []
+    for path in sorted(want.keys() | have.keys()):
+        if path not in have:
+            out.append(Finding("missing", f"{section} {path}", "in the manifest, not found"))
+        elif path not in want:
+            out.append(Finding("extra", f"{section} {path}", "found, not in the manifest"))
+        else:
+            diffs = [f"{k} {_short(want[path].get(k))} -> {_short(have[path].get(k))}"
+                     for k in sorted(want[path].keys() | have[path].keys())
+                     if want[path].get(k) != have[path].get(k)]
+            if diffs:
+                out.append(Finding("changed", f"{section} {path}", "; ".join(diffs)))
+    return out
+
+
+def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        for key in sorted(value):
+            yield from _flatten(value[key], f"{prefix}.{key}")
+    else:
+        yield prefix, value
+
+
+def diff_fields(prefix: str, expected: Any, actual: Any) -> list[tuple[str, Any, Any]]:
+    """(dotted field, manifest value, current value) for every leaf that differs."""
+    want = dict(_flatten(expected, prefix))
+    have = dict(_flatten(actual, prefix))
+    return [(k, want.get(k), have.get(k)) for k in sorted(want.keys() | have.keys())
+            if want.get(k) != have.get(k)]
+
+
+def _check_source(manifest: dict[str, Any], root: Path, ignore: set[str],
+                  report: VerifyReport) -> None:
+    source, params = manifest["source"], manifest["params"]
+    listing = "walk" if source["listing"] == "walk" else None
+    scan = scan_tree(root, params["include"], params["exclude"], listing, ignore)
+    if scan.listing != source["listing"]:
+        report.notes.append(Finding("note", "source.listing", f"manifest listed files with "
+                                    f"{source['listing']}, here with {scan.listing}"))
+    for rel, reason in scan.refused.items():
+        report.problems.append(Finding("refused", f"file {rel}", reason))
+    fresh = [e for e in scan.files if e["path"] not in scan.refused]
+    kept = [e for e in source["files"] if e["path"] not in scan.refused]
+    file_findings = compare_entries("file", kept, fresh)
+    report.problems.extend(file_findings)
+    if not file_findings and not scan.refused and fingerprint(fresh) != source["fingerprint"]:
+        report.problems.append(Finding("field", "source.fingerprint",
+                                       "does not match the files (edited)"))
+    git_now = gitinfo.git_state(root, ignore=[root / p for p in ignore]) \
+        if scan.listing == "git" else None
+    if source["git"] is not None and git_now is None:
+        report.notes.append(Finding("note", "source.git", "no git checkout here; "
+                                    "file contents were checked, commit and tree were not"))
+    elif source["git"] is not None and git_now is not None:
+        for name, want, have in diff_fields("source.git", source["git"], git_now):
+            report.problems.append(Finding("field", name, f"manifest {want!r}, here {have!r}"))
+
+
+def _check_artifacts(manifest: dict[str, Any], root: Path, report: VerifyReport) -> None:
+    opts = BuildOptions.from_params(manifest["params"])
+    libs = hash_libraries(root, opts.libs, strict=False)
+    report.problems.extend(compare_entries("library", manifest["libraries"], libs))
+    fresh: dict[str, dict[str, Any]] = {}
+    for given in opts.models:
+        try:
+            entry = hash_model(root, given, opts.sampled_model_hash)
+        except UsageError:
+            continue
+        fresh[entry["path"]] = entry
+    for model in manifest["models"]:
+        now = fresh.pop(model["path"], {"files": [], "hash_mode": model["hash_mode"]})
+        if now["hash_mode"] != model["hash_mode"]:
+            report.problems.append(Finding("field", f"model {model['path']}", "hash mode "
+                                           f"{model['hash_mode']} -> {now['hash_mode']}"))
+        report.problems.extend(compare_entries("model file", model["files"], now["files"]))
+    for path in sorted(fresh):
+        report.problems.append(Finding("extra", f"model {path}", "named in params, "
+                                       "not in the manifest's models"))
+
+
+def verify_manifest(manifest: dict[str, Any], root: Path | str,
+                    ignore: Collection[Path] = ()) -> VerifyReport:
+    """Compare a loaded manifest with what is on disk under ``root`` now."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"root {str(root)!r} is not a directory")
+    report = VerifyReport()
+    if not digest_matches(manifest):
+        report.problems.append(Finding("digest", "manifest", "content does not match its "
+                                       "digest: the manifest was edited after it was built"))
+    skip = {entry_name(root, Path(p)) for p in ignore}
+    _check_source(manifest, root, skip, report)
+    _check_artifacts(manifest, root, report)
+    env_now = environment_snapshot(manifest["params"]["env_vars"])
+    for name, want, have in diff_fields("environment", manifest["environment"], env_now):
+        report.notes.append(Finding("note", name, f"manifest {want!r}, here {have!r}"))
+    return report
+
+
+def verify_file(path: Path | str, root: Path | str) -> VerifyReport:
+    """Load (refusing unusable manifests) and verify; the manifest file itself is ignored."""
+    manifest = load_manifest(path)
+    return verify_manifest(manifest, root, ignore=[Path(path).resolve()])

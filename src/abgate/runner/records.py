@@ -1,0 +1,151 @@
+"""The run directory: ``run.json``, ``samples.jsonl``, ``summary.json``.
+
+- ``samples.jsonl`` is append-only: each line is written, flushed and fsynced as its
+  sample finishes, so a crash loses at most the sample in flight. A torn last line
+  (a crash mid-write) is dropped when the run is resumed; a bad line anywhere else is
+  corruption and is refused.
+- ``run.json`` and ``summary.json`` are replaced atomically (write, fsync, rename).
+- Every document carries ``schema_version``; a newer version than this build knows is
+  refused with a clear message instead of being misread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from abgate.errors import AbgateError, UsageError
+
+SCHEMA_VERSION = 1
+RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE = (
+    "run.json", "samples.jsonl", "summary.json", "run.log")
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2, sort_keys=False, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def check_schema(doc: Mapping[str, Any], where: Path) -> None:
+    version = doc.get("schema_version")
+    if not isinstance(version, int):
+        raise AbgateError(f"{where}: no schema_version; not an abgate record")
+    if version > SCHEMA_VERSION:
+        raise AbgateError(
+            f"{where}: schema_version {version} is newer than this abgate understands "
+            f"({SCHEMA_VERSION}); upgrade abgate to read it")
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AbgateError(f"{path}: not found") from None
+    except json.JSONDecodeError as exc:
+        raise AbgateError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(doc, dict):
+        raise AbgateError(f"{path}: expected a JSON object")
+    check_schema(doc, path)
+    return doc
+
+
+def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
+    """All complete sample lines. A torn final line is ignored (and cut off when
+    ``repair``); an unreadable line before the end raises."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    samples, pos = [], 0
+    lines = data.split(b"\n")
+    for i, raw in enumerate(lines):
+        is_last = i == len(lines) - 1
+        if is_last and raw == b"":
+            break
+        try:
+            rec = json.loads(raw)
+            if is_last:  # no newline after it: the write did not finish
+                raise ValueError("torn line")
+        except ValueError:
+            if is_last or all(not rest.strip() for rest in lines[i + 1:]):
+                if repair:
+                    with path.open("r+b") as f:
+                        f.truncate(pos)
+                        os.fsync(f.fileno())
+                break
+            raise AbgateError(f"{path}:{i + 1}: corrupt sample line") from None
+        samples.append(rec)
+        pos += len(raw) + 1
+    return samples
+
+
+class SampleWriter:
+    """Appends one JSON line per finished sample, fsynced before returning."""
+
+    def __init__(self, path: Path) -> None:
+        self._f: IO[str] = path.open("a", encoding="utf-8")
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> SampleWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def prepare_new_dir(out: Path, force: bool) -> None:
+    """Create ``out`` for a new run, refusing a non-empty one unless ``force``."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output path {out} exists and is not a directory")
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise UsageError(f"run directory {out} is not empty; use --resume to continue "
+                             "it or --force to overwrite it")
+        if not (out / RUN_FILE).exists():
+            raise UsageError(f"--force refuses to clear {out}: it holds no run.json, so it "
+                             "may not be an abgate run directory")
+        for name in (RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE):
+            (out / name).unlink(missing_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".abgate-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write to output directory {out}: {exc.strerror}") from None
+
+
+def iter_diff(a: Any, b: Any, path: str = "") -> Iterator[str]:
+    """Paths where two JSON-like values differ (for 'spec differs' messages)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            yield from iter_diff(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+    elif a != b:
+        yield path or "<root>"

@@ -1,0 +1,62 @@
+"""One sample record: an (item, seed) pair's prompt, output, timings and score."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from abgate.engines.base import GenerationResult
+from abgate.metrics import request_timing
+from abgate.scoring.extract import extract_integer
+from abgate.scoring.health import sample_health
+from abgate.suites import Item
+
+
+def sample_key(item_id: str, seed: int) -> str:
+    return f"{item_id}#{seed}"
+
+
+def ids_sha256(ids: Sequence[int] | None) -> str | None:
+    if ids is None:
+        return None
+    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
+                 result: GenerationResult, *, warmup: bool = False) -> dict[str, Any]:
+    """The ``samples.jsonl`` line for one finished request."""
+    timing = request_timing(result)
+    if result.finish_reason == "error":
+        extraction = None
+        health = sample_health(result.text, result.output_token_ids, result.output_tokens,
+                               "error", extract_integer(""), item.answer)
+    else:
+        extraction = extract_integer(result.text)
+        health = sample_health(result.text, result.output_token_ids, result.output_tokens,
+                               result.finish_reason, extraction, item.answer)
+    token_offsets = None
+    if result.token_times:
+        token_offsets = [round((t - result.t_submit) * 1000.0, 4) for t in result.token_times]
+    return {
+        "key": sample_key(item.id, seed),
+        "item_id": item.id,
+        "seed": seed,
+        "warmup": warmup,
+        "finished_at": time.time(),
+        "prompt": {"messages": list(messages), "sha256": ids_sha256(result.prompt_token_ids),
+                   "tokens": result.prompt_tokens},
+        "output": {"text": result.text, "token_ids": result.output_token_ids,
+                   "tokens": result.output_tokens,
+                   "sha256": ids_sha256(result.output_token_ids)},
+        "finish_reason": result.finish_reason,
+        "error": result.error,
+        "timing": timing.to_dict(),
+        "token_times_ms": token_offsets,
+        "engine_timings": result.engine_timings,
+        "reference": item.answer,
+        "extracted": extraction.to_dict() if extraction else None,
+        "correct": health.correct,
+        "health": health.to_dict(),
+    }

@@ -1,0 +1,29 @@
+"""``summary.json``: computed from the samples alone, so it can always be rebuilt."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from abgate.metrics import distribution
+from abgate.runner.records import SCHEMA_VERSION
+from abgate.scoring.health import aggregate_health
+
+SPEED_FIELDS = ("steady_decode_tps", "tpot_ms", "ttft_s", "prefill_tps", "e2e_s", "output_tps")
+
+
+def health_rows(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"item_id": s["item_id"], "seed": s["seed"], **s["health"]} for s in samples]
+
+
+def summarize(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    measured = [s for s in samples if not s.get("warmup")]
+    quality = aggregate_health(health_rows(measured))
+    speed = {f: distribution([s["timing"][f] for s in measured]) for f in SPEED_FIELDS}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "n": len(measured),
+        "n_warmup": len(samples) - len(measured),
+        "quality": quality,
+        "speed": speed,
+    }

@@ -1,0 +1,126 @@
+"""Tree-identity attachment of results to another commit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
+from abgate.cli.app import app
+from abgate.errors import UsageError
+from abgate.provenance.attach import ATTACHMENTS_FILE, AttachRefused, attach
+from abgate.provenance.manifest import build_manifest, write_manifest
+
+runner = CliRunner()
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True, env=env).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "engine.py").write_text("FAST = True\n")
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "measured")
+    return root
+
+
+def results(tmp_path: Path, git_info: dict[str, object], nested: bool = False) -> Path:
+    out = tmp_path / "results"
+    out.mkdir(exist_ok=True)
+    run = {"host": {"git": git_info}} if nested else {"git": git_info}
+    (out / "run.json").write_text(json.dumps(run))
+    return out
+
+
+def records(result_dir: Path) -> list[dict[str, object]]:
+    lines = (result_dir / ATTACHMENTS_FILE).read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_identical_tree_attaches(repo: Path, tmp_path: Path, nested: bool) -> None:
+    tested = git(repo, "rev-parse", "HEAD")
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    out = results(tmp_path, {"commit": tested, "tree": tree, "dirty": False}, nested)
+    git(repo, "commit", "-q", "--allow-empty", "-m", "retag, same tree")
+    later = git(repo, "rev-parse", "HEAD")
+    done = attach(out, "HEAD", repo)
+    assert (done.tested_commit, done.attached_commit, done.tree) == (tested, later, tree)
+    (rec,) = records(out)
+    assert rec["tested_commit"] == tested and rec["attached_commit"] == later
+    assert rec["tree"] == tree
+    again = attach(out, later, repo)  # recording twice does not duplicate
+    assert again.already_recorded and len(records(out)) == 1
+
+
+def test_different_tree_refused_listing_paths(repo: Path, tmp_path: Path) -> None:
+    tested = git(repo, "rev-parse", "HEAD")
+    out = results(tmp_path, {"commit": tested, "dirty": False})
+    (repo / "src" / "engine.py").write_text("FAST = False\n")
+    (repo / "src" / "new.py").write_text("X = 1\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "change")
+    with pytest.raises(AttachRefused) as info:
+        attach(out, "HEAD", repo)
+    assert info.value.paths == ["M\tsrc/engine.py", "A\tsrc/new.py"]
+    assert "src/engine.py" in str(info.value)
+    assert not (out / ATTACHMENTS_FILE).exists()
+    res = runner.invoke(app, ["attach", str(out), "--commit", "HEAD", "--repo", str(repo)])
+    assert res.exit_code == 1
+    assert "src/new.py" in res.output
+
+
+def test_cli_attach_success(repo: Path, tmp_path: Path) -> None:
+    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "dirty": False})
+    git(repo, "commit", "-q", "--allow-empty", "-m", "empty")
+    res = runner.invoke(app, ["attach", str(out), "--commit", "HEAD", "--repo", str(repo)])
+    assert res.exit_code == 0, res.output
+    assert "identical tree" in res.output and len(records(out)) == 1
+
+
+def test_commit_read_from_manifest(repo: Path, tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    write_manifest(build_manifest(repo), out / "manifest.json")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "empty")
+    done = attach(out, "HEAD", repo)
+    assert done.origin.startswith("manifest.json")
+
+
+def test_refusals(repo: Path, tmp_path: Path) -> None:
+    out = results(tmp_path, {"tree": "x"})
+    with pytest.raises(AttachRefused, match="cannot tell which commit"):
+        attach(out, "HEAD", repo)
+    head = git(repo, "rev-parse", "HEAD")
+    out = results(tmp_path, {"commit": head, "dirty": True})
+    with pytest.raises(AttachRefused, match="dirty tree"):
+        attach(out, "HEAD", repo)
+    out = results(tmp_path, {"commit": head, "tree": "0" * 40, "dirty": False})
+    with pytest.raises(AttachRefused, match="inconsistent"):
+        attach(out, "HEAD", repo)
+    out = results(tmp_path, {"commit": head, "dirty": False})
+    with pytest.raises(UsageError, match="is not a commit"):
+        attach(out, "no-such-branch", repo)
+    with pytest.raises(UsageError, match="does not exist"):
+        attach(tmp_path / "nope", "HEAD", repo)
+
+
+def test_torn_last_line_is_kept_separate(repo: Path, tmp_path: Path) -> None:
+    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "dirty": False})
+    (out / ATTACHMENTS_FILE).write_text('{"tested_commit": "abc"')  # crash mid-write
+    attach(out, "HEAD", repo)
+    lines = (out / ATTACHMENTS_FILE).read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["attached_commit"]

@@ -1,0 +1,98 @@
+"""The embedded llama.cpp engine, for real, on SmolLM2-135M."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from abgate.engines import llamacpp
+from abgate.engines.base import Engine, GenerationRequest, SamplingParams
+from abgate.errors import UsageError
+
+MSGS = ({"role": "user", "content": "What is 7 + 5? Answer with \\boxed{}."},)
+
+
+@pytest.fixture(scope="module")
+def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
+    e = llamacpp.load(model_path, {"n_ctx": 1024})
+    yield e
+    e.close()
+
+
+def req(max_tokens: int = 48, **kw: object) -> GenerationRequest:
+    return GenerationRequest(id="r", params=SamplingParams(max_tokens=max_tokens, **kw),  # type: ignore[arg-type]
+                             messages=MSGS)
+
+
+def test_is_an_engine(engine: llamacpp.LlamaCppEngine) -> None:
+    assert isinstance(engine, Engine)
+    info = engine.describe()
+    assert info.name == "llamacpp" and info.version
+    eff = info.effective_config
+    assert eff["n_ctx"] == 1024 and eff["type_k"] == "f16" and eff["flash_attn"] is False
+    assert eff["n_threads"] >= 1
+    assert info.capabilities.token_ids and info.capabilities.streaming
+
+
+def test_greedy_is_deterministic_in_process(engine: llamacpp.LlamaCppEngine) -> None:
+    a, b = engine.generate([req(), req()])
+    assert a.output_token_ids == b.output_token_ids and a.text == b.text
+    assert a.output_tokens == len(a.output_token_ids or []) > 0
+    assert a.prompt_tokens == len(engine.render_prompt(MSGS))
+
+
+def test_timestamps_are_per_token(engine: llamacpp.LlamaCppEngine) -> None:
+    r = engine.generate([req(max_tokens=16, ignore_eos=True)])[0]
+    assert r.finish_reason == "length" and r.output_tokens == 16
+    assert r.token_times is not None and len(r.token_times) == 16
+    assert r.t_submit < r.token_times[0] == r.t_first_token
+    assert r.token_times == sorted(r.token_times) and r.token_times[-1] == r.t_last_token
+    assert r.engine_timings["prompt_eval_tokens"] == r.prompt_tokens
+
+
+def test_natural_stop_and_stop_strings(engine: llamacpp.LlamaCppEngine) -> None:
+    r = engine.generate([req(max_tokens=200)])[0]
+    assert r.finish_reason == "stop"  # EOS, not the limit
+    full = r.text
+    cut_at = full.strip()[:3]
+    s = engine.generate([req(max_tokens=200, stop=(cut_at[-1],))])[0]
+    assert s.finish_reason == "stop" and len(s.text) < len(full)
+    assert cut_at[-1] not in s.text
+
+
+def test_context_overflow_is_an_error_result(engine: llamacpp.LlamaCppEngine) -> None:
+    r = engine.generate([req(max_tokens=5000)])[0]
+    assert r.finish_reason == "error" and r.error and "exceeds the context" in r.error
+
+
+def test_seeded_sampling_repeats(engine: llamacpp.LlamaCppEngine) -> None:
+    a = engine.generate([req(temperature=1.0, seed=11), req(temperature=1.0, seed=11)])
+    assert a[0].output_token_ids == a[1].output_token_ids
+
+
+def test_missing_and_non_gguf_model(tmp_path: object) -> None:
+    from pathlib import Path
+
+    d = Path(str(tmp_path))
+    with pytest.raises(UsageError, match="model file not found"):
+        llamacpp.resolve_model(str(d / "nope.gguf"))
+    (d / "x.gguf").write_bytes(b"NOTGGUF")
+    with pytest.raises(UsageError, match="not a GGUF file"):
+        llamacpp.resolve_model(str(d / "x.gguf"))
+
+
+def test_greedy_is_deterministic_across_processes(model_path: str) -> None:
+    code = (
+        "import json; from abgate.engines import llamacpp; "
+        "from abgate.engines.base import GenerationRequest, SamplingParams; "
+        f"e = llamacpp.load({model_path!r}, {{'n_ctx': 1024}}); "
+        f"r = e.generate([GenerationRequest(id='r', params=SamplingParams(max_tokens=48), "
+        f"messages={MSGS!r})])[0]; print(json.dumps(r.output_token_ids))"
+    )
+    outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, timeout=120).stdout for _ in range(2)]
+    assert json.loads(outs[0]) == json.loads(outs[1]) and json.loads(outs[0])

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from abgate.errors import AbgateError, UsageError
+from abgate.runner import records as rec
+
+
+def test_torn_last_line_is_dropped_and_repaired(tmp_path: Path) -> None:
+    p = tmp_path / "samples.jsonl"
+    p.write_text('{"key": "a"}\n{"key": "b"}\n{"key": "c", "out')
+    assert [s["key"] for s in rec.read_samples(p)] == ["a", "b"]
+    assert p.read_text().endswith('"c", "out')  # not repaired unless asked
+    assert [s["key"] for s in rec.read_samples(p, repair=True)] == ["a", "b"]
+    assert p.read_text() == '{"key": "a"}\n{"key": "b"}\n'
+
+
+def test_complete_json_without_newline_counts_as_torn(tmp_path: Path) -> None:
+    p = tmp_path / "samples.jsonl"
+    p.write_text('{"key": "a"}\n{"key": "b"}')
+    assert [s["key"] for s in rec.read_samples(p, repair=True)] == ["a"]
+    with rec.SampleWriter(p) as w:
+        w.append({"key": "b"})
+    assert [s["key"] for s in rec.read_samples(p)] == ["a", "b"]
+
+
+def test_corrupt_middle_line_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "samples.jsonl"
+    p.write_text('{"key": "a"}\ngarbage\n{"key": "c"}\n')
+    with pytest.raises(AbgateError, match=r"samples.jsonl:2: corrupt"):
+        rec.read_samples(p)
+
+
+def test_future_schema_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "run.json"
+    p.write_text(json.dumps({"schema_version": rec.SCHEMA_VERSION + 1}))
+    with pytest.raises(AbgateError, match="newer than this abgate understands"):
+        rec.read_json(p)
+    p.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(AbgateError, match="no schema_version"):
+        rec.read_json(p)
+
+
+def test_atomic_write_leaves_no_temp(tmp_path: Path) -> None:
+    p = tmp_path / "run.json"
+    rec.write_json_atomic(p, {"schema_version": 1, "x": 1})
+    rec.write_json_atomic(p, {"schema_version": 1, "x": 2})
+    assert rec.read_json(p)["x"] == 2
+    assert [f.name for f in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_non_empty_dir_needs_force(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="not empty; use --resume"):
+        rec.prepare_new_dir(tmp_path, force=False)
+    with pytest.raises(UsageError, match="holds no run.json"):
+        rec.prepare_new_dir(tmp_path, force=True)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_diff_paths() -> None:
+    a = {"x": 1, "y": {"z": 2, "w": 3}}
+    b = {"x": 1, "y": {"z": 5, "w": 3}, "v": 0}
+    assert list(rec.iter_diff(a, b)) == ["v", "y.z"]

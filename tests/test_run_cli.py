@@ -1,0 +1,141 @@
+"""``abgate run`` end to end on the real engine, as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import abgate, read_lines
+
+
+def test_acceptance_run_writes_8_samples(tmp_path: Path, gsm8k_path: Path) -> None:
+    out = tmp_path / "R"
+    r = abgate("run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "4",
+               "--seeds", "0,1", "--max-tokens", "64", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    samples = read_lines(out / "samples.jsonl")
+    assert len(samples) == 8
+    assert sorted({(s["item_id"], s["seed"]) for s in samples}) == sorted(
+        (s["item_id"], s["seed"]) for s in samples)
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "complete" and run["schema_version"] == 1
+    assert run["spec"]["model"]["sha256"] and len(run["spec"]["item_ids"]) == 4
+    assert run["spec"]["suite"]["data_sha256"] and run["spec"]["seeds"] == [0, 1]
+    assert run["engine"]["name"] == "llamacpp" and run["engine"]["effective_config"]["n_ctx"]
+    assert run["host"]["cores_logical"] >= 1 and run["abgate_version"]
+    s = samples[0]
+    assert s["output"]["token_ids"] and s["prompt"]["sha256"] and s["finish_reason"] in (
+        "stop", "length")
+    assert s["timing"]["ttft_s"] > 0 and "correct" in s and s["extracted"] is not None
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 8 and summary["quality"]["n"] == 8
+    assert summary["speed"]["steady_decode_tps"]["n"] > 0
+
+
+def test_bad_engine_arg_fails_fast(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    r = abgate("run", "--suite", "synthetic", "--limit", "2", "--engine-arg", "flash_atn=true",
+               "-o", str(tmp_path / "R"))
+    assert r.returncode == 2
+    assert "flash_attn" in r.stderr and "flash_atn" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - t0 < 20
+    assert not (tmp_path / "R").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--suite", "gsm9k"], "unknown suite 'gsm9k'"),
+        (["--suite", "synthetic", "--model", "/nope/m.gguf"], "model file not found"),
+        (["--suite", "synthetic", "--engine-arg", "n_ctx=abc"], "'n_ctx' expects int"),
+        (["--suite", "synthetic", "--seeds", "0,a"], "'a' is not an integer"),
+        (["--suite", "gsm8k", "--data", "/nope/data.jsonl"], "data file not found"),
+        (["--suite", "synthetic", "--engine", "vlm"], "unknown engine 'vlm'"),
+    ],
+)
+def test_bad_input_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    r = abgate("run", *args, "--limit", "1", "-o", str(tmp_path / "R"))
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "R").exists()
+
+
+def test_malformed_dataset_names_line(tmp_path: Path) -> None:
+    bad = tmp_path / "d.jsonl"
+    bad.write_text('{"question": "a", "answer": "#### 1"}\n{broken\n')
+    r = abgate("run", "--data", str(bad), "-o", str(tmp_path / "R"))
+    assert r.returncode == 2 and f"{bad}:2" in r.stderr
+
+
+def test_existing_dir_unwritable_and_resume_mismatch(tmp_path: Path) -> None:
+    out = tmp_path / "R"
+    base = ["run", "--suite", "synthetic", "--limit", "2", "--max-tokens", "16"]
+    assert abgate(*base, "-o", str(out)).returncode == 0
+    before = (out / "samples.jsonl").read_bytes()
+    r = abgate(*base, "-o", str(out))
+    assert r.returncode == 2 and "--resume" in r.stderr
+    r = abgate(*base[:-1], "17", "--resume", str(out))
+    assert r.returncode == 2 and "spec differs" in r.stderr and "max_tokens" in r.stderr
+    assert (out / "samples.jsonl").read_bytes() == before
+    assert abgate(*base, "-o", str(out), "--force").returncode == 0
+    if os.geteuid() != 0:  # root can write anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        r = abgate(*base, "-o", str(ro / "R"))
+        assert r.returncode == 2 and "cannot write" in r.stderr
+
+
+def test_sigkill_then_resume_has_each_sample_once(tmp_path: Path, gsm8k_path: Path) -> None:
+    out = tmp_path / "R"
+    args = ["run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "5", "--seeds",
+            "0,1", "--max-tokens", "48", "-o", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    samples = out / "samples.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if samples.exists() and samples.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    n_before = samples.read_text().count("\n")
+    assert 3 <= n_before < 10
+    assert json.loads((out / "run.json").read_text())["status"] == "running"
+    r = abgate("run", "--resume", str(out))
+    assert r.returncode == 0, r.stderr
+    keys = [s["key"] for s in read_lines(samples)]
+    assert len(keys) == 10 and len(set(keys)) == 10
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "complete" and len(run["resumes"]) == 1
+
+
+def test_sigint_marks_interrupted_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "R"
+    args = ["run", "--suite", "synthetic", "--limit", "6", "--max-tokens", "48", "-o", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    samples = out / "samples.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (samples.exists() and samples.stat().st_size):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert proc.returncode == 130
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted"
+    assert abgate("run", "--resume", str(out)).returncode == 0
+    assert len(read_lines(samples)) == 6
+
+
+def test_version() -> None:
+    r = abgate("--version")
+    assert r.returncode == 0 and r.stdout.startswith("abgate ")
