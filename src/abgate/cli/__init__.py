@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from abgate.cli import extract_cmd, run_cmd  # noqa: F401  (registers commands)
+from abgate.cli import extract_cmd, provenance_cmd, run_cmd  # noqa: F401  (registers commands)
 from abgate.cli.app import app
 from abgate.errors import AbgateError
 

@@ -2,7 +2,10 @@
 
 An engine module provides ``ARG_SPECS`` (what ``--engine-arg`` accepts),
 ``resolve_model(model)`` (checks the model before anything loads) and
-``load(model, args)`` (returns a resident :class:`~abgate.engines.base.Engine`).
+``load(model, args, options=None, run_dir=None)`` (returns a resident
+:class:`~abgate.engines.base.Engine`; ``options`` are engine-level settings that are not
+engine args, such as endpoints or concurrency; ``run_dir`` is where the engine may keep
+logs, e.g. a launched server's).
 Importing :mod:`abgate.engines` imports no engine library.
 """
 

@@ -9,11 +9,12 @@ timestamps (TTFT, steady decode, TPOT) lives in :mod:`abgate.metrics`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 FinishReason = Literal["stop", "length", "error"]
+OnResult = Callable[["GenerationResult"], None]
 Message = dict[str, str]
 
 
@@ -126,9 +127,13 @@ class Engine(Protocol):
 
     capabilities: Capabilities
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        """Run a batch; results come back in request order. A request that fails
-        returns ``finish_reason="error"`` with ``error`` set; it does not raise."""
+    def generate(self, requests: Sequence[GenerationRequest],
+                 on_result: OnResult | None = None) -> list[GenerationResult]:
+        """Run a batch; results come back in request order, and ``on_result`` is called
+        with each result the moment it finishes (completion order), so the runner can
+        record it at once. A request that fails returns ``finish_reason="error"`` with
+        ``error`` set; it does not raise. Engines that run requests concurrently bound
+        their own in-flight window."""
         ...
 
     def tokenize(self, text: str) -> list[int]:
@@ -141,4 +146,7 @@ class Engine(Protocol):
 
     def describe(self) -> EngineInfo: ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release everything. Engines that start processes verify the cleanup and
+        leave the evidence in a ``cleanup_evidence`` dict attribute."""
+        ...

@@ -24,6 +24,7 @@ from abgate.engines.base import (
     GenerationRequest,
     GenerationResult,
     Message,
+    OnResult,
 )
 from abgate.errors import AbgateError, UsageError
 
@@ -100,7 +101,10 @@ def resolve_model(model: str | None) -> str:
     return str(path.resolve())
 
 
-def load(model: str, args: Mapping[str, Any]) -> LlamaCppEngine:
+def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+         run_dir: Path | None = None) -> LlamaCppEngine:
+    if options:
+        raise UsageError(f"the llamacpp engine takes no engine options (got {', '.join(options)})")
     return LlamaCppEngine(model, args)
 
 
@@ -148,8 +152,14 @@ class LlamaCppEngine:
         return list(self._llm.tokenize(res.prompt.encode("utf-8"),
                                        add_bos=not res.added_special, special=True))
 
-    def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
-        return [self._generate_one(r) for r in requests]
+    def generate(self, requests: Sequence[GenerationRequest],
+                 on_result: OnResult | None = None) -> list[GenerationResult]:
+        results = []
+        for r in requests:
+            results.append(self._generate_one(r))
+            if on_result is not None:
+                on_result(results[-1])
+        return results
 
     def describe(self) -> EngineInfo:
         llm, lc = self._llm, self._lc

@@ -19,12 +19,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from abgate.engines.base import Engine, GenerationRequest, SamplingParams
+from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.host import git_state, host_info
 from abgate.runner import records as rec
 from abgate.runner.samples import build_sample, sample_key
 from abgate.runner.spec import PreparedRun, abgate_version
+from abgate.suites import Item
 from abgate.runner.summary import summarize
 
 log = logging.getLogger("abgate.run")
@@ -111,22 +112,26 @@ def request_for(p: PreparedRun, item_id: str, seed: int,
 def run_samples(p: PreparedRun, engine: Engine, out: Path, done: set[str],
                 on_sample: OnSample | None = None) -> int:
     """Generate every pending (item, seed), appending each sample as it finishes."""
-    n = 0
+    pending: dict[str, tuple[Item, int, tuple[dict[str, str], ...]]] = {}
+    for item, seed in p.keys():
+        key = sample_key(item.id, seed)
+        if key not in done:
+            pending[key] = (item, seed, p.messages(item))
+    requests = [request_for(p, item.id, seed, msgs) for item, seed, msgs in pending.values()]
     with rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
-        for item, seed in p.keys():
-            if sample_key(item.id, seed) in done:
-                continue
-            messages = p.messages(item)
-            result = engine.generate([request_for(p, item.id, seed, messages)])[0]
+
+        def record(result: GenerationResult) -> None:
+            item, seed, messages = pending[result.request_id]
             sample = build_sample(item, seed, messages, result)
             writer.append(sample)
             done.add(sample["key"])
-            n += 1
             if result.finish_reason == "error":
                 log.warning("sample %s: engine error: %s", sample["key"], result.error)
             if on_sample:
                 on_sample(sample)
-    return n
+
+        engine.generate(requests, on_result=record)
+    return len(requests)
 
 
 def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = False,
@@ -144,7 +149,8 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
         engine: Engine | None = None
         try:
             os.environ.update(p.config.env)
-            engine = p.engine.load(p.model, p.resolved_args)
+            engine = p.engine.load(p.model, p.resolved_args, p.config.engine_options or None,
+                                   out)
             doc["engine"] = engine.describe().to_dict()
             rec.write_json_atomic(out / rec.RUN_FILE, doc)
             if on_start:
@@ -163,6 +169,7 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
         finally:
             if engine is not None:
                 engine.close()
+                doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
             doc["ended_at"] = time.time()
             samples = rec.read_samples(samples_path)
             summary = summarize(samples)

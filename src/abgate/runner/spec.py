@@ -29,6 +29,7 @@ class RunConfig:
     engine: str = "llamacpp"
     model: str | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
+    engine_options: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     suite: str = "gsm8k"
     data: str | None = None
@@ -119,6 +120,7 @@ def prepare(c: RunConfig) -> PreparedRun:
         "engine": c.engine,
         "model": model_info,
         "engine_args": c.engine_args,
+        "engine_options": c.engine_options,
         "resolved_engine_args": resolved,
         "env": redact_env(c.env),
         "suite": {"name": suite.name, "source": suite.source, "data_sha256": suite.data_sha256,
