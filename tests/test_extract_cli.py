@@ -50,6 +50,7 @@ def test_jsonl_in_order_with_exact_keys() -> None:
     texts = ["#### 5", "The answer is 12.5", "", "\\boxed{...}", "x = -7", "9" * 5000]
     stdin = "".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts))
     stdin += "\n"  # a blank line is skipped, not an error
+    stdin += '{"id": ' + "1" * 5000 + ', "text": "#### 3"}\n'  # other fields may be huge ints
     result = runner.invoke(app, ["extract", "--jsonl"], input=stdin)
     assert result.exit_code == 0, result.output
     rows = _lines(result.output)
@@ -61,6 +62,7 @@ def test_jsonl_in_order_with_exact_keys() -> None:
         (None, "boxed", "malformed"),
         (-7, "last_number", None),
         (10**5000 - 1, "last_number", None),  # exact, past Python's 4300-digit limit
+        (3, "hash", None),
     ]
 
 

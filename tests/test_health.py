@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from abgate.scoring.extract import Extraction, extract_integer
@@ -19,6 +19,9 @@ from abgate.scoring.health import (
     sample_health,
     seq_rep_n,
 )
+
+# Property tests are judged on results, not speed: a loaded machine must not fail them.
+no_deadline = settings(deadline=None)
 
 # ---------------------------------------------------------------- seq-rep-n
 
@@ -35,6 +38,7 @@ def test_seq_rep_known_values() -> None:
         seq_rep_n([1, 2], n=0)
 
 
+@no_deadline
 @given(st.lists(st.integers(min_value=0, max_value=5), max_size=60), st.integers(1, 6))
 def test_seq_rep_matches_definition(tokens: list[int], n: int) -> None:
     grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
@@ -45,6 +49,7 @@ def test_seq_rep_matches_definition(tokens: list[int], n: int) -> None:
     assert (got == 0.0) == (len(set(grams)) == len(grams))
 
 
+@no_deadline
 @given(st.integers(min_value=4, max_value=30), st.integers(min_value=2, max_value=20))
 def test_seq_rep_of_a_loop(length: int, repeats: int) -> None:
     """A loop of ``length`` distinct tokens has exactly ``length`` distinct 4-grams."""
@@ -128,6 +133,7 @@ def _miller_se(correct: list[bool], clusters: list[str]) -> float:
     return math.sqrt(clt + cross / n**2)
 
 
+@no_deadline
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 6)), min_size=1, max_size=40))
 def test_clustered_se_matches_miller(samples: list[tuple[bool, int]]) -> None:
     correct = [c for c, _ in samples]

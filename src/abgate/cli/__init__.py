@@ -11,7 +11,13 @@ import sys
 
 import typer
 
-from abgate.cli import extract_cmd, provenance_cmd, run_cmd  # noqa: F401  (registers commands)
+from abgate.cli import (  # noqa: F401  (registers commands)
+    ab_cmd,
+    bench_cmd,
+    extract_cmd,
+    provenance_cmd,
+    run_cmd,
+)
 from abgate.cli.app import app
 from abgate.errors import AbgateError
 

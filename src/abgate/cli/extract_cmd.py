@@ -17,7 +17,7 @@ import typer
 from abgate.cli.app import app
 from abgate.errors import UsageError
 from abgate.scoring.extract import Extraction, extract_integer
-from abgate.scoring.numbers import format_int
+from abgate.scoring.numbers import format_int, parse_digits
 
 __all__ = ["extract", "resolve_field"]
 
@@ -50,6 +50,11 @@ def resolve_field(record: Any, path: str) -> Any:
     return current
 
 
+def _exact_int(literal: str) -> int:
+    """JSON integers of any length (``json`` alone refuses more than 4300 digits)."""
+    return -parse_digits(literal[1:]) if literal.startswith("-") else parse_digits(literal)
+
+
 def _text_at(record: Any, path: str) -> str:
     value = resolve_field(record, path)
     if isinstance(value, str):
@@ -65,7 +70,7 @@ def _json_line(extraction: Extraction, explain: bool) -> str:
         f'"reason": {json.dumps(extraction.reason)}'
     )
     if explain:
-        line += f', "span": {json.dumps(extraction.span, ensure_ascii=False)}'
+        line += f', "span": {json.dumps(extraction.span)}'
     return line + "}"
 
 
@@ -76,7 +81,7 @@ def _score_jsonl(source: TextIO, sink: TextIO, field: str, explain: bool) -> int
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
+            record = json.loads(raw, parse_int=_exact_int)
         except json.JSONDecodeError as exc:
             raise UsageError(f"stdin line {number}: invalid JSON ({exc.msg})") from None
         try:
@@ -104,7 +109,7 @@ def _print_one(text: str, explain: bool) -> None:
 def extract(
     text: Annotated[
         str | None,
-        typer.Argument(help="A model output to read; '-' reads the whole of stdin as one."),
+        typer.Argument(metavar="TEXT", help="A model output; '-' reads all of stdin as one."),
     ] = None,
     jsonl: Annotated[
         bool,

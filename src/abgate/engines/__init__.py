@@ -18,6 +18,8 @@ from abgate.errors import UsageError, did_you_mean
 
 ENGINES: dict[str, str] = {
     "llamacpp": "abgate.engines.llamacpp",
+    "openai": "abgate.engines.openai_compat",
+    "vllm": "abgate.engines.vllm",
 }
 
 

@@ -166,7 +166,7 @@ class LlamaCppEngine:
         cp, mp = llm.context_params, llm.model_params
         fa = {-1: "auto", 0: False, 1: True}.get(int(cp.flash_attn_type), cp.flash_attn_type)
         effective = {
-            "n_ctx": llm.n_ctx(),
+            "n_ctx": self._n_ctx(),
             "n_batch": int(cp.n_batch),
             "n_ubatch": int(cp.n_ubatch),
             "n_threads": int(cp.n_threads),
@@ -196,6 +196,11 @@ class LlamaCppEngine:
 
     # -- internals ----------------------------------------------------------------------
 
+    def _n_ctx(self) -> int:
+        """Usable context: llama.cpp may pad n_ctx up (to a multiple of 256), but
+        llama-cpp-python's token buffer keeps the requested size."""
+        return min(self._llm.n_ctx(), int(self._llm.context_params.n_ctx))
+
     def _prompt_ids(self, req: GenerationRequest) -> list[int]:
         if req.prompt_token_ids is not None:
             return list(req.prompt_token_ids)
@@ -218,7 +223,7 @@ class LlamaCppEngine:
     def _decode(self, req: GenerationRequest, prompt_ids: list[int],
                 t_submit: float) -> GenerationResult:
         llm, lc, p = self._llm, self._lc, req.params
-        n_ctx = llm.n_ctx()
+        n_ctx = self._n_ctx()
         if len(prompt_ids) + p.max_tokens > n_ctx:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({p.max_tokens}) "
                              f"exceeds the context (n_ctx={n_ctx})")

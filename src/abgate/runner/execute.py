@@ -109,74 +109,103 @@ def request_for(p: PreparedRun, item_id: str, seed: int,
     return GenerationRequest(id=sample_key(item_id, seed), params=params, messages=messages)
 
 
-def run_samples(p: PreparedRun, engine: Engine, out: Path, done: set[str],
-                on_sample: OnSample | None = None) -> int:
-    """Generate every pending (item, seed), appending each sample as it finishes."""
-    pending: dict[str, tuple[Item, int, tuple[dict[str, str], ...]]] = {}
-    for item, seed in p.keys():
-        key = sample_key(item.id, seed)
-        if key not in done:
-            pending[key] = (item, seed, p.messages(item))
-    requests = [request_for(p, item.id, seed, msgs) for item, seed, msgs in pending.values()]
-    with rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
+class RunRecorder:
+    """One run directory, open for appending: the run document, the sample writer and
+    the set of finished keys. ``abgate run`` uses one; ``abgate ab`` one per arm."""
 
-        def record(result: GenerationResult) -> None:
-            item, seed, messages = pending[result.request_id]
-            sample = build_sample(item, seed, messages, result)
-            writer.append(sample)
-            done.add(sample["key"])
-            if result.finish_reason == "error":
-                log.warning("sample %s: engine error: %s", sample["key"], result.error)
-            if on_sample:
-                on_sample(sample)
+    def __init__(self, p: PreparedRun, out: Path, *, resume: bool, force: bool,
+                 kind: str = "run") -> None:
+        self.p, self.out = p, out
+        self.doc = open_run_dir(p, out, resume, force)
+        self.doc["kind"] = kind
+        self.samples_path = out / rec.SAMPLES_FILE
+        self.done = {s["key"] for s in rec.read_samples(self.samples_path, repair=True)}
+        self.total = len(p.keys())
+        self.doc["status"] = "running"
+        self.save()
+        self._writer = rec.SampleWriter(self.samples_path)
 
-        engine.generate(requests, on_result=record)
-    return len(requests)
+    def save(self) -> None:
+        rec.write_json_atomic(self.out / rec.RUN_FILE, self.doc)
+
+    def pending(self) -> list[tuple[Item, int]]:
+        return [(i, s) for i, s in self.p.keys() if sample_key(i.id, s) not in self.done]
+
+    def request(self, item: Item, seed: int) -> GenerationRequest:
+        return request_for(self.p, item.id, seed, self.p.messages(item))
+
+    def record(self, item: Item, seed: int, result: GenerationResult,
+               warmup: bool = False) -> dict[str, Any]:
+        sample = build_sample(item, seed, self.p.messages(item), result, warmup=warmup)
+        if warmup:
+            sample["key"] = "warmup:" + sample["key"]
+        self._writer.append(sample)
+        self.done.add(sample["key"])
+        if result.finish_reason == "error":
+            log.warning("%s sample %s: engine error: %s", self.out.name, sample["key"],
+                        result.error)
+        return sample
+
+    def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
+        self._writer.close()
+        self.doc["status"], self.doc["error"] = status, error
+        self.doc["ended_at"] = time.time()
+        samples = rec.read_samples(self.samples_path)
+        summary = summarize(samples)
+        summary["status"] = status
+        rec.write_json_atomic(self.out / rec.SUMMARY_FILE, summary)
+        self.doc["n_samples"] = sum(1 for s in samples if not s.get("warmup"))
+        self.save()
+        log.info("run %s ended %s with %d/%d samples", self.out, status,
+                 self.doc["n_samples"], self.total)
+        return summary
+
+
+def load_engine(p: PreparedRun, out: Path) -> Engine:
+    """Apply the env overrides and load the engine (the expensive step)."""
+    os.environ.update(p.config.env)
+    return p.engine.load(p.model, p.resolved_args, p.config.engine_options or None, out)  # type: ignore[no-any-return]
+
+
+def close_engine(engine: Engine | None, doc: dict[str, Any]) -> None:
+    if engine is not None:
+        engine.close()
+        doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
 
 
 def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = False,
             on_start: Callable[[int, int], None] | None = None,
             on_sample: OnSample | None = None) -> RunOutcome:
-    doc = open_run_dir(p, out, resume, force)
-    samples_path = out / rec.SAMPLES_FILE
-    existing = rec.read_samples(samples_path, repair=True)
-    done = {s["key"] for s in existing}
-    total = len(p.keys())
+    run = RunRecorder(p, out, resume=resume, force=force)
+    status, error = "failed", None
     with _run_log(out), _sigterm_interrupts():
-        doc["status"] = "running"
-        rec.write_json_atomic(out / rec.RUN_FILE, doc)
-        log.info("run %s: %d/%d samples already done", out, len(done), total)
+        log.info("run %s: %d/%d samples already done", out, len(run.done), run.total)
         engine: Engine | None = None
         try:
-            os.environ.update(p.config.env)
-            engine = p.engine.load(p.model, p.resolved_args, p.config.engine_options or None,
-                                   out)
-            doc["engine"] = engine.describe().to_dict()
-            rec.write_json_atomic(out / rec.RUN_FILE, doc)
+            engine = load_engine(p, out)
+            run.doc["engine"] = engine.describe().to_dict()
+            run.save()
             if on_start:
-                on_start(len(done), total)
-            run_samples(p, engine, out, done, on_sample)
-            doc["status"] = "complete"
+                on_start(len(run.done), run.total)
+            pending = {sample_key(i.id, s): (i, s) for i, s in run.pending()}
+
+            def record(result: GenerationResult) -> None:
+                sample = run.record(*pending[result.request_id], result)
+                if on_sample:
+                    on_sample(sample)
+
+            engine.generate([run.request(i, s) for i, s in pending.values()], on_result=record)
+            status = "complete"
         except (KeyboardInterrupt, Interrupted):
-            doc["status"], doc["error"] = "interrupted", "interrupted by the user"
+            status, error = "interrupted", "interrupted by the user"
         except AbgateError as exc:
-            doc["status"], doc["error"] = "failed", str(exc)
+            error = str(exc)
             raise
         except Exception as exc:
-            doc["status"], doc["error"] = "failed", f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
             log.exception("run failed")
-            raise AbgateError(f"run failed: {doc['error']} (records kept in {out})") from exc
+            raise AbgateError(f"run failed: {error} (records kept in {out})") from exc
         finally:
-            if engine is not None:
-                engine.close()
-                doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
-            doc["ended_at"] = time.time()
-            samples = rec.read_samples(samples_path)
-            summary = summarize(samples)
-            summary["status"] = doc["status"]
-            rec.write_json_atomic(out / rec.SUMMARY_FILE, summary)
-            doc["n_samples"] = len(samples)
-            rec.write_json_atomic(out / rec.RUN_FILE, doc)
-            log.info("run %s ended %s with %d/%d samples", out, doc["status"], len(samples),
-                     total)
-    return RunOutcome(out, doc["status"], len(done), total, summary)
+            close_engine(engine, run.doc)
+            summary = run.finish(status, error)
+    return RunOutcome(out, status, len(run.done), run.total, summary)

@@ -32,9 +32,12 @@ _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BRACE = re.compile(r"(?<!\\)[{}]")
 _HASH = re.compile(r"(?<!#)####(?!#)")
 _HEADING = re.compile(r"[ \t*_]*[^\W\d_]")  # "#### Step 2: ..." is a heading, not a marker
+# "final answer", "answer is" (not "answer isn't"), "answer:", case-insensitive, with
+# markdown emphasis between the words. Written to start with a character class so
+# the regex engine can skip ahead to candidate letters (4x faster than with \b first).
 _PHRASE = re.compile(
-    r"\b(?:final[ \t*_]+answer\b|answer[ \t*_]+is\b(?!n['\u2019]t)|answer[ \t*_]*[:\uff1a])",
-    re.IGNORECASE,
+    r"[AaFf](?<!\w.)(?i:(?<=f)inal[ \t*_]+answer\b"
+    r"|(?<=a)nswer(?:[ \t*_]+is\b(?!n['\u2019]t)|[ \t*_]*[:\uff1a]))"
 )
 # A line with only these (spaces, emphasis, a colon, an opening math delimiter) is
 # "empty": an answer marker that ends its line is read from the next non-empty line.

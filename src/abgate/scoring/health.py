@@ -241,7 +241,7 @@ def aggregate_health(rows: Sequence[Mapping[str, Any]]) -> dict[str, object]:
     mean_rep, median_rep = _summary(reps)
     mean_len, median_len = _summary(lengths)
     n_live = len(live)
-    reasons = Counter(str(row["invalid_reason"]) for row in live if row.get("invalid"))
+    reasons = Counter(str(row.get("invalid_reason")) for row in live if row.get("invalid"))
     return {
         "n": len(rows),
         "n_scored": len(scored),

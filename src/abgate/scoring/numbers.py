@@ -28,8 +28,9 @@ from fractions import Fraction
 
 __all__ = ["Number", "first_number", "format_int", "last_number", "normalize", "parse_digits"]
 
-# Python refuses str -> int conversions above this many digits by default
-# (sys.int_info.str_digits_check_threshold is 640; the default limit is 4300).
+# Digits converted per int() call: under Python's default limit of 4300 digits for
+# str <-> int conversion (sys.get_int_max_str_digits()), which exists to bound the
+# quadratic cost; chunking keeps huge answers exact without lifting it globally.
 _CHUNK = 4000
 
 _FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]*?)\s*\}\s*\{\s*([^{}]*?)\s*\}")
@@ -39,11 +40,13 @@ _WRAPPER = re.compile(
 )
 # A thin or no-break space (LaTeX or Unicode) between a digit and a group of exactly
 # three digits is a thousands separator: drop it. Anywhere else it is just a space.
-_GROUP_SPACE = re.compile(r"(?<=[0-9])(?:\\[,!]|[\u00a0\u2009\u202f])(?=[0-9]{3}(?![0-9]))")
-_NEG_SPACE = re.compile(r"\\!")
-_SPACE = re.compile(r"\\[,;: ]|\\q?quad\b|[\u00a0\u2007\u2009\u202f]")
+_GROUP_SPACE = re.compile(r"([0-9])(?:\\[,!]|[\u00a0\u2009\u202f])(?=[0-9]{3}(?![0-9]))")
+_LATEX_SPACE = re.compile(r"\\(?:[,;: ]|q?quad\b)")
+_UNICODE_SPACE = re.compile(r"[\u00a0\u2007\u2009\u202f]")
 _DELIMITER = re.compile(r"\\[()\[\]]")
-_CURRENCY = re.compile(r"\\?\$|[\u20ac\u00a3]")
+_CURRENCIES = ("\\$", "$", "\u20ac", "\u00a3")  # \$ first, so its backslash goes too
+# The characters a run of number tokens is made of (after its sign): see last_number.
+_RUN_CHARS = frozenset("0123456789,./")
 
 _NUMBER = re.compile(
     r"""
@@ -95,20 +98,30 @@ def format_int(value: int) -> str:
 
 
 def normalize(text: str) -> str:
-    """Remove the markup that is not part of any number, keeping line structure."""
-    if "\\" in text:
+    """Remove the markup that is not part of any number, keeping line structure.
+
+    Each rewrite runs only when its trigger characters occur, so plain text costs
+    a few substring tests.
+    """
+    if "{,}" in text:
         text = text.replace("{,}", ",")
-        text = _FRAC.sub(r"\1/\2", text)
+    latex = "\\" in text
+    spaced = any(ch in text for ch in "\u00a0\u2007\u2009\u202f")
+    if latex:
+        if "frac" in text:
+            text = _FRAC.sub(r"\1/\2", text)
         text = _WRAPPER.sub("", text)
-        text = _GROUP_SPACE.sub("", text)
-        text = _NEG_SPACE.sub("", text)
-        text = _SPACE.sub(" ", text)
+    if latex or spaced:
+        text = _GROUP_SPACE.sub(r"\1", text)
+    if latex:
+        text = _LATEX_SPACE.sub(" ", text.replace("\\!", ""))
         text = _DELIMITER.sub(" ", text)
-    else:
-        text = text.replace("{,}", ",")
-        text = _GROUP_SPACE.sub("", text)
-        text = _SPACE.sub(" ", text)
-    return _CURRENCY.sub("", text)
+    if spaced:
+        text = _UNICODE_SPACE.sub(" ", text)
+    for currency in _CURRENCIES:
+        if currency in text:
+            text = text.replace(currency, "")
+    return text
 
 
 def _is_operator(text: str, sign_at: int) -> bool:
@@ -148,8 +161,19 @@ def first_number(text: str) -> Number | None:
 
 
 def last_number(text: str) -> Number | None:
-    """The last number in already-normalized ``text``, or None."""
+    """The last number in already-normalized ``text``, or None.
+
+    Same answer as scanning the whole text, but it only tokenizes the run of number
+    characters around the last digit (plus one character for a sign): a match can
+    neither start inside that run nor reach into it from before it.
+    """
+    last_digit = max(map(text.rfind, "0123456789"))
+    if last_digit < 0:
+        return None
+    start = last_digit
+    while start > 0 and text[start - 1] in _RUN_CHARS:
+        start -= 1
     last: re.Match[str] | None = None
-    for last in _NUMBER.finditer(text):  # noqa: B007  (we want the final binding)
+    for last in _NUMBER.finditer(text, max(0, start - 1)):  # noqa: B007  (want the last)
         pass
     return None if last is None else _to_number(last, text)

@@ -1,0 +1,204 @@
+"""The A/B experiment file: shared settings plus two or more named arms.
+
+```toml
+name = "kv-q8"
+baseline = "f16"             # optional; default: the first arm
+
+[shared]                     # any RunConfig field
+suite = "synthetic"
+difficulty = "medium"
+limit = 24
+seeds = [0]
+max_tokens = 256
+
+[schedule]
+mode = "auto"                # auto | interleave | blocks
+warmup = 2                   # per arm (per load in blocks mode), excluded from statistics
+block_size = 8               # items per block in blocks mode
+
+[arms.f16]
+[arms.q8]
+engine_args = { flash_attn = true, type_k = "q8_0", type_v = "q8_0" }
+```
+
+An arm may override ``engine``, ``model``, ``engine_args`` (merged over the shared
+ones), ``engine_options`` (merged) and ``env`` (merged). Everything that decides
+*what* is asked (items, seeds, sampling, prompt) is shared by construction, and
+checked again after preparation.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from abgate.errors import UsageError, did_you_mean
+from abgate.runner.spec import RunConfig
+
+ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env")
+MERGED = ("engine_args", "engine_options", "env")
+SCHEDULE_MODES = ("auto", "interleave", "blocks")
+TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench")
+SCHEDULE_KEYS = ("mode", "warmup", "block_size")
+BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    mode: str = "auto"
+    warmup: int = 2
+    block_size: int = 8
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Fixed-length speed cases run for every arm after the quality samples."""
+
+    input_len: tuple[int, ...] = ()
+    output_len: int = 128
+    repeats: int = 3
+    warmup: int = 1
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    arms: dict[str, RunConfig]  # in file order
+    baseline: str
+    schedule: Schedule = field(default_factory=Schedule)
+    policy: str | None = None
+    bench: BenchPlan = field(default_factory=BenchPlan)
+    description: str = ""
+
+    @property
+    def candidates(self) -> list[str]:
+        return [a for a in self.arms if a != self.baseline]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "baseline": self.baseline,
+                "arms": {k: v.to_dict() for k, v in self.arms.items()},
+                "schedule": vars(self.schedule).copy(), "policy": self.policy,
+                "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
+
+
+def _check_keys(where: str, table: Mapping[str, Any], allowed: tuple[str, ...] | list[str]
+                ) -> None:
+    for key in table:
+        if key not in allowed:
+            raise UsageError(f"{where}: unknown key {key!r}" + did_you_mean(key, allowed))
+
+
+def _typed(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise UsageError(f"{where}: {key!r} must be {name}, got {value!r}")
+    return value
+
+
+def shared_config(where: str, shared: Mapping[str, Any]) -> RunConfig:
+    """A RunConfig from a TOML table, with types checked against the dataclass."""
+    names = [f.name for f in fields(RunConfig)]
+    _check_keys(where, shared, names)
+    defaults = RunConfig()
+    kw: dict[str, Any] = {}
+    for key, value in shared.items():
+        default = getattr(defaults, key)
+        if key == "seeds":
+            value = tuple(_typed(where, key, value, list))
+            for s in value:
+                _typed(where, "seeds[]", s, int)
+        elif isinstance(default, dict):
+            _typed(where, key, value, dict)
+        elif isinstance(default, bool):
+            _typed(where, key, value, bool)
+        elif isinstance(default, float):
+            value = float(_typed(where, key, value, (int, float)))
+        elif isinstance(default, int):
+            _typed(where, key, value, int)
+        elif value is not None and key not in ("limit", "sample"):
+            _typed(where, key, value, str)
+        elif key in ("limit", "sample"):
+            _typed(where, key, value, int)
+        kw[key] = value
+    return RunConfig(**kw)
+
+
+def arm_config(where: str, shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:
+    _check_keys(where, arm, ARM_KEYS)
+    updates: dict[str, Any] = {}
+    for key, value in arm.items():
+        if key in MERGED:
+            _typed(where, key, value, dict)
+            updates[key] = {**getattr(shared, key), **value}
+        else:
+            updates[key] = _typed(where, key, value, str)
+    return replace(shared, **updates)
+
+
+def _schedule(where: str, table: Mapping[str, Any]) -> Schedule:
+    _check_keys(where, table, SCHEDULE_KEYS)
+    s = Schedule(**table)
+    if s.mode not in SCHEDULE_MODES:
+        raise UsageError(f"{where}: mode {s.mode!r} is not one of {', '.join(SCHEDULE_MODES)}"
+                         + did_you_mean(s.mode, SCHEDULE_MODES))
+    _typed(where, "warmup", s.warmup, int)
+    _typed(where, "block_size", s.block_size, int)
+    if s.warmup < 0 or s.block_size < 1:
+        raise UsageError(f"{where}: warmup must be >= 0 and block_size >= 1")
+    return s
+
+
+def _bench(where: str, table: Mapping[str, Any]) -> BenchPlan:
+    _check_keys(where, table, BENCH_KEYS)
+    lens = table.get("input_len", [])
+    lens = [lens] if isinstance(lens, int) else lens
+    for n in lens:
+        _typed(where, "input_len", n, int)
+    for key in ("output_len", "repeats", "warmup"):
+        if key in table:
+            _typed(where, key, table[key], int)
+    return BenchPlan(input_len=tuple(lens), **{k: v for k, v in table.items()
+                                              if k != "input_len"})
+
+
+def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
+    _check_keys(where, doc, TOP_KEYS)
+    shared = shared_config(f"{where} [shared]", doc.get("shared", {}))
+    arms_table = doc.get("arms", {})
+    if not isinstance(arms_table, dict) or len(arms_table) < 2:
+        raise UsageError(f"{where}: an experiment needs at least two [arms.NAME] tables")
+    arms = {name: arm_config(f"{where} [arms.{name}]", shared, table or {})
+            for name, table in arms_table.items()}
+    baseline = doc.get("baseline", next(iter(arms)))
+    if baseline not in arms:
+        raise UsageError(f"{where}: baseline {baseline!r} is not an arm"
+                         + did_you_mean(str(baseline), arms))
+    policy = doc.get("policy")
+    if policy is not None:
+        _typed(where, "policy", policy, str)
+    return Experiment(name=str(doc.get("name", "ab")), arms=arms, baseline=baseline,
+                      schedule=_schedule(f"{where} [schedule]", doc.get("schedule", {})),
+                      policy=policy, bench=_bench(f"{where} [bench]", doc.get("bench", {})),
+                      description=str(doc.get("description", "")))
+
+
+def load_experiment(path: Path) -> Experiment:
+    if not path.is_file():
+        raise UsageError(f"experiment file not found: {path}")
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    exp = parse_experiment(doc, str(path))
+    if exp.policy is not None and not Path(exp.policy).is_absolute():
+        exp = replace(exp, policy=str(path.parent / exp.policy))
+    for name, cfg in exp.arms.items():  # relative paths in the file are relative to it
+        fixed = {k: str(path.parent / v) for k in ("model", "data", "shots_file")
+                 if (v := getattr(cfg, k)) and not Path(v).is_absolute()
+                 and not v.startswith("hf:") and (path.parent / v).exists()}
+        if fixed:
+            exp.arms[name] = replace(cfg, **fixed)
+    return exp

@@ -1,0 +1,261 @@
+"""Execute an A/B experiment: matched arms, a balanced schedule, per-arm records.
+
+Layout of an A/B directory::
+
+    ab.json                    experiment, schedule, status, per-arm engines
+    arms/<arm>/run.json        the same records as ``abgate run`` (kind "ab-arm")
+    arms/<arm>/samples.jsonl
+    arms/<arm>/summary.json
+    comparison.json            statistics and verdict (from saved samples only)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abgate.ab import schedule
+from abgate.ab.experiment import Experiment
+from abgate.engines.base import Engine
+from abgate.errors import AbgateError, UsageError
+from abgate.host import git_state, host_info
+from abgate.runner import records as rec
+from abgate.runner.execute import (
+    Interrupted,
+    RunRecorder,
+    _run_log,
+    _sigterm_interrupts,
+    close_engine,
+    load_engine,
+)
+from abgate.runner.samples import ids_sha256, sample_key
+from abgate.runner.spec import PreparedRun, abgate_version, prepare
+from abgate.suites import Item
+
+log = logging.getLogger("abgate.ab")
+AB_FILE = "ab.json"
+IN_PROCESS_ENGINES = ("llamacpp",)
+MATCHED = ("item_ids", "seeds", "sampling", "prompt", "suite")
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class AbOutcome:
+    out: Path
+    status: str
+    arms: dict[str, dict[str, Any]]  # arm -> summary
+
+
+def prepare_arms(exp: Experiment) -> dict[str, PreparedRun]:
+    """Prepare every arm (cheap, before any load) and enforce matching."""
+    prepared = {name: prepare(cfg) for name, cfg in exp.arms.items()}
+    base = prepared[exp.baseline].spec
+    for name, p in prepared.items():
+        for key in MATCHED:
+            if p.spec[key] != base[key]:
+                raise UsageError(f"arm {name!r} is not matched with {exp.baseline!r}: "
+                                 f"{key} differs; arms may differ only in engine, model, "
+                                 "engine args/options and env")
+    return prepared
+
+
+def choose_mode(exp: Experiment) -> str:
+    if exp.schedule.mode != "auto":
+        return exp.schedule.mode
+    arms = list(exp.arms.values())
+    same_env = all(a.env == arms[0].env for a in arms)
+    in_process = all(a.engine in IN_PROCESS_ENGINES for a in arms)
+    return "interleave" if same_env and in_process else "blocks"
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(rec.canonical_json(obj).encode()).hexdigest()
+
+
+def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
+                resume: bool, force: bool) -> dict[str, Any]:
+    specs = {name: p.spec_digest for name, p in prepared.items()}
+    digest = _digest({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
+    if resume:
+        doc = rec.read_json(out / AB_FILE) if (out / AB_FILE).exists() else None
+        if doc is None:
+            raise UsageError(f"--resume {out}: no {AB_FILE} there; nothing to resume")
+        if doc.get("digest") != digest:
+            raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
+                             "use a new directory")
+        doc["resumes"].append({"at": time.time(), "from_status": doc["status"]})
+        return doc
+    rec.prepare_new_dir(out, force)
+    return {"schema_version": rec.SCHEMA_VERSION, "kind": "ab", "status": "running",
+            "abgate_version": abgate_version(), "experiment": exp.to_dict(),
+            "arm_spec_digests": specs, "digest": digest, "git": git_state(),
+            "host": host_info(), "started_at": time.time(), "ended_at": None,
+            "schedule": {"mode": mode, "warmup": exp.schedule.warmup,
+                         "block_size": exp.schedule.block_size, "executed": []},
+            "engines": {}, "resumes": [], "error": None}
+
+
+@contextmanager
+def arm_env(env: dict[str, str]) -> Iterator[None]:
+    """Apply an arm's env overrides for the duration of its load and use."""
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class AbRunner:
+    """Holds the per-arm recorders and runs requests in schedule order."""
+
+    def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
+                 doc: dict[str, Any], resume: bool, force: bool,
+                 progress: Progress | None) -> None:
+        self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
+        self.progress = progress
+        self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
+                                            force=force, kind="ab-arm")
+                          for name, p in prepared.items()}
+        self.prompt_sha: dict[str, str] = {}  # key -> sha seen first, across arms
+        self.session = len(doc["resumes"])
+        for r in self.recorders.values():
+            for s in rec.read_samples(r.samples_path):
+                if not s.get("warmup") and s["prompt"]["sha256"]:
+                    self.prompt_sha.setdefault(s["key"], s["prompt"]["sha256"])
+
+    def save(self) -> None:
+        rec.write_json_atomic(self.out / AB_FILE, self.doc)
+
+    def keys(self) -> list[tuple[Item, int]]:
+        return self.prepared[self.exp.baseline].keys()
+
+    def n_done(self) -> int:
+        return sum(1 for r in self.recorders.values() for k in r.done
+                   if not k.startswith("warmup"))
+
+    def check_prompt(self, arm: str, engine: Engine) -> None:
+        """Before any sample: every arm must build the same prompt tokens."""
+        item = self.keys()[0][0]
+        sha = ids_sha256(engine.render_prompt(self.prepared[arm].messages(item)))
+        key = "__first_prompt__"
+        first = self.prompt_sha.setdefault(key, sha or "")
+        if sha != first:
+            raise AbgateError(f"prompt mismatch: arm {arm!r} renders item {item.id} to tokens "
+                              f"with SHA {sha[:12] if sha else None}, another arm to "
+                              f"{first[:12]}; the arms are not matched (tokenizer or template "
+                              "differs)")
+
+    def warmup(self, arm: str, engine: Engine) -> None:
+        rec_ = self.recorders[arm]
+        for i, (item, seed) in enumerate(self.keys()[: self.exp.schedule.warmup]):
+            result = engine.generate([rec_.request(item, seed)])[0]
+            sample = rec_.record(item, seed, result, warmup=True)
+            sample_id = f"warmup{self.session}-{i}"
+            rec_.done.discard(sample["key"])
+            rec_.done.add(sample_id)
+
+    def run_one(self, arm: str, engine: Engine, item: Item, seed: int) -> None:
+        rec_ = self.recorders[arm]
+        key = sample_key(item.id, seed)
+        if key in rec_.done:
+            return
+        result = engine.generate([rec_.request(item, seed)])[0]
+        sha = ids_sha256(result.prompt_token_ids)
+        if sha is not None:
+            first = self.prompt_sha.setdefault(key, sha)
+            if first != sha:
+                raise AbgateError(f"prompt SHA mismatch for {key} in arm {arm!r}: "
+                                  f"{sha[:12]} vs {first[:12]}; aborting (arms not matched)")
+        sample = rec_.record(item, seed, result)
+        self.doc["schedule"]["executed"].append(f"{arm}:{key}")
+        if self.progress:
+            self.progress(sample)
+
+    def load(self, arm: str) -> Engine:
+        p = self.prepared[arm]
+        engine = load_engine(p, self.out / "arms" / arm)
+        info = engine.describe().to_dict()
+        self.doc["engines"][arm] = info
+        self.recorders[arm].doc["engine"] = info
+        self.recorders[arm].save()
+        self.check_prompt(arm, engine)
+        self.warmup(arm, engine)
+        return engine
+
+    def run_interleaved(self) -> None:
+        engines: dict[str, Engine] = {}
+        try:
+            for arm in self.exp.arms:
+                engines[arm] = self.load(arm)
+            self.save()
+            for arm, (item, seed) in schedule.interleaved(self.keys(), list(self.exp.arms)):
+                self.run_one(arm, engines[arm], item, seed)
+        finally:
+            for arm, engine in engines.items():
+                close_engine(engine, self.recorders[arm].doc)
+
+    def run_blocks(self) -> None:
+        n = self.exp.schedule.block_size * len(self.prepared[self.exp.baseline].config.seeds)
+        for arm, chunk in schedule.blocks(self.keys(), list(self.exp.arms), n):
+            rec_ = self.recorders[arm]
+            if all(sample_key(i.id, s) in rec_.done for i, s in chunk):
+                continue
+            with arm_env(self.prepared[arm].config.env):
+                engine = None
+                try:
+                    engine = self.load(arm)
+                    for item, seed in chunk:
+                        self.run_one(arm, engine, item, seed)
+                finally:
+                    close_engine(engine, rec_.doc)
+            self.save()
+
+    def finish(self, status: str, error: str | None) -> dict[str, dict[str, Any]]:
+        summaries = {arm: r.finish(status, error) for arm, r in self.recorders.items()}
+        self.doc["status"], self.doc["error"] = status, error
+        self.doc["ended_at"] = time.time()
+        self.save()
+        return summaries
+
+
+def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,
+           on_start: Callable[[int, int], None] | None = None,
+           progress: Progress | None = None) -> AbOutcome:
+    prepared = prepare_arms(exp)
+    mode = choose_mode(exp)
+    doc = open_ab_dir(exp, prepared, out, mode, resume, force)
+    runner = AbRunner(exp, prepared, out, doc, resume, force, progress)
+    runner.save()
+    status, error = "failed", None
+    with _run_log(out), _sigterm_interrupts():
+        try:
+            if on_start:
+                on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
+            if mode == "interleave":
+                runner.run_interleaved()
+            else:
+                runner.run_blocks()
+            status = "complete"
+        except (KeyboardInterrupt, Interrupted):
+            status, error = "interrupted", "interrupted by the user"
+        except AbgateError as exc:
+            error = str(exc)
+            raise
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.exception("A/B run failed")
+            raise AbgateError(f"A/B run failed: {error} (records kept in {out})") from exc
+        finally:
+            summaries = runner.finish(status, error)
+    return AbOutcome(out, status, summaries)

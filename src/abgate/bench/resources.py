@@ -1,0 +1,73 @@
+"""Resources used by the engine: peak resident memory and, on NVIDIA GPUs, GPU memory.
+
+The engine process is ``engine.pid`` when the adapter runs the engine in another
+process (a server), otherwise this process: for the embedded llama.cpp engine the
+figure then includes abgate itself (the Python interpreter and the harness, a few
+tens of MiB). Peak RSS is the kernel's high-water mark (``VmHWM``), so it covers the
+model load as well as the bench.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def peak_rss_bytes(pid: int) -> int | None:
+    """High-water resident set size of ``pid`` (Linux ``VmHWM``; elsewhere, for this
+    process, ``ru_maxrss``)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if pid == os.getpid():
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    return None
+
+
+def gpu_memory(pid: int) -> list[dict[str, Any]]:
+    """Per NVIDIA GPU: memory used in total and by ``pid``, through NVML; ``[]`` where
+    NVML or GPUs are absent."""
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver / no GPU: NVML raises its own error types
+        return []
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            try:
+                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid == pid)
+            except Exception:  # not supported on every driver / inside containers
+                mine = None
+            out.append({"index": i, "name": pynvml.nvmlDeviceGetName(h),
+                        "memory_used": int(mem.used), "memory_total": int(mem.total),
+                        "process_memory_used": mine})
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def engine_resources(engine: object) -> dict[str, Any]:
+    pid = getattr(engine, "pid", None)
+    pid = pid if isinstance(pid, int) else os.getpid()
+    rss = None
+    with contextlib.suppress(psutil.Error):
+        rss = psutil.Process(pid).memory_info().rss
+    return {"pid": pid, "in_process": pid == os.getpid(), "peak_rss_bytes": peak_rss_bytes(pid),
+            "rss_bytes": rss, "gpus": gpu_memory(pid)}

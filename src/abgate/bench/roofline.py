@@ -1,0 +1,158 @@
+"""The bandwidth roofline: how close a decode rate is to the memory-bandwidth limit.
+
+Single-stream decode reads every weight once per token, so
+``achieved GB/s = bytes read per token x steady decode tok/s`` and the ratio to the
+machine's peak memory bandwidth says how much headroom is left.
+
+Bytes per token (first-order; see docs/metrics.md):
+
+- **weights**: every tensor in the GGUF file except the token-embedding table, of which
+  a decode step reads one row. When the model has no separate ``output.weight`` the
+  embedding table doubles as the output projection and is read in full, so it counts.
+  MoE models read only their active experts; this figure overcounts them.
+- **KV cache**: per decoded token, K and V of every earlier position in every layer,
+  taken at the mean context length of the decode.
+
+Peak bandwidth is ``--peak-bw`` when declared, otherwise a short probe: numpy sums a
+large float64 array split over the process's cores, best of a few repeats. It is a
+probe estimate (a read-only streaming lower bound on the vendor figure).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Bytes per element of KV-cache types (block formats: block bytes / 32 elements).
+_KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
+             "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    """Bytes read per decoded token, and where the figure came from."""
+
+    weights_bytes: int | None
+    source: str  # "gguf tensors", "declared", "file size (upper bound)", "unknown"
+    embedding_bytes: int | None = None
+    tied_embedding: bool | None = None
+    kv_bytes_per_position: float | None = None  # all layers, K + V
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def kv_bytes_per_token(self, mean_context: float) -> float | None:
+        if self.kv_bytes_per_position is None:
+            return None
+        return self.kv_bytes_per_position * mean_context
+
+
+def _field(reader: Any, name: str) -> Any:
+    f = reader.fields.get(name)
+    if f is None or not f.data:
+        return None
+    values = [f.parts[i].tolist() for i in f.data]
+    flat = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in values]
+    return flat[0] if len(flat) == 1 else flat
+
+
+def _kv_per_position(reader: Any, type_k: str, type_v: str) -> float | None:
+    arch = _field(reader, "general.architecture")
+    if isinstance(arch, list):  # a string field comes back as its bytes
+        arch = bytes(arch).decode()
+    layers = _field(reader, f"{arch}.block_count")
+    heads = _field(reader, f"{arch}.attention.head_count")
+    kv_heads = _field(reader, f"{arch}.attention.head_count_kv") or heads
+    embd = _field(reader, f"{arch}.embedding_length")
+    if not isinstance(layers, int) or heads is None or not isinstance(embd, int):
+        return None
+    head_dim = embd // (heads if isinstance(heads, int) else max(heads))
+    k_len = _field(reader, f"{arch}.attention.key_length") or head_dim
+    v_len = _field(reader, f"{arch}.attention.value_length") or head_dim
+    bk, bv = _KV_BYTES.get(type_k), _KV_BYTES.get(type_v)
+    if bk is None or bv is None:
+        return None
+    total_kv_heads = sum(kv_heads) if isinstance(kv_heads, list) else kv_heads * layers
+    return float(total_kv_heads * (k_len * bk + v_len * bv))
+
+
+def gguf_model_bytes(path: str | Path, type_k: str = "f16", type_v: str = "f16") -> ModelBytes:
+    """Weights (and KV per position) read per decoded token, from a GGUF file's tensor
+    table. Needs the ``gguf`` package; without it, the file size (an upper bound)."""
+    size = Path(path).stat().st_size
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return ModelBytes(size, "file size (upper bound; install gguf for tensor sizes)")
+    reader = GGUFReader(str(path))
+    sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+    embd = sizes.get("token_embd.weight", 0)
+    tied = "output.weight" not in sizes
+    weights = sum(sizes.values()) - (0 if tied else embd)
+    return ModelBytes(weights, "gguf tensors", embd, tied,
+                      _kv_per_position(reader, type_k, type_v))
+
+
+def model_bytes_for(describe: dict[str, Any], declared: int | None = None) -> ModelBytes:
+    """From ``engine.describe().to_dict()``: the GGUF figures when the model is a GGUF
+    file, ``declared`` weights bytes when given (KV still from the file if readable)."""
+    model = describe.get("model") or ""
+    eff = describe.get("effective_config", {})
+    found = ModelBytes(None, "unknown")
+    if model and Path(model).is_file():
+        with open(model, "rb") as f:
+            is_gguf = f.read(4) == b"GGUF"
+        found = (gguf_model_bytes(model, str(eff.get("type_k", "f16")),
+                                  str(eff.get("type_v", "f16")))
+                 if is_gguf else ModelBytes(Path(model).stat().st_size,
+                                            "file size (upper bound)"))
+    if declared is not None:
+        return ModelBytes(declared, "declared", found.embedding_bytes, found.tied_embedding,
+                          found.kv_bytes_per_position)
+    return found
+
+
+def measure_peak_bandwidth(size_mib: int = 512, repeats: int = 5,
+                           threads: int | None = None) -> dict[str, Any]:
+    """Best read bandwidth (GB/s, 1e9 bytes) of summing a ``size_mib`` float64 array,
+    split over ``threads`` (default: the cores this process may use)."""
+    threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                          else os.cpu_count() or 1)
+    data = np.ones(size_mib * (1 << 20) // 8, dtype=np.float64)
+    chunks = np.array_split(data, threads)
+    best = 0.0
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for _ in range(repeats + 1):  # the first pass warms pages and threads
+            t0 = time.perf_counter()
+            list(pool.map(np.sum, chunks))
+            best = max(best, data.nbytes / (time.perf_counter() - t0) / 1e9)
+    return {"gbps": best, "source": "probe estimate", "method": "numpy float64 sum",
+            "size_mib": size_mib, "threads": threads, "repeats": repeats}
+
+
+def roofline(mb: ModelBytes, decode_tps: float | None, mean_context: float | None,
+             peak_gbps: float | None) -> dict[str, Any]:
+    """Achieved GB/s at ``decode_tps`` and its fraction of ``peak_gbps``, for weights
+    alone and for weights + KV cache."""
+    kv = mb.kv_bytes_per_token(mean_context) if mean_context is not None else None
+    w = mb.weights_bytes
+    total = w + kv if w is not None and kv is not None else None
+
+    def gbps(nbytes: float | None) -> float | None:
+        return nbytes * decode_tps / 1e9 if nbytes is not None and decode_tps else None
+
+    def frac(x: float | None) -> float | None:
+        return x / peak_gbps if x is not None and peak_gbps else None
+
+    achieved_w, achieved_t = gbps(w), gbps(total)
+    return {"weights_bytes_per_token": w, "kv_bytes_per_token": kv,
+            "bytes_per_token": total, "decode_tps": decode_tps,
+            "achieved_gbps_weights": achieved_w, "achieved_gbps": achieved_t,
+            "peak_gbps": peak_gbps, "fraction_of_peak_weights": frac(achieved_w),
+            "fraction_of_peak": frac(achieved_t)}

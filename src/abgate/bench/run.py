@@ -1,0 +1,250 @@
+"""The bench loop: fixed-length prompts, greedy decoding of exactly N tokens, per-request
+token-level timings beside the engine's own counters, and a greedy reference capture.
+
+:func:`run_bench` takes an already-loaded :class:`~abgate.engines.base.Engine` and
+returns a :class:`BenchResult` whose ``to_dict()`` is plain JSON: per case the prompt
+SHA, the output token IDs and their SHA, every request's timings (warm-up ones marked),
+the engine's timings and the fidelity ratios, and the per-case distributions.
+Requests run one at a time, in order, so no request waits behind another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from abgate.bench.fidelity import FIDELITY_FIELDS, fidelity
+from abgate.bench.prompts import fixed_length_prompt, prompt_sha256
+from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
+from abgate.errors import AbgateError, UsageError
+from abgate.metrics import distribution, inter_token_latencies, request_timing
+from abgate.runner.samples import ids_sha256
+from abgate.runner.summary import SPEED_FIELDS
+
+OnSample = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One prompt length and decode length. ``input_len=None`` means "fill the context":
+    ``n_ctx - output_len`` (see :func:`resolve_cases`)."""
+
+    input_len: int | None
+    output_len: int
+
+    @property
+    def label(self) -> str:
+        return f"{'max' if self.input_len is None else self.input_len}/{self.output_len}"
+
+
+@dataclass
+class CaseResult:
+    case: BenchCase
+    prompt_ids: list[int]
+    prompt_sha256: str
+    samples: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def measured(self) -> list[dict[str, Any]]:
+        return [s for s in self.samples if not s["warmup"]]
+
+    def to_dict(self, samples: bool = True) -> dict[str, Any]:
+        d = {"input_len": self.case.input_len, "output_len": self.case.output_len,
+             "prompt_tokens": len(self.prompt_ids), "prompt_sha256": self.prompt_sha256,
+             **reference(self.measured), "n_warmup": len(self.samples) - len(self.measured),
+             **case_summary(self.measured)}
+        if samples:
+            d["samples"] = self.samples
+        return d
+
+
+@dataclass
+class BenchResult:
+    cases: list[CaseResult]
+    n_ctx: int | None
+    warmup: int
+    repeats: int
+    prompt_seed: int
+
+    def to_dict(self, samples: bool = True) -> dict[str, Any]:
+        return {"n_ctx": self.n_ctx, "warmup": self.warmup, "repeats": self.repeats,
+                "prompt_seed": self.prompt_seed,
+                "cases": [c.to_dict(samples) for c in self.cases]}
+
+
+def context_length(engine: Engine) -> int | None:
+    """The engine's context window from ``describe()`` (``n_ctx`` or ``max_model_len``)."""
+    eff = engine.describe().effective_config
+    for key in ("n_ctx", "max_model_len"):
+        value = eff.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def resolve_cases(cases: Sequence[BenchCase], n_ctx: int | None) -> list[BenchCase]:
+    """Fill in ``max`` lengths and refuse any case past the context, naming ``n_ctx``."""
+    out = []
+    for c in cases:
+        if c.output_len < 2:
+            raise UsageError(f"--output-len must be >= 2 (steady decode is measured over "
+                             f"tokens 2..N), got {c.output_len}")
+        input_len = c.input_len
+        if input_len is None:
+            if n_ctx is None:
+                raise UsageError("--input-len max needs the engine's context length, "
+                                 "which this engine does not report")
+            input_len = n_ctx - c.output_len
+            if input_len < 1:
+                raise UsageError(f"--input-len max: output length {c.output_len} leaves no "
+                                 f"room for a prompt in the context (n_ctx={n_ctx})")
+        if n_ctx is not None and input_len + c.output_len > n_ctx:
+            raise UsageError(
+                f"input {input_len} + output {c.output_len} tokens = "
+                f"{input_len + c.output_len} exceeds the context (n_ctx={n_ctx}) by "
+                f"{input_len + c.output_len - n_ctx}; the largest input is "
+                f"{n_ctx - c.output_len} (--input-len max)")
+        out.append(BenchCase(input_len, c.output_len))
+    return out
+
+
+def check_prompt_shas(results: Sequence[CaseResult], expected: Sequence[str]) -> None:
+    """``--expect-prompt-sha``: one SHA per case in order (or one for all cases)."""
+    if not expected:
+        return
+    if len(expected) not in (1, len(results)):
+        raise UsageError(f"--expect-prompt-sha has {len(expected)} SHA(s) for "
+                         f"{len(results)} input length(s)")
+    want = list(expected) * len(results) if len(expected) == 1 else list(expected)
+    for r, sha in zip(results, want, strict=True):
+        if r.prompt_sha256 != sha:
+            raise UsageError(
+                f"prompt SHA for input {r.case.input_len} is {r.prompt_sha256[:16]}..., "
+                f"expected {sha[:16]}...: the tokenizer or the filler differs; refusing to run")
+
+
+def bench_request(case_id: str, prompt_ids: Sequence[int], output_len: int,
+                  seed: int = 0) -> GenerationRequest:
+    """Greedy, EOS ignored: exactly ``output_len`` tokens are decoded."""
+    params = SamplingParams(max_tokens=output_len, temperature=0.0, top_p=1.0, top_k=0,
+                            seed=seed, ignore_eos=True)
+    return GenerationRequest(id=case_id, params=params, prompt_token_ids=tuple(prompt_ids))
+
+
+def bench_sample(case: BenchCase, index: int, warmup: bool,
+                 result: GenerationResult) -> dict[str, Any]:
+    """The ``samples.jsonl`` line for one bench request."""
+    timing = request_timing(result)
+    times = result.token_times or []
+    itl_ms = [g * 1000.0 for g in inter_token_latencies(times)]
+    return {
+        "kind": "bench",
+        "key": f"{case.label}#{index}",
+        "case": {"input_len": case.input_len, "output_len": case.output_len},
+        "index": index,
+        "warmup": warmup,
+        "finished_at": time.time(),
+        "prompt": {"tokens": result.prompt_tokens, "sha256": ids_sha256(result.prompt_token_ids)},
+        "output": {"tokens": result.output_tokens, "token_ids": result.output_token_ids,
+                   "sha256": ids_sha256(result.output_token_ids)},
+        "finish_reason": result.finish_reason,
+        "error": result.error,
+        "timing": timing.to_dict(),
+        "itl_ms": distribution(itl_ms),
+        "token_times_ms": [round((t - result.t_submit) * 1000.0, 4) for t in times] or None,
+        "engine_timings": dict(result.engine_timings),
+        "fidelity": fidelity(result, timing),
+    }
+
+
+def _check_result(case: BenchCase, result: GenerationResult) -> None:
+    if result.finish_reason == "error":
+        raise AbgateError(f"case {case.label}: the engine failed: {result.error}")
+    if result.prompt_tokens != case.input_len:
+        raise AbgateError(f"case {case.label}: the engine reports {result.prompt_tokens} "
+                          f"prompt tokens for a {case.input_len}-token prompt")
+    if result.output_tokens != case.output_len:
+        raise AbgateError(f"case {case.label}: the engine decoded {result.output_tokens} "
+                          f"tokens, not {case.output_len} (does it honour ignore_eos?)")
+
+
+@dataclass
+class BenchPlan:
+    """Resolved cases with their prompts: everything checked before any request runs."""
+
+    cases: list[CaseResult]
+    n_ctx: int | None
+    prompt_seed: int
+
+
+def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int = 0,
+               expect_prompt_sha: Sequence[str] = ()) -> BenchPlan:
+    """Resolve lengths against the context (``UsageError`` naming ``n_ctx`` past it),
+    build the prompts and check their SHAs against ``expect_prompt_sha``."""
+    n_ctx = context_length(engine)
+    results = []
+    for c in resolve_cases(cases, n_ctx):
+        assert c.input_len is not None
+        ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed)
+        results.append(CaseResult(c, ids, prompt_sha256(ids)))
+    check_prompt_shas(results, expect_prompt_sha)
+    return BenchPlan(results, n_ctx, prompt_seed)
+
+
+def execute_plan(engine: Engine, plan: BenchPlan, *, warmup: int = 1, repeats: int = 3,
+                 seed: int = 0, on_sample: OnSample | None = None) -> BenchResult:
+    """Run every case ``warmup + repeats`` times (warm-up requests are measured, recorded
+    with ``warmup: true`` and left out of the summaries). ``on_sample`` gets each
+    request's record the moment it finishes. A request that fails, or returns other
+    token counts than asked for, raises ``AbgateError`` after being recorded."""
+    if warmup < 0 or repeats < 1:
+        raise UsageError(f"need --warmup >= 0 and --repeats >= 1 (got {warmup}, {repeats})")
+    for cr in plan.cases:
+        for i in range(warmup + repeats):
+            req = bench_request(f"{cr.case.label}#{i}", cr.prompt_ids, cr.case.output_len, seed)
+            result = engine.generate([req])[0]
+            sample = bench_sample(cr.case, i, i < warmup, result)
+            cr.samples.append(sample)
+            if on_sample is not None:
+                on_sample(sample)
+            _check_result(cr.case, result)
+    return BenchResult(plan.cases, plan.n_ctx, warmup, repeats, plan.prompt_seed)
+
+
+def run_bench(engine: Engine, cases: Sequence[BenchCase], *, warmup: int = 1,
+              repeats: int = 3, prompt_seed: int = 0, seed: int = 0,
+              expect_prompt_sha: Sequence[str] = (),
+              on_sample: OnSample | None = None) -> BenchResult:
+    """:func:`plan_bench` then :func:`execute_plan` on an already-loaded engine."""
+    plan = plan_bench(engine, cases, prompt_seed=prompt_seed,
+                      expect_prompt_sha=expect_prompt_sha)
+    return execute_plan(engine, plan, warmup=warmup, repeats=repeats, seed=seed,
+                        on_sample=on_sample)
+
+
+def reference(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Greedy reference capture: the output token IDs and SHA of the first measured
+    request, and whether every measured repeat produced the same tokens."""
+    shas = [s["output"]["sha256"] for s in measured]
+    first = measured[0]["output"] if measured else {"token_ids": None, "sha256": None}
+    return {"output_token_ids": first["token_ids"], "output_sha256": first["sha256"],
+            "outputs_identical": len(set(shas)) <= 1}
+
+
+def case_summary(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Request-weighted distributions over the measured (non-warm-up) requests; ITL is
+    pooled over all their token gaps (token-weighted)."""
+    itl: list[float] = []
+    for s in measured:
+        times = s.get("token_times_ms") or []
+        itl.extend(b - a for a, b in zip(times, times[1:], strict=False))
+    return {
+        "n": len(measured),
+        "speed": {f: distribution([s["timing"][f] for s in measured]) for f in SPEED_FIELDS},
+        "itl_ms": distribution(itl),
+        "fidelity": {f: distribution([s["fidelity"][f] for s in measured])
+                   for f in FIDELITY_FIELDS},
+        "counts_match": all(s["fidelity"]["counts_match"] is not False for s in measured),
+    }

@@ -1,0 +1,116 @@
+"""``abgate ab``: a matched A/B with a verdict. Exit 0 ACCEPT, 1 REJECT, 3 INCONCLUSIVE,
+2 bad input."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from abgate.ab import Experiment, load_experiment, run_ab
+from abgate.ab.analyze import analyze
+from abgate.ab.experiment import Schedule
+from abgate.cli.app import app
+from abgate.engines.args import parse_pairs
+from abgate.errors import UsageError
+from abgate.progress import reporter
+from abgate.runner.spec import RunConfig
+from abgate.suites import parse_seeds
+
+
+def _from_flags(suite: str, data: str | None, limit: int | None, seeds: str | None,
+                max_tokens: int | None, model: str | None, engine_arg: list[str],
+                a_arg: list[str], b_arg: list[str], a_env: list[str], b_env: list[str],
+                b_model: str | None) -> Experiment:
+    shared = RunConfig(suite=suite, data=data, limit=limit if limit is not None else 20,
+                       seeds=tuple(parse_seeds(seeds or "0")),
+                       max_tokens=max_tokens if max_tokens is not None else 256, model=model,
+                       engine_args=parse_pairs(engine_arg, "--engine-arg"))
+    if not (a_arg or b_arg or a_env or b_env or b_model):
+        raise UsageError("nothing differs between the arms: give --b-engine-arg, --b-env or "
+                         "--b-model (or an experiment file)")
+
+    def arm(args: list[str], env: list[str], model_: str | None) -> RunConfig:
+        return replace(shared, model=model_ or shared.model,
+                       engine_args={**shared.engine_args, **parse_pairs(args, "--engine-arg")},
+                       env=parse_pairs(env, "--env", coerce=False))
+
+    return Experiment(name="ab", arms={"A": arm(a_arg, a_env, None),
+                                       "B": arm(b_arg, b_env, b_model)}, baseline="A")
+
+
+def _override(exp: Experiment, limit: int | None, seeds: str | None,
+              max_tokens: int | None) -> Experiment:
+    changes: dict[str, object] = {}
+    if limit is not None:
+        changes["limit"] = limit
+    if seeds is not None:
+        changes["seeds"] = tuple(parse_seeds(seeds))
+    if max_tokens is not None:
+        changes["max_tokens"] = max_tokens
+    if not changes:
+        return exp
+    return replace(exp, arms={k: replace(v, **changes) for k, v in exp.arms.items()})  # type: ignore[arg-type]
+
+
+@app.command("ab")
+def ab_command(
+    experiment: Path = typer.Argument(None, help="Experiment TOML (see examples/)."),
+    out: Path = typer.Option(None, "-o", "--out", help="A/B directory to write."),
+    resume: Path = typer.Option(None, help="Finish an interrupted A/B in this directory."),
+    force: bool = typer.Option(False, help="Overwrite an existing A/B directory."),
+    policy: str = typer.Option(None, help="Policy TOML (default: the shipped policy)."),
+    limit: int = typer.Option(None, help="Override the number of items."),
+    seeds: str = typer.Option(None, help="Override the seeds, e.g. 0,1."),
+    max_tokens: int = typer.Option(None, help="Override the output token limit."),
+    schedule: str = typer.Option(None, help="auto, interleave or blocks."),
+    warmup: int = typer.Option(None, help="Warm-up requests per arm (per load)."),
+    suite: str = typer.Option("synthetic", help="Without a file: the suite."),
+    data: str = typer.Option(None, help="Without a file: gsm8k data path."),
+    model: str = typer.Option(None, help="Without a file: the model for both arms."),
+    b_model: str = typer.Option(None, help="Without a file: arm B's model."),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="Both arms: KEY=VALUE."),
+    a_engine_arg: list[str] = typer.Option([], "--a-engine-arg", help="Arm A: KEY=VALUE."),
+    b_engine_arg: list[str] = typer.Option([], "--b-engine-arg", help="Arm B: KEY=VALUE."),
+    a_env: list[str] = typer.Option([], "--a-env", help="Arm A env: KEY=VALUE."),
+    b_env: list[str] = typer.Option([], "--b-env", help="Arm B env: KEY=VALUE."),
+) -> None:
+    """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
+    if resume is not None:
+        if out is not None and out.resolve() != resume.resolve():
+            raise UsageError("give either -o DIR or --resume DIR, not two different directories")
+        out = resume
+    if out is None:
+        raise UsageError("missing -o AB_DIR (where to write the A/B)")
+    if experiment is not None:
+        exp = _override(load_experiment(experiment), limit, seeds, max_tokens)
+    else:
+        exp = _from_flags(suite, data, limit, seeds, max_tokens, model, engine_arg,
+                          a_engine_arg, b_engine_arg, a_env, b_env, b_model)
+    if schedule is not None or warmup is not None:
+        s = exp.schedule
+        exp = replace(exp, schedule=Schedule(schedule or s.mode,
+                                             s.warmup if warmup is None else warmup,
+                                             s.block_size))
+    if policy is not None:
+        exp = replace(exp, policy=policy)
+    with reporter(f"ab {out.name}") as rep:
+        outcome = run_ab(exp, out, resume=resume is not None, force=force,
+                         on_start=rep.on_start, progress=rep.on_sample)
+    result = analyze(out)
+    from abgate.report import write_reports
+
+    paths = write_reports(out)
+    console = Console()
+    for arm, c in result["comparisons"].items():
+        v = c["verdict"]
+        console.print(f"[bold]{arm} vs {result['baseline']}: {v['decision']}[/bold]")
+        for reason in v.get("reasons", []):
+            console.print(f"  - {reason}")
+    console.print(f"A/B {outcome.status}; decision {result['decision']}; reports: "
+                  + ", ".join(str(p) for p in paths))
+    if outcome.status == "interrupted":
+        raise typer.Exit(130)
+    raise typer.Exit(result["exit_code"])

@@ -1,0 +1,168 @@
+"""``abgate bench``: exact speed figures on fixed-length prompts, beside the engine's own."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from abgate.bench.prompts import parse_input_lens, parse_shas
+from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
+from abgate.cli.app import app
+from abgate.engines.args import parse_pairs
+
+# (label, speed field, scale, format, engine counterpart, engine scale)
+_ROWS: tuple[tuple[str, str, float, str, str | None, float], ...] = (
+    ("prefill tok/s", "prefill_tps", 1.0, ",.1f", "engine_prefill_tps", 1.0),
+    ("TTFT ms", "ttft_s", 1000.0, ",.2f", None, 1.0),
+    ("steady decode tok/s", "steady_decode_tps", 1.0, ",.2f", "engine_decode_tps", 1.0),
+    ("TPOT ms", "tpot_ms", 1.0, ",.3f", "engine_tpot_ms", 1.0),
+    ("E2E s", "e2e_s", 1.0, ",.3f", None, 1.0),
+    ("output tok/s", "output_tps", 1.0, ",.2f", None, 1.0),
+)
+
+
+def _f(x: Any, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _spread(d: dict[str, Any], scale: float, spec: str) -> tuple[str, str, str]:
+    if not d.get("n"):
+        return "-", "-", "-"
+    med = _f(d["median"] * scale, spec)
+    rng = f"{_f(d['min'] * scale, spec)} – {_f(d['max'] * scale, spec)}"
+    cv = "-" if d.get("cv") is None else f"{d['cv'] * 100:.2f}%"
+    return med, rng, cv
+
+
+def _engine_ttft_ms(case: dict[str, Any]) -> float | None:
+    eng = case["fidelity"]["engine_prefill_tps"].get("median")
+    return case["prompt_tokens"] / eng * 1000.0 if eng else None
+
+
+def case_table(case: dict[str, Any], engine_name: str) -> Table:
+    """Rows: the metric; columns: median, min–max, CV, the engine's own figure, ratio."""
+    n, nw = case["n"], case["n_warmup"]
+    table = Table(title=f"input {case['input_len']} / output {case['output_len']} tokens  "
+                        f"({n} measured, {nw} warm-up excluded)", title_justify="left")
+    for col in ("metric", "median", "min – max", "CV", f"{engine_name} (median)",
+                "abgate/engine"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    fid = case["fidelity"]
+    for label, key, scale, spec, eng_key, eng_scale in _ROWS:
+        med, rng, cv = _spread(case["speed"][key], scale, spec)
+        eng = fid[eng_key].get("median") if eng_key else None
+        if key == "ttft_s":
+            eng = _engine_ttft_ms(case)
+        ours = case["speed"][key].get("median")
+        ratio = ours * scale / eng if ours is not None and eng else None
+        table.add_row(label, med, rng, cv, _f(eng * eng_scale if eng else None, spec),
+                      _f(ratio, ".4f"))
+    itl = case["itl_ms"]
+    table.add_row("ITL ms (p10/p50/p90)", _f(itl.get("median"), ".3f"),
+                  f"{_f(itl.get('p10'), '.3f')} / {_f(itl.get('p90'), '.3f')}", "", "", "")
+    med, rng, cv = _spread(fid["overhead_us_per_token"], 1.0, ".1f")
+    table.add_row("loop overhead µs/token", med, rng, cv, "", "")
+    return table
+
+
+def _roofline_line(case: dict[str, Any], peak: dict[str, Any]) -> str:
+    r = case.get("roofline") or {}
+    if not r.get("weights_bytes_per_token"):
+        return "roofline: model bytes unknown"
+    mb = r["weights_bytes_per_token"] / 1e6
+    kv = r.get("kv_bytes_per_token")
+    frac = r.get("fraction_of_peak") or r.get("fraction_of_peak_weights")
+    achieved = r.get("achieved_gbps") or r.get("achieved_gbps_weights")
+    return (f"roofline: {mb:.1f} MB weights{f' + {kv / 1e6:.1f} MB KV' if kv else ''} per token"
+            f" -> {_f(achieved, '.2f')} GB/s achieved; peak {_f(peak.get('gbps'), '.2f')} GB/s "
+            f"({peak.get('source', '-')}) -> {_f(frac * 100 if frac else None, '.1f')}% of peak")
+
+
+def probes_table(probes: dict[str, Any]) -> Table:
+    table = Table(title=f"health probes: {probes['n_passed']}/{probes['n']} passed",
+                  title_justify="left")
+    for col in ("probe", "result", "finish", "prompt tok", "output tok", "expected", "got"):
+        table.add_column(col)
+    for r in probes["results"]:
+        got = " ".join(r["output_text"].split())
+        table.add_row(r["name"], "PASS" if r["passed"] else f"FAIL ({r['reason']})",
+                      r["finish_reason"], str(r["prompt_tokens"]), str(r["output_tokens"]),
+                      r["expected"], got[:60] + ("…" if len(got) > 60 else ""))
+    return table
+
+
+def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: str) -> None:
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)
+    console.print(f"[bold]{out}[/bold]  [{status}]")
+    for case in summary["cases"]:
+        console.print(case_table(case, engine_name))
+        same = "identical over all repeats" if case["outputs_identical"] else \
+            "DIFFERS between repeats (non-deterministic greedy output)"
+        console.print(f"prompt sha256: {case['prompt_sha256']}")
+        console.print(f"output sha256: {case['output_sha256']}  ({same})")
+        console.print(_roofline_line(case, summary.get("peak_bandwidth") or {}))
+        console.print()
+    if summary.get("probes"):
+        console.print(probes_table(summary["probes"]))
+    res = summary.get("resources") or {}
+    if res.get("peak_rss_bytes"):
+        where = "this process (in-process engine)" if res.get("in_process") else \
+            f"pid {res.get('pid')}"
+        gpus = "; ".join(f"GPU{g['index']} {g['memory_used'] / 2**20:,.0f} MiB used"
+                         for g in res.get("gpus", []))
+        console.print(f"peak RSS: {res['peak_rss_bytes'] / 2**20:,.1f} MiB ({where})"
+                      + (f"; {gpus}" if gpus else ""))
+
+
+@app.command("bench")
+def bench_command(
+    input_len: str = typer.Option("512", help="Prompt lengths in tokens, comma-separated; "
+                                  "'max' fills the context (n_ctx - output len)."),
+    output_len: int = typer.Option(128, help="Decoded tokens per request (EOS ignored)."),
+    warmup: int = typer.Option(1, help="Warm-up requests per length (recorded, excluded)."),
+    repeats: int = typer.Option(3, help="Measured requests per length."),
+    prompt_seed: int = typer.Option(0, help="Seed of the filler text."),
+    expect_prompt_sha: str = typer.Option(
+        None, help="Refuse to run unless the prompt SHA-256s match (one per length)."),
+    probes: bool = typer.Option(False, "--probes", help="Run the health probes too."),
+    probe_len: int = typer.Option(1024, help="Needle probe: context length in tokens."),
+    probe_depth: float = typer.Option(0.5, help="Needle probe: depth 0 (start) .. 1 (end)."),
+    probe_seed: int = typer.Option(0, help="Seed of the probe contents."),
+    peak_bw: float = typer.Option(None, help="Peak memory bandwidth in GB/s (skips the "
+                                  "probe)."),
+    weights_bytes: int = typer.Option(None, help="Weight bytes read per token (default: "
+                                      "from the model file)."),
+    engine: str = typer.Option("llamacpp", help="Engine name."),
+    model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
+    engine_arg: Annotated[list[str] | None, typer.Option(
+        "--engine-arg", help="KEY=VALUE, repeatable.")] = None,
+    env: Annotated[list[str] | None, typer.Option(
+        "--env", help="KEY=VALUE env override, repeatable.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "-o", "--out", help="Run directory (default: runs/bench-<timestamp>).")] = None,
+    force: bool = typer.Option(False, help="Overwrite an existing run directory."),
+) -> None:
+    """Measure prefill, TTFT, steady decode and TPOT on fixed-length prompts."""
+    config = BenchConfig(
+        engine=engine, model=model,
+        engine_args=parse_pairs(engine_arg or [], "--engine-arg"),
+        env=parse_pairs(env or [], "--env", coerce=False),
+        input_lens=tuple(parse_input_lens(input_len)), output_len=output_len, warmup=warmup,
+        repeats=repeats, prompt_seed=prompt_seed,
+        expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)), probes=probes,
+        probe_len=probe_len, probe_depth=probe_depth, probe_seed=probe_seed,
+        peak_bw_gbps=peak_bw, weights_bytes=weights_bytes)
+    prepared = prepare_bench(config)
+    if out is None:
+        out = Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
+    outcome = execute_bench(prepared, out, force=force)
+    print_bench(outcome.out_dir, outcome.status, outcome.summary, engine)
+    if outcome.status == "interrupted":
+        raise typer.Exit(130)

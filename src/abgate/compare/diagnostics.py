@@ -1,0 +1,126 @@
+"""Diagnostics of a paired comparison: reported, never deciding unless a policy says so.
+
+- token-hash identity: pairs whose output token IDs are identical (e.g. ``"8/96"``);
+- prompt mismatches: pairs whose prompt token hashes differ (arms not truly matched);
+- output length: mean per arm, mean difference and mean absolute difference;
+- the pairs with the largest length change and the largest seq-rep-4 change, each
+  with a one-line description such as
+  ``"1653 tokens / rep 0.199 -> 3626 / 0.507, still correct"``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from abgate.compare.pairing import Pair, health_value
+
+__all__ = ["change_text", "diagnostics", "same_output"]
+
+TOP_N = 5
+
+
+def _tokens(sample: Mapping[str, Any]) -> int | None:
+    output = sample.get("output") or {}
+    if output.get("tokens") is not None:
+        return int(output["tokens"])
+    value = health_value(sample, "output_tokens")
+    return int(value) if value is not None else None
+
+
+def _rep(sample: Mapping[str, Any]) -> float | None:
+    value = health_value(sample, "seq_rep_4")
+    return float(value) if value is not None else None
+
+
+def same_output(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool | None:
+    """Whether two samples' output token IDs are identical; None when unknown."""
+    out_a, out_b = a.get("output") or {}, b.get("output") or {}
+    ids_a, ids_b = out_a.get("token_ids"), out_b.get("token_ids")
+    if ids_a is not None and ids_b is not None:
+        return list(ids_a) == list(ids_b)
+    hash_a, hash_b = out_a.get("sha256"), out_b.get("sha256")
+    if hash_a is not None and hash_b is not None:
+        return bool(hash_a == hash_b)
+    return None
+
+
+def _correctness(a: Any, b: Any) -> str:
+    if a is None or b is None:
+        return "unscored"
+    if a and b:
+        return "still correct"
+    if not a and not b:
+        return "still wrong"
+    return "became wrong" if a else "became correct"
+
+
+def _rep_text(sample: Mapping[str, Any]) -> str:
+    rep = _rep(sample)
+    return f"{rep:.3f}" if rep is not None else "?"
+
+
+def change_text(pair: Pair) -> str:
+    """``"<key>: 1653 tokens / rep 0.199 -> 3626 / 0.507, still correct"``."""
+    where = _correctness(pair.a.get("correct"), pair.b.get("correct"))
+    return (f"{pair.key}: {_tokens(pair.a)} tokens / rep {_rep_text(pair.a)} -> "
+            f"{_tokens(pair.b)} / {_rep_text(pair.b)}, {where}")
+
+
+def _row(pair: Pair) -> dict[str, Any]:
+    return {
+        "key": pair.key,
+        "a_tokens": _tokens(pair.a),
+        "b_tokens": _tokens(pair.b),
+        "a_rep": _rep(pair.a),
+        "b_rep": _rep(pair.b),
+        "a_correct": pair.a.get("correct"),
+        "b_correct": pair.b.get("correct"),
+        "text": change_text(pair),
+    }
+
+
+def _largest(pairs: Sequence[Pair], size: Callable[[Pair], float | None]) -> list[dict[str, Any]]:
+    scored = [(value, p) for p in pairs if (value := size(p)) is not None and value > 0]
+    scored.sort(key=lambda vp: (-vp[0], vp[1].key))
+    return [_row(p) for _, p in scored[:TOP_N]]
+
+
+def _length_change(pair: Pair) -> float | None:
+    a, b = _tokens(pair.a), _tokens(pair.b)
+    return abs(b - a) if a is not None and b is not None else None
+
+
+def _rep_change(pair: Pair) -> float | None:
+    a, b = _rep(pair.a), _rep(pair.b)
+    return abs(b - a) if a is not None and b is not None else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def diagnostics(pairs: Sequence[Pair]) -> dict[str, Any]:
+    """The diagnostics section of a comparison, over the non-error pairs."""
+    same = [s for p in pairs if (s := same_output(p.a, p.b)) is not None]
+    n_same = sum(1 for s in same if s)
+    prompts = [(p.a.get("prompt") or {}).get("sha256") != (p.b.get("prompt") or {}).get("sha256")
+               for p in pairs
+               if (p.a.get("prompt") or {}).get("sha256") is not None
+               and (p.b.get("prompt") or {}).get("sha256") is not None]
+    lengths = [(a, b) for p in pairs
+               if (a := _tokens(p.a)) is not None and (b := _tokens(p.b)) is not None]
+    return {
+        "identical_outputs": {"n": n_same, "of": len(same), "text": f"{n_same}/{len(same)}",
+                              "fraction": n_same / len(same) if same else None},
+        "prompt_mismatches": sum(prompts),
+        "output_tokens": {
+            "a_mean": _mean([a for a, _ in lengths]),
+            "b_mean": _mean([b for _, b in lengths]),
+            "mean_diff": _mean([b - a for a, b in lengths]),
+            "mean_abs_diff": _mean([abs(b - a) for a, b in lengths]),
+        },
+        "largest_length_changes": _largest(pairs, _length_change),
+        "largest_repetition_changes": _largest(pairs, _rep_change),
+    }

@@ -1,0 +1,227 @@
+"""Paired quality and speed statistics of two arms: :func:`compare_samples`.
+
+Every number is defined in ``docs/statistics.md``. In short: pairs are (item, seed)
+matched by key; quality is accuracy per arm and the paired accuracy difference with a
+standard error clustered by item, McNemar's exact test and paired deltas of the health
+rates; speed is the mean log ratio B/A per pair, averaged per item then across items,
+with a seeded percentile bootstrap over items; the minimum detectable effects say
+what the sample could have seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from abgate.compare.diagnostics import diagnostics
+from abgate.compare.mde import mde
+from abgate.compare.pairing import Pair, health_value, pair_samples, sample_errored
+from abgate.compare.stats import (
+    cluster_bootstrap,
+    clustered_mean,
+    item_means,
+    mcnemar_exact,
+    normal_ci,
+    z_two_sided,
+)
+from abgate.scoring.health import clustered_accuracy
+
+__all__ = ["RATE_FIELDS", "SPEED_METRICS", "compare_samples", "finite"]
+
+# Speed metric -> +1 when higher is better (B/A > 1 is a speedup), -1 when lower is.
+SPEED_METRICS: dict[str, int] = {"steady_decode_tps": 1, "prefill_tps": 1, "ttft_s": -1}
+# Health rates compared pair by pair (0/1 per sample, seq_rep_4 in [0, 1]).
+RATE_FIELDS = ("invalid", "truncated", "natural_stop", "seq_rep_4")
+
+
+def finite(value: float | None) -> float | None:
+    """``None`` for nan/inf/None (JSON has no nan), else the float."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _interval(estimate: float, se: float, z: float) -> dict[str, Any]:
+    low, high = normal_ci(estimate, se, z)
+    return {"estimate": finite(estimate), "se": finite(se), "ci": [finite(low), finite(high)]}
+
+
+def _paired_delta(pairs: Sequence[Pair], a: Sequence[float], b: Sequence[float],
+                  z: float) -> dict[str, Any]:
+    items = [p.item_id for p in pairs]
+    mean_a, _ = clustered_mean(a, items)
+    mean_b, _ = clustered_mean(b, items)
+    diff, se = clustered_mean([y - x for x, y in zip(a, b, strict=True)], items)
+    return {"a": finite(mean_a), "b": finite(mean_b), "n": len(pairs),
+            "diff": _interval(diff, se, z)}
+
+
+def _accuracy(pairs: Sequence[Pair], z: float) -> dict[str, Any]:
+    scored = [p for p in pairs if p.a.get("correct") is not None
+              and p.b.get("correct") is not None]
+    items = [p.item_id for p in scored]
+    a = [bool(p.a["correct"]) for p in scored]
+    b = [bool(p.b["correct"]) for p in scored]
+    arms = {}
+    for name, outcomes in (("a", a), ("b", b)):
+        acc, se = clustered_accuracy(outcomes, items)
+        arms[name] = _interval(acc, se, z)
+    diff, se = clustered_mean([float(y) - float(x) for x, y in zip(a, b, strict=True)], items)
+    a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
+    b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
+    return {
+        "n_scored": len(scored),
+        "n_unscored": len(pairs) - len(scored),
+        "n_items": len(set(items)),
+        "a": arms["a"],
+        "b": arms["b"],
+        "diff": _interval(diff, se, z),
+        "mcnemar": {"a_only_correct": a_only, "b_only_correct": b_only,
+                    "n_discordant": a_only + b_only, "p_value": mcnemar_exact(a_only, b_only)},
+    }
+
+
+def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"accuracy": _accuracy(pairs, z)}
+    rates: dict[str, Any] = {}
+    for name in RATE_FIELDS:
+        usable = [p for p in pairs if health_value(p.a, name) is not None
+                  and health_value(p.b, name) is not None]
+        rates[name] = _paired_delta(usable, [float(health_value(p.a, name)) for p in usable],
+                                    [float(health_value(p.b, name)) for p in usable], z)
+    rates["error"] = _paired_delta(
+        all_pairs, [float(sample_errored(p.a)) for p in all_pairs],
+        [float(sample_errored(p.b)) for p in all_pairs], z)
+    out["rates"] = rates
+    return out
+
+
+def _timing(sample: Mapping[str, Any], metric: str) -> float | None:
+    value = (sample.get("timing") or {}).get(metric)
+    if value is None or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
+def _summary(values: np.ndarray) -> dict[str, float | None]:
+    if not values.size:
+        return {"mean": None, "median": None}
+    return {"mean": finite(float(values.mean())), "median": finite(float(np.median(values)))}
+
+
+def _change(new: float | None, old: float | None) -> float | None:
+    return finite(new / old - 1.0) if new is not None and old else None
+
+
+def _exp(value: float) -> float | None:
+    return finite(math.exp(value)) if math.isfinite(value) else None
+
+
+def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
+                  confidence: float) -> dict[str, Any]:
+    rows = [(p.item_id, _timing(p.a, metric), _timing(p.b, metric)) for p in pairs]
+    usable = [(item, x, y) for item, x, y in rows if x is not None and y is not None]
+    xa = np.array([x for _, x, _ in usable], dtype=float)
+    xb = np.array([y for _, _, y in usable], dtype=float)
+    _, per_item = item_means(list(np.log(xb / xa)), [item for item, _, _ in usable])
+    boot = cluster_bootstrap(per_item, seed=seed, n_boot=n_boot, confidence=confidence)
+    arm_a, arm_b = _summary(xa), _summary(xb)
+    return {
+        "higher_is_better": SPEED_METRICS[metric] > 0,
+        "n_pairs": int(xa.size),
+        "n_items": boot.n_items,
+        "a": arm_a,
+        "b": arm_b,
+        "pct_change_mean": _change(arm_b["mean"], arm_a["mean"]),
+        "pct_change_median": _change(arm_b["median"], arm_a["median"]),
+        "log_ratio": {"estimate": finite(boot.estimate), "se": finite(boot.se),
+                      "ci": [finite(boot.low), finite(boot.high)]},
+        "ratio": {"estimate": _exp(boot.estimate), "ci": [_exp(boot.low), _exp(boot.high)]},
+    }
+
+
+def _mde(quality: Mapping[str, Any], speed: Mapping[str, Any], confidence: float,
+         power: float) -> dict[str, Any]:
+    z = z_two_sided(confidence)
+    acc = quality["accuracy"]
+    se_d = acc["diff"]["se"]
+    se_a, se_b = acc["a"]["se"], acc["b"]["se"]
+    unpaired = math.hypot(se_a, se_b) if se_a is not None and se_b is not None else math.nan
+    n_scored = int(acc["n_scored"])
+    discordance_high = None
+    if n_scored:
+        test = sps.binomtest(int(acc["mcnemar"]["n_discordant"]), n_scored)
+        discordance_high = float(test.proportion_ci(confidence_level=confidence).high)
+    speed_mde: dict[str, Any] = {}
+    for metric, section in speed.items():
+        se = section["log_ratio"]["se"]
+        log_mde = mde(math.nan if se is None else se, z, power)
+        speed_mde[metric] = finite(math.exp(log_mde) - 1.0) if math.isfinite(log_mde) else None
+    return {
+        "confidence": confidence,
+        "power": power,
+        "n_items": acc["n_items"],
+        "accuracy_paired": finite(mde(se_d if se_d is not None else math.nan, z, power)),
+        "accuracy_unpaired": finite(mde(unpaired, z, power)),
+        "discordance_upper": discordance_high,
+        "speed": speed_mde,
+    }
+
+
+def _check_args(seed: int, n_boot: int, confidence: float, power: float) -> None:
+    if n_boot < 2:
+        raise ValueError(f"n_boot must be at least 2, got {n_boot}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must be in (0, 1), got {power}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+
+
+def compare_samples(
+    a: Sequence[Mapping[str, Any]],
+    b: Sequence[Mapping[str, Any]],
+    *,
+    seed: int = 0,
+    n_boot: int = 2000,
+    confidence: float = 0.95,
+    arm_names: tuple[str, str] = ("A", "B"),
+    power: float = 0.8,
+    allow_unmatched: bool = False,
+) -> dict[str, Any]:
+    """Paired quality, speed, diagnostics and MDE of arm B against arm A (JSON-ready).
+
+    ``a``/``b`` are ``samples.jsonl`` records. Raises :class:`abgate.errors.AbgateError`
+    when a key is in one arm only (unless ``allow_unmatched``) or nothing matches.
+    Normal CIs and bootstrap percentile CIs are two-sided at ``confidence``; the
+    bootstrap draws from ``numpy.random.default_rng(seed)`` (the same draws for every
+    speed metric), so the result is a pure function of its inputs.
+    """
+    _check_args(seed, n_boot, confidence, power)
+    pairing = pair_samples(a, b, arm_names=arm_names, allow_unmatched=allow_unmatched)
+    live = pairing.live
+    z = z_two_sided(confidence)
+    quality = _quality(live, pairing.pairs, z)
+    speed = {metric: _speed_metric(live, metric, seed=seed, n_boot=n_boot,
+                                   confidence=confidence) for metric in SPEED_METRICS}
+    n_items = len({p.item_id for p in live})
+    return {
+        "arms": {"a": arm_names[0], "b": arm_names[1]},
+        "n_pairs": len(pairing.pairs),
+        "n_items": n_items,
+        "n_items_total": len({p.item_id for p in pairing.pairs}),
+        "pairs_per_item": len(live) / n_items if n_items else None,
+        "n_excluded_errors": pairing.n_excluded_errors,
+        "n_unmatched": {"a": len(pairing.only_a), "b": len(pairing.only_b)},
+        "quality": quality,
+        "speed": speed,
+        "diagnostics": diagnostics(live),
+        "mde": _mde(quality, speed, confidence, power),
+        "bootstrap": {"seed": seed, "n_boot": n_boot, "confidence": confidence,
+                      "method": "percentile; items resampled with replacement"},
+    }

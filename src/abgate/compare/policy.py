@@ -1,0 +1,266 @@
+"""Acceptance policies: the thresholds :func:`abgate.compare.verdict.decide` applies.
+
+The shipped ``abgate/policies/default.toml`` is the single source of every default: a
+user policy file is read on top of it and only needs the keys it changes. Every
+problem is a one-line :class:`UsageError` naming ``file:line`` where it can be found:
+TOML syntax errors, unknown keys or sections (with the closest valid name), wrong
+types and out-of-range values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from abgate.compare.paired import SPEED_METRICS
+from abgate.errors import UsageError, did_you_mean
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "DiagnosticsPolicy",
+    "Policy",
+    "QualityPolicy",
+    "SpeedPolicy",
+    "load_policy",
+]
+
+DEFAULT_POLICY = "abgate:policies/default.toml"
+
+
+@dataclass(frozen=True)
+class SpeedPolicy:
+    metric: str
+    min_speedup: float
+    max_slowdown: float
+    confidence: float
+
+
+@dataclass(frozen=True)
+class QualityPolicy:
+    alpha: float
+    max_accuracy_drop: float
+    max_invalid_increase: float
+    max_truncated_increase: float
+    max_error_increase: float
+    max_repetition_increase: float
+
+
+@dataclass(frozen=True)
+class DiagnosticsPolicy:
+    min_identical_fraction: float | None = None
+    max_mean_abs_length_change: float | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A parsed policy; ``source`` is the file it came from, ``sha256`` its bytes' hash."""
+
+    name: str
+    description: str
+    source: str
+    sha256: str
+    min_items: int
+    power: float
+    speed: SpeedPolicy
+    quality: QualityPolicy
+    diagnostics: DiagnosticsPolicy
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as recorded with a verdict (JSON-ready)."""
+        return asdict(self)
+
+
+# A check returns None when the value is fine, else what it must be.
+Check = Callable[[Any], str | None]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _text(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+def _count(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 2
+    return None if ok else "must be an integer >= 2"
+
+
+def _open_unit(value: Any) -> str | None:
+    return None if _is_number(value) and 0 < value < 1 else "must be a number in (0, 1)"
+
+
+def _alpha(value: Any) -> str | None:
+    return None if _is_number(value) and 0 < value < 0.5 else "must be a number in (0, 0.5)"
+
+
+def _non_negative(value: Any) -> str | None:
+    return None if _is_number(value) and value >= 0 else "must be a number >= 0"
+
+
+def _below_one(value: Any) -> str | None:
+    return None if _is_number(value) and 0 <= value < 1 else "must be a number in [0, 1)"
+
+
+def _unit(value: Any) -> str | None:
+    return None if _is_number(value) and 0 <= value <= 1 else "must be a number in [0, 1]"
+
+
+def _metric(value: Any) -> str | None:
+    if isinstance(value, str) and value in SPEED_METRICS:
+        return None
+    hint = did_you_mean(value, SPEED_METRICS) if isinstance(value, str) else ""
+    return "must be one of " + ", ".join(repr(m) for m in SPEED_METRICS) + hint
+
+
+_SCHEMA: dict[str, dict[str, Check]] = {
+    "": {"name": _text, "description": _text, "min_items": _count, "power": _open_unit},
+    "speed": {"metric": _metric, "min_speedup": _non_negative, "max_slowdown": _below_one,
+              "confidence": _open_unit},
+    "quality": {"alpha": _alpha, "max_accuracy_drop": _below_one,
+                "max_invalid_increase": _below_one, "max_truncated_increase": _below_one,
+                "max_error_increase": _below_one, "max_repetition_increase": _below_one},
+    "diagnostics": {"min_identical_fraction": _unit,
+                    "max_mean_abs_length_change": _non_negative},
+}
+_SECTIONS = tuple(name for name in _SCHEMA if name)
+
+
+class _Source:
+    """A policy file's text, to point errors at the line a key is on."""
+
+    def __init__(self, label: str, text: str) -> None:
+        self.label = label
+        self.lines = text.splitlines()
+
+    def line_of(self, key: str, section: str = "") -> int | None:
+        header = re.compile(r"^\s*\[\s*([^\]]*?)\s*\]")
+        assign = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+        current = ""
+        for number, line in enumerate(self.lines, start=1):
+            found = header.match(line)
+            if found:
+                current = found.group(1)
+                if not section and current == key:
+                    return number
+            elif current == section and assign.match(line):
+                return number
+        return None
+
+    def error(self, message: str, key: str | None = None, section: str = "") -> UsageError:
+        line = self.line_of(key, section) if key else None
+        where = f"{self.label}:{line}" if line else self.label
+        return UsageError(f"policy {where}: {message}")
+
+
+def _parse(source: _Source, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        found = re.search(r"\(at line (\d+), column \d+\)", message)
+        reason = message[: found.start()].strip() if found else message
+        where = f"{source.label}:{found.group(1)}" if found else source.label
+        raise UsageError(f"policy {where}: invalid TOML: {reason}") from None
+
+
+def _check(source: _Source, data: Mapping[str, Any]) -> None:
+    top = _SCHEMA[""]
+    for key, value in data.items():
+        if key in _SECTIONS:
+            if not isinstance(value, dict):
+                raise source.error(f"{key!r} must be a table ([{key}])", key)
+            _check_section(source, key, value)
+        elif key in top:
+            problem = top[key](value)
+            if problem:
+                raise source.error(f"{key} {problem}, got {value!r}", key)
+        else:
+            raise source.error(f"unknown key {key!r}" + did_you_mean(key, [*top, *_SECTIONS]),
+                               key)
+
+
+def _check_section(source: _Source, section: str, table: Mapping[str, Any]) -> None:
+    allowed = _SCHEMA[section]
+    for key, value in table.items():
+        name = f"{section}.{key}"
+        if key not in allowed:
+            raise source.error(f"unknown key {name!r}" + did_you_mean(key, allowed), key,
+                               section)
+        problem = allowed[key](value)
+        if problem:
+            raise source.error(f"{name} {problem}, got {value!r}", key, section)
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = {key: dict(value) if isinstance(value, dict) else value
+              for key, value in base.items()}
+    for key, value in override.items():
+        if isinstance(value, dict):
+            merged.setdefault(key, {}).update(value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read(path: Path) -> tuple[bytes, str]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"policy file {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read policy {str(path)!r}: {exc.strerror}") from None
+    try:
+        return raw, raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"policy {path}: not UTF-8 text") from None
+
+
+def _default_text() -> str:
+    return resources.files("abgate").joinpath("policies/default.toml").read_text("utf-8")
+
+
+def _build(data: Mapping[str, Any], label: str, sha256: str) -> Policy:
+    diag, speed = data.get("diagnostics", {}), data["speed"]
+    return Policy(
+        name=str(data["name"]),
+        description=str(data["description"]),
+        source=label,
+        sha256=sha256,
+        min_items=int(data["min_items"]),
+        power=float(data["power"]),
+        speed=SpeedPolicy(metric=str(speed["metric"]),
+                          min_speedup=float(speed["min_speedup"]),
+                          max_slowdown=float(speed["max_slowdown"]),
+                          confidence=float(speed["confidence"])),
+        quality=QualityPolicy(**{k: float(v) for k, v in data["quality"].items()}),
+        diagnostics=DiagnosticsPolicy(**{k: float(v) for k, v in diag.items()}),
+    )
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """Read a policy file over the shipped default; ``None`` gives the default itself."""
+    default_text = _default_text()
+    default_source = _Source(DEFAULT_POLICY, default_text)
+    defaults = _parse(default_source, default_text)
+    _check(default_source, defaults)
+    if path is None:
+        digest = hashlib.sha256(default_text.encode("utf-8")).hexdigest()
+        return _build(defaults, DEFAULT_POLICY, digest)
+    raw, text = _read(Path(path))
+    source = _Source(str(path), text)
+    data = _parse(source, text)
+    _check(source, data)
+    merged = _merge(defaults, data)
+    if "name" not in data:
+        merged["name"] = Path(path).stem
+    if "description" not in data:
+        merged["description"] = f"{defaults['name']} policy with changes from {Path(path).name}"
+    return _build(merged, str(path), hashlib.sha256(raw).hexdigest())

@@ -1,0 +1,143 @@
+"""Statistical primitives for paired A/B comparisons (pure functions, numpy/scipy).
+
+- :func:`clustered_mean` - a mean with its standard error clustered by item
+  (Miller 2024, "Adding Error Bars to Evals"), for any per-pair values (0/1 or real).
+- :func:`normal_ci` / :func:`z_two_sided` / :func:`z_one_sided` - normal-theory bounds.
+- :func:`mcnemar_exact` - McNemar's exact test: a two-sided binomial test of the
+  discordant pairs against p = 1/2.
+- :func:`item_means` / :func:`cluster_bootstrap` - per-item averages and a seeded
+  percentile bootstrap of their mean that resamples items (clusters) with replacement.
+
+Functions return ``nan`` where a quantity cannot be estimated (no data, one cluster);
+callers turn that into ``None`` for JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import stats
+
+__all__ = [
+    "BootstrapResult",
+    "cluster_bootstrap",
+    "clustered_mean",
+    "item_means",
+    "mcnemar_exact",
+    "normal_ci",
+    "z_one_sided",
+    "z_two_sided",
+]
+
+FloatArray = NDArray[np.float64]
+
+# Largest number of resampled values held in memory at once by the bootstrap.
+_CHUNK_VALUES = 4_000_000
+
+
+def z_two_sided(confidence: float) -> float:
+    """The normal quantile for a two-sided interval, e.g. 1.96 for 0.95."""
+    return float(stats.norm.ppf(0.5 + confidence / 2.0))
+
+
+def z_one_sided(alpha: float) -> float:
+    """The normal quantile ``z_(1-alpha)`` for a one-sided test, e.g. 1.96 for 0.025."""
+    return float(stats.norm.ppf(1.0 - alpha))
+
+
+def clustered_mean(values: Sequence[float], clusters: Sequence[str]) -> tuple[float, float]:
+    """Mean of ``values`` and its standard error clustered by ``clusters``.
+
+    ``SE^2 = 1/n^2 * sum_c (sum_{i in c} (x_i - mean))^2`` (Miller 2024): with one value
+    per cluster this is the plain ``sd/sqrt(n)`` (population sd); repeated, identical
+    values within a cluster do not shrink it. ``(nan, nan)`` with no values, and
+    ``(mean, nan)`` with a single cluster, whose spread cannot be estimated.
+    """
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values but {len(clusters)} cluster labels")
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan
+    mean = float(x.mean())
+    _, inverse = np.unique(np.asarray(clusters, dtype=str), return_inverse=True)
+    sums = np.bincount(inverse, weights=x - mean)
+    if sums.size < 2:
+        return mean, math.nan
+    return mean, float(math.sqrt(float(np.sum(sums * sums))) / x.size)
+
+
+def normal_ci(estimate: float, se: float, z: float) -> tuple[float, float]:
+    """``estimate -/+ z * se``; ``(nan, nan)`` when either is nan."""
+    if math.isnan(estimate) or math.isnan(se):
+        return math.nan, math.nan
+    return estimate - z * se, estimate + z * se
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value for the discordant counts.
+
+    ``a_only``: pairs only arm A got right; ``b_only``: only arm B. Under H0 each
+    discordant pair is equally likely to go either way, so ``a_only ~ Binomial(a_only
+    + b_only, 1/2)``. 1.0 when there are no discordant pairs.
+    """
+    if a_only < 0 or b_only < 0:
+        raise ValueError("discordant counts must be non-negative")
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    return float(stats.binomtest(a_only, n, 0.5, alternative="two-sided").pvalue)
+
+
+def item_means(values: Sequence[float], items: Sequence[str]) -> tuple[list[str], FloatArray]:
+    """Average ``values`` per item: ``(sorted item ids, their means)``."""
+    if len(values) != len(items):
+        raise ValueError(f"{len(values)} values but {len(items)} item labels")
+    if not values:
+        return [], np.zeros(0)
+    labels, inverse = np.unique(np.asarray(items, dtype=str), return_inverse=True)
+    sums = np.bincount(inverse, weights=np.asarray(values, dtype=float))
+    counts = np.bincount(inverse)
+    return [str(label) for label in labels], sums / counts
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """Mean of the per-item values, its percentile CI and the bootstrap SD (its SE)."""
+
+    estimate: float
+    low: float
+    high: float
+    se: float
+    n_items: int
+
+
+def cluster_bootstrap(
+    per_item: FloatArray, *, seed: int, n_boot: int, confidence: float
+) -> BootstrapResult:
+    """Percentile bootstrap of ``mean(per_item)``, resampling items with replacement.
+
+    Each of ``n_boot`` replicates draws ``len(per_item)`` items from
+    ``numpy.random.default_rng(seed)``; the CI is the ``(1-c)/2`` and ``(1+c)/2``
+    percentiles of the replicate means, the SE their standard deviation. Fewer than two
+    items give a nan interval and SE.
+    """
+    k = int(per_item.size)
+    if k == 0:
+        return BootstrapResult(math.nan, math.nan, math.nan, math.nan, 0)
+    estimate = float(per_item.mean())
+    if k < 2:
+        return BootstrapResult(estimate, math.nan, math.nan, math.nan, k)
+    rng = np.random.default_rng(seed)
+    replicates = np.empty(n_boot)
+    rows = max(1, _CHUNK_VALUES // k)
+    for start in range(0, n_boot, rows):
+        stop = min(n_boot, start + rows)
+        draws = rng.integers(0, k, size=(stop - start, k))
+        replicates[start:stop] = per_item[draws].mean(axis=1)
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(replicates, [tail, 100.0 - tail])
+    return BootstrapResult(estimate, float(low), float(high), float(replicates.std(ddof=1)), k)

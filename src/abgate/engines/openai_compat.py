@@ -1,0 +1,385 @@
+"""Served engines through the OpenAI-compatible HTTP API (engine ``openai``).
+
+Drives vLLM, SGLang, llama.cpp's server and llama-cpp-python's server with an async
+streaming client: ``--endpoint URL`` (repeatable: data-parallel replicas, requests go
+to the least busy one) or ``--launch "CMD ... --port {port}"`` (a managed server, see
+:mod:`abgate.engines.server`). ``--concurrency N`` bounds the requests in flight over
+all endpoints. Token counts come from the server's usage report, never from
+re-tokenized text; where a server sends none, the number of streamed chunks is used
+and the record says so (``token_counts`` in the effective configuration,
+``usage_reported`` per sample).
+
+A failed request is an error sample (``finish_reason="error"`` with the message);
+failures before any output arrived are retried (bounded, recorded). A launched server
+that dies, or an endpoint that refuses connections, fails the run instead, so that
+``--resume`` redoes the lost samples against a fresh server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from abgate.engines import openai_stream as st
+from abgate.engines import server as srv
+from abgate.engines.base import (
+    Capabilities,
+    EngineInfo,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    OnResult,
+    SamplingParams,
+)
+from abgate.engines.openai_options import ARG_SPECS, Options, check_options
+from abgate.errors import AbgateError, UsageError
+
+NAME = "openai"
+__all__ = ["ARG_SPECS", "NAME", "OpenAIEngine", "Options", "ServerGone", "check_options",
+           "load", "resolve_model"]
+
+
+def resolve_model(model: str | None) -> str:
+    """A model file is made absolute (so it is hashed and ``{model}`` is exact); any
+    other name is passed on. No model: the server's only model is used at load."""
+    if model is None:
+        return ""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.is_file() else model
+
+
+def _api_key(name: str | None) -> str | None:
+    if name is None:
+        return None
+    key = os.environ.get(name)
+    if not key:
+        raise UsageError(f"--api-key-env {name}: that environment variable is not set")
+    return key
+
+
+def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+         run_dir: Path | None = None) -> OpenAIEngine:
+    opts = Options.parse(options or {})
+    if args and not opts.launch:
+        raise UsageError("--engine-arg sets a launched server's flags; with --endpoint the "
+                         "server is already running (configure it where it is started)")
+    key = _api_key(opts.api_key_env)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    server = None
+    if opts.launch:
+        server = srv.launch(opts.launch, model=model, args=args, log_dir=run_dir,
+                            ready_timeout=opts.ready_timeout, grace_s=opts.grace_s,
+                            bool_style=opts.bool_style, api_key=key, headers=headers)
+        opts = replace(opts, endpoints=(server.base_url,))
+    try:
+        return OpenAIEngine(model, opts, headers, server)
+    except BaseException as exc:
+        if server is None:
+            raise
+        evidence = server.stop()
+        if isinstance(exc, AbgateError):
+            exc.cleanup_evidence = evidence  # type: ignore[attr-defined]
+        raise
+
+
+@dataclass
+class EndpointStats:
+    url: str
+    in_flight: int = 0
+    requests: int = 0
+    errors: int = 0
+    retries: int = 0
+    output_tokens: int = 0
+    busy_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if k != "in_flight"}
+
+
+@dataclass
+class ServerInfo:
+    """What the server said about itself at load."""
+
+    model: str
+    dialect: st.Dialect
+    version: str
+    models: list[dict[str, Any]] = field(default_factory=list)
+    probe: dict[str, bool] = field(default_factory=dict)
+
+
+class ServerGone(AbgateError):
+    """The launched server died or the endpoint stopped answering: the run fails."""
+
+
+class OpenAIEngine:
+    """A served engine, reached over HTTP."""
+
+    def __init__(self, model: str, opts: Options, headers: Mapping[str, str],
+                 server: srv.ManagedServer | None) -> None:
+        self.opts, self.headers, self.server = opts, dict(headers), server
+        self.requested_model = model
+        self.stats = [EndpointStats(u.rstrip("/")) for u in opts.endpoints]
+        self.cleanup_evidence: dict[str, Any] | None = None
+        self._rr = 0
+        self.info = self._discover(model)
+        self.capabilities = Capabilities(
+            token_ids=self.info.probe.get("token_ids", False), logprobs=False, streaming=True,
+            chat_template=True, concurrent=True, engine_timings=False)
+
+    # -- load-time discovery ----------------------------------------------------------
+
+    def _discover(self, model: str) -> ServerInfo:
+        base = self.stats[0].url
+        with httpx.Client(base_url=base, headers=self.headers, timeout=30.0) as c:
+            try:
+                models = c.get("/v1/models").raise_for_status().json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise AbgateError(f"{base}/v1/models: {exc}") from None
+            title, version = st.server_version(c)
+        ids = [str(m.get("id")) for m in models.get("data", [])]
+        info = ServerInfo(st.pick_model(model, ids), st.identify(models, title), version,
+                          list(models.get("data", [])))
+        probes = [self._probe(s.url, info) for s in self.stats]
+        info.probe = {k: all(p[k] for p in probes) for k in probes[0]}
+        return info
+
+    def _probe(self, url: str, info: ServerInfo) -> dict[str, bool]:
+        """One tiny greedy request: the server works, and what its stream carries."""
+        msgs = ({"role": "user", "content": "Say OK."},)
+        req = GenerationRequest(id="probe", params=SamplingParams(max_tokens=2),
+                                messages=msgs if self.opts.api == "chat" else None,
+                                prompt=None if self.opts.api == "chat" else "OK")
+        body = st.request_body(req, self.opts.api, info.model, info.dialect)
+
+        async def once() -> st.StreamState:
+            async with httpx.AsyncClient(headers=self.headers, timeout=60.0) as client:
+                return await st.stream_once(client, self._url(url), body, self.opts.api)
+
+        try:
+            state = asyncio.run(once())
+        except st.RequestFailed as exc:
+            raise AbgateError(f"probe request to {url} failed: {exc}") from None
+        return {"usage": state.usage is not None, "token_ids": state.token_ids is not None,
+                "prompt_token_ids": state.prompt_token_ids is not None}
+
+    def _url(self, base: str) -> str:
+        return base + ("/v1/chat/completions" if self.opts.api == "chat" else "/v1/completions")
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 on_result: OnResult | None = None) -> list[GenerationResult]:
+        results: dict[str, GenerationResult] = {}
+
+        def done(r: GenerationResult) -> None:
+            results[r.request_id] = r
+            if on_result is not None:
+                on_result(r)
+
+        asyncio.run(self._run_all(requests, done))
+        return [results[r.id] for r in requests]
+
+    def tokenize(self, text: str) -> list[int]:
+        base, model = self.stats[0].url, self.info.model
+        attempts = [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}),
+                    ("/tokenize", {"content": text, "add_special": False}),
+                    ("/extras/tokenize", {"model": model, "input": text})]
+        with httpx.Client(base_url=base, headers=self.headers, timeout=30.0) as c:
+            for path, body in attempts:
+                with st.suppress_http():
+                    resp = c.post(path, json=body)
+                    tokens = resp.json().get("tokens") if resp.status_code == 200 else None
+                    if isinstance(tokens, list):
+                        return [int(t) for t in tokens]
+        raise AbgateError(f"{base}: the server offers no tokenize endpoint abgate knows")
+
+    def render_prompt(self, messages: Sequence[Message]) -> list[int]:
+        body = {"model": self.info.model, "messages": [dict(m) for m in messages],
+                "add_generation_prompt": True}
+        with (httpx.Client(base_url=self.stats[0].url, headers=self.headers, timeout=30) as c,
+              st.suppress_http()):
+            resp = c.post("/tokenize", json=body)
+            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
+            if isinstance(tokens, list):
+                return [int(t) for t in tokens]
+        raise AbgateError(f"{self.info.dialect.kind} server: no endpoint renders chat "
+                          "messages to token IDs (vLLM's /tokenize does)")
+
+    def describe(self) -> EngineInfo:
+        o, info = self.opts, self.info
+        effective: dict[str, Any] = {
+            "server_kind": info.dialect.kind,
+            "served_models": info.models,
+            "requested_model": self.requested_model or None,
+            "endpoints": [s.url for s in self.stats],
+            "launch": self.server.shown if self.server else None,
+            "server_log": str(self.server.log_path) if self.server else None,
+            "api": o.api,
+            "concurrency": o.concurrency,
+            "request_timeout_s": o.request_timeout,
+            "retries": o.retries,
+            "retry_policy": "only failures before any output; not timeouts, not HTTP 4xx",
+            "api_key_env": o.api_key_env,
+            "probe": info.probe,
+            "token_ids": info.dialect.token_ids,
+            "token_counts": "server usage" if info.probe.get("usage")
+            else "streamed chunks (the server reports no usage when streaming)",
+            "sampling_sent": {**st.FIXED_SAMPLING, "top_k_disabled_as": info.dialect.top_k_off,
+                              **info.dialect.extra,
+                              "per_request": ["max_tokens", "temperature", "top_p", "top_k",
+                                              "seed", "stop", "ignore_eos"]},
+        }
+        return EngineInfo(name=NAME, version=info.version, model=info.model,
+                          effective_config=effective, capabilities=self.capabilities)
+
+    def close(self) -> None:
+        """Stop a launched server (verified) and leave the evidence; idempotent."""
+        if self.cleanup_evidence is not None:
+            return
+        server = self.server.stop() if self.server else None
+        self.cleanup_evidence = {
+            "launched": server is not None,
+            "server": server,
+            "verified": server["verified"] if server else None,
+            "endpoint_stats": [s.to_dict() for s in self.stats],
+        }
+
+    # -- running requests ---------------------------------------------------------------
+
+    async def _run_all(self, requests: Sequence[GenerationRequest],
+                       done: Callable[[GenerationResult], None]) -> None:
+        queue = iter(requests)
+        limits = httpx.Limits(max_connections=self.opts.concurrency + 4)
+        timeout = httpx.Timeout(self.opts.request_timeout, connect=30.0)
+        async with httpx.AsyncClient(headers=self.headers, timeout=timeout,
+                                     limits=limits) as client:
+
+            async def worker() -> None:
+                for req in queue:
+                    done(await self._run_one(client, req))
+
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    for _ in range(min(self.opts.concurrency, max(1, len(requests)))):
+                        tg.create_task(worker())
+            except BaseExceptionGroup as group:
+                raise _first(group) from None
+
+    def _pick(self) -> EndpointStats:
+        """The endpoint with the fewest requests in flight (round-robin among ties)."""
+        low = min(s.in_flight for s in self.stats)
+        ties = [s for s in self.stats if s.in_flight == low]
+        self._rr += 1
+        return ties[self._rr % len(ties)]
+
+    async def _run_one(self, client: httpx.AsyncClient,
+                       req: GenerationRequest) -> GenerationResult:
+        ep = self._pick()
+        ep.in_flight += 1
+        ep.requests += 1
+        t0 = time.perf_counter()
+        try:
+            result = await self._attempts(client, req, ep)
+        finally:
+            ep.in_flight -= 1
+            ep.busy_s += time.perf_counter() - t0
+        ep.errors += result.finish_reason == "error"
+        ep.output_tokens += result.output_tokens
+        return result
+
+    async def _attempts(self, client: httpx.AsyncClient, req: GenerationRequest,
+                        ep: EndpointStats) -> GenerationResult:
+        failures: list[str] = []
+        t_submit = time.perf_counter()
+        try:
+            body = self._body(req)
+        except st.RequestFailed as exc:
+            return _error_result(req, t_submit, str(exc), ep, 0)
+        for attempt in range(self.opts.retries + 1):
+            try:
+                async with asyncio.timeout(self.opts.request_timeout):
+                    state = await st.stream_once(client, self._url(ep.url), body, self.opts.api)
+                return self._result(req, state, ep, attempt)
+            except TimeoutError:
+                failures.append(f"timed out after {self.opts.request_timeout:g} s")
+                break
+            except st.RequestFailed as exc:
+                failures.append(str(exc))
+                last = attempt == self.opts.retries or exc.started or not exc.transient
+                await self._check_alive(ep, exc, last)
+                if last:
+                    break
+                ep.retries += 1
+                await asyncio.sleep(min(0.5 * 2 ** attempt, 5.0))
+        message = "; ".join(f"attempt {i + 1}: {f}" for i, f in enumerate(failures))
+        return _error_result(req, t_submit, message, ep, len(failures))
+
+    def _body(self, req: GenerationRequest) -> dict[str, Any]:
+        if self.opts.api == "chat" and req.messages is None:
+            raise st.RequestFailed("--api chat needs chat messages; this request has a "
+                                   "prompt (use --api completions)")
+        if self.opts.api == "completions" and req.messages is not None:
+            raise st.RequestFailed("--api completions takes prompt text or token IDs; chat "
+                                   "messages need --api chat")
+        if req.params.ignore_eos and not self.info.dialect.ignore_eos:
+            raise st.RequestFailed(f"{self.info.dialect.kind} cannot ignore EOS")
+        return st.request_body(req, self.opts.api, self.info.model, self.info.dialect)
+
+    async def _check_alive(self, ep: EndpointStats, exc: st.RequestFailed, last: bool) -> None:
+        """Raise :class:`ServerGone` when the failure is the server's, not the request's."""
+        if self.server is not None:
+            if await asyncio.to_thread(self.server.died_within, 1.0):
+                raise ServerGone(f"the launched server exited with code "
+                                 f"{self.server.proc.returncode} during the run (log: "
+                                 f"{self.server.log_path}); last lines: "
+                                 f"{self.server.log_tail()}")
+            return
+        if exc.connect and last:
+            raise ServerGone(f"endpoint {ep.url} refuses connections: {exc}")
+        if exc.started and not await st.reachable(ep.url, self.headers):
+            raise ServerGone(f"endpoint {ep.url} stopped answering mid-stream: {exc}")
+
+    def _result(self, req: GenerationRequest, s: st.StreamState, ep: EndpointStats,
+                attempt: int) -> GenerationResult:
+        usage = s.usage or {}
+        finish = {"stop": "stop", "eos": "stop", "eos_token": "stop", "stop_sequence": "stop",
+                  "length": "length"}.get(s.finish or "")
+        out_tokens = usage.get("completion_tokens")
+        times = s.chunk_times
+        return GenerationResult(
+            request_id=req.id, text=s.text,
+            finish_reason=finish or "error",  # type: ignore[arg-type]
+            error=None if finish else f"server finish_reason {s.finish!r}",
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(out_tokens if out_tokens is not None else len(times)),
+            output_token_ids=s.token_ids, prompt_token_ids=s.prompt_token_ids,
+            t_submit=s.t_submit, t_first_token=times[0] if times else None,
+            t_last_token=times[-1] if times else None, token_times=list(times),
+            engine_timings={"endpoint": float(self.stats.index(ep)), "attempts": attempt + 1.0,
+                            "chunks": float(len(times)),
+                            "usage_reported": 1.0 if out_tokens is not None else 0.0})
+
+
+def _error_result(req: GenerationRequest, t_submit: float, message: str, ep: EndpointStats,
+                  attempts: int) -> GenerationResult:
+    return GenerationResult(
+        request_id=req.id, text="", finish_reason="error", prompt_tokens=0, output_tokens=0,
+        output_token_ids=None, t_submit=t_submit, t_first_token=None, t_last_token=None,
+        error=f"{ep.url}: {message}", engine_timings={"attempts": float(attempts)})
+
+
+def _first(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first non-cancellation error inside a (nested) exception group."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc  # type: ignore[no-any-return]
+    return group

@@ -1,0 +1,106 @@
+"""Options and engine-arg rules of the ``openai`` engine, checked before anything starts.
+
+``engine_options`` (what ``abgate run`` fills from ``--endpoint``, ``--launch``,
+``--concurrency``, ``--api``, ``--request-timeout``, ``--api-key-env``,
+``--ready-timeout``) are typed here, because they may also come from a file. Engine
+args of a served engine are the launched server's own flags, so any flag-shaped key
+is accepted as written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from abgate.engines.args import ArgSpec
+from abgate.errors import UsageError
+
+_KEY = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+
+
+class _ServerFlags(Mapping[str, ArgSpec]):
+    """Engine args of a served engine are the launched server's own flags: any
+    flag-shaped key is accepted as written, with any JSON-like value."""
+
+    def __getitem__(self, key: str) -> ArgSpec:
+        if not re.fullmatch(_KEY, key):
+            raise UsageError(f"engine arg {key!r} is not a server flag name")
+        return ArgSpec(key, object, "server flag", nullable=True)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+ARG_SPECS: Mapping[str, ArgSpec] = _ServerFlags()
+
+
+@dataclass(frozen=True)
+class Options:
+    """``engine_options`` for this engine (what ``abgate run`` fills from its flags)."""
+
+    endpoints: tuple[str, ...] = ()
+    launch: str | None = None
+    concurrency: int = 1
+    api: str = "chat"
+    request_timeout: float = 600.0
+    retries: int = 2
+    api_key_env: str | None = None
+    ready_timeout: float = 600.0
+    grace_s: float = 10.0
+    bool_style: str = "auto"
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> Options:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise UsageError(f"unknown option(s) for engine 'openai': {', '.join(unknown)}")
+        values: dict[str, Any] = {k: _typed(k, v) for k, v in raw.items()}
+        o = cls(**values)
+        o.check()
+        return o
+
+    def check(self) -> None:
+        if bool(self.endpoints) == bool(self.launch):
+            raise UsageError("the openai engine needs either --endpoint URL (repeatable) or "
+                             "--launch CMD, not both")
+        for url in self.endpoints:
+            if not url.startswith(("http://", "https://")):
+                raise UsageError(f"--endpoint {url!r}: expected http://HOST:PORT")
+        if self.concurrency < 1 or self.retries < 0:
+            raise UsageError("--concurrency must be >= 1 and retries >= 0")
+        if self.api not in ("chat", "completions"):
+            raise UsageError(f"--api {self.api!r}: expected chat or completions")
+        if min(self.request_timeout, self.ready_timeout, self.grace_s) <= 0:
+            raise UsageError("timeouts must be > 0 seconds")
+        if self.bool_style not in ("auto", "flag", "value"):
+            raise UsageError(f"bool_style {self.bool_style!r}: expected auto, flag or value")
+
+
+_OPTION_TYPES: Mapping[str, type] = {"concurrency": int, "retries": int, "request_timeout": float,
+                                     "ready_timeout": float, "grace_s": float}
+
+
+def _typed(key: str, value: Any) -> Any:
+    """Check one option value's type (options may come from a file, not only the CLI)."""
+    if key == "endpoints":
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise UsageError("option 'endpoints' expects a list of URLs")
+        return tuple(value)
+    kind = _OPTION_TYPES.get(key, str)
+    ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+    if isinstance(value, bool) or not ok:
+        raise UsageError(f"option {key!r} expects {kind.__name__}, got {value!r}")
+    return float(value) if kind is float else value
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Validate engine options without loading anything (for early checks)."""
+    Options.parse(options)

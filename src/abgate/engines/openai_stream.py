@@ -1,0 +1,236 @@
+"""One streamed request to an OpenAI-compatible server, and what each server speaks.
+
+The request body carries every sampling parameter explicitly (servers have their own
+defaults: llama_cpp.server applies ``repeat_penalty=1.1``, ``top_k=40``,
+``min_p=0.05`` and ``temperature=0.8`` unless told otherwise). Each SSE chunk that
+carries output gets a ``perf_counter`` timestamp when its line arrives; a chunk may
+carry more than one token. Usage comes from ``stream_options.include_usage`` (the
+usage chunk follows the finish chunk, so the stream is read to ``[DONE]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from abgate.engines.base import GenerationRequest, SamplingParams
+from abgate.errors import AbgateError, UsageError
+
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one server kind accepts and returns, as far as abgate relies on it."""
+
+    kind: str
+    top_k_off: int  # the value that disables top-k
+    token_ids: str  # how output token IDs are obtained, or why not
+    extra: Mapping[str, Any] = field(default_factory=dict)  # sent with every request
+    ignore_eos: bool = True  # honours ignore_eos
+
+
+DIALECTS: Mapping[str, Dialect] = {
+    "vllm": Dialect("vllm", -1, "return_token_ids (vLLM >= 0.10.2; older versions omit them)",
+                    {"return_token_ids": True}),
+    "sglang": Dialect("sglang", -1, "not returned by its OpenAI API"),
+    "llama.cpp": Dialect("llama.cpp", 0, "not returned by its OpenAI API"),
+    "llama-cpp-python": Dialect("llama-cpp-python", 0, "not returned (no such field)",
+                                ignore_eos=False),
+    "unknown": Dialect("unknown", -1, "only if the server sends token_ids"),
+}
+
+
+def identify(models: Mapping[str, Any], openapi_title: str | None) -> Dialect:
+    """The server kind, from ``/v1/models``' ``owned_by`` and the OpenAPI title."""
+    owners = {str(m.get("owned_by", "")).lower() for m in models.get("data", [])}
+    if "vllm" in owners:
+        return DIALECTS["vllm"]
+    if "sglang" in owners:
+        return DIALECTS["sglang"]
+    if "llamacpp" in owners:
+        return DIALECTS["llama.cpp"]
+    if openapi_title and "llama.cpp python" in openapi_title.lower():
+        return DIALECTS["llama-cpp-python"]
+    return DIALECTS["unknown"]
+
+
+FIXED_SAMPLING: Mapping[str, Any] = {
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "repeat_penalty": 1.0,  # llama.cpp servers
+    "repetition_penalty": 1.0,  # vLLM, SGLang
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "mirostat_mode": 0,
+    "n": 1,
+}
+
+
+def sampling_body(p: SamplingParams, dialect: Dialect) -> dict[str, Any]:
+    """Every sampling parameter, explicit, in the server's terms."""
+    return {
+        "max_tokens": p.max_tokens,
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "top_k": p.top_k if p.top_k > 0 else dialect.top_k_off,
+        "seed": p.seed,
+        "stop": list(p.stop),
+        "ignore_eos": p.ignore_eos,
+        **FIXED_SAMPLING,
+    }
+
+
+def request_body(req: GenerationRequest, api: str, model: str,
+                 dialect: Dialect) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model}
+    if api == "chat":
+        body["messages"] = [dict(m) for m in req.messages or ()]
+    else:
+        body["prompt"] = req.prompt if req.prompt is not None else list(req.prompt_token_ids or ())
+    body |= sampling_body(req.params, dialect)
+    body |= {"stream": True, "stream_options": {"include_usage": True}, **dialect.extra}
+    return body
+
+
+class RequestFailed(Exception):
+    """One attempt failed. ``transient``: worth retrying; ``started``: output had
+    arrived (never retried); ``connect``: the server could not be reached at all."""
+
+    def __init__(self, message: str, *, transient: bool = False, started: bool = False,
+                 connect: bool = False) -> None:
+        super().__init__(message)
+        self.transient, self.started, self.connect = transient, started, connect
+
+
+@dataclass
+class StreamState:
+    """What one streamed attempt produced."""
+
+    t_submit: float
+    parts: list[str] = field(default_factory=list)
+    chunk_times: list[float] = field(default_factory=list)
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+    finish: str | None = None
+    usage: dict[str, Any] | None = None
+    done: bool = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def absorb(state: StreamState, chunk: Mapping[str, Any], now: float, api: str) -> None:
+    """Fold one parsed SSE chunk into ``state``."""
+    if chunk.get("error"):
+        err = chunk["error"]
+        msg = err.get("message", err) if isinstance(err, dict) else err
+        raise RequestFailed(f"server error in stream: {msg}", started=bool(state.chunk_times))
+    if isinstance(chunk.get("usage"), dict):
+        state.usage = chunk["usage"]
+    if isinstance(chunk.get("prompt_token_ids"), list):
+        state.prompt_token_ids = list(chunk["prompt_token_ids"])
+    for choice in chunk.get("choices") or []:
+        if choice.get("index", 0) != 0:
+            continue
+        text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
+        ids = choice.get("token_ids")
+        if isinstance(choice.get("prompt_token_ids"), list):
+            state.prompt_token_ids = list(choice["prompt_token_ids"])
+        if text or ids:
+            state.chunk_times.append(now)
+        if text:
+            state.parts.append(text)
+        if isinstance(ids, list):
+            state.token_ids = (state.token_ids or []) + [int(i) for i in ids]
+        if choice.get("finish_reason"):
+            state.finish = str(choice["finish_reason"])
+
+
+async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, Any],
+                      api: str) -> StreamState:
+    """POST ``body`` and read the SSE stream to its end."""
+    state = StreamState(t_submit=time.perf_counter())
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code >= 400:
+                detail = (await resp.aread()).decode("utf-8", errors="replace")[:400]
+                raise RequestFailed(f"HTTP {resp.status_code}: {detail.strip()}",
+                                    transient=resp.status_code in TRANSIENT_STATUS)
+            async for line in resp.aiter_lines():
+                now = time.perf_counter()
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments (pings), event names
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    state.done = True
+                    break
+                try:
+                    chunk = json.loads(data)
+                except json.JSONDecodeError:
+                    raise RequestFailed(f"unparsable SSE data: {data[:200]!r}",
+                                        started=bool(state.chunk_times)) from None
+                absorb(state, chunk, now, api)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise RequestFailed(f"cannot connect: {exc}", transient=True, connect=True) from None
+    except httpx.HTTPError as exc:
+        started = bool(state.chunk_times)
+        raise RequestFailed(f"{type(exc).__name__}: {exc}".rstrip(": "),
+                            transient=not started, started=started) from None
+    if state.finish is None:
+        raise RequestFailed("the stream ended without a finish reason"
+                            + ("" if state.done else " or [DONE]")
+                            + " (llama_cpp.server cuts a stream short when another request "
+                            "arrives unless started with --interrupt_requests false)",
+                            started=bool(state.chunk_times))
+    return state
+
+
+# -- what the server says about itself ---------------------------------------------------
+
+
+async def reachable(url: str, headers: Mapping[str, str]) -> bool:
+    try:
+        async with httpx.AsyncClient(headers=headers, timeout=3.0) as c:
+            await c.get(url + "/v1/models")
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+def pick_model(requested: str, served: list[str]) -> str:
+    if requested in served:
+        return requested
+    if len(served) == 1:
+        return served[0]
+    if not served:
+        raise AbgateError("the server lists no model at /v1/models")
+    want = f"--model {requested!r} is not served" if requested else "no --model given"
+    raise UsageError(f"{want}; the server offers: {', '.join(served)}")
+
+
+def server_version(c: httpx.Client) -> tuple[str | None, str]:
+    """(OpenAPI title, version): from ``/version`` (vLLM, SGLang) or ``/openapi.json``."""
+    title = None
+    with suppress_http():
+        resp = c.get("/version")
+        if resp.status_code == 200 and resp.json().get("version"):
+            version = str(resp.json()["version"])
+            with suppress_http():
+                title = c.get("/openapi.json").json().get("info", {}).get("title")
+            return title, version
+    with suppress_http():
+        info = c.get("/openapi.json").json().get("info", {})
+        return info.get("title"), str(info.get("version") or "unknown")
+    return title, "unknown"
+
+
+def suppress_http() -> contextlib.suppress:
+    return contextlib.suppress(httpx.HTTPError, ValueError, AttributeError)

@@ -1,0 +1,305 @@
+"""Managed inference servers: ``--launch "CMD ... --port {port}"``.
+
+A launched server runs in its own process group on a free loopback port, writes its
+log into the run directory, and is waited for until ``/v1/models`` answers (and
+``/health``, where the server has one, is not failing). Stopping it is verified, not
+assumed: SIGTERM to the group, SIGKILL after a grace period, then a check that no
+process of its tree survives, that its port is free again and, where NVIDIA GPUs are
+visible through NVML, that device memory is back near its pre-launch level. The
+result of those checks is the *cleanup evidence* that ends up in ``run.json``.
+
+Safety nets: :meth:`ManagedServer.stop` is idempotent and also registered with
+``atexit``; on Linux the server's leader gets ``PR_SET_PDEATHSIG`` so it is told to
+stop if abgate itself is killed outright.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from abgate.engines.server_cleanup import (
+    HOST,
+    ProcessTracker,
+    free_port,
+    gpu_memory,
+    gpu_returned,
+    port_is_free,
+)
+from abgate.errors import AbgateError, UsageError
+
+PLACEHOLDERS = ("{port}", "{model}", "{host}", "{api_key}")
+_PR_SET_PDEATHSIG = 1
+
+
+# -- command line ---------------------------------------------------------------------
+
+
+def arg_flags(args: Mapping[str, Any], bool_style: str) -> list[str]:
+    """``--engine-arg`` pairs as server flags: ``--key value``.
+
+    Booleans: ``bool_style="flag"`` gives ``--key`` / ``--no-key`` (vLLM's convention);
+    ``"value"`` gives ``--key true`` / ``--key false`` (``llama_cpp.server``). Lists
+    become one flag followed by each item; objects are passed as JSON; ``null`` omits
+    the flag. Keys are used as written (vLLM and SGLang use dashes, llama_cpp.server
+    underscores).
+    """
+    out: list[str] = []
+    for key, value in args.items():
+        flag = f"--{key}"
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            if bool_style == "value":
+                out += [flag, "true" if value else "false"]
+            else:
+                out.append(flag if value else f"--no-{key}")
+        elif isinstance(value, list | tuple):
+            out += [flag, *(_scalar(v) for v in value)]
+        else:
+            out += [flag, _scalar(value)]
+    return out
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def detect_bool_style(argv: Sequence[str]) -> str:
+    """``value`` for llama_cpp.server (its booleans take an argument), else ``flag``."""
+    return "value" if any("llama_cpp.server" in a for a in argv) else "flag"
+
+
+def build_command(template: str, *, port: int, model: str, args: Mapping[str, Any],
+                  bool_style: str = "auto",
+                  api_key: str | None = None) -> tuple[list[str], list[str]]:
+    """The argv to run and the argv to record (the API key redacted).
+
+    ``{port}`` is required; ``{model}``, ``{host}`` and ``{api_key}`` are optional.
+    Placeholders are replaced textually, so JSON braces elsewhere are left alone.
+    """
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise UsageError(f"--launch: cannot split the command: {exc}") from None
+    if not words:
+        raise UsageError("--launch: empty command")
+    if not any("{port}" in w for w in words):
+        raise UsageError("--launch: the command must contain {port} (abgate picks a free "
+                         "loopback port)")
+    if not model and any("{model}" in w for w in words):
+        raise UsageError("--launch uses {model} but no --model was given")
+    if api_key is None and any("{api_key}" in w for w in words):
+        raise UsageError("--launch uses {api_key} but no --api-key-env was given")
+    style = detect_bool_style(words) if bool_style == "auto" else bool_style
+    flags = arg_flags(args, style)
+
+    def fill(word: str, key: str) -> str:
+        return (word.replace("{port}", str(port)).replace("{model}", model)
+                .replace("{host}", HOST).replace("{api_key}", key))
+
+    run = [fill(w, api_key or "") for w in words] + flags
+    shown = [fill(w, "<redacted>") for w in words] + flags
+    return run, shown
+
+
+def server_name(argv: Sequence[str]) -> str:
+    """A short name for log files: the ``-m`` module's package, the script run by
+    Python, or the program name."""
+    if "-m" in argv[:-1]:
+        return argv[argv.index("-m") + 1].split(".")[0]
+    if Path(argv[0]).name.startswith("python") and len(argv) > 1 \
+            and not argv[1].startswith("-"):
+        return Path(argv[1]).stem
+    return Path(argv[0]).name or "server"
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+# -- the managed server ---------------------------------------------------------------
+
+
+class ManagedServer:
+    """One launched server process group. Construct = start."""
+
+    def __init__(self, argv: Sequence[str], shown: Sequence[str], port: int, log_path: Path,
+                 grace_s: float = 10.0) -> None:
+        self.argv, self.shown, self.port = list(argv), list(shown), port
+        self.log_path, self.grace_s = log_path, grace_s
+        self.base_url = f"http://{HOST}:{port}"
+        self.evidence: dict[str, Any] | None = None
+        self._gpu_before = gpu_memory()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log: IO[bytes] = log_path.open("ab")
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        self._log.write(f"# abgate {stamp}: launching {shlex.join(self.shown)}\n".encode())
+        self._log.flush()
+        self._t_start = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
+        except OSError as exc:
+            self._log.close()
+            raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
+        self.tracker = ProcessTracker(self.proc.pid, self.proc.pid)
+        self.tracker.refresh()
+        atexit.register(self.stop)
+
+    # -- state ----------------------------------------------------------------------
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def died_within(self, timeout: float) -> bool:
+        """Whether the leader has exited, waiting up to ``timeout`` for it to do so."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def log_tail(self, lines: int = 6, width: int = 600) -> str:
+        """The server log's last non-empty lines, joined into one line."""
+        try:
+            with self.log_path.open("rb") as f:
+                f.seek(max(0, self.log_path.stat().st_size - 16384))
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+        kept = [ln.strip() for ln in text.splitlines()
+                if ln.strip() and not ln.startswith("# abgate")][-lines:]
+        return " | ".join(kept)[-width:] or "(empty log)"
+
+    def failure(self, what: str) -> AbgateError:
+        """An error naming the log and its tail, after stopping and verifying cleanup."""
+        tail = self.log_tail()
+        evidence = self.stop()
+        err = AbgateError(f"{what} (log: {self.log_path}); last lines: {tail}; "
+                          f"cleanup {'verified' if evidence['verified'] else 'NOT verified'}")
+        err.cleanup_evidence = evidence  # type: ignore[attr-defined]
+        return err
+
+    def wait_ready(self, timeout: float, headers: Mapping[str, str] | None = None) -> float:
+        """Wait until the server answers; returns the seconds it took."""
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=self.base_url, timeout=5.0, headers=headers) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise self.failure(f"the launched server exited with code {code} "
+                                       "before it was ready")
+                if _ready(client):
+                    self.tracker.refresh()
+                    return time.monotonic() - self._t_start
+                if time.monotonic() >= deadline:
+                    raise self.failure(f"the launched server was not ready after {timeout:g} s")
+                time.sleep(0.25)
+
+    # -- stopping -------------------------------------------------------------------
+
+    def stop(self) -> dict[str, Any]:
+        """Stop the process group and verify; idempotent (later calls return the same
+        evidence)."""
+        if self.evidence is not None:
+            return self.evidence
+        t0 = time.monotonic()
+        self.tracker.refresh()
+        exit_before = self.proc.poll()
+        signals: list[dict[str, Any]] = []
+        for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 10.0)):
+            if not self.tracker.survivors():
+                break
+            self.tracker.kill_all(sig)
+            signals.append({"signal": sig.name, "after_s": round(time.monotonic() - t0, 3)})
+            if self.tracker.wait_gone(wait):
+                break
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5.0)
+        self.evidence = self._verify(exit_before, signals, t0)
+        self._log.write(f"# abgate: stopped; cleanup {json.dumps(self.evidence)}\n".encode())
+        self._log.close()
+        atexit.unregister(self.stop)
+        return self.evidence
+
+    def _verify(self, exit_before: int | None, signals: list[dict[str, Any]],
+                t0: float) -> dict[str, Any]:
+        survivors = self.tracker.survivors()
+        deadline = time.monotonic() + 5.0
+        while not (free := port_is_free(self.port)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        gpu = gpu_returned(self._gpu_before)
+        verified = not survivors and free and gpu.get("returned", True) is not False
+        return {
+            "kind": "managed_server",
+            "command": self.shown,
+            "pid": self.proc.pid,
+            "pgid": self.proc.pid,
+            "port": self.port,
+            "log": str(self.log_path),
+            "exited_before_stop": exit_before is not None,
+            "exit_code": self.proc.returncode,
+            "signals": signals,
+            "grace_s": self.grace_s,
+            "stop_s": round(time.monotonic() - t0, 3),
+            "processes_tracked": len(self.tracker.seen),
+            "survivors": survivors,
+            "port_free": free,
+            "gpu": gpu,
+            "verified": verified,
+        }
+
+
+def _ready(client: httpx.Client) -> bool:
+    """``/v1/models`` lists a model and ``/health`` (where it exists) is not failing."""
+    try:
+        health = client.get("/health")
+        if health.status_code >= 500:
+            return False
+        models = client.get("/v1/models")
+        return models.status_code == 200 and bool(models.json().get("data"))
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+def launch(template: str, *, model: str, args: Mapping[str, Any], log_dir: Path | None,
+           ready_timeout: float, grace_s: float = 10.0, bool_style: str = "auto",
+           api_key: str | None = None,
+           headers: Mapping[str, str] | None = None) -> ManagedServer:
+    """Start a server from ``template`` and wait until it is ready. On failure the
+    process group is stopped and verified before the error is raised."""
+    port = free_port()
+    argv, shown = build_command(template, port=port, model=model, args=args,
+                                bool_style=bool_style, api_key=api_key)
+    if log_dir is None:
+        import tempfile
+
+        log_dir = Path(tempfile.gettempdir())
+    server = ManagedServer(argv, shown, port, log_dir / f"server-{server_name(argv)}.log",
+                           grace_s)
+    try:
+        server.wait_ready(ready_timeout, headers)
+    except BaseException:
+        server.stop()
+        raise
+    return server

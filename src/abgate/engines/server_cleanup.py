@@ -1,0 +1,166 @@
+"""Verifying that a stopped server (or an in-process engine's workers) left nothing
+behind: processes, listening ports, GPU memory.
+
+:class:`ProcessTracker` remembers every process seen in a server's tree or process
+group, so survivors are found even after their parent died and they were re-parented
+(or left the group with ``setsid``). Ports are checked by binding them (TIME_WAIT
+leftovers do not count). GPU memory is read through NVML (``pynvml`` from
+``nvidia-ml-py``) where it is installed and a driver is present; otherwise the
+evidence says why it was not checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import psutil
+
+HOST = "127.0.0.1"
+GPU_TOLERANCE_BYTES = 256 << 20
+
+
+def free_port() -> int:
+    """A currently free loopback TCP port (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` (TIME_WAIT leftovers do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _alive(pid: int, created: float) -> bool:
+    """The process ``pid`` started at ``created`` still runs (a zombie does not)."""
+    try:
+        p = psutil.Process(pid)
+        return bool(p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+class ProcessTracker:
+    """Remembers every process seen in a tree or process group, so that survivors can
+    be found even after their parent died and they were re-parented."""
+
+    def __init__(self, root_pid: int, pgid: int | None) -> None:
+        self.root_pid, self.pgid = root_pid, pgid
+        self.seen: dict[int, tuple[float, str]] = {}
+
+    def refresh(self) -> None:
+        found: list[psutil.Process] = []
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.root_pid)
+            found += [root, *root.children(recursive=True)]
+        if self.pgid is not None:
+            for p in psutil.process_iter():
+                with contextlib.suppress(OSError, psutil.Error):
+                    if os.getpgid(p.pid) == self.pgid:
+                        found.append(p)
+        for p in found:
+            with contextlib.suppress(psutil.Error):
+                if p.pid not in self.seen:
+                    self.seen[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200])
+
+    def survivors(self) -> list[dict[str, Any]]:
+        return [{"pid": pid, "cmd": cmd} for pid, (ct, cmd) in self.seen.items()
+                if _alive(pid, ct)]
+
+    def kill_all(self, sig: int) -> None:
+        if self.pgid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.pgid, sig)
+        for pid, (ct, _) in self.seen.items():
+            if _alive(pid, ct):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, sig)
+
+    def wait_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self.survivors():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+
+def gpu_memory() -> dict[str, Any]:
+    """Used memory per NVIDIA device through NVML, or why it could not be read."""
+    try:
+        import pynvml
+    except ImportError:
+        return {"available": False, "reason": "pynvml (nvidia-ml-py) is not installed"}
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVML raises its own error types
+        return {"available": False, "reason": f"NVML unavailable: {exc}"}
+    try:
+        used = [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used)
+                for i in range(pynvml.nvmlDeviceGetCount())]
+    finally:
+        pynvml.nvmlShutdown()
+    if not used:
+        return {"available": False, "reason": "NVML sees no device"}
+    return {"available": True, "used_bytes": used}
+
+
+def gpu_returned(before: Mapping[str, Any], wait_s: float = 30.0,
+                 tolerance: int = GPU_TOLERANCE_BYTES) -> dict[str, Any]:
+    """Wait until every device's used memory is back within ``tolerance`` of ``before``."""
+    if not before.get("available"):
+        return {"checked": False, "reason": before.get("reason")}
+    deadline = time.monotonic() + wait_s
+    while True:
+        after = gpu_memory()
+        ok = after.get("available") and all(
+            a <= b + tolerance
+            for a, b in zip(after["used_bytes"], before["used_bytes"], strict=False))
+        if ok or time.monotonic() >= deadline:
+            return {"checked": True, "returned": bool(ok),
+                    "before_bytes": before["used_bytes"],
+                    "after_bytes": after.get("used_bytes"),
+                    "tolerance_bytes": tolerance}
+        time.sleep(0.5)
+
+
+def child_pids() -> set[int]:
+    """PIDs of every descendant of this process."""
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def running(p: psutil.Process) -> bool:
+    try:
+        return bool(p.is_running() and p.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def verify_children_gone(before: set[int]) -> dict[str, Any]:
+    """Worker processes vLLM started (engine core, TP workers) must be gone after close;
+    stragglers get SIGTERM, then SIGKILL, and are reported."""
+    spawned = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    deadline = time.monotonic() + 10.0
+    while any(running(p) for p in spawned) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    signals = []
+    for sig in ("terminate", "kill"):
+        alive = [p for p in spawned if running(p)]
+        for p in alive:
+            signals.append({"pid": p.pid, "signal": sig})
+            with contextlib.suppress(psutil.Error):
+                getattr(p, sig)()
+        psutil.wait_procs(alive, timeout=5.0)
+    return {"kind": "in_process", "pid": os.getpid(), "workers_seen": len(spawned),
+            "signals": signals, "survivors": [p.pid for p in spawned if running(p)]}

@@ -1,0 +1,388 @@
+"""vLLM in-process (engine ``vllm``; ``pip install 'abgate[vllm]'``).
+
+``vllm.LLM(model, **engine_args)`` is loaded once and kept resident. Requests go
+through the engine's own step loop (``llm_engine.add_request`` / ``step``), at most
+``concurrency`` in flight (engine option, default 1), so each new output token gets a
+``perf_counter`` timestamp at the step that produced it (tokens of one step share
+it). Chat messages are rendered with the model's tokenizer chat template and sent as
+token IDs, so the prompt IDs are exact; output token IDs come from the engine.
+
+Engine args are validated against the fields of ``vllm.engine.arg_utils.EngineArgs``
+(read from the installed vLLM, so they track its version). The effective
+configuration (dtype, KV-cache dtype, TP/PP sizes, max model length, prefix caching,
+graph mode) is read back from the engine after load. Only this module imports vLLM,
+and only when the engine is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import gc
+import time
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from abgate.engines import server_cleanup as srv
+from abgate.engines.args import ArgSpec
+from abgate.engines.base import (
+    Capabilities,
+    EngineInfo,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    OnResult,
+    SamplingParams,
+)
+from abgate.errors import AbgateError, UsageError
+
+NAME = "vllm"
+INSTALL_HINT = "the vllm engine needs vLLM: pip install 'abgate[vllm]' (on a machine vLLM supports)"
+_EXCLUDED = frozenset({"model"})  # given with --model
+_OPTIONS = frozenset({"concurrency"})
+DEFAULTS: Mapping[str, Any] = {"seed": 0}
+
+
+# -- engine-arg specs from vLLM's EngineArgs dataclass ---------------------------------
+
+
+def spec_for(name: str, annotation: Any, help_text: str = "") -> ArgSpec:
+    """An :class:`ArgSpec` for one dataclass field's type annotation."""
+    nullable = False
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        nullable = len(members) < len(typing.get_args(annotation))
+        if len(members) != 1:
+            return ArgSpec(name, object, help_text, nullable=True)
+        annotation = members[0]
+        origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        values = typing.get_args(annotation)
+        if all(isinstance(v, str) for v in values):
+            return ArgSpec(name, str, help_text, nullable, {v.lower(): v for v in values})
+        return ArgSpec(name, object, help_text, nullable=True)
+    if annotation in (bool, int, float, str):
+        return ArgSpec(name, annotation, help_text, nullable)
+    if origin in (list, tuple, set, frozenset) or annotation in (list, tuple):
+        return ArgSpec(name, list, help_text, nullable)
+    if origin in (dict, Mapping) or annotation is dict:
+        return ArgSpec(name, dict, help_text, nullable)
+    return ArgSpec(name, object, help_text, nullable=True)  # config objects, enums, ...
+
+
+def specs_from_dataclass(cls: type, exclude: frozenset[str] = _EXCLUDED) -> dict[str, ArgSpec]:
+    """One spec per dataclass field, from its resolved type hints where they resolve."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolvable forward references: fall back to raw annotations
+        hints = {}
+    specs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in exclude or f.name.startswith("_"):
+            continue
+        annotation = hints.get(f.name, f.type)
+        if isinstance(annotation, str):
+            annotation = _SIMPLE.get(annotation.replace(" ", ""), Any)
+        specs[f.name] = spec_for(f.name, annotation)
+    return specs
+
+
+_SIMPLE: Mapping[str, Any] = {
+    "bool": bool, "int": int, "float": float, "str": str,
+    "Optional[bool]": bool | None, "Optional[int]": int | None, "Optional[float]": float | None,
+    "Optional[str]": str | None, "bool|None": bool | None, "int|None": int | None,
+    "float|None": float | None, "str|None": str | None,
+}
+
+
+class _EngineArgSpecs(Mapping[str, ArgSpec]):
+    """``ARG_SPECS``, built from the installed vLLM on first use."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ArgSpec] | None = None
+
+    def _load(self) -> dict[str, ArgSpec]:
+        if self._specs is None:
+            try:
+                from vllm.engine.arg_utils import EngineArgs
+            except ImportError:
+                raise UsageError(INSTALL_HINT) from None
+            self._specs = specs_from_dataclass(EngineArgs)
+        return self._specs
+
+    def __getitem__(self, key: str) -> ArgSpec:
+        return self._load()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+
+ARG_SPECS: Mapping[str, ArgSpec] = _EngineArgSpecs()
+
+
+# -- pure helpers -----------------------------------------------------------------------
+
+
+def sampling_kwargs(p: SamplingParams) -> dict[str, Any]:
+    """``vllm.SamplingParams`` keyword arguments: every knob explicit."""
+    return {
+        "n": 1,
+        "max_tokens": p.max_tokens,
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "top_k": p.top_k if p.top_k > 0 else -1,
+        "min_p": 0.0,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "repetition_penalty": 1.0,
+        "seed": p.seed,
+        "stop": list(p.stop),
+        "ignore_eos": p.ignore_eos,
+    }
+
+
+_EFFECTIVE = (  # (record key, config section, attribute)
+    ("dtype", "model_config", "dtype"),
+    ("max_model_len", "model_config", "max_model_len"),
+    ("quantization", "model_config", "quantization"),
+    ("enforce_eager", "model_config", "enforce_eager"),
+    ("seed", "model_config", "seed"),
+    ("revision", "model_config", "revision"),
+    ("kv_cache_dtype", "cache_config", "cache_dtype"),
+    ("enable_prefix_caching", "cache_config", "enable_prefix_caching"),
+    ("block_size", "cache_config", "block_size"),
+    ("gpu_memory_utilization", "cache_config", "gpu_memory_utilization"),
+    ("num_gpu_blocks", "cache_config", "num_gpu_blocks"),
+    ("tensor_parallel_size", "parallel_config", "tensor_parallel_size"),
+    ("pipeline_parallel_size", "parallel_config", "pipeline_parallel_size"),
+    ("data_parallel_size", "parallel_config", "data_parallel_size"),
+    ("distributed_executor_backend", "parallel_config", "distributed_executor_backend"),
+    ("compilation_level", "compilation_config", "level"),
+    ("compilation_mode", "compilation_config", "mode"),
+    ("cudagraph_mode", "compilation_config", "cudagraph_mode"),
+    ("max_num_seqs", "scheduler_config", "max_num_seqs"),
+    ("max_num_batched_tokens", "scheduler_config", "max_num_batched_tokens"),
+)
+
+
+def jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return str(value)  # torch.dtype and other objects
+
+
+def effective_config(engine: Any) -> dict[str, Any]:
+    """The configuration the engine actually runs with, read back after load."""
+    cfg = getattr(engine, "vllm_config", None)
+    out: dict[str, Any] = {}
+    for key, section, attr in _EFFECTIVE:
+        obj = getattr(cfg, section, None) or getattr(engine, section, None)
+        if obj is not None and hasattr(obj, attr):
+            out[key] = jsonable(getattr(obj, attr))
+    eager = out.get("enforce_eager")
+    out["graph_mode"] = "eager" if eager else (out.get("cudagraph_mode") or "cuda graphs")
+    return out
+
+
+# -- the module API -----------------------------------------------------------------------
+
+
+def resolve_model(model: str | None) -> str:
+    if not model:
+        raise UsageError("the vllm engine needs --model (a Hugging Face model id or a local "
+                         "model directory)")
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+         run_dir: Path | None = None) -> VllmEngine:
+    options = dict(options or {})
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise UsageError(f"the vllm engine takes only --concurrency (got {', '.join(unknown)})")
+    concurrency = options.get("concurrency", 1)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise UsageError(f"--concurrency must be an integer >= 1, got {concurrency!r}")
+    return VllmEngine(model, args, concurrency)
+
+
+class VllmEngine:
+    """vLLM, resident in this process."""
+
+    capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
+                                chat_template=True, concurrent=True, engine_timings=False)
+
+    def __init__(self, model: str, args: Mapping[str, Any], concurrency: int = 1) -> None:
+        try:
+            import vllm
+        except ImportError:
+            raise UsageError(INSTALL_HINT) from None
+        self._vllm, self.model, self.concurrency = vllm, model, concurrency
+        self.requested = {**DEFAULTS, **args}
+        self.cleanup_evidence: dict[str, Any] | None = None
+        self._gpu_before = srv.gpu_memory()
+        self._children_before = srv.child_pids()
+        try:
+            self._llm: Any = vllm.LLM(model=model, **self.requested)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise AbgateError(f"vLLM could not load {model}: {exc}") from None
+        self._tokenizer = self._llm.get_tokenizer()
+        self._seq = 0
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def render_prompt(self, messages: Sequence[Message]) -> list[int]:
+        ids = self._tokenizer.apply_chat_template([dict(m) for m in messages],
+                                                  add_generation_prompt=True, tokenize=True)
+        return [int(i) for i in ids]
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 on_result: OnResult | None = None) -> list[GenerationResult]:
+        results: dict[str, GenerationResult] = {}
+        pending = list(requests)
+        live: dict[str, _Live] = {}
+        engine = self._llm.llm_engine
+        while pending or live:
+            while pending and len(live) < self.concurrency:
+                self._submit(engine, pending.pop(0), live, results, on_result)
+            if not live:
+                continue
+            for out in engine.step():
+                now = time.perf_counter()
+                rid = _our_id(str(out.request_id), live)
+                if rid is None:
+                    continue
+                state = live[rid]
+                state.update(out, now)
+                if out.finished:
+                    del live[rid]
+                    results[state.req.id] = state.result(out)
+                    if on_result is not None:
+                        on_result(results[state.req.id])
+        return [results[r.id] for r in requests]
+
+    def describe(self) -> EngineInfo:
+        effective = {"requested_engine_args": {k: jsonable(v) for k, v in self.requested.items()},
+                     "concurrency": self.concurrency,
+                     **effective_config(self._llm.llm_engine)}
+        return EngineInfo(name=NAME, version=str(getattr(self._vllm, "__version__", "unknown")),
+                          model=self.model, effective_config=effective,
+                          capabilities=self.capabilities)
+
+    def close(self) -> None:
+        """Free the engine, its workers and GPU memory; record what was checked."""
+        if self.cleanup_evidence is not None:
+            return
+        llm, self._llm = getattr(self, "_llm", None), None
+        shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None),
+                           "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm
+        gc.collect()
+        _release_distributed()
+        self.cleanup_evidence = srv.verify_children_gone(self._children_before)
+        # this process keeps its CUDA context until it exits, hence the wider tolerance
+        self.cleanup_evidence["gpu"] = srv.gpu_returned(self._gpu_before,
+                                                        tolerance=2 << 30, wait_s=15.0)
+        self.cleanup_evidence["verified"] = (not self.cleanup_evidence["survivors"]
+                                             and self.cleanup_evidence["gpu"].get("returned",
+                                                                                  True))
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _submit(self, engine: Any, req: GenerationRequest, live: dict[str, _Live],
+                results: dict[str, GenerationResult], on_result: OnResult | None) -> None:
+        t_submit = time.perf_counter()
+        try:
+            prompt_ids = self._prompt_ids(req)
+            params = self._vllm.SamplingParams(**sampling_kwargs(req.params))
+            self._seq += 1
+            rid = f"abgate-{self._seq}"
+            engine.add_request(rid, {"prompt_token_ids": prompt_ids}, params)
+        except Exception as exc:  # one bad request must not end the run
+            results[req.id] = GenerationResult(
+                request_id=req.id, text="", finish_reason="error", prompt_tokens=0,
+                output_tokens=0, output_token_ids=None, t_submit=t_submit, t_first_token=None,
+                t_last_token=None, error=f"{type(exc).__name__}: {exc}")
+            if on_result is not None:
+                on_result(results[req.id])
+            return
+        live[rid] = _Live(req, prompt_ids, t_submit)
+
+    def _prompt_ids(self, req: GenerationRequest) -> list[int]:
+        if req.prompt_token_ids is not None:
+            return list(req.prompt_token_ids)
+        if req.messages is not None:
+            return self.render_prompt(req.messages)
+        assert req.prompt is not None
+        return [int(i) for i in self._tokenizer.encode(req.prompt)]
+
+
+@dataclasses.dataclass
+class _Live:
+    """One request in flight: its new tokens get the time of the step that made them."""
+
+    req: GenerationRequest
+    prompt_ids: list[int]
+    t_submit: float
+    times: list[float] = dataclasses.field(default_factory=list)
+
+    def update(self, out: Any, now: float) -> None:
+        n = len(out.outputs[0].token_ids)
+        self.times += [now] * (n - len(self.times))
+
+    def result(self, out: Any) -> GenerationResult:
+        comp = out.outputs[0]
+        ids = [int(i) for i in comp.token_ids]
+        finish = {"stop": "stop", "length": "length"}.get(str(comp.finish_reason))
+        return GenerationResult(
+            request_id=self.req.id, text=comp.text, finish_reason=finish or "error",  # type: ignore[arg-type]
+            error=None if finish else f"vLLM finish_reason {comp.finish_reason!r}",
+            prompt_tokens=len(self.prompt_ids), output_tokens=len(ids), output_token_ids=ids,
+            prompt_token_ids=self.prompt_ids, t_submit=self.t_submit,
+            t_first_token=self.times[0] if self.times else None,
+            t_last_token=self.times[-1] if self.times else None, token_times=list(self.times))
+
+
+def _our_id(rid: str, live: Mapping[str, _Live]) -> str | None:
+    """Our request ID for an output (some vLLM versions add a suffix to it)."""
+    if rid in live:
+        return rid
+    return next((k for k in live if rid.startswith(k + "-")), None)
+
+
+def _release_distributed() -> None:
+    """vLLM's documented teardown of its distributed state, then the CUDA cache."""
+    try:
+        from vllm.distributed.parallel_state import (
+            destroy_distributed_environment,
+            destroy_model_parallel,
+        )
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception:  # older/newer layouts, or nothing was initialised
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:
+        pass

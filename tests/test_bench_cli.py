@@ -1,0 +1,73 @@
+"""``abgate bench`` end to end, as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from tests.conftest import abgate, read_lines
+
+SMALL = ("--input-len", "64", "--output-len", "16", "--repeats", "2", "--peak-bw", "10",
+         "--engine-arg", "n_ctx=256")
+
+
+def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:
+    out = tmp_path / "B"
+    r = abgate("bench", *SMALL, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["kind"] == "bench" and run["schema_version"] == 1
+    assert run["status"] == "complete" and run["engine"]["name"] == "llamacpp"
+    assert run["spec"]["model"]["sha256"] and run["host"]["cores_logical"] >= 1
+    assert "git" in run and run["config"]["input_lens"] == [64]
+    samples = read_lines(out / "samples.jsonl")
+    assert [s["warmup"] for s in samples] == [True, False, False]
+    summary = json.loads((out / "summary.json").read_text())
+    case = summary["cases"][0]
+    assert summary["kind"] == "bench" and summary["status"] == "complete"
+    assert case["n"] == 2 and case["outputs_identical"] and len(case["output_token_ids"]) == 16
+    roof = case["roofline"]
+    assert roof["peak_gbps"] == 10 and roof["achieved_gbps"] > 0
+    assert summary["peak_bandwidth"]["source"].startswith("declared")
+    assert summary["resources"]["peak_rss_bytes"] > 0 and summary["probes"] is None
+    for text in ("prefill tok/s", "TTFT ms", "steady decode tok/s", "TPOT ms", "llamacpp",
+                 "abgate/engine", case["prompt_sha256"], case["output_sha256"], "roofline",
+                 "peak RSS"):
+        assert text in r.stdout, text
+
+    again = abgate("bench", *SMALL, "-o", str(tmp_path / "B2"))
+    assert again.returncode == 0, again.stderr
+    case2 = json.loads((tmp_path / "B2" / "summary.json").read_text())["cases"][0]
+    assert case2["prompt_sha256"] == case["prompt_sha256"]
+    assert case2["output_sha256"] == case["output_sha256"]
+
+    refused = abgate("bench", *SMALL, "-o", str(out))
+    assert refused.returncode == 2 and "not empty" in refused.stderr
+
+
+def test_one_token_past_the_context_is_a_usage_error(tmp_path: Path) -> None:
+    out = tmp_path / "B"
+    r = abgate("bench", "--input-len", "241", "--output-len", "16", "--engine-arg", "n_ctx=256",
+               "-o", str(out))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "n_ctx=256" in lines[0] and "240" in lines[0]
+    assert not out.exists()
+
+
+def test_wrong_prompt_sha_refuses_to_run(tmp_path: Path) -> None:
+    r = abgate("bench", "--input-len", "32", "--output-len", "4", "--engine-arg", "n_ctx=256",
+               "--expect-prompt-sha", "ab" * 32, "-o", str(tmp_path / "B"))
+    assert r.returncode == 2 and "refusing to run" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "B").exists()
+
+
+def test_bad_options_fail_fast(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    for args in (("--input-len", "12k"), ("--output-len", "1"), ("--repeats", "0"),
+                 ("--engine-arg", "n_ctxx=5"), ("--probes", "--probe-depth", "2")):
+        r = abgate("bench", *args, "-o", str(tmp_path / "B"))
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "B").exists()

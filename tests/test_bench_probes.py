@@ -1,0 +1,113 @@
+"""Health probes and the bandwidth roofline."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from abgate.bench.probes import (
+    arithmetic_probe,
+    copy_probe,
+    default_probes,
+    evaluate,
+    needle_probe,
+    run_probes,
+)
+from abgate.bench.roofline import (
+    ModelBytes,
+    gguf_model_bytes,
+    measure_peak_bandwidth,
+    model_bytes_for,
+    roofline,
+)
+from abgate.engines import llamacpp
+from abgate.engines.base import FinishReason, GenerationResult
+from abgate.errors import UsageError
+
+
+@pytest.fixture(scope="module")
+def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
+    e = llamacpp.load(model_path, {"n_ctx": 512})
+    yield e
+    e.close()
+
+
+def _res(text: str, finish: FinishReason = "stop", n: int = 5) -> GenerationResult:
+    return GenerationResult(request_id="p", text=text, finish_reason=finish, prompt_tokens=20,
+                            output_tokens=n, output_token_ids=None, t_submit=0.0,
+                            t_first_token=None, t_last_token=None)
+
+
+def test_probe_checks() -> None:
+    a = arithmetic_probe(0)
+    total = int(a.params["a"]) + int(a.params["b"])
+    assert a.expected == str(total) and str(a.params["a"]) in a.messages[0]["content"]
+    assert evaluate(a, _res(f"{a.params['a']} + {a.params['b']} = {total}")).passed
+    wrong = evaluate(a, _res(f"The answer is {total + 1}."))
+    assert not wrong.passed and wrong.natural_eos and wrong.reason == "wrong answer"
+    cut = evaluate(a, _res(str(total), "length", 32))
+    assert not cut.passed and cut.correct and "no natural EOS" in cut.reason
+    c = copy_probe(3)
+    assert c == copy_probe(3) and c.expected in c.messages[0]["content"]
+    assert evaluate(c, _res(f"Here it is: {c.expected}")).passed
+    assert not evaluate(c, _res(c.expected.lower())).passed
+    err = evaluate(c, dataclasses.replace(_res(""), finish_reason="error", error="boom"))
+    assert not err.passed and err.reason == "engine error: boom"
+
+
+def test_needle_is_planted_at_depth(engine: llamacpp.LlamaCppEngine) -> None:
+    for depth in (0.0, 0.5, 1.0):
+        p = needle_probe(engine.tokenize, 300, depth)
+        body = p.messages[0]["content"].split("\n\nWhat is the secret key")[0]
+        at = body.index(f"The secret key is {p.expected}.") / len(body)
+        assert abs(at - depth) < 0.15
+        assert abs(len(engine.tokenize(p.messages[0]["content"])) - 300) < 20
+    with pytest.raises(UsageError):
+        needle_probe(engine.tokenize, 300, 1.5)
+
+
+def test_probes_run_and_report(engine: llamacpp.LlamaCppEngine) -> None:
+    lines: list[dict[str, object]] = []
+    probes = default_probes(engine.tokenize, needle_len=200)
+    results = run_probes(engine, probes, 512, on_sample=lines.append)
+    assert [r.name for r in results] == ["arithmetic", "copy", "needle"]
+    for r in results:
+        assert r.passed == (r.natural_eos and r.correct)
+        assert r.output_tokens > 0 and r.prompt_tokens > 0 and r.reason
+    assert [line["kind"] for line in lines] == ["probe"] * 3
+    wrong = dataclasses.replace(probes[0], expected="-12345")
+    bad = run_probes(engine, [wrong], 512)[0]
+    assert not bad.passed and "wrong answer" in bad.reason
+    with pytest.raises(UsageError, match="n_ctx=128"):
+        run_probes(engine, [needle_probe(engine.tokenize, 200)], 128)
+
+
+def test_model_bytes_from_gguf(model_path: str) -> None:
+    mb = gguf_model_bytes(model_path)
+    assert mb.source == "gguf tensors" and mb.tied_embedding is True  # SmolLM2 ties them
+    assert mb.weights_bytes is not None and mb.embedding_bytes is not None
+    assert 0.5e8 < mb.weights_bytes < 1.0e8
+    # 30 layers x 3 KV heads x 64 dims x (K + V) x 2 bytes (f16)
+    assert mb.kv_bytes_per_position == 30 * 3 * 64 * 2 * 2
+    assert gguf_model_bytes(model_path, "q8_0", "q8_0").kv_bytes_per_position == pytest.approx(
+        30 * 3 * 64 * 2 * 34 / 32)
+    declared = model_bytes_for({"model": model_path, "effective_config": {}}, 123)
+    assert declared.weights_bytes == 123 and declared.source == "declared"
+    assert model_bytes_for({"model": "not-a-file"}).weights_bytes is None
+
+
+def test_roofline_math() -> None:
+    mb = ModelBytes(100_000_000, "declared", kv_bytes_per_position=1000.0)
+    r = roofline(mb, 50.0, 2000.0, 10.0)
+    assert r["kv_bytes_per_token"] == 2_000_000
+    assert r["achieved_gbps_weights"] == pytest.approx(5.0)
+    assert r["achieved_gbps"] == pytest.approx(5.1)
+    assert r["fraction_of_peak"] == pytest.approx(0.51)
+    assert roofline(ModelBytes(None, "unknown"), 50.0, 10.0, 10.0)["achieved_gbps"] is None
+
+
+def test_bandwidth_probe_is_quick_and_positive() -> None:
+    bw = measure_peak_bandwidth(size_mib=16, repeats=1)
+    assert bw["gbps"] > 0 and bw["source"] == "probe estimate" and bw["threads"] >= 1

@@ -1,0 +1,248 @@
+"""The in-process vLLM engine.
+
+Everything that does not need vLLM runs everywhere: engine-arg specs built from a
+dataclass, sampling parameters, the effective-config reader, and the step loop against
+a stand-in ``vllm`` module. The tests marked "real" need vLLM itself (a supported GPU
+platform) and are skipped elsewhere with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+
+from abgate.engines import vllm as ve
+from abgate.engines.args import validate_args
+from abgate.engines.base import Engine, GenerationRequest, SamplingParams
+from abgate.errors import UsageError
+
+VLLM_MISSING = ("vLLM is not installed (it needs a supported GPU platform): "
+                "pip install 'abgate[vllm]'")
+
+
+# -- engine-arg specs -------------------------------------------------------------------
+
+
+class Backend(enum.Enum):
+    RAY = "ray"
+
+
+@dataclasses.dataclass
+class FakeEngineArgs:
+    model: str = "m"
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
+    max_model_len: int | None = None
+    dtype: Literal["auto", "half", "bfloat16", "float32"] = "auto"
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e5m2"] = "auto"
+    hf_overrides: dict[str, Any] | None = None
+    cuda_graph_sizes: list[int] = dataclasses.field(default_factory=list)
+    distributed_executor_backend: str | Backend | None = None
+    compilation_config: Any = None
+
+
+def test_specs_from_dataclass_validate_like_vllm() -> None:
+    specs = ve.specs_from_dataclass(FakeEngineArgs)
+    assert "model" not in specs  # given with --model
+    got = validate_args("vllm", {"tensor_parallel_size": 2, "gpu_memory_utilization": 1,
+                                 "dtype": "BFloat16", "max_model_len": None,
+                                 "cuda_graph_sizes": [1, 2], "hf_overrides": {"a": 1},
+                                 "distributed_executor_backend": "ray",
+                                 "compilation_config": {"level": 3}}, specs)
+    assert got["dtype"] == "bfloat16" and got["gpu_memory_utilization"] == 1.0
+    with pytest.raises(UsageError, match="did you mean 'tensor_parallel_size'"):
+        validate_args("vllm", {"tensor_paralel_size": 2}, specs)
+    with pytest.raises(UsageError, match="'tensor_parallel_size' expects int"):
+        validate_args("vllm", {"tensor_parallel_size": "two"}, specs)
+    with pytest.raises(UsageError, match="unknown value 'fp4'"):
+        validate_args("vllm", {"kv_cache_dtype": "fp4"}, specs)
+    with pytest.raises(UsageError, match="expects bool"):
+        validate_args("vllm", {"enforce_eager": 1}, specs)
+
+
+def test_string_annotations_fall_back_sensibly() -> None:
+    ns: dict[str, Any] = {}
+    exec("from __future__ import annotations\nimport dataclasses\n"
+         "@dataclasses.dataclass\nclass A:\n"
+         "    n: int = 1\n    flag: Optional[bool] = None\n    cfg: SomeConfig = None\n", ns)
+    specs = ve.specs_from_dataclass(ns["A"])
+    assert specs["n"].kind is int and specs["flag"].kind is bool and specs["flag"].nullable
+    assert specs["cfg"].kind is object
+
+
+def test_sampling_is_explicit() -> None:
+    kw = ve.sampling_kwargs(SamplingParams(max_tokens=7, top_k=0, seed=5, stop=("\n\n",)))
+    assert kw == {"n": 1, "max_tokens": 7, "temperature": 0.0, "top_p": 1.0, "top_k": -1,
+                  "min_p": 0.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+                  "repetition_penalty": 1.0, "seed": 5, "stop": ["\n\n"], "ignore_eos": False}
+    assert ve.sampling_kwargs(SamplingParams(top_k=40))["top_k"] == 40
+
+
+def test_effective_config_is_read_back() -> None:
+    ns = types.SimpleNamespace
+    cfg = ns(model_config=ns(dtype=ns(__str__=None), max_model_len=4096, quantization=None,
+                             enforce_eager=False, seed=0, revision=None),
+             cache_config=ns(cache_dtype="fp8", enable_prefix_caching=True, block_size=16),
+             parallel_config=ns(tensor_parallel_size=4, pipeline_parallel_size=2,
+                                distributed_executor_backend=Backend.RAY),
+             compilation_config=ns(cudagraph_mode=Backend.RAY))
+    eff = ve.effective_config(ns(vllm_config=cfg))
+    assert eff["tensor_parallel_size"] == 4 and eff["pipeline_parallel_size"] == 2
+    assert eff["kv_cache_dtype"] == "fp8" and eff["enable_prefix_caching"] is True
+    assert eff["distributed_executor_backend"] == "RAY" and eff["graph_mode"] == "RAY"
+    assert isinstance(eff["dtype"], str) and eff["max_model_len"] == 4096
+    legacy = ve.effective_config(ns(model_config=ns(enforce_eager=True)))
+    assert legacy == {"enforce_eager": True, "graph_mode": "eager"}
+
+
+def test_bad_model_and_options() -> None:
+    with pytest.raises(UsageError, match="needs --model"):
+        ve.resolve_model(None)
+    assert ve.resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    with pytest.raises(UsageError, match="only --concurrency"):
+        ve.load("m", {}, {"endpoints": ["http://x"]})
+    with pytest.raises(UsageError, match="--concurrency must be"):
+        ve.load("m", {}, {"concurrency": 0})
+
+
+def test_rest_of_abgate_never_imports_vllm() -> None:
+    code = ("import sys, abgate.cli, abgate.runner, abgate.engines, abgate.engines.vllm, "
+            "abgate.engines.openai_compat; assert 'vllm' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_arg_specs_without_vllm_name_the_extra() -> None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(UsageError, match=r"abgate\[vllm\]"):
+            ve.ARG_SPECS.get("tensor_parallel_size")
+    else:
+        pytest.skip("vLLM is installed; the missing-vLLM message is not exercised")
+
+
+# -- the step loop, against a stand-in vllm module ----------------------------------------
+
+
+class _Tok:
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool,
+                            tokenize: bool) -> list[int]:
+        return [1, *[len(m["content"]) for m in messages], 2]
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+
+class _Core:
+    """Two tokens per step per request; the window is checked on every add."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, dict[str, Any]] = {}
+        self.max_live = 0
+
+    def add_request(self, rid: str, prompt: dict[str, list[int]], params: Any) -> None:
+        if params.kw["seed"] == 13:
+            raise ValueError("seed 13 is unlucky")
+        self.live[rid] = {"ids": [], "max": params.kw["max_tokens"]}
+        self.max_live = max(self.max_live, len(self.live))
+
+    def step(self) -> list[Any]:
+        outs = []
+        for rid, st in list(self.live.items()):
+            st["ids"] += [7, 8][: st["max"] - len(st["ids"])]
+            done = len(st["ids"]) >= st["max"]
+            comp = types.SimpleNamespace(token_ids=list(st["ids"]), text="ab" * len(st["ids"]),
+                                         finish_reason="length" if done else None)
+            outs.append(types.SimpleNamespace(request_id=rid, finished=done, outputs=[comp]))
+            if done:
+                del self.live[rid]
+        return outs
+
+
+@pytest.fixture()
+def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+    mod = types.ModuleType("vllm")
+    mod.__version__ = "0.0-fake"  # type: ignore[attr-defined]
+
+    class LLM:
+        def __init__(self, model: str, **kw: Any) -> None:
+            self.kw = kw
+            self.llm_engine = _Core()
+            self.llm_engine.vllm_config = types.SimpleNamespace(  # type: ignore[attr-defined]
+                parallel_config=types.SimpleNamespace(tensor_parallel_size=1))
+
+        def get_tokenizer(self) -> _Tok:
+            return _Tok()
+
+    class SP:
+        def __init__(self, **kw: Any) -> None:
+            self.kw = kw
+
+    mod.LLM, mod.SamplingParams = LLM, SP  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "vllm", mod)
+    yield mod
+
+
+def test_step_loop_window_timestamps_and_errors(fake_vllm: types.ModuleType) -> None:
+    engine = ve.load("some/model", {"tensor_parallel_size": 1}, {"concurrency": 2})
+    assert isinstance(engine, Engine)
+    reqs = [GenerationRequest(id=f"r{i}", messages=({"role": "user", "content": "hi"},),
+                              params=SamplingParams(max_tokens=3 + i, seed=13 if i == 2 else 0))
+            for i in range(4)]
+    seen: list[str] = []
+    results = engine.generate(reqs, on_result=lambda r: seen.append(r.request_id))
+    assert [r.request_id for r in results] == ["r0", "r1", "r2", "r3"] and len(seen) == 4
+    assert engine._llm.llm_engine.max_live == 2  # type: ignore[union-attr]
+    r0, r1, r2, r3 = results
+    assert r0.output_token_ids == [7, 8, 7] and r0.finish_reason == "length"
+    assert r0.prompt_token_ids == [1, 2, 2] and r0.prompt_tokens == 3
+    assert len(r0.token_times or []) == 3 and r0.token_times[0] == r0.token_times[1]  # type: ignore[index]
+    assert r2.finish_reason == "error" and "unlucky" in (r2.error or "")
+    assert r3.output_tokens == 6
+    info = engine.describe()
+    assert info.version == "0.0-fake" and info.effective_config["tensor_parallel_size"] == 1
+    assert info.effective_config["requested_engine_args"] == {"seed": 0, "tensor_parallel_size": 1}
+    engine.close()
+    engine.close()  # idempotent
+    ev = engine.cleanup_evidence
+    assert ev is not None and ev["verified"] and ev["survivors"] == [] and ev["workers_seen"] == 0
+
+
+# -- for real (needs vLLM) ----------------------------------------------------------------
+
+
+def test_real_engine_args_come_from_vllm() -> None:
+    pytest.importorskip("vllm", reason=VLLM_MISSING)
+    assert ve.ARG_SPECS["tensor_parallel_size"].kind is int
+    assert ve.ARG_SPECS["enable_prefix_caching"].kind is bool
+
+
+def test_real_generation_and_cleanup(tmp_path: Path) -> None:
+    pytest.importorskip("vllm", reason=VLLM_MISSING)
+    model = os.environ.get("ABGATE_VLLM_MODEL")
+    if not model:
+        pytest.skip("set ABGATE_VLLM_MODEL to a small model (id or directory) to run vLLM")
+    engine = ve.load(model, {"max_model_len": 1024, "enforce_eager": True}, {"concurrency": 2})
+    try:
+        reqs = [GenerationRequest(id=str(i), params=SamplingParams(max_tokens=16, seed=i),
+                                  messages=({"role": "user", "content": "What is 2 + 3?"},))
+                for i in range(2)]
+        a = engine.generate(reqs)
+        b = engine.generate(reqs)
+        assert [r.output_token_ids for r in a] == [r.output_token_ids for r in b]  # greedy
+        assert all(r.t_first_token and r.output_tokens > 0 for r in a)
+        eff = engine.describe().effective_config
+        assert eff["max_model_len"] == 1024 and eff["graph_mode"] == "eager"
+    finally:
+        engine.close()
+    assert engine.cleanup_evidence is not None and engine.cleanup_evidence["survivors"] == []
