@@ -68,3 +68,11 @@ def test_secrets_are_redacted() -> None:
     env = {"HF_TOKEN": "abc", "OPENAI_API_KEY": "sk", "DB_PASSWORD": "p", "OMP_NUM_THREADS": "2"}
     assert redact_env(env) == {"HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>",
                                "DB_PASSWORD": "<redacted>", "OMP_NUM_THREADS": "2"}
+
+
+def test_argv_secrets_are_redacted() -> None:
+    from abgate.engines.args import redact_argv
+
+    argv = ["serve", "--api-key", "sk-123", "--hf-token=abc", "--port", "8000", "--model", "m"]
+    assert redact_argv(argv) == ["serve", "--api-key", "<redacted>", "--hf-token=<redacted>",
+                                 "--port", "8000", "--model", "m"]

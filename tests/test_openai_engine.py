@@ -277,6 +277,8 @@ def test_api_key_from_env_is_sent_never_recorded(fake_script: Path, tmp_path: Pa
     ({"endpoints": ["http://127.0.0.1:1"], "concurrency": "2"}, {}, "expects int"),
     ({"endpoints": ["http://127.0.0.1:1"]}, {"n_ctx": 4096}, "launched server's flags"),
     ({"launch": "python -m x --port 8000"}, {}, "must contain {port}"),
+    ({"launch": "python -m llama_cpp.server --port {port}", "concurrency": 2}, {},
+     "--interrupt_requests false"),
     ({"launch": "x --model {model} --port {port}"}, {}, "no --model"),
     ({"endpoints": ["http://127.0.0.1:1"], "api_key_env": "ABGATE_NOPE_X"}, {}, "not set"),
 ])
@@ -313,8 +315,8 @@ needs_server = pytest.mark.skipif(not _llama_server_available(),
                                   reason="needs llama-cpp-python[server] (pip install "
                                          "'abgate[server]')")
 LAUNCH = (f"{sys.executable} -m llama_cpp.server --model {{model}} --host {{host}} "
-          "--port {port} --chat_format chat_template.default --verbose false "
-          "--interrupt_requests false")
+          "--port {port} --chat_format chat_template.default --logits_all false "
+          "--use_mlock false --verbose false --interrupt_requests false")
 # the same engine args drive the embedded engine and the launched server (as its flags);
 # one thread each keeps the comparison robust on a busy 2-core machine
 COMMON_ARGS = ["--engine-arg", "n_ctx=4096", "--engine-arg", "n_threads=1",

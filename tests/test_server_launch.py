@@ -173,6 +173,27 @@ def test_signal_to_abgate_stops_the_server(fake: Path, tmp_path: Path,
     assert processes_with(marker) == []
 
 
+def test_server_stops_when_abgate_is_killed_outright(fake: Path, tmp_path: Path) -> None:
+    """SIGKILL cannot be handled; the leader's parent-death signal is the safety net."""
+    marker = f"m{uuid.uuid4().hex[:8]}"
+    args = ["run", "--suite", "synthetic", "--limit", "3", "--max-tokens", "40",
+            "--engine", "openai", "--launch", cmd(fake, "--delay 0.1", marker),
+            "-o", str(tmp_path / "R")]
+    proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not processes_with(marker):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with(marker) == []
+
+
 @needs_server
 @pytest.mark.server
 def test_bad_model_path_fails_fast_and_leaves_nothing(tmp_path: Path) -> None:

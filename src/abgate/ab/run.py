@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from abgate.runner.execute import (
     close_engine,
     load_engine,
 )
+from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
 from abgate.runner.spec import PreparedRun, abgate_version, prepare
 from abgate.suites import Item
@@ -121,8 +122,11 @@ class AbRunner:
 
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
                  doc: dict[str, Any], resume: bool, force: bool,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, provenance: ProvenanceOptions) -> None:
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
+        self.provenance = provenance
+        # The contract describes the baseline; candidates differ from it by design.
+        self.contract = check_before_load(provenance, prepared[exp.baseline])
         self.progress = progress
         self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
                                             force=force, kind="ab-arm")
@@ -187,8 +191,18 @@ class AbRunner:
         engine = load_engine(p, self.out / "arms" / arm)
         info = engine.describe().to_dict()
         self.doc["engines"][arm] = info
-        self.recorders[arm].doc["engine"] = info
-        self.recorders[arm].save()
+        rec_doc = self.recorders[arm].doc
+        rec_doc["engine"] = info
+        try:
+            opts = self.provenance if arm == self.exp.baseline else replace(
+                self.provenance, contract=None)
+            record_after_load(opts, self.contract if arm == self.exp.baseline else None,
+                              engine, rec_doc)
+        except BaseException:
+            close_engine(engine, rec_doc)
+            raise
+        finally:
+            self.recorders[arm].save()
         self.check_prompt(arm, engine)
         self.warmup(arm, engine)
         return engine
@@ -231,11 +245,14 @@ class AbRunner:
 
 def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,
            on_start: Callable[[int, int], None] | None = None,
-           progress: Progress | None = None) -> AbOutcome:
+           progress: Progress | None = None,
+           provenance: ProvenanceOptions | None = None) -> AbOutcome:
+    prov = provenance or ProvenanceOptions()
     prepared = prepare_arms(exp)
+    check_before_load(prov, prepared[exp.baseline])  # fail fast, before anything is written
     mode = choose_mode(exp)
     doc = open_ab_dir(exp, prepared, out, mode, resume, force)
-    runner = AbRunner(exp, prepared, out, doc, resume, force, progress)
+    runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
     runner.save()
     status, error = "failed", None
     with _run_log(out), _sigterm_interrupts():

@@ -16,6 +16,7 @@ from abgate.cli.app import app
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
+from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import RunConfig
 from abgate.suites import parse_seeds
 
@@ -76,6 +77,8 @@ def ab_command(
     b_engine_arg: list[str] = typer.Option([], "--b-engine-arg", help="Arm B: KEY=VALUE."),
     a_env: list[str] = typer.Option([], "--a-env", help="Arm A env: KEY=VALUE."),
     b_env: list[str] = typer.Option([], "--b-env", help="Arm B env: KEY=VALUE."),
+    contract: str = typer.Option(None, help="Contract TOML for the baseline arm."),
+    manifest: str = typer.Option(None, help="Manifest JSON whose digest each arm embeds."),
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
     if resume is not None:
@@ -98,7 +101,8 @@ def ab_command(
         exp = replace(exp, policy=policy)
     with reporter(f"ab {out.name}") as rep:
         outcome = run_ab(exp, out, resume=resume is not None, force=force,
-                         on_start=rep.on_start, progress=rep.on_sample)
+                         on_start=rep.on_start, progress=rep.on_sample,
+                         provenance=ProvenanceOptions(contract, manifest))
     result = analyze(out)
     from abgate.report import write_reports
 

@@ -13,6 +13,7 @@ from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.runner import RunConfig, execute, prepare
+from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.records import RUN_FILE, read_json
 from abgate.suites import parse_seeds
 
@@ -106,6 +107,8 @@ def run_command(
     out: Path = typer.Option(None, "-o", "--out", help="Run directory to write."),
     resume: Path = typer.Option(None, help="Finish an interrupted run in this directory."),
     force: bool = typer.Option(False, help="Overwrite an existing run directory."),
+    contract: str = typer.Option(None, help="Contract TOML checked before and after load."),
+    manifest: str = typer.Option(None, help="Manifest JSON whose digest the run embeds."),
 ) -> None:
     """Run one engine configuration over a suite and record every sample."""
     opts = dict(ctx.params)
@@ -121,7 +124,8 @@ def run_command(
     prepared = prepare(config)
     with reporter(f"run {out.name}") as rep:
         outcome = execute(prepared, out, resume=resume is not None, force=force,
-                          on_start=rep.on_start, on_sample=rep.on_sample)
+                          on_start=rep.on_start, on_sample=rep.on_sample,
+                          provenance=ProvenanceOptions(contract, manifest))
     print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
     if outcome.status == "interrupted":
         raise typer.Exit(130)

@@ -66,6 +66,28 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: ("<redacted>" if is_secret_name(k) else v) for k, v in env.items()}
 
 
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """A command line with the values of secret-looking flags (``--api-key X``,
+    ``--token=X``) replaced by ``'<redacted>'``."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            out.append("<redacted>")
+            hide_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if arg.startswith("-") and is_secret_name(name):
+            if eq:
+                out.append(f"{name}=<redacted>")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "string", dict: "JSON object",
                list: "JSON list"}
 

@@ -70,6 +70,7 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
     if args and not opts.launch:
         raise UsageError("--engine-arg sets a launched server's flags; with --endpoint the "
                          "server is already running (configure it where it is started)")
+    _check_llama_cpp_concurrency(opts, args)
     key = _api_key(opts.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     server = None
@@ -87,6 +88,16 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
         if isinstance(exc, AbgateError):
             exc.cleanup_evidence = evidence  # type: ignore[attr-defined]
         raise
+
+
+def _check_llama_cpp_concurrency(opts: Options, args: Mapping[str, Any]) -> None:
+    """llama_cpp.server ends a streaming request as soon as another one arrives unless
+    told not to; with concurrency that would turn samples into errors."""
+    cmd = opts.launch or ""
+    if "llama_cpp.server" in cmd and opts.concurrency > 1 \
+            and "interrupt_requests" not in cmd and "interrupt_requests" not in args:
+        raise UsageError("--concurrency > 1 with llama_cpp.server needs --interrupt_requests "
+                         "false in --launch (else the server cuts streams short)")
 
 
 @dataclass
@@ -141,7 +152,7 @@ class OpenAIEngine:
             try:
                 models = c.get("/v1/models").raise_for_status().json()
             except (httpx.HTTPError, ValueError) as exc:
-                raise AbgateError(f"{base}/v1/models: {exc}") from None
+                raise AbgateError(f"cannot list the models at {base}/v1/models: {exc}") from None
             title, version = st.server_version(c)
         ids = [str(m.get("id")) for m in models.get("data", [])]
         info = ServerInfo(st.pick_model(model, ids), st.identify(models, title), version,
@@ -221,6 +232,7 @@ class OpenAIEngine:
             "endpoints": [s.url for s in self.stats],
             "launch": self.server.shown if self.server else None,
             "server_log": str(self.server.log_path) if self.server else None,
+            "server_ready_s": self.server.ready_s if self.server else None,
             "api": o.api,
             "concurrency": o.concurrency,
             "request_timeout_s": o.request_timeout,

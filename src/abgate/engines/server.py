@@ -130,9 +130,22 @@ def server_name(argv: Sequence[str]) -> str:
     return Path(argv[0]).name or "server"
 
 
+def _libc_prctl() -> Any:
+    """``prctl`` resolved in the parent: the child only calls it between fork and exec."""
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
 # -- the managed server ---------------------------------------------------------------
@@ -147,6 +160,7 @@ class ManagedServer:
         self.log_path, self.grace_s = log_path, grace_s
         self.base_url = f"http://{HOST}:{port}"
         self.evidence: dict[str, Any] | None = None
+        self.ready_s: float | None = None
         self._gpu_before = gpu_memory()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = log_path.open("ab")
@@ -158,7 +172,7 @@ class ManagedServer:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_set_pdeathsig if sys.platform == "linux" else None)
+                preexec_fn=_set_pdeathsig if _PRCTL is not None else None)
         except OSError as exc:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
@@ -211,7 +225,8 @@ class ManagedServer:
                                        "before it was ready")
                 if _ready(client):
                     self.tracker.refresh()
-                    return time.monotonic() - self._t_start
+                    self.ready_s = round(time.monotonic() - self._t_start, 3)
+                    return self.ready_s
                 if time.monotonic() >= deadline:
                     raise self.failure(f"the launched server was not ready after {timeout:g} s")
                 time.sleep(0.25)

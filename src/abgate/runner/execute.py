@@ -23,6 +23,7 @@ from abgate.engines.base import Engine, GenerationRequest, GenerationResult, Sam
 from abgate.errors import AbgateError, UsageError
 from abgate.host import git_state, host_info
 from abgate.runner import records as rec
+from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import build_sample, sample_key
 from abgate.runner.spec import PreparedRun, abgate_version
 from abgate.suites import Item
@@ -175,7 +176,10 @@ def close_engine(engine: Engine | None, doc: dict[str, Any]) -> None:
 
 def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = False,
             on_start: Callable[[int, int], None] | None = None,
-            on_sample: OnSample | None = None) -> RunOutcome:
+            on_sample: OnSample | None = None,
+            provenance: ProvenanceOptions | None = None) -> RunOutcome:
+    prov = provenance or ProvenanceOptions()
+    contract = check_before_load(prov, p)
     run = RunRecorder(p, out, resume=resume, force=force)
     status, error = "failed", None
     with _run_log(out), _sigterm_interrupts():
@@ -184,7 +188,10 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
         try:
             engine = load_engine(p, out)
             run.doc["engine"] = engine.describe().to_dict()
-            run.save()
+            try:
+                record_after_load(prov, contract, engine, run.doc)
+            finally:
+                run.save()
             if on_start:
                 on_start(len(run.done), run.total)
             pending = {sample_key(i.id, s): (i, s) for i, s in run.pending()}

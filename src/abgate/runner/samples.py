@@ -9,7 +9,8 @@ from typing import Any
 
 from abgate.engines.base import GenerationResult
 from abgate.metrics import request_timing
-from abgate.scoring.extract import extract_integer
+from abgate.scoring.extract import Extraction, extract_integer
+from abgate.scoring.numbers import format_int
 from abgate.scoring.health import sample_health
 from abgate.suites import Item
 
@@ -22,6 +23,17 @@ def ids_sha256(ids: Sequence[int] | None) -> str | None:
     if ids is None:
         return None
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
+
+
+def _extraction_record(extraction: Extraction | None) -> dict[str, object] | None:
+    """The extraction as JSON; an integer too long for ``json`` (a model looping on digits)
+    is stored as its exact decimal text."""
+    if extraction is None:
+        return None
+    d = extraction.to_dict()
+    if isinstance(d["value"], int) and d["value"].bit_length() > 10_000:
+        d["value"] = format_int(d["value"])
+    return d
 
 
 def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
@@ -56,7 +68,7 @@ def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
         "token_times_ms": token_offsets,
         "engine_timings": result.engine_timings,
         "reference": item.answer,
-        "extracted": extraction.to_dict() if extraction else None,
+        "extracted": _extraction_record(extraction),
         "correct": health.correct,
         "health": health.to_dict(),
     }

@@ -30,6 +30,7 @@ class Level:
 
 
 LEVELS = {
+    "trivial": Level(steps=(1, 1), start=(2, 12), operand=(1, 9), factor=(2, 2)),
     "easy": Level(steps=(1, 2), start=(3, 20), operand=(1, 10), factor=(2, 3)),
     "medium": Level(steps=(2, 3), start=(10, 60), operand=(2, 30), factor=(2, 5)),
     "hard": Level(steps=(3, 4), start=(20, 200), operand=(5, 120), factor=(2, 9)),

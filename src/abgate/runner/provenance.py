@@ -1,0 +1,77 @@
+"""What the runner records about provenance, and the contract checks around a load.
+
+Every run embeds the environment snapshot and the shared libraries each engine
+process actually mapped (with hashes); with ``--manifest FILE`` the manifest's
+digest and path; with ``--contract FILE`` the contract, checked on the request before
+the load (fail fast, nothing written) and on the effective configuration and the
+mapped libraries after it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abgate.engines.args import redact_argv
+from abgate.engines.base import Engine
+from abgate.provenance import (
+    ContractOutcome,
+    check_effective,
+    check_libraries,
+    check_request,
+    environment_snapshot,
+    load_contract,
+    load_manifest,
+    snapshot_tree,
+)
+from abgate.runner.spec import PreparedRun
+
+
+@dataclass(frozen=True)
+class ProvenanceOptions:
+    contract: str | None = None
+    manifest: str | None = None
+
+
+def engine_pid(engine: Engine) -> int:
+    """The root process of the engine: a launched server's, or this process."""
+    pid = getattr(engine, "server_pid", None)
+    return pid if isinstance(pid, int) else os.getpid()
+
+
+def check_before_load(opts: ProvenanceOptions, p: PreparedRun) -> ContractOutcome | None:
+    """Raise ContractViolation (nothing loaded, nothing written) on a bad request."""
+    if opts.contract is None:
+        return None
+    outcome = ContractOutcome(load_contract(Path(opts.contract)))
+    env = {**os.environ, **p.config.env}
+    outcome.record("request", check_request(outcome.contract, p.config.engine,
+                                            p.config.engine_args, env))
+    outcome.raise_if_violated()
+    return outcome
+
+
+def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
+                      engine: Engine, doc: dict[str, Any]) -> None:
+    """Embed provenance into ``doc``; raise ContractViolation after recording it."""
+    mappings = snapshot_tree(engine_pid(engine))
+    prov: dict[str, Any] = {
+        "environment": environment_snapshot(),
+        "libraries": [{**m.to_dict(), "cmdline": redact_argv(m.cmdline)} for m in mappings],
+    }
+    if opts.manifest is not None:
+        manifest = load_manifest(opts.manifest)
+        prov["manifest"] = {"path": str(Path(opts.manifest).resolve()),
+                            "digest": manifest.get("digest")}
+    if outcome is not None:
+        info = engine.describe()
+        outcome.record("effective", check_effective(outcome.contract, info.name,
+                                                    info.effective_config))
+        outcome.record("libraries", check_libraries(outcome.contract, mappings, Path.cwd()))
+        prov["contract"] = {"path": str(Path(opts.contract or "").resolve()),
+                            **outcome.to_dict()}
+    doc["provenance"] = prov
+    if outcome is not None:
+        outcome.raise_if_violated()

@@ -1,0 +1,132 @@
+"""``abgate ab`` end to end on the real engine."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, abgate, read_lines
+
+EXAMPLE = REPO / "examples" / "smollm2-kv-q8.toml"
+AA = """
+[shared]
+suite = "synthetic"
+difficulty = "trivial"
+limit = 3
+max_tokens = 32
+engine_args = { n_ctx = 512 }
+[schedule]
+warmup = 1
+[arms.a1]
+[arms.a2]
+"""
+
+
+def measured(path: Path) -> list[dict[str, object]]:
+    return [s for s in read_lines(path) if not s["warmup"]]
+
+
+def test_example_ab_small(tmp_path: Path) -> None:
+    out = tmp_path / "AB"
+    r = abgate("ab", str(EXAMPLE), "-o", str(out), "--limit", "3", "--max-tokens", "32",
+               "--warmup", "1")
+    assert r.returncode == 3, r.stderr  # 3 items cannot decide anything: INCONCLUSIVE
+    ab = json.loads((out / "ab.json").read_text())
+    assert ab["status"] == "complete" and ab["schedule"]["mode"] == "interleave"
+    executed = ab["schedule"]["executed"]
+    assert [e.split(":")[0] for e in executed] == ["f16", "q8", "q8", "f16", "f16", "q8"]
+    assert ab["engines"]["q8"]["effective_config"]["type_k"] == "q8_0"
+    assert ab["engines"]["f16"]["effective_config"]["type_k"] == "f16"
+    for arm in ("f16", "q8"):
+        lines = read_lines(out / "arms" / arm / "samples.jsonl")
+        assert sum(1 for s in lines if s["warmup"]) == 1 and len(lines) == 4
+        assert json.loads((out / "arms" / arm / "run.json").read_text())["kind"] == "ab-arm"
+    a = measured(out / "arms" / "f16" / "samples.jsonl")
+    b = measured(out / "arms" / "q8" / "samples.jsonl")
+    assert [s["prompt"]["sha256"] for s in a] == [s["prompt"]["sha256"] for s in b]
+    comp = json.loads((out / "comparison.json").read_text())
+    assert comp["decision"] == "INCONCLUSIVE" and comp["exit_code"] == 3
+    assert comp["comparisons"]["q8"]["comparison"]["n_pairs"] == 3
+
+
+def test_identical_arms_are_inconclusive(tmp_path: Path) -> None:
+    exp = tmp_path / "aa.toml"
+    exp.write_text(AA)
+    r = abgate("ab", str(exp), "-o", str(tmp_path / "AA"))
+    assert r.returncode == 3, r.stderr
+    a = measured(tmp_path / "AA" / "arms" / "a1" / "samples.jsonl")
+    b = measured(tmp_path / "AA" / "arms" / "a2" / "samples.jsonl")
+    assert [s["output"]["sha256"] for s in a] == [s["output"]["sha256"] for s in b]
+
+
+def test_ab_resumes_after_sigkill(tmp_path: Path) -> None:
+    exp = tmp_path / "aa.toml"
+    exp.write_text(AA.replace("limit = 3", "limit = 5"))
+    out = tmp_path / "AB"
+    proc = subprocess.Popen([sys.executable, "-m", "abgate", "ab", str(exp), "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = out / "arms" / "a2" / "samples.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if target.exists() and target.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    r = abgate("ab", "--resume", str(out))
+    assert r.returncode == 3, r.stderr
+    for arm in ("a1", "a2"):
+        keys = [s["key"] for s in measured(out / "arms" / arm / "samples.jsonl")]
+        assert len(keys) == 5 and len(set(keys)) == 5
+    ab = json.loads((out / "ab.json").read_text())
+    assert ab["status"] == "complete" and len(ab["resumes"]) == 1
+
+
+def test_resume_refuses_changed_experiment(tmp_path: Path) -> None:
+    exp = tmp_path / "aa.toml"
+    exp.write_text(AA.replace("limit = 3", "limit = 1"))
+    out = tmp_path / "AB"
+    assert abgate("ab", str(exp), "-o", str(out)).returncode == 3
+    exp.write_text(AA.replace("limit = 3", "limit = 2"))
+    r = abgate("ab", str(exp), "--resume", str(out))
+    assert r.returncode == 2 and "differs" in r.stderr
+
+
+def test_flags_without_difference_are_refused(tmp_path: Path) -> None:
+    r = abgate("ab", "-o", str(tmp_path / "X"))
+    assert r.returncode == 2 and "nothing differs" in r.stderr
+
+
+@pytest.mark.slow
+def test_degraded_arm_is_rejected(tmp_path: Path) -> None:
+    """An arm that wrecks the model (RoPE base 1.0 destroys position information) is
+    REJECTED whatever its speed."""
+    exp = tmp_path / "bad.toml"
+    exp.write_text(BROKEN)
+    r = abgate("ab", str(exp), "-o", str(tmp_path / "BAD"), timeout=900)
+    assert r.returncode == 1, r.stdout + r.stderr
+    comp = json.loads((tmp_path / "BAD" / "comparison.json").read_text())
+    assert comp["decision"] == "REJECT"
+    gates = comp["comparisons"]["broken"]["verdict"]["gates"]
+    assert any(g["outcome"] == "fail" and "accuracy" in g["name"] for g in gates)
+
+
+BROKEN = """
+[shared]
+suite = "synthetic"
+difficulty = "trivial"
+limit = 30
+max_tokens = 96
+engine_args = { n_ctx = 512 }
+[schedule]
+warmup = 1
+[arms.good]
+[arms.broken]
+engine_args = { rope_freq_base = 1.0 }
+"""
