@@ -1,13 +1,86 @@
-"""Reports rendered from saved results only (placeholder until the renderers land)."""
+"""Reports of an A/B directory, rendered from its saved records only.
+
+``render(out, fmt)`` returns one report as text (``md``, ``json`` or ``html``);
+``write_reports(out)`` writes ``report.md``, ``report.json`` and ``report.html`` into
+the A/B directory. Nothing depends on when the report is rendered: the same records
+always give the same bytes. See ``docs/reports.md``.
+"""
 
 from __future__ import annotations
 
-import json
+import os
+from collections.abc import Callable
 from pathlib import Path
+
+from abgate.errors import UsageError, did_you_mean
+from abgate.report.blocks import Doc
+from abgate.report.compare_sections import comparison_sections, outliers
+from abgate.report.contract import matched_contract
+from abgate.report.fmt import dig
+from abgate.report.html import render_html
+from abgate.report.jsondoc import render_json
+from abgate.report.limits import not_certified
+from abgate.report.load import AbData, load_ab
+from abgate.report.markdown import render_markdown
+from abgate.report.plots import all_plots
+from abgate.report.sections import arm_tables, bench_section, contract_section, headline, setup
+
+__all__ = ["FORMATS", "build_doc", "check_format", "render", "render_data", "write_reports"]
+
+FILES = {"md": "report.md", "json": "report.json", "html": "report.html"}
+FORMATS = tuple(FILES)
+
+
+def build_doc(data: AbData, *, plots: bool = True) -> Doc:
+    """The report as blocks; ``plots=False`` skips drawing (Markdown has none)."""
+    name = dig(data.ab, "experiment", "name") or "unnamed"
+    doc = Doc(title=f"abgate A/B report: {name}",
+              decision=str(data.comparison.get("decision", "n/a")))
+    overview, per_arm = all_plots(data) if plots else ([], {})
+    doc.add(*headline(data), *setup(data), *contract_section(data, matched_contract(data)),
+            *arm_tables(data), *overview, *bench_section(data))
+    for arm in data.candidates:
+        doc.add(*comparison_sections(data, arm, per_arm.get(arm, [])))
+    doc.add(*outliers(data), *not_certified(data))
+    return doc
+
+
+RENDERERS: dict[str, Callable[[AbData], str]] = {
+    "md": lambda data: render_markdown(build_doc(data, plots=False)),
+    "json": render_json,
+    "html": lambda data: render_html(build_doc(data)),
+}
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in RENDERERS:
+        raise UsageError(f"unknown report format {fmt!r}; choose md, json or html"
+                         + did_you_mean(fmt, RENDERERS))
+
+
+def render_data(data: AbData, fmt: str) -> str:
+    check_format(fmt)
+    return RENDERERS[fmt](data)
+
+
+def render(out: Path, fmt: str) -> str:
+    """One report of the A/B directory ``out`` as text."""
+    check_format(fmt)
+    return render_data(load_ab(out), fmt)
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def write_reports(out: Path) -> list[Path]:
-    data = json.loads((out / "comparison.json").read_text())
-    path = out / "report.json"
-    path.write_text(json.dumps(data, indent=2))
-    return [path]
+    """Write report.md, report.json and report.html into ``out``; return their paths."""
+    data = load_ab(out)
+    paths = []
+    for fmt, name in FILES.items():
+        path = out / name
+        _write_text(path, render_data(data, fmt))
+        paths.append(path)
+    return paths

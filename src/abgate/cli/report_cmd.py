@@ -1,0 +1,41 @@
+"""``abgate report DIR``: render an A/B directory's saved results as Markdown, JSON or
+HTML. Nothing is run or recomputed; the same records always give the same bytes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from abgate.cli.app import app
+from abgate.errors import UsageError
+from abgate.report import check_format, render
+
+
+def _write(output: Path, text: str) -> None:
+    tmp = output.with_name(output.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, output)
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror}") from None
+
+
+@app.command("report")
+def report_command(
+    ab_dir: Annotated[Path, typer.Argument(metavar="DIR",
+                                           help="A/B directory written by abgate ab.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="md, json or html.")] = "md",
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="Write to this file instead of standard output.")] = None,
+) -> None:
+    """Render an A/B's report (Markdown, JSON or HTML) from its saved records only."""
+    check_format(fmt)
+    text = render(ab_dir, fmt)
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    _write(output, text)
+    typer.echo(f"wrote {output}", err=True)

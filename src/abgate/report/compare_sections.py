@@ -1,0 +1,221 @@
+"""Report sections per candidate arm: deltas with CIs, the verdict and its gates,
+diagnostics; and the per-arm outlier table. Keys follow ``abgate.compare``; any that
+are missing print as ``n/a``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
+from abgate.report.fmt import NA, as_float, dig, interval, num, pct, pt, signed_pct
+from abgate.report.load import AbData
+from abgate.report.sections import arm_label
+
+RATE_ROWS = (("invalid", "Invalid-answer rate"), ("truncated", "Truncation rate"),
+             ("natural_stop", "Natural-stop rate"), ("error", "Engine-error rate"))
+SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
+              ("ttft_s", "TTFT ms (lower is better)"))
+MAX_OUTLIERS = 10
+
+
+def _rep(value: Any) -> str:
+    return num(value, "+.3f")
+
+
+def _tokens(value: Any) -> str:
+    return num(value, ".1f") + ("" if as_float(value) is None else " tokens")
+
+
+# Gate name -> (format of observed values, how its threshold reads).
+GATE_UNITS: dict[str, tuple[Callable[[Any], str], str]] = {
+    "sample_size": (lambda v: num(v, ".0f"), ">= {} items"),
+    "speed": (signed_pct, "pass above {}"),
+    "accuracy": (pt, "drop no worse than {}"),
+    "invalid_rate": (pt, "increase at most {}"),
+    "truncated_rate": (pt, "increase at most {}"),
+    "error_rate": (pt, "increase at most {}"),
+    "repetition": (_rep, "increase at most {}"),
+    "identical_outputs": (pct, "at least {}"),
+    "length_change": (_tokens, "at most {}"),
+}
+
+
+def _level(value: Any, kind: str) -> str:
+    if isinstance(value, Mapping):
+        value = value.get("estimate")
+    return num(value, ".3f") if kind == "rep" else pct(value)
+
+
+def _quality_rows(comp: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    acc = dig(comp, "quality", "accuracy") or {}
+    rows: list[tuple[str, ...]] = [
+        ("Accuracy", _level(acc.get("a"), "pct"), _level(acc.get("b"), "pct"),
+         pt(dig(acc, "diff", "estimate")), interval(dig(acc, "diff", "ci"), pt))]
+    rates = dig(comp, "quality", "rates") or {}
+    for key, label in RATE_ROWS:
+        section = rates.get(key) or {}
+        rows.append((label, _level(section.get("a"), "pct"), _level(section.get("b"), "pct"),
+                     pt(dig(section, "diff", "estimate")),
+                     interval(dig(section, "diff", "ci"), pt)))
+    rep = rates.get("seq_rep_4") or {}
+    rows.append(("Mean seq-rep-4", _level(rep.get("a"), "rep"), _level(rep.get("b"), "rep"),
+                 _rep(dig(rep, "diff", "estimate")), interval(dig(rep, "diff", "ci"), _rep)))
+    return rows
+
+
+def _ratio_change(value: Any) -> str:
+    x = as_float(value)
+    return NA if x is None else signed_pct(x - 1.0)
+
+
+def _speed_rows(comp: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for key, label in SPEED_ROWS:
+        section = dig(comp, "speed", key)
+        if not isinstance(section, Mapping):
+            continue
+        scale = 1000.0 if key == "ttft_s" else 1.0
+        a_mean, b_mean = (as_float(dig(section, arm, "mean")) for arm in ("a", "b"))
+        rows.append((f"{label}, mean", num(None if a_mean is None else a_mean * scale, ".2f"),
+                     num(None if b_mean is None else b_mean * scale, ".2f"),
+                     _ratio_change(dig(section, "ratio", "estimate")) + " (geo. mean)",
+                     interval(dig(section, "ratio", "ci"), _ratio_change)))
+    return rows
+
+
+def deltas(data: AbData, arm: str) -> list[Block]:
+    comp = data.comparison_of(arm)
+    conf = as_float(dig(comp, "bootstrap", "confidence")) or 0.95
+    per_item = as_float(comp.get("pairs_per_item"))
+    mc = dig(comp, "quality", "accuracy", "mcnemar") or {}
+    p_value = as_float(mc.get("p_value"))
+    return [
+        Heading(3, f"Deltas ({arm} − {data.baseline})", f"deltas-{arm}"),
+        Para(f"{comp.get('n_pairs', NA)} pairs over {comp.get('n_items', NA)} items "
+             f"({num(per_item, 'g')} per item); {comp.get('n_excluded_errors', NA)} pairs with "
+             "an engine error are left out of every statistic but the error rate. Quality "
+             "intervals are normal, clustered by item; speed changes are the geometric mean "
+             "of per-item ratios with a bootstrap interval over items."),
+        Table(("Metric", f"`{data.baseline}`", f"`{arm}`", "Change",
+               f"{conf:.0%} CI of the change"),
+              tuple(_quality_rows(comp) + _speed_rows(comp))),
+        Para(f"McNemar exact test on accuracy: {mc.get('a_only_correct', NA)} pairs right only "
+             f"under `{data.baseline}`, {mc.get('b_only_correct', NA)} only under `{arm}`, "
+             f"p = {NA if p_value is None else f'{p_value:.3g}'}."),
+    ]
+
+
+def _threshold(gate: Mapping[str, Any], show: Callable[[Any], str], text: str) -> str:
+    thr = gate.get("threshold")
+    if thr is None:
+        return NA
+    out = text.format(show(thr))
+    if gate.get("fail_threshold") is not None:
+        out += f", fail below {show(gate['fail_threshold'])}"
+    return out
+
+
+def _gate_row(gate: Mapping[str, Any]) -> tuple[str, ...]:
+    name = str(gate.get("name", NA))
+    show, text = GATE_UNITS.get(name, (lambda v: num(v, ".4g"), "{}"))
+    ci = gate.get("ci")
+    more = gate.get("more_items_needed")
+    evidence = str(gate.get("evidence", ""))
+    if more is not None and gate.get("outcome") == "inconclusive":
+        evidence += f" (about {more} more items would settle it)"
+    return (f"`{name}`", str(gate.get("outcome", NA)), show(gate.get("observed")),
+            interval(ci, show) if ci is not None else "-", _threshold(gate, show, text),
+            evidence)
+
+
+def verdict(data: AbData, arm: str) -> list[Block]:
+    v = data.verdict_of(arm)
+    gates = [g for g in v.get("gates") or [] if isinstance(g, Mapping)]
+    blocks: list[Block] = [
+        Heading(3, f"Verdict: {v.get('decision', NA)}", f"verdict-{arm}"),
+        Bullets(tuple(str(r) for r in v.get("reasons") or ["No reasons recorded."])),
+    ]
+    if gates:
+        blocks.append(Para("Every gate, its evidence and its outcome (one-sided bounds for "
+                           "quality, two-sided bootstrap CI for speed):"))
+        blocks.append(Table(("Gate", "Outcome", "Observed", "Interval", "Threshold",
+                             "Evidence"), tuple(_gate_row(g) for g in gates),
+                            text_cols=frozenset({0, 1, 4, 5}), badge_cols=frozenset({1})))
+    else:
+        blocks.append(Para("No gates were recorded for this comparison."))
+    more = v.get("more_samples_needed")
+    if more is not None:
+        blocks.append(Para(f"About **{more} more samples per arm** would let every open gate "
+                           "decide if the effects are as observed."))
+    return blocks
+
+
+def _changes(rows: Any) -> tuple[str, ...]:
+    texts = [str(r["text"]) for r in rows or [] if isinstance(r, Mapping) and r.get("text")]
+    return tuple(t.replace("`", "'") for t in texts) or ("none",)
+
+
+def diagnostics(data: AbData, arm: str, plots: Sequence[Plot]) -> list[Block]:
+    diag = dig(data.comparison_of(arm), "diagnostics") or {}
+    same = diag.get("identical_outputs") or {}
+    lengths = diag.get("output_tokens") or {}
+    frac = as_float(same.get("fraction"))
+    blocks: list[Block] = [
+        Heading(3, "Diagnostics", f"diagnostics-{arm}"),
+        Bullets((
+            f"Token-identical outputs: **{same.get('text', NA)}** pairs"
+            + (f" ({pct(frac)})" if frac is not None else "") + ".",
+            f"Output length: mean {num(lengths.get('a_mean'))} tokens under "
+            f"`{data.baseline}`, {num(lengths.get('b_mean'))} under `{arm}`; mean change "
+            f"{num(lengths.get('mean_diff'), '+.1f')}, mean absolute change "
+            f"{num(lengths.get('mean_abs_diff'))} tokens per pair.",
+            f"Prompt token-hash mismatches: {diag.get('prompt_mismatches', NA)}.",
+        )),
+        Para("Largest output-length changes:"),
+        Bullets(_changes(diag.get("largest_length_changes"))),
+        Para("Largest repetition (seq-rep-4) changes:"),
+        Bullets(_changes(diag.get("largest_repetition_changes"))),
+    ]
+    blocks.extend(plots)
+    return blocks
+
+
+def comparison_sections(data: AbData, arm: str, plots: Sequence[Plot]) -> list[Block]:
+    """Everything about one candidate; ``plots`` are its ratio, length, repetition plots."""
+    ratio, rest = list(plots[:1]), list(plots[1:])
+    return [Heading(2, f"{arm} vs {data.baseline}", f"arm-{arm}"), *deltas(data, arm), *ratio,
+            *verdict(data, arm), *diagnostics(data, arm, rest)]
+
+
+def _correct(value: Any) -> str:
+    if value is True:
+        return "yes"
+    return "no" if value is False else "unscored"
+
+
+def outliers(data: AbData) -> list[Block]:
+    rows, notes = [], []
+    for arm in data.ordered:
+        found = [o for o in dig(data.arms[arm].summary, "quality", "outliers") or []
+                 if isinstance(o, Mapping)]
+        for o in found[:MAX_OUTLIERS]:
+            rows.append((arm_label(data, arm), f"`{o.get('item_id', NA)}#{o.get('seed', NA)}`",
+                         num(o.get("output_tokens"), ".0f"), num(o.get("seq_rep_4"), ".3f"),
+                         _correct(o.get("correct")), str(o.get("why", ""))))
+        if len(found) > MAX_OUTLIERS:
+            notes.append(f"`{arm}`: {len(found) - MAX_OUTLIERS} more outliers in its "
+                         "summary.json.")
+    blocks: list[Block] = [
+        Heading(2, "Outliers", "outliers"),
+        Para("Samples far longer than their arm's median output, or with seq-rep-4 >= 0.4 "
+             "(repetition loops), longest first."),
+    ]
+    if rows:
+        blocks.append(Table(("Arm", "Sample", "Output tokens", "seq-rep-4", "Correct", "Why"),
+                            tuple(rows), text_cols=frozenset({0, 1, 4, 5})))
+    else:
+        blocks.append(Para("No outliers in any arm."))
+    if notes:
+        blocks.append(Bullets(tuple(notes)))
+    return blocks

@@ -1,0 +1,181 @@
+"""The matched contract of an A/B: what every arm held equal and what differed.
+
+Each arm is described by *facets* (model + SHA, engine, suite, items, seeds, sampling,
+prompt) from its ``run.json`` spec, falling back to the experiment's arm config, plus
+its engine args, engine options, env and the engine's effective configuration from
+``ab.json``. A facet with one value across arms was held equal; any other differed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from abgate.report.fmt import NA, dig, short, value_text
+from abgate.report.load import AbData
+
+MISSING = "(not set)"
+_PLURAL = {"engine arg": "engine args", "engine option": "engine options", "env": "env"}
+
+
+@dataclass(frozen=True)
+class Contract:
+    equal: tuple[tuple[str, str], ...]  # (facet, value)
+    differs: tuple[tuple[str, tuple[str, ...]], ...]  # (facet, value per arm, in arm order)
+    n_effective_equal: int
+
+    def to_dict(self, arms: list[str]) -> dict[str, Any]:
+        return {
+            "held_equal": dict(self.equal),
+            "differed": {facet: dict(zip(arms, values, strict=True))
+                         for facet, values in self.differs},
+            "effective_config_keys_equal": self.n_effective_equal,
+        }
+
+
+def _spec(data: AbData, arm: str) -> dict[str, Any]:
+    spec = dig(data.arms[arm].run, "spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _config(data: AbData, arm: str) -> dict[str, Any]:
+    config = dig(data.ab, "experiment", "arms", arm)
+    return config if isinstance(config, dict) else {}
+
+
+def _model(spec: Mapping[str, Any], config: Mapping[str, Any], engine: Mapping[str, Any]) -> str:
+    path = dig(spec, "model", "path") or engine.get("model") or config.get("model")
+    if not isinstance(path, str):
+        return NA
+    sha = dig(spec, "model", "sha256")
+    name = PurePath(path).name or path
+    return f"`{name}` (sha256 {short(sha)})" if isinstance(sha, str) else f"`{name}`"
+
+
+def _items(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    ids = spec.get("item_ids")
+    if not isinstance(ids, list):
+        limit = config.get("limit")
+        return f"first {limit} items" if limit is not None else NA
+    digest = hashlib.sha256("\n".join(map(str, ids)).encode()).hexdigest()
+    available = dig(spec, "suite", "n_available")
+    of = f" of {available}" if available is not None else ""
+    span = f" ({ids[0]} … {ids[-1]})" if ids else ""
+    return f"{len(ids)}{of}{span}; id list sha256 {digest[:12]}"
+
+
+def _suite(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    suite = spec.get("suite")
+    if not isinstance(suite, Mapping):
+        return value_text(config.get("suite", NA))
+    text = f"{suite.get('name', NA)} ({suite.get('source', NA)})"
+    if isinstance(suite.get("data_sha256"), str):
+        text += f", data sha256 {short(suite['data_sha256'])}"
+    return text
+
+
+def _sampling(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    sampling = spec.get("sampling")
+    if not isinstance(sampling, Mapping):
+        keys = ("max_tokens", "temperature", "top_p", "top_k")
+        sampling = {k: config[k] for k in keys if k in config}
+    return ", ".join(f"{k}={value_text(v)}" for k, v in sampling.items()) or NA
+
+
+def _prompt(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    prompt = spec.get("prompt")
+    if not isinstance(prompt, Mapping):
+        prompt = {k: config.get(k) for k in ("shots", "shots_file", "system")}
+    parts = []
+    if prompt.get("version") is not None:
+        parts.append(f"template {prompt['version']}")
+    parts.append(f"{prompt.get('shots') or 0} shots")
+    if prompt.get("shots_file"):
+        parts.append(f"shots file {value_text(prompt['shots_file'])}")
+    system = prompt.get("system")
+    parts.append("system prompt " + (f"sha256 {_sha(system)}" if system else "none"))
+    if isinstance(prompt.get("instruction"), str):
+        parts.append(f"instruction sha256 {_sha(prompt['instruction'])}")
+    return ", ".join(parts)
+
+
+def _sha(text: Any) -> str:
+    return hashlib.sha256(str(text).encode()).hexdigest()[:12]
+
+
+def _facets(data: AbData, arm: str) -> dict[str, str]:
+    spec, config = _spec(data, arm), _config(data, arm)
+    engine = dig(data.ab, "engines", arm)
+    engine = engine if isinstance(engine, Mapping) else {}
+    name = spec.get("engine") or config.get("engine") or engine.get("name") or NA
+    version = engine.get("version")
+    seeds = spec.get("seeds", config.get("seeds"))
+    return {
+        "model": _model(spec, config, engine),
+        "engine": f"{name} {version}" if version else str(name),
+        "suite": _suite(spec, config),
+        "items": _items(spec, config),
+        "seeds": value_text(seeds) if seeds is not None else NA,
+        "sampling": _sampling(spec, config),
+        "prompt": _prompt(spec, config),
+    }
+
+
+def _settings(data: AbData, arm: str) -> dict[str, dict[str, Any]]:
+    spec, config = _spec(data, arm), _config(data, arm)
+    # The args as the user wrote them (resolved values may be enum codes); the
+    # effective configuration shows what the engine made of them.
+    args = spec.get("engine_args", config.get("engine_args"))
+    groups = {
+        "engine arg": args,
+        "engine option": spec.get("engine_options", config.get("engine_options")),
+        "env": spec.get("env", config.get("env")),
+    }
+    return {group: dict(values) if isinstance(values, Mapping) else {}
+            for group, values in groups.items()}
+
+
+def _effective(data: AbData, arm: str) -> dict[str, Any]:
+    config = dig(data.ab, "engines", arm, "effective_config")
+    return dict(config) if isinstance(config, Mapping) else {}
+
+
+def _split(per_arm: list[Mapping[str, Any]], label: str
+           ) -> tuple[list[str], list[tuple[str, tuple[str, ...]]]]:
+    """Keys with one value in every arm (``k=v`` texts) and rows for the other keys."""
+    keys = sorted({k for values in per_arm for k in values})
+    same, differ = [], []
+    for key in keys:
+        values = tuple(value_text(v[key]) if key in v else MISSING for v in per_arm)
+        if len(set(values)) == 1:
+            same.append(f"{key}={values[0]}")
+        else:
+            differ.append((f"{label} `{key}`", values))
+    return same, differ
+
+
+def matched_contract(data: AbData) -> Contract:
+    arms = list(data.arms)
+    facets = [_facets(data, arm) for arm in arms]
+    equal: list[tuple[str, str]] = []
+    differs: list[tuple[str, tuple[str, ...]]] = []
+    for facet in facets[0]:
+        values = tuple(f[facet] for f in facets)
+        if len(set(values)) == 1:
+            equal.append((facet, values[0]))
+        else:
+            differs.append((facet, values))
+    settings = [_settings(data, arm) for arm in arms]
+    for group in settings[0]:
+        same, rows = _split([s[group] for s in settings], group)
+        if same:
+            equal.append((_PLURAL[group] + " (every arm)", ", ".join(same)))
+        differs.extend(rows)
+    same, rows = _split([_effective(data, arm) for arm in arms], "effective")
+    differs.extend(rows)
+    if same:
+        equal.append(("effective config (every arm)", ", ".join(same)))
+    return Contract(tuple(equal), tuple(differs), len(same))

@@ -1,0 +1,129 @@
+""""What this evidence does not certify": the limits a reviewer should keep in mind,
+computed from the recorded sample size, MDEs, host, suite and sampling."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from abgate.report.blocks import Block, Bullets, Heading, Para
+from abgate.report.fmt import NA, as_float, dig, pct, value_text
+from abgate.report.load import AbData
+from abgate.report.plots import SPEED_LABELS
+
+NOISY_CV = 0.25  # decode-speed coefficient of variation that suggests a busy host
+MANY_TRUNCATED = 0.10
+
+
+def _points(value: Any) -> str:
+    x = as_float(value)
+    return NA if x is None else f"{100.0 * abs(x):.1f}"
+
+
+def _arm_limits(data: AbData, arm: str) -> list[str]:
+    comp, policy = data.comparison_of(arm), data.comparison.get("policy") or {}
+    mde = comp.get("mde") or {}
+    conf, power = as_float(mde.get("confidence")), as_float(mde.get("power"))
+    level = f"{pct(conf, 0)} confidence, {pct(power, 0)} power" if conf and power else "the MDE"
+    n_items = comp.get("n_items", NA)
+    paired = as_float(mde.get("accuracy_paired"))
+    if paired:
+        out = [f"`{arm}` vs `{data.baseline}`: an accuracy regression smaller than "
+               f"**{_points(paired)} points** cannot be excluded at this sample size "
+               f"({n_items} items; paired minimum detectable effect at {level})."]
+    else:  # no discordant pairs: the SE, and so the MDE, is 0 and says nothing
+        out = [f"`{arm}` vs `{data.baseline}`: no pair changed correctness, so the accuracy "
+               f"MDE is not informative; a regression affecting up to "
+               f"**{_points(mde.get('discordance_upper'))} points** of pairs cannot be "
+               f"excluded at this sample size ({n_items} items; upper {pct(conf, 0)} bound "
+               "of the discordant share)."]
+    low = as_float(dig(comp, "quality", "accuracy", "diff", "ci", 0))
+    if low is not None and low < 0:
+        out.append(f"`{arm}`: the interval of the accuracy change reaches "
+                   f"{100 * low:+.1f} points; a drop that large is consistent with the data.")
+    metric = str(dig(policy, "speed", "metric") or "steady_decode_tps")
+    speed_mde = as_float(dig(mde, "speed", metric))
+    if speed_mde is not None:
+        size = 100 * abs(speed_mde)
+        out.append(f"`{arm}`: a true {SPEED_LABELS.get(metric, metric)} change smaller than "
+                   f"about {size:.{1 if size >= 1 else 2}f}% would likely go undetected "
+                   "(minimum detectable effect).")
+    margin = as_float(dig(policy, "quality", "max_accuracy_drop"))
+    if margin is not None:
+        out.append(f"`{arm}`: a passing accuracy gate shows non-inferiority within "
+                   f"{100 * margin:.1f} points, not equality.")
+    same = dig(comp, "diagnostics", "identical_outputs") or {}
+    if same.get("fraction") == 1:
+        out.append(f"`{arm}`: every output was token-identical here; other prompts, "
+                   "lengths or batch sizes may still diverge.")
+    elif same.get("text"):
+        out.append(f"`{arm}`: only {same['text']} outputs were token-identical, so the change "
+                   "is not lossless even where the answers agree.")
+    return out
+
+
+def _host(data: AbData) -> str:
+    host = data.ab.get("host")
+    if not isinstance(host, Mapping):
+        return "One machine (not recorded)."
+    gpus = host.get("gpus") or []
+    device = ", ".join(str(g.get("name", "GPU")) for g in gpus if isinstance(g, Mapping))
+    return (f"One machine: `{host.get('hostname', NA)}` ({host.get('cpu', NA)}"
+            f"{'; ' + device if device else ', no GPU'}). Speed on other hardware, drivers, "
+            "engine builds or under other load is not measured.")
+
+
+def _suite(data: AbData) -> str:
+    spec = dig(data.arms[data.baseline].run, "spec") or {}
+    config = dig(data.ab, "experiment", "arms", data.baseline) or {}
+    suite = dig(spec, "suite", "name") or config.get("suite") or NA
+    ids = spec.get("item_ids")
+    n_items = len(ids) if isinstance(ids, list) else config.get("limit", NA)
+    available = dig(spec, "suite", "n_available")
+    of = f" of {available}" if available is not None else ""
+    seeds = spec.get("seeds", config.get("seeds"))
+    return (f"One suite: {suite}, {n_items}{of} items, seeds {value_text(seeds)}. Other "
+            "tasks, prompt formats, languages and long contexts are not covered.")
+
+
+def _sampling(data: AbData) -> list[str]:
+    sampling = dig(data.arms[data.baseline].run, "spec", "sampling")
+    config = dig(data.ab, "experiment", "arms", data.baseline) or {}
+    temp = dig(sampling, "temperature") if sampling else config.get("temperature")
+    max_tokens = dig(sampling, "max_tokens") if sampling else config.get("max_tokens")
+    out = [f"One sampling setting: temperature {value_text(temp)}, at most "
+           f"{value_text(max_tokens)} output tokens."]
+    worst = max((as_float(dig(data.arms[a].summary, "quality", "truncated_rate")) or 0.0
+                 for a in data.ordered), default=0.0)
+    if worst >= MANY_TRUNCATED:
+        out.append(f"Up to {pct(worst)} of outputs hit the token limit: quality of longer "
+                   "answers is not measured.")
+    return out
+
+
+def _noise(data: AbData) -> list[str]:
+    cvs = [(as_float(dig(data.arms[a].summary, "speed", "steady_decode_tps", "cv")), a)
+           for a in data.ordered]
+    noisy = [(cv, a) for cv, a in cvs if cv is not None and cv > NOISY_CV]
+    if not noisy:
+        return []
+    cv, arm = max(noisy)
+    return [f"Decode speed varied a lot within an arm (CV {cv:.2f} in `{arm}`): the host may "
+            "have been busy; trust speed numbers only after a quiet re-run."]
+
+
+def not_certified(data: AbData) -> list[Block]:
+    items: list[str] = []
+    for arm in data.candidates:
+        items.extend(_arm_limits(data, arm))
+    status = data.ab.get("status")
+    if status != "complete":
+        items.append(f"The A/B is **{status}**, not complete: results cover only the samples "
+                     "recorded, and an ACCEPT is never given on an unfinished run.")
+    items += [_host(data), *_noise(data), _suite(data), *_sampling(data),
+              "Requests ran one at a time: throughput and latency under concurrent load "
+              "(batching) are not measured.",
+              "Only the recorded configuration is covered: the listed engine args, env and "
+              "effective configuration, on the recorded model file."]
+    return [Heading(2, "What this evidence does not certify", "limits"),
+            Para("This A/B does not certify:"), Bullets(tuple(items))]

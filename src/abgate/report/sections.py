@@ -1,0 +1,228 @@
+"""Report sections about the whole A/B: headline, setup, matched contract, per-arm
+tables and (when recorded) per-arm bench results."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from abgate.report.blocks import Block, Bullets, Heading, Para, Table
+from abgate.report.contract import Contract
+from abgate.report.fmt import (
+    NA,
+    as_float,
+    dig,
+    duration,
+    mapping,
+    ms,
+    num,
+    rate,
+    short,
+    utc,
+    value_text,
+)
+from abgate.report.load import AbData
+
+SCHEDULES = {"interleave": "interleaved (the arms alternate request by request)",
+             "blocks": "blocks (each arm runs a block of requests in turn)"}
+
+
+def arm_label(data: AbData, arm: str) -> str:
+    return f"`{arm}` (baseline)" if arm == data.baseline else f"`{arm}`"
+
+
+def headline(data: AbData) -> list[Block]:
+    exp = dig(data.ab, "experiment") or {}
+    decision = str(data.comparison.get("decision", NA))
+    blocks: list[Block] = [Heading(1, f"A/B report: {exp.get('name', 'unnamed')}")]
+    if exp.get("description"):
+        blocks.append(Para(str(exp["description"])))
+    code = data.comparison.get("exit_code")
+    status = data.comparison.get("ab_status") or data.ab.get("status") or NA
+    blocks.append(Para(f"**Decision: {decision}** (exit code {code if code is not None else NA})"
+                       f" for {len(data.candidates)} candidate arm(s) against the baseline "
+                       f"`{data.baseline}`; the A/B run is **{status}**."))
+    items = []
+    for arm in data.candidates:
+        verdict = data.verdict_of(arm)
+        reasons = verdict.get("reasons") or []
+        first = f": {reasons[0]}" if reasons else ""
+        items.append(f"`{arm}` vs `{data.baseline}`: **{verdict.get('decision', NA)}**{first}")
+    if items:
+        blocks.append(Bullets(tuple(items)))
+    return blocks
+
+
+def _host_text(host: Any) -> str:
+    if not isinstance(host, Mapping):
+        return NA
+    ram = host.get("ram_bytes")
+    ram_text = f"{ram / 2**30:.1f} GiB RAM" if isinstance(ram, int | float) else "RAM n/a"
+    gpus = host.get("gpus") or []
+    gpu_text = ", ".join(str(g.get("name", "GPU")) if isinstance(g, Mapping) else str(g)
+                         for g in gpus) or "none"
+    return (f"`{host.get('hostname', NA)}`: {host.get('cpu', NA)}, "
+            f"{host.get('cores_logical', NA)} logical cores (affinity "
+            f"{host.get('affinity', NA)}), {ram_text}; GPUs: {gpu_text}; "
+            f"{host.get('os', NA)}, Python {host.get('python', NA)}")
+
+
+def _code_text(ab: Mapping[str, Any]) -> str:
+    git = ab.get("git")
+    text = f"abgate {ab.get('abgate_version', NA)}"
+    if isinstance(git, Mapping):
+        text += f", git commit `{short(git.get('commit'))}`"
+        if git.get("dirty"):
+            text += " **with uncommitted changes** (dirty tree)"
+    return text + "."
+
+
+def _provenance(data: AbData) -> list[str]:
+    out = []
+    for arm in data.ordered:
+        prov = dig(data.arms[arm].run, "provenance")
+        if not isinstance(prov, Mapping):
+            continue
+        parts = []
+        if isinstance(prov.get("manifest"), Mapping):
+            parts.append(f"manifest digest `{short(prov['manifest'].get('digest'), 19)}`")
+        if isinstance(prov.get("contract"), Mapping):
+            passed = prov["contract"].get("passed")
+            parts.append("contract " + ("passed" if passed else "**violated**"))
+        libraries = prov.get("libraries")
+        if isinstance(libraries, list):
+            parts.append(f"{len(libraries)} engine process(es) with mapped libraries recorded")
+        if parts:
+            out.append(f"Provenance of `{arm}`: " + "; ".join(parts) + ".")
+    return out
+
+
+def setup(data: AbData) -> list[Block]:
+    ab, exp = data.ab, dig(data.ab, "experiment") or {}
+    sched = mapping(ab.get("schedule"))
+    started, ended = ab.get("started_at"), ab.get("ended_at")
+    elapsed = ended - started if isinstance(started, float | int) and isinstance(
+        ended, float | int) else None
+    executed = sched.get("executed")
+    mode = str(sched.get("mode", NA))
+    policy = mapping(data.comparison.get("policy"))
+    boot = dig(data.comparison_of(data.candidates[0]) if data.candidates else {}, "bootstrap")
+    items = [
+        "Arms: " + ", ".join(arm_label(data, a) for a in data.ordered) + ".",
+        f"Status **{ab.get('status', NA)}**; started {utc(started)}, ended {utc(ended)} "
+        f"({duration(elapsed)}); resumed {len(ab.get('resumes') or [])} time(s).",
+        f"Schedule: {SCHEDULES.get(mode, mode)}; {sched.get('warmup', NA)} warm-up request(s) "
+        f"per engine load, not measured; block size {sched.get('block_size', NA)}; "
+        f"{len(executed) if isinstance(executed, list) else NA} measured requests executed.",
+        f"Host: {_host_text(ab.get('host'))}.",
+        f"Code: {_code_text(ab)}",
+        f"Policy: `{policy.get('name', NA)}` ({policy.get('source', NA)}, sha256 "
+        f"{short(policy.get('sha256'))}): {policy.get('description', NA)}.",
+    ]
+    if isinstance(boot, Mapping):
+        items.append(f"Speed intervals: {boot.get('method', 'bootstrap')}, "
+                     f"{boot.get('n_boot', NA)} resamples, seed {boot.get('seed', NA)}.")
+    if ab.get("error"):
+        items.append(f"Recorded error: {value_text(ab['error'], 200)}")
+    items.extend(_provenance(data))
+    if not exp:
+        items.append("The experiment record is missing from ab.json.")
+    return [Heading(2, "Setup", "setup"), Bullets(tuple(items))]
+
+
+def contract_section(data: AbData, contract: Contract) -> list[Block]:
+    blocks: list[Block] = [
+        Heading(2, "Matched contract", "contract"),
+        Para("Held equal in every arm (checked before the run: arms may differ only in "
+             "engine, model, engine args/options and env):"),
+        Table(("What", "Value"), tuple((k, v) for k, v in contract.equal),
+              text_cols=frozenset({0, 1})),
+    ]
+    checks = []
+    for arm in data.candidates:
+        comp = data.comparison_of(arm)
+        mismatches = dig(comp, "diagnostics", "prompt_mismatches")
+        checks.append(f"`{arm}` vs `{data.baseline}`: {comp.get('n_pairs', NA)} pairs matched "
+                      f"by (item, seed); prompt token hashes differ in "
+                      f"{mismatches if mismatches is not None else NA} of them; unmatched "
+                      f"samples {value_text(comp.get('n_unmatched'))}.")
+    if checks:
+        blocks.append(Bullets(tuple(checks)))
+    blocks.append(Para("What differed between the arms:"))
+    if contract.differs:
+        header = ("Setting", *(f"`{a}`" for a in data.arms))
+        rows = tuple((facet, *values) for facet, values in contract.differs)
+        blocks.append(Table(header, rows, text_cols=frozenset(range(len(header)))))
+    else:
+        blocks.append(Para("**Nothing recorded differs**: this is an A/A comparison."))
+    return blocks
+
+
+def _quality_row(data: AbData, arm: str) -> tuple[str, ...]:
+    q = dig(data.arms[arm].summary, "quality") or {}
+    acc, se = as_float(q.get("accuracy")), as_float(q.get("accuracy_se"))
+    se_text = NA if se is None else f"{100 * se:.1f}"
+    accuracy = NA if acc is None else f"{100 * acc:.1f}% ± {se_text}"
+    return (arm_label(data, arm), str(dig(data.arms[arm].summary, "n") or 0),
+            f"{q.get('n_items', NA)}", accuracy, rate(q.get("invalid_rate")),
+            rate(q.get("truncated_rate")), rate(q.get("natural_stop_rate")),
+            str(q.get("n_error", NA)), num(q.get("mean_seq_rep_4"), ".3f"),
+            num(q.get("mean_output_tokens"), ".1f"))
+
+
+def _speed_row(data: AbData, arm: str) -> tuple[str, ...]:
+    s = dig(data.arms[arm].summary, "speed") or {}
+    dec = s.get("steady_decode_tps") or {}
+    return (arm_label(data, arm), num(dec.get("mean"), ".2f"), num(dec.get("median"), ".2f"),
+            f"{num(dec.get('p10'), '.2f')} to {num(dec.get('p90'), '.2f')}",
+            num(dec.get("cv"), ".2f"), ms(dig(s, "ttft_s", "median")),
+            num(dig(s, "prefill_tps", "median"), ".1f"), num(dig(s, "tpot_ms", "median"), ".1f"))
+
+
+def arm_tables(data: AbData) -> list[Block]:
+    return [
+        Heading(2, "Per-arm results", "arms"),
+        Para("Quality over each arm's measured samples (engine errors excluded from every "
+             "rate). Accuracy ± its standard error in points, clustered by item."),
+        Table(("Arm", "Samples", "Items", "Accuracy ± SE (pt)", "Invalid", "Truncated",
+               "Natural stop", "Errors", "Mean seq-rep-4", "Mean output tokens"),
+              tuple(_quality_row(data, a) for a in data.ordered)),
+        Para("Speed per request (request-weighted; decode excludes the first token)."),
+        Table(("Arm", "Decode tok/s mean", "Decode tok/s median", "Decode p10 to p90",
+               "Decode CV", "TTFT median (ms)", "Prefill tok/s median", "TPOT median (ms)"),
+              tuple(_speed_row(data, a) for a in data.ordered)),
+    ]
+
+
+def _bench_cases(bench: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    cases = bench.get("cases", dig(bench, "summary", "cases"))
+    out: dict[str, Mapping[str, Any]] = {}
+    for case in cases if isinstance(cases, list) else []:
+        if isinstance(case, Mapping):
+            label = f"{case.get('input_len', NA)}/{case.get('output_len', NA)}"
+            out[label] = case
+    return out
+
+
+def bench_section(data: AbData) -> list[Block]:
+    """Side-by-side bench cases, when any arm has a ``bench.json``."""
+    arms = [a for a in data.ordered if data.arms[a].bench]
+    if not arms:
+        return []
+    per_arm = {a: _bench_cases(data.arms[a].bench or {}) for a in arms}
+    labels = list(dict.fromkeys(label for cases in per_arm.values() for label in cases))
+    header = ["Case (input/output tokens)"]
+    for a in arms:
+        header += [f"`{a}` decode tok/s", f"`{a}` TTFT ms"]
+    rows = []
+    for label in labels:
+        row = [label]
+        for a in arms:
+            case = per_arm[a].get(label, {})
+            row += [num(dig(case, "speed", "steady_decode_tps", "median"), ".2f"),
+                    ms(dig(case, "speed", "ttft_s", "median"))]
+        rows.append(tuple(row))
+    return [Heading(2, "Bench (fixed-length prompts)", "bench"),
+            Para("Medians over the measured repeats of each case, from each arm's "
+                 "`bench.json`."),
+            Table(tuple(header), tuple(rows))]
