@@ -51,7 +51,7 @@ def request_timing(r: GenerationResult) -> RequestTiming:
     steady = _ratio(r.output_tokens - 1, decode) if r.output_tokens >= 2 else None
     return RequestTiming(
         ttft_s=ttft,
-        prefill_tps=_ratio(r.prompt_tokens, ttft),
+        prefill_tps=_ratio(r.prompt_tokens, ttft) if r.prompt_tokens > 0 else None,
         decode_s=decode,
         steady_decode_tps=steady,
         tpot_ms=1000.0 / steady if steady else None,

@@ -66,9 +66,11 @@ class Options:
         return o
 
     def check(self) -> None:
-        if bool(self.endpoints) == bool(self.launch):
-            raise UsageError("the openai engine needs either --endpoint URL (repeatable) or "
-                             "--launch CMD, not both")
+        if self.endpoints and self.launch:
+            raise UsageError("give --endpoint URL or --launch CMD, not both")
+        if not (self.endpoints or self.launch):
+            raise UsageError("the openai engine needs --endpoint URL (repeatable) or "
+                             "--launch \"CMD ... --port {port}\"")
         for url in self.endpoints:
             if not url.startswith(("http://", "https://")):
                 raise UsageError(f"--endpoint {url!r}: expected http://HOST:PORT")

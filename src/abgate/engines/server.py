@@ -155,9 +155,10 @@ class ManagedServer:
     """One launched server process group. Construct = start."""
 
     def __init__(self, argv: Sequence[str], shown: Sequence[str], port: int, log_path: Path,
-                 grace_s: float = 10.0) -> None:
+                 grace_s: float = 10.0, secrets: Sequence[str] = ()) -> None:
         self.argv, self.shown, self.port = list(argv), list(shown), port
         self.log_path, self.grace_s = log_path, grace_s
+        self._secrets = [x for x in secrets if x]
         self.base_url = f"http://{HOST}:{port}"
         self.evidence: dict[str, Any] | None = None
         self.ready_s: float | None = None
@@ -203,7 +204,21 @@ class ManagedServer:
             return "(no log)"
         kept = [ln.strip() for ln in text.splitlines()
                 if ln.strip() and not ln.startswith("# abgate")][-lines:]
-        return " | ".join(kept)[-width:] or "(empty log)"
+        return self._redact(" | ".join(kept))[-width:] or "(empty log)"
+
+    def _redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "<redacted>")
+        return text
+
+    def _scrub_log(self) -> None:
+        """Servers may print their arguments (the API key among them): redact it."""
+        if not self._secrets:
+            return
+        with contextlib.suppress(OSError):
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+            if any(x in text for x in self._secrets):
+                self.log_path.write_text(self._redact(text), encoding="utf-8")
 
     def failure(self, what: str) -> AbgateError:
         """An error naming the log and its tail, after stopping and verifying cleanup."""
@@ -254,6 +269,7 @@ class ManagedServer:
         self.evidence = self._verify(exit_before, signals, t0)
         self._log.write(f"# abgate: stopped; cleanup {json.dumps(self.evidence)}\n".encode())
         self._log.close()
+        self._scrub_log()
         atexit.unregister(self.stop)
         return self.evidence
 
@@ -311,7 +327,7 @@ def launch(template: str, *, model: str, args: Mapping[str, Any], log_dir: Path 
 
         log_dir = Path(tempfile.gettempdir())
     server = ManagedServer(argv, shown, port, log_dir / f"server-{server_name(argv)}.log",
-                           grace_s)
+                           grace_s, secrets=[api_key or ""])
     try:
         server.wait_ready(ready_timeout, headers)
     except BaseException:

@@ -108,6 +108,12 @@ def prepare(c: RunConfig) -> PreparedRun:
     _check_sampling(c)
     engine = engine_module(c.engine)
     resolved = validate_args(c.engine, c.engine_args, engine.ARG_SPECS)
+    check_options = getattr(engine, "check_options", None)
+    if check_options is not None:  # engine-level options (endpoints, launch, ...)
+        check_options(c.engine_options)
+    elif c.engine_options:
+        raise UsageError(f"engine {c.engine!r} takes no engine options "
+                         f"(got {', '.join(c.engine_options)})")
     suite = load_suite(c.suite, c.data, c.difficulty, c.synthetic_seed)
     items = tuple(select_items(suite.items, c.limit, c.sample, c.sample_seed))
     prompt = PromptConfig(c.shots, c.shots_file, c.system)
