@@ -16,7 +16,9 @@ from abgate.cli import (  # noqa: F401  (registers commands)
     bench_cmd,
     extract_cmd,
     provenance_cmd,
+    report_cmd,
     run_cmd,
+    weights_cmd,
 )
 from abgate.cli.app import app
 from abgate.errors import AbgateError
