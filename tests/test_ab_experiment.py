@@ -86,3 +86,16 @@ def test_interleaved_order_is_balanced() -> None:
 def test_blocks_alternate() -> None:
     assert blocks([1, 2, 3, 4, 5], ["A", "B"], 2) == [
         ("A", [1, 2]), ("B", [1, 2]), ("B", [3, 4]), ("A", [3, 4]), ("A", [5]), ("B", [5])]
+
+
+def test_force_clears_only_an_ab_directory(tmp_path: Path) -> None:
+    from abgate.runner.records import prepare_new_dir
+
+    d = tmp_path / "AB"
+    (d / "arms" / "a").mkdir(parents=True)
+    (d / "arms" / "a" / "samples.jsonl").write_text("{}\n")
+    with pytest.raises(UsageError, match="holds no ab.json"):
+        prepare_new_dir(d, force=True, marker="ab.json")
+    (d / "ab.json").write_text("{}")
+    prepare_new_dir(d, force=True, marker="ab.json")
+    assert list(d.iterdir()) == []

@@ -93,7 +93,7 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
                              "use a new directory")
         doc["resumes"].append({"at": time.time(), "from_status": doc["status"]})
         return doc
-    rec.prepare_new_dir(out, force)
+    rec.prepare_new_dir(out, force, marker=AB_FILE)
     return {"schema_version": rec.SCHEMA_VERSION, "kind": "ab", "status": "running",
             "abgate_version": abgate_version(), "experiment": exp.to_dict(),
             "arm_spec_digests": specs, "digest": digest, "git": git_state(),
@@ -129,7 +129,7 @@ class AbRunner:
         self.contract = check_before_load(provenance, prepared[exp.baseline])
         self.progress = progress
         self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
-                                            force=force, kind="ab-arm")
+                                            force=False, kind="ab-arm")
                           for name, p in prepared.items()}
         self.prompt_sha: dict[str, str] = {}  # key -> sha seen first, across arms
         self.session = len(doc["resumes"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -120,19 +121,23 @@ class SampleWriter:
         self.close()
 
 
-def prepare_new_dir(out: Path, force: bool) -> None:
-    """Create ``out`` for a new run, refusing a non-empty one unless ``force``."""
+def prepare_new_dir(out: Path, force: bool, marker: str = RUN_FILE) -> None:
+    """Create ``out`` for a new run, refusing a non-empty one unless ``force``; with
+    ``force`` it clears only a directory that holds abgate's ``marker`` document."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"output path {out} exists and is not a directory")
     if out.exists() and any(out.iterdir()):
         if not force:
-            raise UsageError(f"run directory {out} is not empty; use --resume to continue "
+            raise UsageError(f"directory {out} is not empty; use --resume to continue "
                              "it or --force to overwrite it")
-        if not (out / RUN_FILE).exists():
-            raise UsageError(f"--force refuses to clear {out}: it holds no run.json, so it "
-                             "may not be an abgate run directory")
-        for name in (RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE):
-            (out / name).unlink(missing_ok=True)
+        if not (out / marker).exists():
+            raise UsageError(f"--force refuses to clear {out}: it holds no {marker}, so it "
+                             "may not be an abgate directory")
+        for entry in out.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".abgate-write-test"
