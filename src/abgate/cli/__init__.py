@@ -13,6 +13,7 @@ import typer
 
 from abgate.cli import (  # noqa: F401  (registers commands)
     ab_cmd,
+    baseline_cmd,
     bench_cmd,
     extract_cmd,
     provenance_cmd,

@@ -33,8 +33,9 @@ log = logging.getLogger("abgate.run")
 OnSample = Callable[[dict[str, Any]], None]
 
 
-class Interrupted(Exception):
-    """Ctrl-C or SIGTERM during a run."""
+class Interrupted(BaseException):
+    """SIGTERM during a run. A BaseException, like KeyboardInterrupt, so that an
+    engine's per-request ``except Exception`` cannot turn it into an error sample."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,152 @@
+"""``abgate baseline record`` / ``check``."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
+from abgate.bench.session import PreparedBench
+from abgate.engines.base import Engine
+from abgate.errors import UsageError
+from abgate.host import git_state, host_info
+from abgate.runner import records as rec
+from abgate.runner.provenance import ProvenanceOptions, record_after_load
+from abgate.runner.spec import abgate_version
+
+BASELINE_FILE = "baseline.json"
+TOP_K = 5
+
+
+def _load(p: PreparedBench) -> Engine:
+    os.environ.update(p.config.env)
+    return p.engine.load(p.model, p.resolved_args)  # type: ignore[no-any-return]
+
+
+def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[list[int]] | None:
+    trace = getattr(engine, "topk_trace", None)
+    if trace is None or not output:
+        return None
+    return trace(prompt, output, TOP_K)  # type: ignore[no-any-return]
+
+
+def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
+    result = run_bench(engine, c.cases, warmup=c.warmup, repeats=c.repeats,
+                       prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha)
+    out = []
+    for cr in result.cases:
+        d = cr.to_dict(samples=False)
+        d["top_k"] = _topk(engine, cr.prompt_ids, d["output_token_ids"])
+        d["prompt_ids"] = cr.prompt_ids
+        out.append(d)
+    return out
+
+
+def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
+    if not c.probes:
+        return []
+    probes = default_probes(engine.tokenize, needle_len=c.probe_len,
+                            needle_depth=c.probe_depth, seed=c.probe_seed)
+    return [r.to_dict() for r in run_probes(engine, probes)]
+
+
+def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
+                    provenance: ProvenanceOptions | None = None) -> dict[str, Any]:
+    p = prepare_bench(c)
+    rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
+    engine = _load(p)
+    try:
+        doc: dict[str, Any] = {
+            "schema_version": rec.SCHEMA_VERSION, "kind": "baseline",
+            "abgate_version": abgate_version(), "config": c.to_dict(), "spec": p.spec,
+            "engine": engine.describe().to_dict(), "host": host_info(), "git": git_state(),
+            "recorded_at": time.time()}
+        record_after_load(provenance or ProvenanceOptions(), None, engine, doc)
+        doc["cases"] = _cases(engine, c)
+        doc["probes"] = _probes(engine, c)
+    finally:
+        engine.close()
+    rec.write_json_atomic(out / BASELINE_FILE, doc)
+    return doc
+
+
+def config_from_record(doc: dict[str, Any]) -> BenchConfig:
+    d = dict(doc["config"])
+    d["input_lens"] = tuple(None if n == "max" else n for n in d["input_lens"])
+    d["expect_prompt_sha"] = tuple(d.get("expect_prompt_sha", ()))
+    return BenchConfig(**d)
+
+
+@dataclass
+class CheckReport:
+    passed: bool = True
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "cases": self.cases, "probes": self.probes}
+
+
+def first_divergence(ref: list[int], cur: list[int]) -> int | None:
+    for i, (a, b) in enumerate(zip(ref, cur, strict=False)):
+        if a != b:
+            return i
+    return None if len(ref) == len(cur) else min(len(ref), len(cur))
+
+
+def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
+                  tolerance: float) -> dict[str, Any]:
+    ref_ids, cur_ids = ref["output_token_ids"] or [], cur["output_token_ids"] or []
+    pos = first_divergence(ref_ids, cur_ids)
+    row: dict[str, Any] = {"case": f"{ref['input_len']}/{ref['output_len']}",
+                           "prompt_sha256": cur["prompt_sha256"], "tokens_match": pos is None}
+    if pos is not None:
+        ref_tok = ref_ids[pos] if pos < len(ref_ids) else None
+        cur_tok = cur_ids[pos] if pos < len(cur_ids) else None
+        row["divergence"] = {"position": pos, "reference_token": ref_tok, "current_token": cur_tok}
+        cur_topk = _topk(engine, ref["prompt_ids"], ref_ids)
+        if ref.get("top_k") and cur_topk and pos < len(ref_ids):
+            row["divergence"]["reference_in_current_top_k"] = ref_tok in cur_topk[pos]
+            row["divergence"]["current_in_reference_top_k"] = cur_tok in ref["top_k"][pos]
+    old = ref["speed"]["steady_decode_tps"].get("median")
+    new = cur["speed"]["steady_decode_tps"].get("median")
+    ratio = new / old if old and new else None
+    row["speed"] = {"recorded_decode_tps": old, "current_decode_tps": new, "ratio": ratio,
+                    "tolerance": tolerance,
+                    "ok": ratio is not None and ratio >= 1.0 - tolerance}
+    row["passed"] = row["tokens_match"] and row["speed"]["ok"]
+    return row
+
+
+def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
+                   tolerance: float = 0.10) -> CheckReport:
+    path = base_dir / BASELINE_FILE
+    if not path.exists():
+        raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
+                         "'abgate baseline record'")
+    doc = rec.read_json(path)
+    c = config_from_record(doc)
+    c = replace(c, engine_args={**c.engine_args, **(engine_args or {})},
+                expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc["cases"]),
+                input_lens=tuple(case["input_len"] for case in doc["cases"]))
+    p = prepare_bench(c)
+    engine = _load(p)
+    report = CheckReport()
+    try:
+        current = _cases(engine, c)
+        for ref, cur in zip(doc["cases"], current, strict=True):
+            row = _compare_case(engine, ref, cur, tolerance)
+            report.cases.append(row)
+            report.passed &= row["passed"]
+        for old, new in zip(doc["probes"], _probes(engine, c), strict=True):
+            ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
+            report.probes.append({"name": new["name"], "recorded": old["passed"],
+                                  "current": new["passed"], "reason": new["reason"],
+                                  "ok": ok})
+            report.passed &= ok
+    finally:
+        engine.close()
+    return report

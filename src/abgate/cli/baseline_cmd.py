@@ -1,0 +1,92 @@
+"""``abgate baseline record`` / ``check``: reference outputs reproduced token for token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from abgate.baseline import check_baseline, record_baseline
+from abgate.bench import BenchConfig
+from abgate.bench.prompts import parse_input_lens
+from abgate.cli.app import app
+from abgate.engines.args import parse_pairs
+from abgate.errors import UsageError
+from abgate.runner.provenance import ProvenanceOptions
+
+baseline_app = typer.Typer(help="Record reference outputs and check a build against them.",
+                           no_args_is_help=True)
+app.add_typer(baseline_app, name="baseline")
+
+
+@baseline_app.command("record")
+def record_command(
+    out: Path = typer.Option(..., "-o", "--out", help="Baseline directory to write."),
+    input_len: str = typer.Option("128,512", help="Prompt lengths in tokens (or 'max')."),
+    output_len: int = typer.Option(64, help="Greedy output tokens per case (EOS ignored)."),
+    repeats: int = typer.Option(3, help="Measured requests per case."),
+    warmup: int = typer.Option(1, help="Warm-up requests per case."),
+    probes: bool = typer.Option(True, "--probes/--no-probes", help="Record probe health."),
+    probe_len: int = typer.Option(512, help="Needle probe context length."),
+    engine: str = typer.Option("llamacpp", help="Engine name."),
+    model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="KEY=VALUE, repeatable."),
+    env: list[str] = typer.Option([], "--env", help="KEY=VALUE env override, repeatable."),
+    manifest: str = typer.Option(None, help="Manifest JSON whose digest is embedded."),
+    force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
+) -> None:
+    """Record greedy reference outputs, speed and probe health for the current build."""
+    config = BenchConfig(engine=engine, model=model,
+                         engine_args=parse_pairs(engine_arg, "--engine-arg"),
+                         env=parse_pairs(env, "--env", coerce=False),
+                         input_lens=tuple(parse_input_lens(input_len)), output_len=output_len,
+                         warmup=warmup, repeats=repeats, probes=probes, probe_len=probe_len)
+    doc = record_baseline(config, out, force=force,
+                          provenance=ProvenanceOptions(manifest=manifest))
+    for case in doc["cases"]:
+        typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
+                   f"{case['prompt_sha256'][:16]} output {case['output_sha256'][:16]} "
+                   f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s")
+    for p in doc["probes"]:
+        typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
+    typer.echo(f"baseline written to {out / 'baseline.json'}")
+
+
+@baseline_app.command("check")
+def check_command(
+    baseline: Path = typer.Argument(..., help="Baseline directory."),
+    engine_arg: list[str] = typer.Option([], "--engine-arg", help="Override KEY=VALUE."),
+    tolerance: float = typer.Option(0.10, help="Allowed decode slowdown (0.10 = 10%; 1 "
+                                    "checks tokens and probes only)."),
+    json_out: Path = typer.Option(None, "--json", help="Write the check report here."),
+) -> None:
+    """Re-run the recorded cases on this build. Exit 0 only when every check passes."""
+    if not 0 <= tolerance <= 1:
+        raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
+    report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
+                            tolerance=tolerance)
+    table = Table(title=f"baseline check: {'PASS' if report.passed else 'FAIL'}")
+    for col in ("case", "tokens", "first divergence", "decode tok/s (rec -> now)", "speed"):
+        table.add_column(col)
+    for row in report.cases:
+        div = row.get("divergence")
+        where = "-" if div is None else (
+            f"pos {div['position']}: {div['reference_token']} -> {div['current_token']}"
+            + ("" if "reference_in_current_top_k" not in div else
+               f" (in each other's top-5: {div['reference_in_current_top_k']} / "
+               f"{div['current_in_reference_top_k']})"))
+        s = row["speed"]
+        table.add_row(row["case"], "match" if row["tokens_match"] else "DIFFER", where,
+                      f"{s['recorded_decode_tps'] or 0:.1f} -> {s['current_decode_tps'] or 0:.1f}",
+                      "ok" if s["ok"] else "SLOWER")
+    Console().print(table)
+    for p in report.probes:
+        typer.echo(f"probe {p['name']}: recorded {'pass' if p['recorded'] else 'fail'}, now "
+                   f"{'pass' if p['current'] else 'fail'} ({p['reason']})"
+                   + ("" if p["ok"] else "  <- regression"))
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    raise typer.Exit(0 if report.passed else 1)
