@@ -1,9 +1,13 @@
 """A/A calibration: how often does abgate ACCEPT or REJECT two identical arms?
 
-Input: two recorded runs of the *same* configuration (an A/A pair), e.g.::
+Input: two recorded runs of the *same* configuration (a sequential A/A pair), or one
+greedy run with two seeds, whose seeds become the two arms (each item runs once per
+seed, back to back: an interleaved A/A pair), e.g.::
 
     python -m abgate run --suite synthetic --limit 40 --max-tokens 128 -o /tmp/aa_src
     python -m abgate run --suite synthetic --limit 40 --max-tokens 128 -o /tmp/aa_src2
+    python -m abgate run --suite synthetic --limit 40 --max-tokens 128 --seeds 0,1 \\
+        -o /tmp/aa_inter
 
 Each trial builds a simulated A/A experiment of ``n`` items by resampling the recorded
 items with replacement and runs the full pipeline (``compare_samples`` + ``decide``)
@@ -14,18 +18,23 @@ on it. Three noise models:
   the speed noise is the real request-to-request and run-to-run noise of this machine.
 - ``recorded``: no coin; arm A is always the first run. Any real drift between the two
   sequential runs (thermal, other load) stays in, as it would in a sequential A/B.
-- ``lognormal``: arm A' is the first run with both arms' decode tok/s multiplied by
-  independent ``exp(sigma * N(0, 1))``, sigma estimated from the recorded pairs.
+- ``lognormal``: both arms take the first run's records with the decode tok/s
+  multiplied by independent ``exp(sigma * N(0, 1))``; sigma is estimated from the
+  recorded pairs (sd of the log ratios / sqrt 2) unless ``--sigma`` gives it.
 
 Outputs of greedy A/A arms are token-identical, so the quality gates pass; the speed
 gate is what is being calibrated. Run from the repository root::
 
     PYTHONPATH=src python benchmarks/aa_calibration.py /tmp/aa_src /tmp/aa_src2 \\
-        [--trials 1000] [--items 30,40,100] [--seed 0] [--json out.json]
+        [--trials 1000] [--items 30,40,100] [--seed 0] [--sigma S] [--models swap,...]
+        [--json out.json]
+    PYTHONPATH=src python benchmarks/aa_calibration.py /tmp/aa_inter --split-seeds 0,1
 
 It prints the real A/A verdict, then a table of ACCEPT/REJECT rates per model, items
-and policy (the shipped default, and "zero-margin": min_speedup = max_slowdown = 0,
-which exposes the bare 95% interval), with a Clopper-Pearson 95% interval.
+and policy, with a Clopper-Pearson 95% interval. Policies: the shipped default;
+"zero-margin" (min_speedup = max_slowdown = 0, min_items = 2), which exposes the bare
+95% decision interval; and "zero-margin, percentile CI only", the same with the
+decode interval cut back to the plain percentile bootstrap (no Student-t widening).
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from abgate.compare import Policy, compare_samples, decide, load_policy
 
 Record = dict[str, Any]
 MODELS = ("swap", "recorded", "lognormal")
+BARE = "zero-margin, percentile CI only"
 
 
 def read_run(run_dir: Path) -> dict[str, Record]:
@@ -55,6 +65,22 @@ def read_run(run_dir: Path) -> dict[str, Record]:
     lines = (run_dir / "samples.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
     return {r["key"]: r for r in records if not r.get("warmup")}
+
+
+def split_seeds(run: Mapping[str, Record], seeds: tuple[int, int]
+                ) -> tuple[dict[str, Record], dict[str, Record]]:
+    """One run's two seeds as two arms, matched by item (greedy: same outputs).
+
+    A run executes each item once per seed, back to back, so the two seeds of an item
+    are measured seconds apart: the interleaved (ABAB) schedule of an A/A experiment.
+    """
+    arms: tuple[dict[str, Record], dict[str, Record]] = ({}, {})
+    for record in run.values():
+        for arm, seed in zip(arms, seeds, strict=True):
+            if record.get("seed") == seed:
+                key = f"{record['item_id']}#0"
+                arm[key] = {**record, "key": key, "seed": 0}
+    return arms
 
 
 def group_by_item(keys: Sequence[str], run: Mapping[str, Record]) -> list[list[str]]:
@@ -111,6 +137,16 @@ def zero_margin(policy: Policy) -> Policy:
     return dataclasses.replace(policy, name="zero-margin", min_items=2, speed=speed)
 
 
+def percentile_only(comparison: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparison with the decode interval cut back to the bare percentile bootstrap
+    (no Student-t widening), to show what the widening buys."""
+    speed = comparison["speed"]["steady_decode_tps"]
+    log_ratio = {**speed["log_ratio"], "ci": speed["log_ratio"]["ci_bootstrap"]}
+    return {**comparison,
+            "speed": {**comparison["speed"], "steady_decode_tps": {**speed,
+                                                                   "log_ratio": log_ratio}}}
+
+
 def rate_row(model: str, n_items: int, policy: str, counts: Counter[str],
              trials: int) -> dict[str, Any]:
     false_pos = counts["ACCEPT"] + counts["REJECT"]
@@ -122,23 +158,27 @@ def rate_row(model: str, n_items: int, policy: str, counts: Counter[str],
 
 
 def calibrate(run1: Mapping[str, Record], run2: Mapping[str, Record], *, trials: int,
-              sizes: Sequence[int], seed: int) -> list[dict[str, Any]]:
+              sizes: Sequence[int], seed: int, sigma: float | None,
+              models: Sequence[str] = MODELS) -> list[dict[str, Any]]:
     keys = sorted(set(run1) & set(run2))
     items = group_by_item(keys, run1)
-    sigma = decode_sigma(run1, run2, keys)
+    if sigma is None:
+        sigma = decode_sigma(run1, run2, keys)
     policies = {"default": load_policy(None)}
     policies["zero-margin"] = zero_margin(policies["default"])
     rows = []
-    for model in MODELS:
+    for model in models:
         for n_items in sizes:
             rng = np.random.default_rng([seed, MODELS.index(model), n_items])
-            counts: dict[str, Counter[str]] = {name: Counter() for name in policies}
+            counts: dict[str, Counter[str]] = {name: Counter() for name in [*policies, BARE]}
             for trial in range(trials):
                 arm_a, arm_b = trial_arms(model, run1, run2, items, n_items, sigma, rng)
                 comparison = compare_samples(arm_a, arm_b, seed=trial)
                 for name, policy in policies.items():
                     counts[name][decide(comparison, policy).decision] += 1
-            rows += [rate_row(model, n_items, name, counts[name], trials) for name in policies]
+                bare = decide(percentile_only(comparison), policies["zero-margin"])
+                counts[BARE][bare.decision] += 1
+            rows += [rate_row(model, n_items, name, counts[name], trials) for name in counts]
             print(f"  {model:9} {n_items:4} items done", file=sys.stderr)
     return rows
 
@@ -166,13 +206,26 @@ def print_table(rows: Sequence[Mapping[str, Any]]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run1", type=Path)
-    parser.add_argument("run2", type=Path)
+    parser.add_argument("run2", type=Path, nargs="?",
+                        help="second A/A run (omit with --split-seeds)")
+    parser.add_argument("--split-seeds", metavar="S0,S1",
+                        help="one run, its seeds S0 and S1 as the two arms (interleaved)")
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--items", default="30,40,100")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", default=",".join(MODELS),
+                        help="comma-separated subset of " + ", ".join(MODELS))
+    parser.add_argument("--sigma", type=float,
+                        help="lognormal model's per-request log-noise (default: measured)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    run1, run2 = read_run(args.run1), read_run(args.run2)
+    if args.split_seeds:
+        s0, s1 = (int(seed) for seed in args.split_seeds.split(","))
+        run1, run2 = split_seeds(read_run(args.run1), (s0, s1))
+    elif args.run2 is not None:
+        run1, run2 = read_run(args.run1), read_run(args.run2)
+    else:
+        parser.error("give two run directories, or one with --split-seeds")
     real = real_verdict(run1, run2)
     print(f"real A/A ({real['n_items']} items, outputs identical {real['identical_outputs']},"
           f" decode ratio {real['decode_ratio']['estimate']:.4f} "
@@ -180,7 +233,12 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"per-request noise sigma {real['sigma']:.3f}): {real['decision']}")
     start = time.perf_counter()
     sizes = [int(size) for size in args.items.split(",")]
-    rows = calibrate(run1, run2, trials=args.trials, sizes=sizes, seed=args.seed)
+    models = [model for model in args.models.split(",") if model]
+    unknown = sorted(set(models) - set(MODELS))
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    rows = calibrate(run1, run2, trials=args.trials, sizes=sizes, seed=args.seed,
+                     sigma=args.sigma, models=models)
     print_table(rows)
     print(f"({time.perf_counter() - start:.0f} s)")
     if args.json:

@@ -18,6 +18,7 @@ from abgate.compare.stats import (
     clustered_mean,
     item_means,
     mcnemar_exact,
+    student_t_interval,
     z_two_sided,
 )
 from abgate.errors import AbgateError
@@ -112,7 +113,8 @@ def test_bootstrap_is_reproducible_and_seeded() -> None:
     other = compare_samples(a, b, seed=8)["speed"]["steady_decode_tps"]["log_ratio"]
     assert first == again
     assert first["estimate"] == other["estimate"]
-    assert first["ci"] != other["ci"]
+    assert first["ci_bootstrap"] != other["ci_bootstrap"]
+    assert first["ci_t"] == other["ci_t"]
     assert compare_samples(a, b, seed=8, n_boot=500)["bootstrap"]["n_boot"] == 500
 
 
@@ -125,6 +127,28 @@ def test_cluster_bootstrap_percentile_interval() -> None:
     assert result.high == pytest.approx(values.mean() + 1.96 * se, abs=0.01)
     single = cluster_bootstrap(np.array([0.3]), seed=0, n_boot=10, confidence=0.9)
     assert single.estimate == 0.3 and math.isnan(single.low)
+
+
+def test_student_t_interval_matches_scipy() -> None:
+    values = np.random.default_rng(1).normal(size=25)
+    low, high, se = student_t_interval(values, 0.9)
+    expected = stats.t.interval(0.9, 24, loc=values.mean(), scale=stats.sem(values))
+    assert (low, high) == pytest.approx(expected)
+    assert se == pytest.approx(stats.sem(values))
+
+
+def test_speed_interval_is_the_wider_of_bootstrap_and_t() -> None:
+    # Three same-direction outliers among 30 quiet pairs: the percentile bootstrap
+    # clears 0, the t interval (rightly: three coin flips) does not.
+    a = make_arm(30, noise=0.0)
+    b = make_arm(30, noise=0.0)
+    for i, tps in ((0, 160.0), (1, 170.0), (2, 150.0)):
+        b[i] = make_sample(i, tps=tps)
+    log_ratio = compare_samples(a, b)["speed"]["steady_decode_tps"]["log_ratio"]
+    assert log_ratio["ci_bootstrap"][0] >= 0.0
+    assert log_ratio["ci_t"][0] < 0.0
+    assert log_ratio["ci"] == [min(log_ratio["ci_bootstrap"][0], log_ratio["ci_t"][0]),
+                               max(log_ratio["ci_bootstrap"][1], log_ratio["ci_t"][1])]
 
 
 def test_item_means() -> None:
@@ -256,3 +280,11 @@ def test_swapping_arms_negates_differences(spec: list[tuple[bool, bool, float, f
     assert r_ba["estimate"] == pytest.approx(1.0 / r_ab["estimate"])
     assert r_ba["ci"][0] == pytest.approx(1.0 / r_ab["ci"][1])
     assert r_ba["ci"][1] == pytest.approx(1.0 / r_ab["ci"][0])
+
+
+def test_speed_drift_flags_an_arm_whose_machine_slowed_down() -> None:
+    a = make_arm(40)
+    b = [make_sample(i, tps=100.0 if i < 20 else 50.0) for i in range(40)]
+    drift = compare_samples(a, b, n_boot=20)["diagnostics"]["speed_drift"]
+    assert drift["a"] == 0.0
+    assert drift["b"] == pytest.approx(-0.5)

@@ -32,7 +32,8 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
         if arm == base:
             continue
         comparison = compare_samples(base_samples, arm_samples(out, arm), seed=seed,
-                                     n_boot=n_boot, arm_names=(base, arm))
+                                     n_boot=n_boot, arm_names=(base, arm),
+                                     confidence=policy.speed.confidence)
         verdict = decide(comparison, policy)
         comparisons[arm] = {"comparison": comparison, "verdict": verdict.to_dict()}
     decisions = [c["verdict"]["decision"] for c in comparisons.values()]

@@ -77,6 +77,17 @@ class Experiment:
     def candidates(self) -> list[str]:
         return [a for a in self.arms if a != self.baseline]
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Experiment:
+        """The inverse of :meth:`to_dict` (how ``--resume`` finds the experiment)."""
+        bench = dict(d.get("bench") or {})
+        bench["input_len"] = tuple(bench.get("input_len", ()))
+        return cls(name=d["name"], description=d.get("description", ""),
+                   baseline=d["baseline"],
+                   arms={k: RunConfig.from_dict(v) for k, v in d["arms"].items()},
+                   schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
+                   bench=BenchPlan(**bench))
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "baseline": self.baseline,
                 "arms": {k: v.to_dict() for k, v in self.arms.items()},

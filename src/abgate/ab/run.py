@@ -207,6 +207,31 @@ class AbRunner:
         self.warmup(arm, engine)
         return engine
 
+    def run_bench_cases(self, engines: dict[str, Engine]) -> None:
+        """Fixed-length speed cases, case by case with the arm order alternating
+        (A B | B A ...), each arm's results in ``arms/<arm>/bench.json``."""
+        plan = self.exp.bench
+        if not plan.input_len:
+            return
+        from abgate.bench import BenchCase, run_bench
+
+        results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in engines}
+        cases = [BenchCase(n, plan.output_len) for n in plan.input_len]
+        for arm, case in schedule.interleaved(cases, list(engines)):
+            res = run_bench(engines[arm], [case], warmup=plan.warmup, repeats=plan.repeats)
+            results[arm].extend(c.to_dict(samples=True) for c in res.cases)
+        shas = {arm: [c["prompt_sha256"] for c in cs] for arm, cs in results.items()}
+        if len({tuple(v) for v in shas.values()}) > 1:
+            raise AbgateError(f"bench prompts differ between arms: {shas}")
+        for arm, cs in results.items():
+            rec.write_json_atomic(self.out / "arms" / arm / "bench.json",
+                                  {"schema_version": rec.SCHEMA_VERSION, "kind": "ab-bench",
+                                   "plan": vars(plan) | {"input_len": list(plan.input_len)},
+                                   "cases": cs})
+
+    def bench_done(self) -> bool:
+        return all((self.out / "arms" / arm / "bench.json").exists() for arm in self.exp.arms)
+
     def run_interleaved(self) -> None:
         engines: dict[str, Engine] = {}
         try:
@@ -215,6 +240,8 @@ class AbRunner:
             self.save()
             for arm, (item, seed) in schedule.interleaved(self.keys(), list(self.exp.arms)):
                 self.run_one(arm, engines[arm], item, seed)
+            if not self.bench_done():
+                self.run_bench_cases(engines)
         finally:
             for arm, engine in engines.items():
                 close_engine(engine, self.recorders[arm].doc)
@@ -234,6 +261,19 @@ class AbRunner:
                 finally:
                     close_engine(engine, rec_.doc)
             self.save()
+        if self.exp.bench.input_len and not self.bench_done():
+            self.bench_blocks()
+
+    def bench_blocks(self) -> None:
+        """Blocks mode: each arm loaded once more, one after the other, for the bench."""
+        for arm in self.exp.arms:
+            with arm_env(self.prepared[arm].config.env):
+                engine = None
+                try:
+                    engine = self.load(arm)
+                    self.run_bench_cases({arm: engine})
+                finally:
+                    close_engine(engine, self.recorders[arm].doc)
 
     def finish(self, status: str, error: str | None) -> dict[str, dict[str, Any]]:
         summaries = {arm: r.finish(status, error) for arm, r in self.recorders.items()}

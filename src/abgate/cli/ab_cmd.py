@@ -12,6 +12,8 @@ from rich.console import Console
 from abgate.ab import Experiment, load_experiment, run_ab
 from abgate.ab.analyze import analyze
 from abgate.ab.experiment import Schedule
+from abgate.ab.run import AB_FILE
+from abgate.runner.records import read_json
 from abgate.cli.app import app
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -56,6 +58,13 @@ def _override(exp: Experiment, limit: int | None, seeds: str | None,
     return replace(exp, arms={k: replace(v, **changes) for k, v in exp.arms.items()})  # type: ignore[arg-type]
 
 
+def _recorded(resume: Path) -> Experiment:
+    """The experiment an interrupted A/B directory was started with."""
+    if not (resume / AB_FILE).exists():
+        raise UsageError(f"--resume {resume}: no {AB_FILE} there; nothing to resume")
+    return Experiment.from_dict(read_json(resume / AB_FILE)["experiment"])
+
+
 @app.command("ab")
 def ab_command(
     experiment: Path = typer.Argument(None, help="Experiment TOML (see examples/)."),
@@ -89,6 +98,8 @@ def ab_command(
         raise UsageError("missing -o AB_DIR (where to write the A/B)")
     if experiment is not None:
         exp = _override(load_experiment(experiment), limit, seeds, max_tokens)
+    elif resume is not None:
+        exp = _override(_recorded(resume), limit, seeds, max_tokens)
     else:
         exp = _from_flags(suite, data, limit, seeds, max_tokens, model, engine_arg,
                           a_engine_arg, b_engine_arg, a_env, b_env, b_model)

@@ -3,6 +3,7 @@
 - token-hash identity: pairs whose output token IDs are identical (e.g. ``"8/96"``);
 - prompt mismatches: pairs whose prompt token hashes differ (arms not truly matched);
 - output length: mean per arm, mean difference and mean absolute difference;
+- speed drift: per arm, how much faster its later half ran than its earlier half;
 - the pairs with the largest length change and the largest seq-rep-4 change, each
   with a one-line description such as
   ``"1653 tokens / rep 0.199 -> 3626 / 0.507, still correct"``.
@@ -101,6 +102,22 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def drift(samples: Sequence[Mapping[str, Any]]) -> float | None:
+    """Median steady decode tok/s of the later half of an arm's samples (by finish
+    time) over that of the earlier half, minus 1; None with fewer than 4 rates.
+
+    Items differ between halves, so a few percent is normal; a large value means the
+    machine changed speed while the arm ran, which a sequential A-then-B schedule
+    would mistake for an effect of the switch."""
+    timed = [(float(s.get("finished_at") or index), float(tps)) for index, s in enumerate(samples)
+             if (tps := (s.get("timing") or {}).get("steady_decode_tps"))]
+    if len(timed) < 4:
+        return None
+    rates = [tps for _, tps in sorted(timed)]
+    half = len(rates) // 2
+    return statistics.median(rates[-half:]) / statistics.median(rates[:half]) - 1.0
+
+
 def diagnostics(pairs: Sequence[Pair]) -> dict[str, Any]:
     """The diagnostics section of a comparison, over the non-error pairs."""
     same = [s for p in pairs if (s := same_output(p.a, p.b)) is not None]
@@ -121,6 +138,7 @@ def diagnostics(pairs: Sequence[Pair]) -> dict[str, Any]:
             "mean_diff": _mean([b - a for a, b in lengths]),
             "mean_abs_diff": _mean([abs(b - a) for a, b in lengths]),
         },
+        "speed_drift": {"a": drift([p.a for p in pairs]), "b": drift([p.b for p in pairs])},
         "largest_length_changes": _largest(pairs, _length_change),
         "largest_repetition_changes": _largest(pairs, _rep_change),
     }

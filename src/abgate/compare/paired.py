@@ -4,8 +4,9 @@ Every number is defined in ``docs/statistics.md``. In short: pairs are (item, se
 matched by key; quality is accuracy per arm and the paired accuracy difference with a
 standard error clustered by item, McNemar's exact test and paired deltas of the health
 rates; speed is the mean log ratio B/A per pair, averaged per item then across items,
-with a seeded percentile bootstrap over items; the minimum detectable effects say
-what the sample could have seen.
+with a seeded percentile bootstrap over items widened, where needed, to the Student-t
+interval of the item means; the minimum detectable effects say what the sample could
+have seen.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from abgate.compare.stats import (
     item_means,
     mcnemar_exact,
     normal_ci,
+    student_t_interval,
     z_two_sided,
 )
 from abgate.scoring.health import clustered_accuracy
@@ -129,6 +131,11 @@ def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
     xb = np.array([y for _, _, y in usable], dtype=float)
     _, per_item = item_means(list(np.log(xb / xa)), [item for item, _, _ in usable])
     boot = cluster_bootstrap(per_item, seed=seed, n_boot=n_boot, confidence=confidence)
+    t_low, t_high, t_se = student_t_interval(per_item, confidence)
+    # The decision interval is the wider of the two (nan-aware: nan if either is nan).
+    low, high = min(boot.low, t_low), max(boot.high, t_high)
+    if math.isnan(boot.low) or math.isnan(t_low):
+        low = high = math.nan
     arm_a, arm_b = _summary(xa), _summary(xb)
     return {
         "higher_is_better": SPEED_METRICS[metric] > 0,
@@ -138,9 +145,11 @@ def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
         "b": arm_b,
         "pct_change_mean": _change(arm_b["mean"], arm_a["mean"]),
         "pct_change_median": _change(arm_b["median"], arm_a["median"]),
-        "log_ratio": {"estimate": finite(boot.estimate), "se": finite(boot.se),
-                      "ci": [finite(boot.low), finite(boot.high)]},
-        "ratio": {"estimate": _exp(boot.estimate), "ci": [_exp(boot.low), _exp(boot.high)]},
+        "log_ratio": {"estimate": finite(boot.estimate), "se": finite(max(boot.se, t_se)),
+                      "ci": [finite(low), finite(high)],
+                      "ci_bootstrap": [finite(boot.low), finite(boot.high)],
+                      "ci_t": [finite(t_low), finite(t_high)]},
+        "ratio": {"estimate": _exp(boot.estimate), "ci": [_exp(low), _exp(high)]},
     }
 
 

@@ -7,6 +7,9 @@
   discordant pairs against p = 1/2.
 - :func:`item_means` / :func:`cluster_bootstrap` - per-item averages and a seeded
   percentile bootstrap of their mean that resamples items (clusters) with replacement.
+- :func:`student_t_interval` - the Student-t interval of a mean, which stays honest
+  when a few items carry most of the spread (where the percentile bootstrap is too
+  narrow; see docs/statistics.md, "A/A calibration").
 
 Functions return ``nan`` where a quantity cannot be estimated (no data, one cluster);
 callers turn that into ``None`` for JSON.
@@ -29,6 +32,7 @@ __all__ = [
     "item_means",
     "mcnemar_exact",
     "normal_ci",
+    "student_t_interval",
     "z_one_sided",
     "z_two_sided",
 ]
@@ -141,3 +145,14 @@ def cluster_bootstrap(
     tail = 100.0 * (1.0 - confidence) / 2.0
     low, high = np.percentile(replicates, [tail, 100.0 - tail])
     return BootstrapResult(estimate, float(low), float(high), float(replicates.std(ddof=1)), k)
+
+
+def student_t_interval(values: FloatArray, confidence: float) -> tuple[float, float, float]:
+    """``mean -/+ t_(k-1) * sd / sqrt(k)`` and that SE; nan with fewer than two values."""
+    k = int(values.size)
+    if k < 2:
+        return math.nan, math.nan, math.nan
+    se = float(values.std(ddof=1)) / math.sqrt(k)
+    t = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1))
+    mean = float(values.mean())
+    return mean - t * se, mean + t * se, se

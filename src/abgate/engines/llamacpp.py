@@ -10,6 +10,7 @@ would make TTFT depend on request order.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from collections.abc import Generator, Mapping, Sequence
@@ -272,19 +273,52 @@ class LlamaCppEngine:
         )
 
     def _greedy_tokens(self, prompt_ids: list[int]) -> Generator[int, None, None]:
-        """Greedy decoding as an argmax over the last logits: the token llama-cpp-python's
-        greedy sampler chain picks (its penalties are neutral here; ties go to the lowest
-        ID in both), without building an n_vocab candidate array per token, which cost
-        ~100 us a token, over 1% of a small model's decode step. The last token yielded
-        is never evaluated, as with ``Llama.generate``."""
+        """Greedy decoding with as little Python per token as possible (see
+        docs/metrics.md, "Making the loop lean"): the prompt goes through
+        ``Llama.eval``; each next token is the argmax of the last logits (the token the
+        greedy sampler chain picks: its penalties are neutral here and ties go to the
+        lowest ID in both) and is decoded with one ``llama_decode`` call on a reused
+        one-token batch. The last token yielded is never evaluated, as with
+        ``Llama.generate``; ``n_tokens``/``input_ids`` are kept in step."""
         llm, lc = self._llm, self._lc
-        n_vocab = llm.n_vocab()
+        logits_type = ctypes.c_float * llm.n_vocab()
+        token = (lc.llama_token * 1)()
+        batch = lc.llama_batch_get_one(token, 1)  # positions continue after the prompt
         llm.eval(prompt_ids)
+        ctx = llm.ctx
         while True:
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
-            tok = int(logits.argmax())
+            address = ctypes.addressof(lc.llama_get_logits_ith(ctx, -1).contents)
+            logits = memoryview(logits_type.from_address(address))
+            tok = int(np.frombuffer(logits, np.float32).argmax())
             yield tok
-            llm.eval([tok])
+            token[0] = tok
+            rc = lc.llama_decode(ctx, batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            llm.input_ids[llm.n_tokens] = tok
+            llm.n_tokens += 1
+
+    def topk_trace(self, prompt_ids: Sequence[int], output_ids: Sequence[int],
+                   k: int) -> list[list[int]]:
+        """The engine's top-``k`` next-token IDs at every position of ``output_ids``
+        (teacher-forced: the given tokens are fed, whatever the model would pick). Used
+        by baselines to tell a near-tie flip from a real divergence."""
+        import numpy as np
+
+        llm, lc = self._llm, self._lc
+        llm.reset()
+        llm.eval(list(prompt_ids))
+        n_vocab = llm.n_vocab()
+        out: list[list[int]] = []
+        for i, tok in enumerate(output_ids):
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(llm.ctx, -1),
+                                           shape=(n_vocab,))
+            top = np.argpartition(-logits, k)[:k]
+            out.append([int(t) for t in top[np.argsort(-logits[top], kind="stable")]])
+            if i + 1 < len(output_ids):
+                llm.eval([tok])
+        llm.reset()
+        return out
 
     def _stop_cut(self, out: list[int], prompt_ids: list[int],
                   stops: Sequence[str]) -> str | None:
