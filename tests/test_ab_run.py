@@ -122,7 +122,7 @@ BROKEN = """
 suite = "synthetic"
 difficulty = "trivial"
 limit = 30
-max_tokens = 96
+max_tokens = 192
 engine_args = { n_ctx = 512 }
 [schedule]
 warmup = 1
