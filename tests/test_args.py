@@ -14,7 +14,8 @@ from abgate.errors import UsageError
     [
         ("true", True), ("False", False), ("null", None), ("None", None),
         ("42", 42), ("-7", -7), ("+3", 3), ("0.5", 0.5), ("-1e-3", -0.001), (".25", 0.25),
-        ('{"a": 1}', {"a": 1}), ("[1, 2]", [1, 2]), ("q8_0", "q8_0"), ("hello world", "hello world"),
+        ('{"a": 1}', {"a": 1}), ("[1, 2]", [1, 2]), ("q8_0", "q8_0"),
+        ("hello world", "hello world"),
         ("", ""),
     ],
 )

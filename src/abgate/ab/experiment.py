@@ -207,7 +207,7 @@ def load_experiment(path: Path) -> Experiment:
     if exp.policy is not None and not Path(exp.policy).is_absolute():
         exp = replace(exp, policy=str(path.parent / exp.policy))
     for name, cfg in exp.arms.items():  # relative paths in the file are relative to it
-        fixed = {k: str(path.parent / v) for k in ("model", "data", "shots_file")
+        fixed: dict[str, Any] = {k: str(path.parent / v) for k in ("model", "data", "shots_file")
                  if (v := getattr(cfg, k)) and not Path(v).is_absolute()
                  and not v.startswith("hf:") and (path.parent / v).exists()}
         if fixed:

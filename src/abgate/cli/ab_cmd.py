@@ -13,12 +13,12 @@ from abgate.ab import Experiment, load_experiment, run_ab
 from abgate.ab.analyze import analyze
 from abgate.ab.experiment import Schedule
 from abgate.ab.run import AB_FILE
-from abgate.runner.records import read_json
 from abgate.cli.app import app
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.runner.provenance import ProvenanceOptions
+from abgate.runner.records import read_json
 from abgate.runner.spec import RunConfig
 from abgate.suites import parse_seeds
 

@@ -40,7 +40,8 @@ def coerce_value(raw: str) -> Any:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"value {raw!r} looks like JSON but does not parse: {exc.msg}") from None
+            raise UsageError(f"value {raw!r} looks like JSON but does not parse: {exc.msg}"
+                             ) from None
     return raw
 
 

@@ -60,7 +60,8 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         given = [x is not None for x in (self.messages, self.prompt, self.prompt_token_ids)]
         if sum(given) != 1:
-            raise ValueError("GenerationRequest needs exactly one of messages, prompt, prompt_token_ids")
+            raise ValueError(
+                "GenerationRequest needs exactly one of messages, prompt, prompt_token_ids")
 
 
 @dataclass

@@ -231,7 +231,7 @@ class LlamaCppEngine:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({p.max_tokens}) "
                              f"exceeds the context (n_ctx={n_ctx})")
         if not self._prefix_cache:
-            llm.reset()
+            llm.reset()  # type: ignore[no-untyped-call]
         llm.set_seed(p.seed)
         lc.llama_perf_context_reset(llm.ctx)
         out: list[int] = []
@@ -306,7 +306,7 @@ class LlamaCppEngine:
         import numpy as np
 
         llm, lc = self._llm, self._lc
-        llm.reset()
+        llm.reset()  # type: ignore[no-untyped-call]
         llm.eval(list(prompt_ids))
         n_vocab = llm.n_vocab()
         out: list[list[int]] = []
@@ -317,7 +317,7 @@ class LlamaCppEngine:
             out.append([int(t) for t in top[np.argsort(-logits[top], kind="stable")]])
             if i + 1 < len(output_ids):
                 llm.eval([tok])
-        llm.reset()
+        llm.reset()  # type: ignore[no-untyped-call]
         return out
 
     def _stop_cut(self, out: list[int], prompt_ids: list[int],

@@ -26,8 +26,8 @@ from abgate.runner import records as rec
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import build_sample, sample_key
 from abgate.runner.spec import PreparedRun, abgate_version
-from abgate.suites import Item
 from abgate.runner.summary import summarize
+from abgate.suites import Item
 
 log = logging.getLogger("abgate.run")
 OnSample = Callable[[dict[str, Any]], None]
@@ -131,7 +131,8 @@ class RunRecorder:
         rec.write_json_atomic(self.out / rec.RUN_FILE, self.doc)
 
     def pending(self) -> list[tuple[Item, int]]:
-        return [(i, s) for i, s in self.p.keys() if sample_key(i.id, s) not in self.done]
+        keys = self.p.keys()  # PreparedRun.keys(): the (item, seed) pairs, not a dict
+        return [(i, s) for i, s in keys if sample_key(i.id, s) not in self.done]
 
     def request(self, item: Item, seed: int) -> GenerationRequest:
         return request_for(self.p, item.id, seed, self.p.messages(item))

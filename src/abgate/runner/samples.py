@@ -10,8 +10,8 @@ from typing import Any
 from abgate.engines.base import GenerationResult
 from abgate.metrics import request_timing
 from abgate.scoring.extract import Extraction, extract_integer
-from abgate.scoring.numbers import format_int
 from abgate.scoring.health import sample_health
+from abgate.scoring.numbers import format_int
 from abgate.suites import Item
 
 
