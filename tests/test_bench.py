@@ -19,7 +19,7 @@ from abgate.bench import (
 )
 from abgate.bench.fidelity import fidelity
 from abgate.bench.prompts import parse_input_lens, parse_shas
-from abgate.bench.run import resolve_cases
+from abgate.bench.run import bench_request, resolve_cases
 from abgate.engines import llamacpp
 from abgate.engines.base import GenerationResult
 from abgate.errors import UsageError
@@ -29,7 +29,7 @@ from abgate.runner.samples import ids_sha256
 
 @pytest.fixture(scope="module")
 def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
-    e = llamacpp.load(model_path, {"n_ctx": 256})
+    e = llamacpp.load(model_path, {"n_ctx": 256, "n_threads": 1, "n_threads_batch": 1})
     yield e
     e.close()
 
@@ -138,3 +138,20 @@ def test_fidelity_arithmetic() -> None:
     assert f["counts_match"] is True
     none = fidelity(_result(11, 0.05, 0.15, {}), request_timing(r))
     assert none["decode_ratio"] is None and none["counts_match"] is None
+
+
+def test_greedy_fast_path_matches_the_sampler_chain(engine: llamacpp.LlamaCppEngine,
+                                                     model_path: str) -> None:
+    """The engine's argmax greedy loop picks the tokens llama-cpp-python's greedy sampler
+    picks (prefix_cache=true still decodes through ``Llama.generate``)."""
+    ids = tuple(fixed_length_prompt(engine.tokenize, 100, seed=3))
+    req = bench_request("g", ids, 48)
+    chain = llamacpp.load(model_path, {"n_ctx": 256, "n_threads": 1, "n_threads_batch": 1,
+                                        "prefix_cache": True})
+    try:
+        slow = chain.generate([req])[0]
+    finally:
+        chain.close()
+    fast = engine.generate([req])[0]
+    assert fast.output_token_ids == slow.output_token_ids and fast.output_tokens == 48
+    assert fast.engine_timings["eval_tokens"] == slow.engine_timings["eval_tokens"] == 47

@@ -8,8 +8,11 @@ from pathlib import Path
 
 from tests.conftest import abgate, read_lines
 
+# One thread keeps these small runs quick on a shared machine (llama.cpp's worker threads
+# spin-wait, which a busy 2-core machine punishes).
 SMALL = ("--input-len", "64", "--output-len", "16", "--repeats", "2", "--peak-bw", "10",
-         "--engine-arg", "n_ctx=256")
+         "--engine-arg", "n_ctx=256", "--engine-arg", "n_threads=1",
+         "--engine-arg", "n_threads_batch=1")
 
 
 def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from abgate.bench.gguf_layout import read_gguf_layout
 from abgate.bench.probes import (
     arithmetic_probe,
     copy_probe,
@@ -24,12 +26,12 @@ from abgate.bench.roofline import (
 )
 from abgate.engines import llamacpp
 from abgate.engines.base import FinishReason, GenerationResult
-from abgate.errors import UsageError
+from abgate.errors import AbgateError, UsageError
 
 
 @pytest.fixture(scope="module")
 def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
-    e = llamacpp.load(model_path, {"n_ctx": 512})
+    e = llamacpp.load(model_path, {"n_ctx": 512, "n_threads": 1, "n_threads_batch": 1})
     yield e
     e.close()
 
@@ -82,6 +84,22 @@ def test_probes_run_and_report(engine: llamacpp.LlamaCppEngine) -> None:
     assert not bad.passed and "wrong answer" in bad.reason
     with pytest.raises(UsageError, match="n_ctx=128"):
         run_probes(engine, [needle_probe(engine.tokenize, 200)], 128)
+
+
+def test_gguf_layout_reads_the_tensor_table(model_path: str, tmp_path: Path) -> None:
+    layout = read_gguf_layout(model_path)
+    assert len(layout.tensor_bytes) == 272 and layout.metadata["llama.block_count"] == 30
+    assert layout.tensor_bytes["token_embd.weight"] == 49152 * 576 * 34 // 32  # Q8_0
+    assert "tokenizer.ggml.tokens" in layout.metadata  # stepped over, not decoded
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(Path(model_path).read_bytes()[:5000])
+    with pytest.raises(AbgateError, match="truncated"):
+        read_gguf_layout(cut)
+    other = tmp_path / "x.bin"
+    other.write_bytes(b"NOPE" + bytes(100))
+    with pytest.raises(AbgateError, match="not a GGUF"):
+        read_gguf_layout(other)
+    assert model_bytes_for({"model": str(other)}).source.startswith("file size")
 
 
 def test_model_bytes_from_gguf(model_path: str) -> None:

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from abgate.bench.gguf_layout import read_gguf_layout
+
 # Bytes per element of KV-cache types (block formats: block bytes / 32 elements).
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
              "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
@@ -39,7 +41,7 @@ class ModelBytes:
     """Bytes read per decoded token, and where the figure came from."""
 
     weights_bytes: int | None
-    source: str  # "gguf tensors", "declared", "file size (upper bound)", "unknown"
+    source: str  # "gguf tensors", "declared", "file size (upper bound)" or "unknown"
     embedding_bytes: int | None = None
     tied_embedding: bool | None = None
     kv_bytes_per_position: float | None = None  # all layers, K + V
@@ -53,50 +55,33 @@ class ModelBytes:
         return self.kv_bytes_per_position * mean_context
 
 
-def _field(reader: Any, name: str) -> Any:
-    f = reader.fields.get(name)
-    if f is None or not f.data:
-        return None
-    values = [f.parts[i].tolist() for i in f.data]
-    flat = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in values]
-    return flat[0] if len(flat) == 1 else flat
-
-
-def _kv_per_position(reader: Any, type_k: str, type_v: str) -> float | None:
-    arch = _field(reader, "general.architecture")
-    if isinstance(arch, list):  # a string field comes back as its bytes
-        arch = bytes(arch).decode()
-    layers = _field(reader, f"{arch}.block_count")
-    heads = _field(reader, f"{arch}.attention.head_count")
-    kv_heads = _field(reader, f"{arch}.attention.head_count_kv") or heads
-    embd = _field(reader, f"{arch}.embedding_length")
-    if not isinstance(layers, int) or heads is None or not isinstance(embd, int):
+def _kv_per_position(meta: dict[str, Any], type_k: str, type_v: str) -> float | None:
+    """K + V bytes of one position over all layers, from the GGUF hyperparameters."""
+    arch = meta.get("general.architecture")
+    layers = meta.get(f"{arch}.block_count")
+    heads = meta.get(f"{arch}.attention.head_count")
+    kv_heads: Any = meta.get(f"{arch}.attention.head_count_kv") or heads
+    embd = meta.get(f"{arch}.embedding_length")
+    bk, bv = _KV_BYTES.get(type_k), _KV_BYTES.get(type_v)
+    if not isinstance(layers, int) or not heads or not isinstance(embd, int) or not bk or not bv:
         return None
     head_dim = embd // (heads if isinstance(heads, int) else max(heads))
-    k_len = _field(reader, f"{arch}.attention.key_length") or head_dim
-    v_len = _field(reader, f"{arch}.attention.value_length") or head_dim
-    bk, bv = _KV_BYTES.get(type_k), _KV_BYTES.get(type_v)
-    if bk is None or bv is None:
-        return None
+    k_len = meta.get(f"{arch}.attention.key_length") or head_dim
+    v_len = meta.get(f"{arch}.attention.value_length") or head_dim
     total_kv_heads = sum(kv_heads) if isinstance(kv_heads, list) else kv_heads * layers
     return float(total_kv_heads * (k_len * bk + v_len * bv))
 
 
 def gguf_model_bytes(path: str | Path, type_k: str = "f16", type_v: str = "f16") -> ModelBytes:
     """Weights (and KV per position) read per decoded token, from a GGUF file's tensor
-    table. Needs the ``gguf`` package; without it, the file size (an upper bound)."""
-    size = Path(path).stat().st_size
-    try:
-        from gguf import GGUFReader
-    except ImportError:
-        return ModelBytes(size, "file size (upper bound; install gguf for tensor sizes)")
-    reader = GGUFReader(str(path))
-    sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+    table and hyperparameters."""
+    layout = read_gguf_layout(path)
+    sizes = layout.tensor_bytes
     embd = sizes.get("token_embd.weight", 0)
     tied = "output.weight" not in sizes
     weights = sum(sizes.values()) - (0 if tied else embd)
     return ModelBytes(weights, "gguf tensors", embd, tied,
-                      _kv_per_position(reader, type_k, type_v))
+                      _kv_per_position(layout.metadata, type_k, type_v))
 
 
 def model_bytes_for(describe: dict[str, Any], declared: int | None = None) -> ModelBytes:
