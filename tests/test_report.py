@@ -242,3 +242,21 @@ def test_lower_is_better_policy_metric(ab_dir: Path, tmp_path: Path) -> None:
     assert html.count('<svg class="plot"') == N_PLOTS + 1
     assert 'id="plot-speed-ttft_s"' in html and "speedup on TTFT (s)" in html
     assert "a true TTFT (s) change smaller than" in render(out, "md")
+
+
+def test_weights_diff_is_rendered_as_a_diagnostic(tmp_path: Path) -> None:
+    import shutil
+
+    pytest.importorskip("gguf", reason="the 'weights' extra is not installed")
+    from abgate.engines.llamacpp import default_model_path
+    from abgate.report import render
+    from abgate.weights import diff_checkpoints
+
+    src = tmp_path / "src"
+    build_ab_dir(src)
+    model = default_model_path()
+    (src / "weights-diff-fast.json").write_text(json.dumps(diff_checkpoints(model, model)))
+    md = render(src, "md")
+    assert "## Weight diagnostics" in md and "weights-diff-fast.json" in md
+    assert "272 tensors compared" in md
+    shutil.rmtree(src)

@@ -65,6 +65,21 @@ def _recorded(resume: Path) -> Experiment:
     return Experiment.from_dict(read_json(resume / AB_FILE)["experiment"])
 
 
+def _diff_weights(exp: Experiment, out: Path) -> None:
+    """``weights-diff-<arm>.json`` for each candidate whose model differs (report section)."""
+    import json
+
+    from abgate.runner.spec import prepare
+    from abgate.weights import diff_checkpoints
+
+    base = prepare(exp.arms[exp.baseline]).model
+    for arm in exp.candidates:
+        model = prepare(exp.arms[arm]).model
+        if model != base:
+            doc = diff_checkpoints(Path(base), Path(model))
+            (out / f"weights-diff-{arm}.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
 @app.command("ab")
 def ab_command(
     experiment: Path = typer.Argument(None, help="Experiment TOML (see examples/)."),
@@ -88,6 +103,8 @@ def ab_command(
     b_env: list[str] = typer.Option([], "--b-env", help="Arm B env: KEY=VALUE."),
     contract: str = typer.Option(None, help="Contract TOML for the baseline arm."),
     manifest: str = typer.Option(None, help="Manifest JSON whose digest each arm embeds."),
+    weights_diff: bool = typer.Option(False, "--weights-diff", help="Diff each candidate's "
+                                      "model file against the baseline's (abgate[weights])."),
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
     if resume is not None:
@@ -115,6 +132,8 @@ def ab_command(
                          on_start=rep.on_start, progress=rep.on_sample,
                          provenance=ProvenanceOptions(contract, manifest))
     result = analyze(out)
+    if weights_diff:
+        _diff_weights(exp, out)
     from abgate.report import write_reports
 
     paths = write_reports(out)

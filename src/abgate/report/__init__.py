@@ -23,7 +23,14 @@ from abgate.report.limits import not_certified
 from abgate.report.load import AbData, load_ab
 from abgate.report.markdown import render_markdown
 from abgate.report.plots import all_plots
-from abgate.report.sections import arm_tables, bench_section, contract_section, headline, setup
+from abgate.report.sections import (
+    arm_tables,
+    bench_section,
+    contract_section,
+    headline,
+    setup,
+    weights_section,
+)
 
 __all__ = ["FORMATS", "build_doc", "check_format", "render", "render_data", "write_reports"]
 
@@ -38,7 +45,7 @@ def build_doc(data: AbData, *, plots: bool = True) -> Doc:
               decision=str(data.comparison.get("decision", "n/a")))
     overview, per_arm = all_plots(data) if plots else ([], {})
     doc.add(*headline(data), *setup(data), *contract_section(data, matched_contract(data)),
-            *arm_tables(data), *overview, *bench_section(data))
+            *arm_tables(data), *overview, *bench_section(data), *weights_section(data))
     for arm in data.candidates:
         doc.add(*comparison_sections(data, arm, per_arm.get(arm, [])))
     doc.add(*outliers(data), *not_certified(data))

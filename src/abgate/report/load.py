@@ -9,6 +9,7 @@ Only saved records are read: ``ab.json``, ``comparison.json`` and per arm ``run.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ class AbData:
     comparison: dict[str, Any]
     arms: dict[str, Arm]
     baseline: str
+    weights: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def candidates(self) -> list[str]:
@@ -141,7 +143,14 @@ def load_ab(out: Path) -> AbData:
     if not isinstance(arm_names, Mapping) or not arm_names or baseline not in arm_names:
         raise UsageError(f"{out / AB_FILE}: no experiment arms or baseline recorded")
     arms = {str(name): _load_arm(out, str(name)) for name in arm_names}
-    return AbData(ab=ab, comparison=comparison, arms=arms, baseline=str(baseline))
+    weights = {}
+    for path in sorted(out.glob("weights-diff*.json")):  # from: abgate weights-diff --json
+        try:
+            weights[path.name] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
+    return AbData(ab=ab, comparison=comparison, arms=arms, baseline=str(baseline),
+                  weights=weights)
 
 
 def paired_points(data: AbData, arm: str) -> list[tuple[Point, Point]]:

@@ -226,3 +226,32 @@ def bench_section(data: AbData) -> list[Block]:
             Para("Medians over the measured repeats of each case, from each arm's "
                  "`bench.json`."),
             Table(tuple(header), tuple(rows))]
+
+
+def weights_section(data: AbData) -> list[Block]:
+    """Weight diagnostics (``weights-diff*.json`` in the A/B directory): reported, never
+    deciding unless a policy says so."""
+    blocks: list[Block] = []
+    for name, wd in data.weights.items():
+        overall = dig(wd, "summary", "overall") or {}
+        ref, other = wd.get("ref") or {}, wd.get("other") or {}
+        worst = sorted((t for t in wd.get("tensors", []) if t.get("status") == "compared"
+                        and isinstance(t.get("rel_l2"), (int, float))),
+                       key=lambda t: -float(t["rel_l2"]))[:5]
+        blocks += [
+            Heading(3, f"Weights: {name}", f"weights-{name}"),
+            Para(f"`{ref.get('path', NA)}` (sha256 {str(ref.get('sha256', NA))[:12]}) vs "
+                 f"`{other.get('path', NA)}` (sha256 {str(other.get('sha256', NA))[:12]}): "
+                 f"{dig(wd, 'summary', 'n_compared')} tensors compared, pooled relative L2 "
+                 f"{overall.get('pooled_rel_l2', NA)}, pooled SQNR "
+                 f"{overall.get('pooled_sqnr_db', NA)} dB, worst tensor relative L2 "
+                 f"{overall.get('max_rel_l2', NA)}."),
+            Table(("Tensor", "Relative L2", "SQNR dB"),
+                  tuple((f"`{t['name']}`", num(t["rel_l2"], ".3g"), str(t.get("sqnr_db")))
+                        for t in worst)),
+        ]
+    if not blocks:
+        return []
+    return [Heading(2, "Weight diagnostics", "weights"),
+            Para("Per-tensor error between the checkpoints (`abgate weights-diff`); a "
+                 "diagnostic, not a gate."), *blocks]
