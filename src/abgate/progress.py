@@ -30,7 +30,7 @@ class Reporter:
         self.task: Any = None
         self.total = self.done = self.tokens = 0
         self.t0 = time.perf_counter()
-        self._next_log = 0.1
+        self._logged_tenths = 0
 
     def on_start(self, done: int, total: int) -> None:
         self.done, self.total, self.t0 = done, total, time.perf_counter()
@@ -39,15 +39,17 @@ class Reporter:
 
     def on_sample(self, sample: dict[str, Any]) -> None:
         self.done += 1
-        self.tokens += int(sample["output"]["tokens"] or 0)
+        output = sample.get("output")
+        tokens = output.get("tokens") if isinstance(output, dict) else sample.get("output_tokens")
+        self.tokens += int(tokens or 0)
         elapsed = max(time.perf_counter() - self.t0, 1e-9)
         tps = self.tokens / elapsed
         if self.bar is not None:
             self.bar.update(self.task, advance=1, tps=f"{tps:6.1f} tok/s")
-        elif self.total and self.done / self.total >= self._next_log:
+        elif self.total and self.done * 10 // self.total > self._logged_tenths:
             log.info("%s: %d/%d samples, %.1f output tok/s", self.label, self.done, self.total,
                      tps)
-            self._next_log += 0.1
+            self._logged_tenths = self.done * 10 // self.total
 
 
 @contextmanager

@@ -33,6 +33,7 @@ from abgate.engines.args import redact_env, validate_args
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.host import git_state, host_info
+from abgate.progress import Reporter
 from abgate.runner import records as rec
 from abgate.runner.spec import abgate_version, file_sha256
 
@@ -157,7 +158,8 @@ def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
     return plan, probes
 
 
-def execute_bench(p: PreparedBench, out: Path, *, force: bool = False) -> BenchOutcome:
+def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
+                  progress: Reporter | None = None) -> BenchOutcome:
     """Load the engine, run the bench and probes, and write the run directory."""
     check_out_dir(out, force)
     os.environ.update(p.config.env)
@@ -169,7 +171,10 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False) -> BenchO
         doc = _new_doc(p)
         doc["engine"] = engine.describe().to_dict()
         rec.write_json_atomic(out / rec.RUN_FILE, doc)
-        return _measure(p, engine, plan, probes, out, doc)
+        if progress is not None:
+            total = len(plan.cases) * (p.config.warmup + p.config.repeats) + len(probes)
+            progress.on_start(0, total)
+        return _measure(p, engine, plan, probes, out, doc, progress)
     finally:
         engine.close()
         if doc:
@@ -179,17 +184,23 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False) -> BenchO
 
 
 def _measure(p: PreparedBench, engine: Engine, plan: BenchPlan, probes: Sequence[Probe],
-             out: Path, doc: dict[str, Any]) -> BenchOutcome:
+             out: Path, doc: dict[str, Any], progress: Reporter | None) -> BenchOutcome:
     c = p.config
     result: BenchResult | None = None
     probe_results: list[ProbeResult] = []
     resources: dict[str, Any] = {}
     try:
         with rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
+
+            def record(sample: dict[str, Any]) -> None:
+                writer.append(sample)
+                if progress is not None:
+                    progress.on_sample(sample)
+
             result = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
-                                  on_sample=writer.append)
+                                  on_sample=record)
             if probes:
-                probe_results = run_probes(engine, probes, plan.n_ctx, writer.append)
+                probe_results = run_probes(engine, probes, plan.n_ctx, record)
         resources = engine_resources(engine)
         doc["status"] = "complete"
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ from abgate.bench.prompts import parse_input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli.app import app
 from abgate.engines.args import parse_pairs
+from abgate.progress import reporter
 
 # (label, speed field, scale, format, engine counterpart, engine scale)
 _ROWS: tuple[tuple[str, str, float, str, str | None, float], ...] = (
@@ -162,7 +163,8 @@ def bench_command(
     prepared = prepare_bench(config)
     if out is None:
         out = Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
-    outcome = execute_bench(prepared, out, force=force)
+    with reporter(f"bench {out.name}") as rep:
+        outcome = execute_bench(prepared, out, force=force, progress=rep)
     print_bench(outcome.out_dir, outcome.status, outcome.summary, engine)
     if outcome.status == "interrupted":
         raise typer.Exit(130)
