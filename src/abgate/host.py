@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +23,43 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def gpus() -> list[dict[str, Any]]:
-    """NVIDIA GPUs through NVML (nvidia-ml-py), or an empty list where there are none."""
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here; the message says why."""
+
+
+@contextmanager
+def nvml() -> Iterator[tuple[Any, list[Any]]]:
+    """``(pynvml, device handles)`` with NVML initialised for the block (the one place
+    abgate starts and stops NVML). Raises NvmlUnavailable where it cannot."""
     try:
         import pynvml
     except ImportError:
-        return []
+        raise NvmlUnavailable("pynvml (nvidia-ml-py) is not installed") from None
     try:
         pynvml.nvmlInit()
-    except Exception:  # no driver / no GPU: NVML raises its own error types
-        return []
+    except Exception as exc:  # no driver / no GPU: NVML raises its own error types
+        raise NvmlUnavailable(f"NVML unavailable: {exc}") from None
     try:
-        out = []
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            out.append({"index": i, "name": pynvml.nvmlDeviceGetName(h),
-                        "memory_total": int(mem.total), "memory_used": int(mem.used),
-                        "driver": driver})
-        return out
+        yield pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i)
+                       for i in range(pynvml.nvmlDeviceGetCount())]
     finally:
         pynvml.nvmlShutdown()
+
+
+def gpus() -> list[dict[str, Any]]:
+    """NVIDIA GPUs through NVML (nvidia-ml-py), or an empty list where there are none."""
+    try:
+        with nvml() as (nv, handles):
+            driver = nv.nvmlSystemGetDriverVersion()
+            out = []
+            for i, h in enumerate(handles):
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                out.append({"index": i, "name": nv.nvmlDeviceGetName(h),
+                            "memory_total": int(mem.total), "memory_used": int(mem.used),
+                            "driver": driver})
+            return out
+    except NvmlUnavailable:
+        return []
 
 
 def host_info() -> dict[str, Any]:

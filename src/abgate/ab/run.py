@@ -27,14 +27,7 @@ from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.host import git_state, host_info
 from abgate.runner import records as rec
-from abgate.runner.execute import (
-    Interrupted,
-    RunRecorder,
-    _run_log,
-    _sigterm_interrupts,
-    close_engine,
-    load_engine,
-)
+from abgate.runner.execute import RunRecorder, Status, close_engine, load_engine, tracked
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
 from abgate.runner.spec import PreparedRun, abgate_version, prepare
@@ -294,25 +287,16 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
     doc = open_ab_dir(exp, prepared, out, mode, resume, force)
     runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
     runner.save()
-    status, error = "failed", None
-    with _run_log(out), _sigterm_interrupts():
-        try:
-            if on_start:
-                on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
-            if mode == "interleave":
-                runner.run_interleaved()
-            else:
-                runner.run_blocks()
-            status = "complete"
-        except (KeyboardInterrupt, Interrupted):
-            status, error = "interrupted", "interrupted by the user"
-        except AbgateError as exc:
-            error = str(exc)
-            raise
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            log.exception("A/B run failed")
-            raise AbgateError(f"A/B run failed: {error} (records kept in {out})") from exc
-        finally:
-            summaries = runner.finish(status, error)
-    return AbOutcome(out, status, summaries)
+    summaries: dict[str, dict[str, Any]] = {}
+
+    def finish(status: Status) -> None:
+        summaries.update(runner.finish(status.value, status.error))
+
+    with tracked(out, "A/B run", finish) as status:
+        if on_start:
+            on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
+        if mode == "interleave":
+            runner.run_interleaved()
+        else:
+            runner.run_blocks()
+    return AbOutcome(out, status.value, summaries)

@@ -18,6 +18,8 @@ from typing import Any
 
 import psutil
 
+from abgate.host import NvmlUnavailable, nvml
+
 
 def peak_rss_bytes(pid: int) -> int | None:
     """High-water resident set size of ``pid`` (Linux ``VmHWM``; elsewhere, for this
@@ -38,29 +40,21 @@ def gpu_memory(pid: int) -> list[dict[str, Any]]:
     """Per NVIDIA GPU: memory used in total and by ``pid``, through NVML; ``[]`` where
     NVML or GPUs are absent."""
     try:
-        import pynvml
-    except ImportError:
+        with nvml() as (nv, handles):
+            out = []
+            for i, h in enumerate(handles):
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                try:
+                    procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+                    mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid == pid)
+                except Exception:  # not supported on every driver / inside containers
+                    mine = None
+                out.append({"index": i, "name": nv.nvmlDeviceGetName(h),
+                            "memory_used": int(mem.used), "memory_total": int(mem.total),
+                            "process_memory_used": mine})
+            return out
+    except NvmlUnavailable:
         return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver / no GPU: NVML raises its own error types
-        return []
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            try:
-                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-                mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid == pid)
-            except Exception:  # not supported on every driver / inside containers
-                mine = None
-            out.append({"index": i, "name": pynvml.nvmlDeviceGetName(h),
-                        "memory_used": int(mem.used), "memory_total": int(mem.total),
-                        "process_memory_used": mine})
-        return out
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def engine_resources(engine: object) -> dict[str, Any]:

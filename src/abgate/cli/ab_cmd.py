@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -56,6 +57,27 @@ def _override(exp: Experiment, limit: int | None, seeds: str | None,
     if not changes:
         return exp
     return replace(exp, arms={k: replace(v, **changes) for k, v in exp.arms.items()})  # type: ignore[arg-type]
+
+
+def _with_schedule_and_policy(exp: Experiment, schedule: str | None, warmup: int | None,
+                              policy: str | None) -> Experiment:
+    if schedule is not None or warmup is not None:
+        s = exp.schedule
+        exp = replace(exp, schedule=Schedule(schedule or s.mode,
+                                             s.warmup if warmup is None else warmup,
+                                             s.block_size))
+    return exp if policy is None else replace(exp, policy=policy)
+
+
+def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:
+    console = Console()
+    for arm, c in result["comparisons"].items():
+        v = c["verdict"]
+        console.print(f"[bold]{arm} vs {result['baseline']}: {v['decision']}[/bold]")
+        for reason in v.get("reasons", []):
+            console.print(f"  - {reason}")
+    console.print(f"A/B {status}; decision {result['decision']}; reports: "
+                  + ", ".join(str(p) for p in paths))
 
 
 def _recorded(resume: Path) -> Experiment:
@@ -120,13 +142,7 @@ def ab_command(
     else:
         exp = _from_flags(suite, data, limit, seeds, max_tokens, model, engine_arg,
                           a_engine_arg, b_engine_arg, a_env, b_env, b_model)
-    if schedule is not None or warmup is not None:
-        s = exp.schedule
-        exp = replace(exp, schedule=Schedule(schedule or s.mode,
-                                             s.warmup if warmup is None else warmup,
-                                             s.block_size))
-    if policy is not None:
-        exp = replace(exp, policy=policy)
+    exp = _with_schedule_and_policy(exp, schedule, warmup, policy)
     with reporter(f"ab {out.name}") as rep:
         outcome = run_ab(exp, out, resume=resume is not None, force=force,
                          on_start=rep.on_start, progress=rep.on_sample,
@@ -136,15 +152,7 @@ def ab_command(
         _diff_weights(exp, out)
     from abgate.report import write_reports
 
-    paths = write_reports(out)
-    console = Console()
-    for arm, c in result["comparisons"].items():
-        v = c["verdict"]
-        console.print(f"[bold]{arm} vs {result['baseline']}: {v['decision']}[/bold]")
-        for reason in v.get("reasons", []):
-            console.print(f"  - {reason}")
-    console.print(f"A/B {outcome.status}; decision {result['decision']}; reports: "
-                  + ", ".join(str(p) for p in paths))
+    _print_verdicts(result, outcome.status, write_reports(out))
     if outcome.status == "interrupted":
         raise typer.Exit(130)
     raise typer.Exit(result["exit_code"])

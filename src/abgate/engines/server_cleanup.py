@@ -20,6 +20,8 @@ from typing import Any
 
 import psutil
 
+from abgate.host import NvmlUnavailable, nvml
+
 HOST = "127.0.0.1"
 GPU_TOLERANCE_BYTES = 256 << 20
 
@@ -99,18 +101,10 @@ class ProcessTracker:
 def gpu_memory() -> dict[str, Any]:
     """Used memory per NVIDIA device through NVML, or why it could not be read."""
     try:
-        import pynvml
-    except ImportError:
-        return {"available": False, "reason": "pynvml (nvidia-ml-py) is not installed"}
-    try:
-        pynvml.nvmlInit()
-    except Exception as exc:  # NVML raises its own error types
-        return {"available": False, "reason": f"NVML unavailable: {exc}"}
-    try:
-        used = [int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used)
-                for i in range(pynvml.nvmlDeviceGetCount())]
-    finally:
-        pynvml.nvmlShutdown()
+        with nvml() as (nv, handles):
+            used = [int(nv.nvmlDeviceGetMemoryInfo(h).used) for h in handles]
+    except NvmlUnavailable as exc:
+        return {"available": False, "reason": str(exc)}
     if not used:
         return {"available": False, "reason": "NVML sees no device"}
     return {"available": True, "used_bytes": used}

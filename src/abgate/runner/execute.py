@@ -176,6 +176,38 @@ def close_engine(engine: Engine | None, doc: dict[str, Any]) -> None:
         doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
 
 
+@dataclass
+class Status:
+    """How a run or A/B ended: ``complete``, ``failed`` or ``interrupted``."""
+
+    value: str = "failed"
+    error: str | None = None
+
+
+@contextmanager
+def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[Status]:
+    """The bookkeeping ``abgate run`` and ``abgate ab`` share: the run log, SIGTERM as an
+    interruption, the final status, and ``finish`` (close engines, write records) on
+    every way out. Unexpected errors become one-line AbgateErrors; records are kept."""
+    status = Status()
+    with _run_log(out), _sigterm_interrupts():
+        try:
+            yield status
+            status.value = "complete"
+        except (KeyboardInterrupt, Interrupted):
+            status.value, status.error = "interrupted", "interrupted by the user"
+        except AbgateError as exc:
+            status.error = str(exc)
+            raise
+        except Exception as exc:
+            status.error = f"{type(exc).__name__}: {exc}"
+            log.exception("%s failed", what)
+            raise AbgateError(f"{what} failed: {status.error} (records kept in {out})"
+                              ) from exc
+        finally:
+            finish(status)
+
+
 def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = False,
             on_start: Callable[[int, int], None] | None = None,
             on_sample: OnSample | None = None,
@@ -183,38 +215,30 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p)
     run = RunRecorder(p, out, resume=resume, force=force)
-    status, error = "failed", None
-    with _run_log(out), _sigterm_interrupts():
+    engines: list[Engine] = []
+    summary: dict[str, Any] = {}
+
+    def finish(status: Status) -> None:
+        close_engine(engines[0] if engines else None, run.doc)
+        summary.update(run.finish(status.value, status.error))
+
+    with tracked(out, "run", finish) as status:
         log.info("run %s: %d/%d samples already done", out, len(run.done), run.total)
-        engine: Engine | None = None
+        engine = load_engine(p, out)
+        engines.append(engine)
+        run.doc["engine"] = engine.describe().to_dict()
         try:
-            engine = load_engine(p, out)
-            run.doc["engine"] = engine.describe().to_dict()
-            try:
-                record_after_load(prov, contract, engine, run.doc)
-            finally:
-                run.save()
-            if on_start:
-                on_start(len(run.done), run.total)
-            pending = {sample_key(i.id, s): (i, s) for i, s in run.pending()}
-
-            def record(result: GenerationResult) -> None:
-                sample = run.record(*pending[result.request_id], result)
-                if on_sample:
-                    on_sample(sample)
-
-            engine.generate([run.request(i, s) for i, s in pending.values()], on_result=record)
-            status = "complete"
-        except (KeyboardInterrupt, Interrupted):
-            status, error = "interrupted", "interrupted by the user"
-        except AbgateError as exc:
-            error = str(exc)
-            raise
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            log.exception("run failed")
-            raise AbgateError(f"run failed: {error} (records kept in {out})") from exc
+            record_after_load(prov, contract, engine, run.doc)
         finally:
-            close_engine(engine, run.doc)
-            summary = run.finish(status, error)
-    return RunOutcome(out, status, len(run.done), run.total, summary)
+            run.save()
+        if on_start:
+            on_start(len(run.done), run.total)
+        pending = {sample_key(i.id, s): (i, s) for i, s in run.pending()}
+
+        def record(result: GenerationResult) -> None:
+            sample = run.record(*pending[result.request_id], result)
+            if on_sample:
+                on_sample(sample)
+
+        engine.generate([run.request(i, s) for i, s in pending.values()], on_result=record)
+    return RunOutcome(out, status.value, len(run.done), run.total, summary)
