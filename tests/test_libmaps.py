@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from abgate.provenance.hashing import HashCache, sha256_file
+from abgate.identity import HashCache, sha256_file
 from abgate.provenance.libmaps import (
     MappedLib,
     RequiredLib,

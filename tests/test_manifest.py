@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
 from abgate.cli.app import app
 from abgate.errors import UsageError
+from abgate.identity import canonical_json
 from abgate.provenance.environment import environment_snapshot, selected_env
-from abgate.provenance.hashing import canonical_json
 from abgate.provenance.loading import ManifestError, load_manifest
 from abgate.provenance.manifest import (
     BuildOptions,

@@ -25,7 +25,7 @@ def test_request_violation_fails_before_load(tmp_path: Path) -> None:
                            '[env]\nforbidden = ["ABGATE_TEST_FORBIDDEN"]\n')
     r = abgate(*RUN, "--engine-arg", "flash_attn=true", "--contract", c, "-o",
                str(tmp_path / "R"), env={"ABGATE_TEST_FORBIDDEN": "1"})
-    assert r.returncode == 1
+    assert r.returncode == 2  # refused input, nothing written (README's exit codes)
     assert "flash_attn" in r.stderr and "ABGATE_TEST_FORBIDDEN" in r.stderr
     assert not (tmp_path / "R").exists()
 

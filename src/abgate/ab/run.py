@@ -11,26 +11,25 @@ Layout of an A/B directory::
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from abgate.ab import schedule
 from abgate.ab.experiment import Experiment
-from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
-from abgate.host import git_state, host_info
+from abgate.identity import json_sha256
 from abgate.runner import records as rec
-from abgate.runner.execute import RunRecorder, Status, close_engine, load_engine, tracked
+from abgate.runner.documents import new_record
+from abgate.runner.execute import RunRecorder, Status, tracked
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
-from abgate.runner.spec import PreparedRun, abgate_version, prepare
+from abgate.runner.session import EngineSession, loaded
+from abgate.runner.spec import PreparedRun, prepare
 from abgate.suites import Item
 
 log = logging.getLogger("abgate.ab")
@@ -69,14 +68,10 @@ def choose_mode(exp: Experiment) -> str:
     return "interleave" if same_env and in_process else "blocks"
 
 
-def _digest(obj: Any) -> str:
-    return hashlib.sha256(rec.canonical_json(obj).encode()).hexdigest()
-
-
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
                 resume: bool, force: bool) -> dict[str, Any]:
     specs = {name: p.spec_digest for name, p in prepared.items()}
-    digest = _digest({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
+    digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
         doc = rec.read_json(out / AB_FILE) if (out / AB_FILE).exists() else None
         if doc is None:
@@ -87,27 +82,10 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
         doc["resumes"].append({"at": time.time(), "from_status": doc["status"]})
         return doc
     rec.prepare_new_dir(out, force, marker=AB_FILE)
-    return {"schema_version": rec.SCHEMA_VERSION, "kind": "ab", "status": "running",
-            "abgate_version": abgate_version(), "experiment": exp.to_dict(),
-            "arm_spec_digests": specs, "digest": digest, "git": git_state(),
-            "host": host_info(), "started_at": time.time(), "ended_at": None,
-            "schedule": {"mode": mode, "warmup": exp.schedule.warmup,
-                         "block_size": exp.schedule.block_size, "executed": []},
-            "engines": {}, "resumes": [], "error": None}
-
-
-@contextmanager
-def arm_env(env: dict[str, str]) -> Iterator[None]:
-    """Apply an arm's env overrides for the duration of its load and use."""
-    saved = {k: os.environ.get(k) for k in env}
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return new_record("ab", experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
+                      schedule={"mode": mode, "warmup": exp.schedule.warmup,
+                                "block_size": exp.schedule.block_size, "executed": []},
+                      engines={}, resumes=[])
 
 
 class AbRunner:
@@ -119,7 +97,7 @@ class AbRunner:
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.provenance = provenance
         # The contract describes the baseline; candidates differ from it by design.
-        self.contract = check_before_load(provenance, prepared[exp.baseline])
+        self.contract = check_before_load(provenance, prepared[exp.baseline].engine)
         self.progress = progress
         self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
                                             force=False, kind="ab-arm")
@@ -141,10 +119,11 @@ class AbRunner:
         return sum(1 for r in self.recorders.values() for k in r.done
                    if not k.startswith("warmup"))
 
-    def check_prompt(self, arm: str, engine: Engine) -> None:
+    def check_prompt(self, arm: str, session: EngineSession) -> None:
         """Before any sample: every arm must build the same prompt tokens."""
         item = self.keys()[0][0]
-        sha = ids_sha256(engine.render_prompt(self.prepared[arm].messages(item)))
+        with session.env():
+            sha = ids_sha256(session.engine.render_prompt(self.prepared[arm].messages(item)))
         key = "__first_prompt__"
         first = self.prompt_sha.setdefault(key, sha or "")
         if sha != first:
@@ -153,21 +132,23 @@ class AbRunner:
                               f"{first[:12]}; the arms are not matched (tokenizer or template "
                               "differs)")
 
-    def warmup(self, arm: str, engine: Engine) -> None:
+    def warmup(self, arm: str, session: EngineSession) -> None:
         rec_ = self.recorders[arm]
         for i, (item, seed) in enumerate(self.keys()[: self.exp.schedule.warmup]):
-            result = engine.generate([rec_.request(item, seed)])[0]
+            with session.env():
+                result = session.engine.generate([rec_.request(item, seed)])[0]
             sample = rec_.record(item, seed, result, warmup=True)
             sample_id = f"warmup{self.session}-{i}"
             rec_.done.discard(sample["key"])
             rec_.done.add(sample_id)
 
-    def run_one(self, arm: str, engine: Engine, item: Item, seed: int) -> None:
+    def run_one(self, arm: str, session: EngineSession, item: Item, seed: int) -> None:
         rec_ = self.recorders[arm]
         key = sample_key(item.id, seed)
         if key in rec_.done:
             return
-        result = engine.generate([rec_.request(item, seed)])[0]
+        with session.env():
+            result = session.engine.generate([rec_.request(item, seed)])[0]
         sha = ids_sha256(result.prompt_token_ids)
         if sha is not None:
             first = self.prompt_sha.setdefault(key, sha)
@@ -179,28 +160,25 @@ class AbRunner:
         if self.progress:
             self.progress(sample)
 
-    def load(self, arm: str) -> Engine:
-        p = self.prepared[arm]
-        engine = load_engine(p, self.out / "arms" / arm)
-        info = engine.describe().to_dict()
-        self.doc["engines"][arm] = info
-        rec_doc = self.recorders[arm].doc
-        rec_doc["engine"] = info
+    def load(self, arm: str, stack: ExitStack) -> EngineSession:
+        """Load ``arm`` for the life of ``stack`` (closed, with cleanup recorded, when
+        the stack unwinds), record its provenance, check its prompt, warm it up."""
+        rec_ = self.recorders[arm]
+        session = stack.enter_context(loaded(self.prepared[arm].engine,
+                                             self.out / "arms" / arm, rec_.doc))
+        self.doc["engines"][arm] = session.info
         try:
             opts = self.provenance if arm == self.exp.baseline else replace(
                 self.provenance, contract=None)
             record_after_load(opts, self.contract if arm == self.exp.baseline else None,
-                              engine, rec_doc)
-        except BaseException:
-            close_engine(engine, rec_doc)
-            raise
+                              session, rec_.doc)
         finally:
-            self.recorders[arm].save()
-        self.check_prompt(arm, engine)
-        self.warmup(arm, engine)
-        return engine
+            rec_.save()
+        self.check_prompt(arm, session)
+        self.warmup(arm, session)
+        return session
 
-    def run_bench_cases(self, engines: dict[str, Engine]) -> None:
+    def run_bench_cases(self, sessions: dict[str, EngineSession]) -> None:
         """Fixed-length speed cases, case by case with the arm order alternating
         (A B | B A ...), each arm's results in ``arms/<arm>/bench.json``."""
         plan = self.exp.bench
@@ -208,10 +186,12 @@ class AbRunner:
             return
         from abgate.bench import BenchCase, run_bench
 
-        results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in engines}
+        results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in sessions}
         cases = [BenchCase(n, plan.output_len) for n in plan.input_len]
-        for arm, case in schedule.interleaved(cases, list(engines)):
-            res = run_bench(engines[arm], [case], warmup=plan.warmup, repeats=plan.repeats)
+        for arm, case in schedule.interleaved(cases, list(sessions)):
+            with sessions[arm].env():
+                res = run_bench(sessions[arm].engine, [case], warmup=plan.warmup,
+                                repeats=plan.repeats)
             results[arm].extend(c.to_dict(samples=True) for c in res.cases)
         shas = {arm: [c["prompt_sha256"] for c in cs] for arm, cs in results.items()}
         if len({tuple(v) for v in shas.values()}) > 1:
@@ -226,18 +206,13 @@ class AbRunner:
         return all((self.out / "arms" / arm / "bench.json").exists() for arm in self.exp.arms)
 
     def run_interleaved(self) -> None:
-        engines: dict[str, Engine] = {}
-        try:
-            for arm in self.exp.arms:
-                engines[arm] = self.load(arm)
+        with ExitStack() as stack:
+            sessions = {arm: self.load(arm, stack) for arm in self.exp.arms}
             self.save()
             for arm, (item, seed) in schedule.interleaved(self.keys(), list(self.exp.arms)):
-                self.run_one(arm, engines[arm], item, seed)
+                self.run_one(arm, sessions[arm], item, seed)
             if not self.bench_done():
-                self.run_bench_cases(engines)
-        finally:
-            for arm, engine in engines.items():
-                close_engine(engine, self.recorders[arm].doc)
+                self.run_bench_cases(sessions)
 
     def run_blocks(self) -> None:
         n = self.exp.schedule.block_size * len(self.prepared[self.exp.baseline].config.seeds)
@@ -245,14 +220,10 @@ class AbRunner:
             rec_ = self.recorders[arm]
             if all(sample_key(i.id, s) in rec_.done for i, s in chunk):
                 continue
-            with arm_env(self.prepared[arm].config.env):
-                engine = None
-                try:
-                    engine = self.load(arm)
-                    for item, seed in chunk:
-                        self.run_one(arm, engine, item, seed)
-                finally:
-                    close_engine(engine, rec_.doc)
+            with ExitStack() as stack:
+                session = self.load(arm, stack)
+                for item, seed in chunk:
+                    self.run_one(arm, session, item, seed)
             self.save()
         if self.exp.bench.input_len and not self.bench_done():
             self.bench_blocks()
@@ -260,13 +231,8 @@ class AbRunner:
     def bench_blocks(self) -> None:
         """Blocks mode: each arm loaded once more, one after the other, for the bench."""
         for arm in self.exp.arms:
-            with arm_env(self.prepared[arm].config.env):
-                engine = None
-                try:
-                    engine = self.load(arm)
-                    self.run_bench_cases({arm: engine})
-                finally:
-                    close_engine(engine, self.recorders[arm].doc)
+            with ExitStack() as stack:
+                self.run_bench_cases({arm: self.load(arm, stack)})
 
     def finish(self, status: str, error: str | None) -> dict[str, dict[str, Any]]:
         summaries = {arm: r.finish(status, error) for arm, r in self.recorders.items()}
@@ -282,7 +248,7 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
            provenance: ProvenanceOptions | None = None) -> AbOutcome:
     prov = provenance or ProvenanceOptions()
     prepared = prepare_arms(exp)
-    check_before_load(prov, prepared[exp.baseline])  # fail fast, before anything is written
+    check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
     mode = choose_mode(exp)
     doc = open_ab_dir(exp, prepared, out, mode, resume, force)
     runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)

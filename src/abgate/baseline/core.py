@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
-from abgate.bench.session import PreparedBench
 from abgate.engines.base import Engine
 from abgate.errors import UsageError
-from abgate.host import git_state, host_info
 from abgate.runner import records as rec
+from abgate.runner.documents import new_record
 from abgate.runner.provenance import ProvenanceOptions, record_after_load
-from abgate.runner.spec import abgate_version
+from abgate.runner.session import loaded
 
 BASELINE_FILE = "baseline.json"
 TOP_K = 5
-
-
-def _load(p: PreparedBench) -> Engine:
-    os.environ.update(p.config.env)
-    return p.engine.load(p.model, p.resolved_args)  # type: ignore[no-any-return]
 
 
 def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[list[int]] | None:
@@ -57,18 +50,13 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                     provenance: ProvenanceOptions | None = None) -> dict[str, Any]:
     p = prepare_bench(c)
     rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
-    engine = _load(p)
-    try:
-        doc: dict[str, Any] = {
-            "schema_version": rec.SCHEMA_VERSION, "kind": "baseline",
-            "abgate_version": abgate_version(), "config": c.to_dict(), "spec": p.spec,
-            "engine": engine.describe().to_dict(), "host": host_info(), "git": git_state(),
-            "recorded_at": time.time()}
-        record_after_load(provenance or ProvenanceOptions(), None, engine, doc)
-        doc["cases"] = _cases(engine, c)
-        doc["probes"] = _probes(engine, c)
-    finally:
-        engine.close()
+    doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
+                     recorded_at=time.time())
+    with loaded(p.engine, out, doc) as session, session.env():
+        record_after_load(provenance or ProvenanceOptions(), None, session, doc)
+        doc["cases"] = _cases(session.engine, c)
+        doc["probes"] = _probes(session.engine, c)
+    doc["status"], doc["ended_at"] = "complete", time.time()
     rec.write_json_atomic(out / BASELINE_FILE, doc)
     return doc
 
@@ -133,9 +121,9 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
                 expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc["cases"]),
                 input_lens=tuple(case["input_len"] for case in doc["cases"]))
     p = prepare_bench(c)
-    engine = _load(p)
     report = CheckReport()
-    try:
+    with loaded(p.engine) as session, session.env():
+        engine = session.engine
         current = _cases(engine, c)
         for ref, cur in zip(doc["cases"], current, strict=True):
             row = _compare_case(engine, ref, cur, tolerance)
@@ -147,6 +135,4 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
                                   "current": new["passed"], "reason": new["reason"],
                                   "ok": ok})
             report.passed &= ok
-    finally:
-        engine.close()
     return report

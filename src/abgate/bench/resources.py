@@ -1,9 +1,10 @@
 """Resources used by the engine: peak resident memory and, on NVIDIA GPUs, GPU memory.
 
-The engine process is ``engine.pid`` when the adapter runs the engine in another
-process (a server), otherwise this process: for the embedded llama.cpp engine the
-figure then includes abgate itself (the Python interpreter and the harness, a few
-tens of MiB). Peak RSS is the kernel's high-water mark (``VmHWM``), so it covers the
+The engine process is the root of the engine's own processes (``Engine.processes()``):
+a launched server's leader, or this process for an in-process engine, whose figure
+then includes abgate itself (the Python interpreter and the harness, a few tens of
+MiB). A remote endpoint has no process here: its resources are not ours to read.
+Peak RSS is the kernel's high-water mark (``VmHWM``), so it covers the
 model load as well as the bench.
 """
 
@@ -57,9 +58,11 @@ def gpu_memory(pid: int) -> list[dict[str, Any]]:
         return []
 
 
-def engine_resources(engine: object) -> dict[str, Any]:
-    pid = getattr(engine, "pid", None)
-    pid = pid if isinstance(pid, int) else os.getpid()
+def engine_resources(processes: list[int]) -> dict[str, Any]:
+    if not processes:
+        return {"pid": None, "in_process": False, "peak_rss_bytes": None, "rss_bytes": None,
+                "gpus": [], "note": "remote engine: no local process"}
+    pid = processes[0]
     rss = None
     with contextlib.suppress(psutil.Error):
         rss = psutil.Process(pid).memory_info().rss

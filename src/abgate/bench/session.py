@@ -15,27 +15,25 @@ The order keeps failures cheap and records honest:
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
 from abgate.bench.resources import engine_resources
 from abgate.bench.roofline import ModelBytes, measure_peak_bandwidth, model_bytes_for, roofline
 from abgate.bench.run import BenchCase, BenchPlan, BenchResult, execute_plan, plan_bench
-from abgate.engines import engine_module
-from abgate.engines.args import redact_env, validate_args
+from abgate.engines.args import redact_env
 from abgate.engines.base import Engine
-from abgate.errors import AbgateError, UsageError
-from abgate.host import git_state, host_info
+from abgate.errors import UsageError
+from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.runner import records as rec
-from abgate.runner.spec import abgate_version, file_sha256
+from abgate.runner.documents import new_record
+from abgate.runner.execute import Status, tracked
+from abgate.runner.session import EngineSession, EngineSpec, PreparedEngine, loaded, prepare_engine
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,7 @@ class BenchConfig:
     model: str | None = None
     engine_args: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    engine_options: dict[str, Any] = field(default_factory=dict)
     input_lens: tuple[int | None, ...] = (512,)
     output_len: int = 128
     warmup: int = 1
@@ -72,13 +71,16 @@ class BenchConfig:
     def cases(self) -> list[BenchCase]:
         return [BenchCase(n, self.output_len) for n in self.input_lens]
 
+    @property
+    def engine_spec(self) -> EngineSpec:
+        return EngineSpec(self.engine, self.model, self.engine_args, self.engine_options,
+                          self.env)
+
 
 @dataclass(frozen=True)
 class PreparedBench:
     config: BenchConfig
-    engine: ModuleType
-    model: str
-    resolved_args: dict[str, Any]
+    engine: PreparedEngine
     spec: dict[str, Any]
     spec_digest: str
 
@@ -112,19 +114,12 @@ def _check_config(c: BenchConfig) -> None:
 def prepare_bench(c: BenchConfig) -> PreparedBench:
     """Validate everything that needs no engine, in seconds, before anything loads."""
     _check_config(c)
-    module = engine_module(c.engine)
-    resolved = validate_args(c.engine, c.engine_args, module.ARG_SPECS)
-    model = module.resolve_model(c.model)
-    model_info: dict[str, Any] = {"path": model}
-    if Path(model).is_file():
-        model_info |= {"sha256": file_sha256(model), "size": Path(model).stat().st_size}
-    spec = {"kind": "bench", "engine": c.engine, "model": model_info,
-            "engine_args": c.engine_args, "resolved_engine_args": resolved,
-            "env": redact_env(c.env), **{k: v for k, v in c.to_dict().items()
-                                          if k not in ("engine", "model", "engine_args", "env")},
+    engine = prepare_engine(c.engine_spec)
+    own = ("engine", "model", "engine_args", "env", "engine_options")
+    spec = {"kind": "bench", **engine.record(),
+            **{k: v for k, v in c.to_dict().items() if k not in own},
             "sampling": {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "ignore_eos": True}}
-    digest = hashlib.sha256(rec.canonical_json(spec).encode()).hexdigest()
-    return PreparedBench(c, module, model, resolved, spec, digest)
+    return PreparedBench(c, engine, spec, json_sha256(spec))
 
 
 def check_out_dir(out: Path, force: bool) -> None:
@@ -137,13 +132,6 @@ def check_out_dir(out: Path, force: bool) -> None:
         if not (out / rec.RUN_FILE).exists():
             raise UsageError(f"--force refuses to clear {out}: it holds no run.json, so it "
                              "may not be an abgate run directory")
-
-
-def _new_doc(p: PreparedBench) -> dict[str, Any]:
-    return {"schema_version": rec.SCHEMA_VERSION, "kind": "bench", "status": "running",
-            "abgate_version": abgate_version(), "config": p.config.to_dict(), "spec": p.spec,
-            "spec_digest": p.spec_digest, "git": git_state(), "host": host_info(),
-            "started_at": time.time(), "ended_at": None, "error": None}
 
 
 def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
@@ -160,61 +148,56 @@ def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
 
 def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
                   progress: Reporter | None = None) -> BenchOutcome:
-    """Load the engine, run the bench and probes, and write the run directory."""
+    """Load the engine, plan (a refused plan writes nothing), then run the bench and
+    probes under the shared run bookkeeping (run.log, SIGTERM, final status)."""
     check_out_dir(out, force)
-    os.environ.update(p.config.env)
-    engine = p.engine.load(p.model, p.resolved_args, None, None)
-    doc: dict[str, Any] = {}
+    doc: dict[str, Any] = {}  # filled by loaded() (engine, processes, cleanup) and below
+    summary: dict[str, Any] = {}
     try:
-        plan, probes = _plan(p, engine)
-        rec.prepare_new_dir(out, force)
-        doc = _new_doc(p)
-        doc["engine"] = engine.describe().to_dict()
-        rec.write_json_atomic(out / rec.RUN_FILE, doc)
-        if progress is not None:
-            total = len(plan.cases) * (p.config.warmup + p.config.repeats) + len(probes)
-            progress.on_start(0, total)
-        return _measure(p, engine, plan, probes, out, doc, progress)
-    finally:
-        engine.close()
-        if doc:
-            doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
-            doc["ended_at"] = time.time()
+        with loaded(p.engine, None, doc) as session:
+            with session.env():
+                plan, probes = _plan(p, session.engine)
+            rec.prepare_new_dir(out, force)
+            doc.update({**new_record("bench", config=p.config.to_dict(), spec=p.spec,
+                                     spec_digest=p.spec_digest), **doc})
             rec.write_json_atomic(out / rec.RUN_FILE, doc)
-
-
-def _measure(p: PreparedBench, engine: Engine, plan: BenchPlan, probes: Sequence[Probe],
-             out: Path, doc: dict[str, Any], progress: Reporter | None) -> BenchOutcome:
-    c = p.config
-    result: BenchResult | None = None
-    probe_results: list[ProbeResult] = []
-    resources: dict[str, Any] = {}
-    try:
-        with rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
-
-            def record(sample: dict[str, Any]) -> None:
-                writer.append(sample)
-                if progress is not None:
-                    progress.on_sample(sample)
-
-            result = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
-                                  on_sample=record)
-            if probes:
-                probe_results = run_probes(engine, probes, plan.n_ctx, record)
-        resources = engine_resources(engine)
-        doc["status"] = "complete"
-    except KeyboardInterrupt:
-        doc["status"], doc["error"] = "interrupted", "interrupted by the user"
-    except AbgateError as exc:
-        doc["status"], doc["error"] = "failed", str(exc)
-        raise
-    except Exception as exc:
-        doc["status"], doc["error"] = "failed", f"{type(exc).__name__}: {exc}"
-        raise AbgateError(f"bench failed: {doc['error']} (records kept in {out})") from exc
+            if progress is not None:
+                total = len(plan.cases) * (p.config.warmup + p.config.repeats) + len(probes)
+                progress.on_start(0, total)
+            _measure(p, session, plan, probes, out, doc, summary, progress)
     finally:
-        summary = build_summary(p, doc, plan, result, probe_results, resources)
-        rec.write_json_atomic(out / rec.SUMMARY_FILE, summary)
+        if doc.get("kind") == "bench":  # the directory was written: keep it complete
+            rec.write_json_atomic(out / rec.RUN_FILE, doc)
     return BenchOutcome(out, doc["status"], summary)
+
+
+def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
+             probes: Sequence[Probe], out: Path, doc: dict[str, Any],
+             summary: dict[str, Any], progress: Reporter | None) -> None:
+    c, engine = p.config, session.engine
+    parts: dict[str, Any] = {"result": None, "probes": [], "resources": {}}
+
+    def finish(status: Status) -> None:
+        doc["status"], doc["error"] = status.value, status.error
+        doc["ended_at"] = time.time()
+        summary.update(build_summary(p, doc, plan, parts["result"], parts["probes"],
+                                     parts["resources"]))
+        rec.write_json_atomic(out / rec.SUMMARY_FILE, summary)
+        rec.write_json_atomic(out / rec.RUN_FILE, doc)
+
+    with tracked(out, "bench", finish), session.env(), \
+            rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
+
+        def record(sample: dict[str, Any]) -> None:
+            writer.append(sample)
+            if progress is not None:
+                progress.on_sample(sample)
+
+        parts["result"] = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
+                                       on_sample=record)
+        if probes:
+            parts["probes"] = run_probes(engine, probes, plan.n_ctx, record)
+        parts["resources"] = engine_resources(session.processes)
 
 
 def peak_bandwidth(c: BenchConfig) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from abgate.ab import Experiment, load_experiment, run_ab
-from abgate.ab.analyze import analyze
+from abgate.ab import Experiment, load_experiment
 from abgate.ab.experiment import Schedule
 from abgate.ab.run import AB_FILE
+from abgate.ab.workflow import run_experiment
 from abgate.cli.app import app
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -87,21 +87,6 @@ def _recorded(resume: Path) -> Experiment:
     return Experiment.from_dict(read_json(resume / AB_FILE)["experiment"])
 
 
-def _diff_weights(exp: Experiment, out: Path) -> None:
-    """``weights-diff-<arm>.json`` for each candidate whose model differs (report section)."""
-    import json
-
-    from abgate.runner.spec import prepare
-    from abgate.weights import diff_checkpoints
-
-    base = prepare(exp.arms[exp.baseline]).model
-    for arm in exp.candidates:
-        model = prepare(exp.arms[arm]).model
-        if model != base:
-            doc = diff_checkpoints(Path(base), Path(model))
-            (out / f"weights-diff-{arm}.json").write_text(json.dumps(doc, indent=1) + "\n")
-
-
 @app.command("ab")
 def ab_command(
     experiment: Path = typer.Argument(None, help="Experiment TOML (see examples/)."),
@@ -144,15 +129,9 @@ def ab_command(
                           a_engine_arg, b_engine_arg, a_env, b_env, b_model)
     exp = _with_schedule_and_policy(exp, schedule, warmup, policy)
     with reporter(f"ab {out.name}") as rep:
-        outcome = run_ab(exp, out, resume=resume is not None, force=force,
-                         on_start=rep.on_start, progress=rep.on_sample,
-                         provenance=ProvenanceOptions(contract, manifest))
-    result = analyze(out)
-    if weights_diff:
-        _diff_weights(exp, out)
-    from abgate.report import write_reports
-
-    _print_verdicts(result, outcome.status, write_reports(out))
-    if outcome.status == "interrupted":
-        raise typer.Exit(130)
-    raise typer.Exit(result["exit_code"])
+        result = run_experiment(exp, out, resume=resume is not None, force=force,
+                                on_start=rep.on_start, progress=rep.on_sample,
+                                provenance=ProvenanceOptions(contract, manifest),
+                                weights_diff=weights_diff)
+    _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    raise typer.Exit(result.exit_code)

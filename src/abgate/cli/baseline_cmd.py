@@ -12,6 +12,7 @@ from rich.table import Table
 from abgate.baseline import check_baseline, record_baseline
 from abgate.bench import BenchConfig
 from abgate.bench.prompts import parse_input_lens
+from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -35,6 +36,13 @@ def record_command(
     model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="KEY=VALUE, repeatable."),
     env: list[str] = typer.Option([], "--env", help="KEY=VALUE env override, repeatable."),
+    endpoint: eo.Endpoint = None,
+    launch: eo.Launch = None,
+    concurrency: eo.Concurrency = None,
+    api: eo.Api = None,
+    request_timeout: eo.RequestTimeout = None,
+    api_key_env: eo.ApiKeyEnv = None,
+    ready_timeout: eo.ReadyTimeout = None,
     manifest: str = typer.Option(None, help="Manifest JSON whose digest is embedded."),
     force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
 ) -> None:
@@ -42,6 +50,7 @@ def record_command(
     config = BenchConfig(engine=engine, model=model,
                          engine_args=parse_pairs(engine_arg, "--engine-arg"),
                          env=parse_pairs(env, "--env", coerce=False),
+                         engine_options=eo.engine_options(locals()),
                          input_lens=tuple(parse_input_lens(input_len)), output_len=output_len,
                          warmup=warmup, repeats=repeats, probes=probes, probe_len=probe_len)
     doc = record_baseline(config, out, force=force,

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from abgate.bench.prompts import parse_input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
+from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.engines.args import parse_pairs
 from abgate.progress import reporter
@@ -146,6 +147,13 @@ def bench_command(
         "--engine-arg", help="KEY=VALUE, repeatable.")] = None,
     env: Annotated[list[str] | None, typer.Option(
         "--env", help="KEY=VALUE env override, repeatable.")] = None,
+    endpoint: eo.Endpoint = None,
+    launch: eo.Launch = None,
+    concurrency: eo.Concurrency = None,
+    api: eo.Api = None,
+    request_timeout: eo.RequestTimeout = None,
+    api_key_env: eo.ApiKeyEnv = None,
+    ready_timeout: eo.ReadyTimeout = None,
     out: Annotated[Path | None, typer.Option(
         "-o", "--out", help="Run directory (default: runs/bench-<timestamp>).")] = None,
     force: bool = typer.Option(False, help="Overwrite an existing run directory."),
@@ -155,6 +163,7 @@ def bench_command(
         engine=engine, model=model,
         engine_args=parse_pairs(engine_arg or [], "--engine-arg"),
         env=parse_pairs(env or [], "--env", coerce=False),
+        engine_options=eo.engine_options(locals()),
         input_lens=tuple(parse_input_lens(input_len)), output_len=output_len, warmup=warmup,
         repeats=repeats, prompt_seed=prompt_seed,
         expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)), probes=probes,

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.render import print_run_summary
 from abgate.engines.args import parse_pairs
@@ -17,29 +18,18 @@ from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.records import RUN_FILE, read_json
 from abgate.suites import parse_seeds
 
-# CLI option name -> key in RunConfig.engine_options (served engines); unset ones are left out.
-_ENGINE_OPTIONS = {"endpoint": "endpoints", "launch": "launch", "concurrency": "concurrency",
-                   "api": "api", "request_timeout": "request_timeout",
-                   "api_key_env": "api_key_env", "ready_timeout": "ready_timeout"}
 # CLI option name -> RunConfig field, for options that may be taken from a resumed run.
 _CONFIG_PARAMS = ("engine", "model", "engine_arg", "env", "suite", "data", "difficulty",
                   "synthetic_seed", "limit", "sample", "sample_seed", "seeds", "max_tokens",
                   "temperature", "top_p", "top_k", "shots", "shots_file", "system",
-                  *_ENGINE_OPTIONS)
-
-
-def engine_options(o: dict[str, Any]) -> dict[str, Any]:
-    opts = {key: o.get(name) for name, key in _ENGINE_OPTIONS.items()}
-    if opts["endpoints"]:
-        opts["endpoints"] = list(opts["endpoints"])
-    return {k: v for k, v in opts.items() if v not in (None, [], ())}
+                  *eo.ENGINE_OPTIONS)
 
 
 def config_from_options(o: dict[str, Any]) -> RunConfig:
     return RunConfig(
         engine=o["engine"], model=o["model"],
         engine_args=parse_pairs(o["engine_arg"] or [], "--engine-arg"),
-        engine_options=engine_options(o), env=parse_pairs(o["env"] or [], "--env", coerce=False),
+        engine_options=eo.engine_options(o), env=parse_pairs(o["env"] or [], "--env", coerce=False),
         suite=o["suite"], data=o["data"], difficulty=o["difficulty"],
         synthetic_seed=o["synthetic_seed"], limit=o["limit"], sample=o["sample"],
         sample_seed=o["sample_seed"], seeds=tuple(parse_seeds(o["seeds"])),
@@ -96,14 +86,13 @@ def run_command(
     model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
     engine_arg: list[str] = typer.Option(None, "--engine-arg", help="KEY=VALUE, repeatable."),
     env: list[str] = typer.Option(None, "--env", help="KEY=VALUE env override, repeatable."),
-    endpoint: list[str] = typer.Option(None, "--endpoint",
-                                       help="openai engine: server URL, repeatable (replicas)."),
-    launch: str = typer.Option(None, help='openai engine: start "CMD ... --port {port}".'),
-    concurrency: int = typer.Option(None, min=1, help="Requests in flight (served engines)."),
-    api: str = typer.Option(None, help="openai engine: chat (default) or completions."),
-    request_timeout: float = typer.Option(None, help="openai engine: seconds per request."),
-    api_key_env: str = typer.Option(None, help="openai engine: env var holding the API key."),
-    ready_timeout: float = typer.Option(None, help="--launch: seconds to wait for the server."),
+    endpoint: eo.Endpoint = None,
+    launch: eo.Launch = None,
+    concurrency: eo.Concurrency = None,
+    api: eo.Api = None,
+    request_timeout: eo.RequestTimeout = None,
+    api_key_env: eo.ApiKeyEnv = None,
+    ready_timeout: eo.ReadyTimeout = None,
     out: Path = typer.Option(None, "-o", "--out", help="Run directory to write."),
     resume: Path = typer.Option(None, help="Finish an interrupted run in this directory."),
     force: bool = typer.Option(False, help="Overwrite an existing run directory."),

@@ -147,6 +147,13 @@ class Engine(Protocol):
 
     def describe(self) -> EngineInfo: ...
 
+    def processes(self) -> list[int]:
+        """PIDs of the processes that run this engine, root first: this process for an
+        in-process engine (plus any workers it forked), a launched server's process
+        tree, nothing for a remote endpoint. Provenance reads their mapped libraries
+        and resources from these, and only these."""
+        ...
+
     def close(self) -> None:
         """Release everything. Engines that start processes verify the cleanup and
         leave the evidence in a ``cleanup_evidence`` dict attribute."""

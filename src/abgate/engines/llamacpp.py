@@ -191,6 +191,9 @@ class LlamaCppEngine:
         return EngineInfo(name=NAME, version=lc.__version__, model=self.model_path,
                           effective_config=effective, capabilities=self.capabilities)
 
+    def processes(self) -> list[int]:
+        return [os.getpid()]
+
     def close(self) -> None:
         llm = getattr(self, "_llm", None)
         if llm is not None:

@@ -251,6 +251,11 @@ class OpenAIEngine:
         return EngineInfo(name=NAME, version=info.version, model=info.model,
                           effective_config=effective, capabilities=self.capabilities)
 
+    def processes(self) -> list[int]:
+        """A launched server's process tree; none for a remote endpoint (its processes
+        are on another host, or not ours to describe)."""
+        return self.server.pids() if self.server else []
+
     def close(self) -> None:
         """Stop a launched server (verified) and leave the evidence; idempotent."""
         if self.cleanup_evidence is not None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import psutil
 
 from abgate.engines.server_cleanup import (
     HOST,
@@ -185,6 +186,14 @@ class ManagedServer:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def pids(self) -> list[int]:
+        """The server's live process tree, leader first."""
+        self.tracker.refresh()
+        tree = [self.proc.pid] if self.alive() else []
+        with contextlib.suppress(psutil.Error):
+            tree += [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+        return tree
 
     def died_within(self, timeout: float) -> bool:
         """Whether the leader has exited, waiting up to ``timeout`` for it to do so."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import gc
+import os
 import time
 import types
 import typing
@@ -208,14 +209,18 @@ def resolve_model(model: str | None) -> str:
 
 def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
          run_dir: Path | None = None) -> VllmEngine:
-    options = dict(options or {})
+    return VllmEngine(model, args, check_options(options or {}))
+
+
+def check_options(options: Mapping[str, Any]) -> int:
+    """The vllm engine's only engine option is ``concurrency``; returns it (default 1)."""
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
         raise UsageError(f"the vllm engine takes only --concurrency (got {', '.join(unknown)})")
     concurrency = options.get("concurrency", 1)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UsageError(f"--concurrency must be an integer >= 1, got {concurrency!r}")
-    return VllmEngine(model, args, concurrency)
+    return concurrency
 
 
 class VllmEngine:
@@ -283,6 +288,10 @@ class VllmEngine:
         return EngineInfo(name=NAME, version=str(getattr(self._vllm, "__version__", "unknown")),
                           model=self.model, effective_config=effective,
                           capabilities=self.capabilities)
+
+    def processes(self) -> list[int]:
+        """This process and the workers vLLM started (multiprocessing executors)."""
+        return [os.getpid(), *sorted(srv.child_pids() - self._children_before)]
 
     def close(self) -> None:
         """Free the engine, its workers and GPU memory; record what was checked."""

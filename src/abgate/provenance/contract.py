@@ -121,6 +121,9 @@ class ContractViolation(AbgateError):
         count = len(self.violations)
         details = "; ".join(v.message() for v in self.violations)
         super().__init__(f"{label} violated ({count} clause{'s' * (count != 1)}): {details}")
+        # Refused on the request alone (before any load, nothing written): bad input, 2.
+        # Found after load (records kept): a failure, 1.
+        self.exit_code = 2 if all(v.stage == "request" for v in self.violations) else 1
 
 
 def _env_shown(name: str, value: Any) -> Any:

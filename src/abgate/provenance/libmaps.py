@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from abgate.errors import UsageError
-from abgate.provenance.hashing import DEFAULT_CACHE, HashCache
+from abgate.identity import DEFAULT_CACHE, HashCache
 from abgate.provenance.paths import resolve_entry
 
 _SO_NAME = re.compile(r"\.so($|\.)")

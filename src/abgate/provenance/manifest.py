@@ -20,9 +20,7 @@ from typing import Any
 
 from abgate import __version__
 from abgate.errors import AbgateError, UsageError
-from abgate.provenance import gitinfo
-from abgate.provenance.environment import environment_snapshot
-from abgate.provenance.hashing import (
+from abgate.identity import (
     DEFAULT_CACHE,
     SAMPLE_CHUNK_BYTES,
     SAMPLE_CHUNKS,
@@ -31,6 +29,8 @@ from abgate.provenance.hashing import (
     sampled_sha256,
     sha256_bytes,
 )
+from abgate.provenance import gitinfo
+from abgate.provenance.environment import environment_snapshot
 from abgate.provenance.paths import (
     PathEscape,
     entry_name,

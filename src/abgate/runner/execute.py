@@ -9,7 +9,6 @@ killed outright stays ``running`` and ``--resume`` finishes it.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -19,13 +18,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
+from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
-from abgate.host import git_state, host_info
 from abgate.runner import records as rec
+from abgate.runner.documents import new_record
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import build_sample, sample_key
-from abgate.runner.spec import PreparedRun, abgate_version
+from abgate.runner.session import loaded
+from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import summarize
 from abgate.suites import Item
 
@@ -86,21 +86,8 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool) -> dict[s
         doc.setdefault("resumes", []).append({"at": time.time(), "from_status": doc["status"]})
         return doc
     rec.prepare_new_dir(out, force)
-    return {
-        "schema_version": rec.SCHEMA_VERSION,
-        "kind": "run",
-        "status": "running",
-        "abgate_version": abgate_version(),
-        "config": p.config.to_dict(),
-        "spec": p.spec,
-        "spec_digest": p.spec_digest,
-        "git": git_state(),
-        "host": host_info(),
-        "started_at": time.time(),
-        "ended_at": None,
-        "error": None,
-        "resumes": [],
-    }
+    return new_record("run", config=p.config.to_dict(), spec=p.spec,
+                      spec_digest=p.spec_digest, resumes=[])
 
 
 def request_for(p: PreparedRun, item_id: str, seed: int,
@@ -164,18 +151,6 @@ class RunRecorder:
         return summary
 
 
-def load_engine(p: PreparedRun, out: Path) -> Engine:
-    """Apply the env overrides and load the engine (the expensive step)."""
-    os.environ.update(p.config.env)
-    return p.engine.load(p.model, p.resolved_args, p.config.engine_options or None, out)  # type: ignore[no-any-return]
-
-
-def close_engine(engine: Engine | None, doc: dict[str, Any]) -> None:
-    if engine is not None:
-        engine.close()
-        doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
-
-
 @dataclass
 class Status:
     """How a run or A/B ended: ``complete``, ``failed`` or ``interrupted``."""
@@ -213,32 +188,30 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
             on_sample: OnSample | None = None,
             provenance: ProvenanceOptions | None = None) -> RunOutcome:
     prov = provenance or ProvenanceOptions()
-    contract = check_before_load(prov, p)
+    contract = check_before_load(prov, p.engine)
     run = RunRecorder(p, out, resume=resume, force=force)
-    engines: list[Engine] = []
     summary: dict[str, Any] = {}
 
     def finish(status: Status) -> None:
-        close_engine(engines[0] if engines else None, run.doc)
         summary.update(run.finish(status.value, status.error))
 
     with tracked(out, "run", finish) as status:
         log.info("run %s: %d/%d samples already done", out, len(run.done), run.total)
-        engine = load_engine(p, out)
-        engines.append(engine)
-        run.doc["engine"] = engine.describe().to_dict()
-        try:
-            record_after_load(prov, contract, engine, run.doc)
-        finally:
-            run.save()
-        if on_start:
-            on_start(len(run.done), run.total)
-        pending = {sample_key(i.id, s): (i, s) for i, s in run.pending()}
+        with loaded(p.engine, out, run.doc) as session:
+            try:
+                record_after_load(prov, contract, session, run.doc)
+            finally:
+                run.save()
+            if on_start:
+                on_start(len(run.done), run.total)
+            pending = {sample_key(i.id, s): (i, s) for i, s in run.pending()}
 
-        def record(result: GenerationResult) -> None:
-            sample = run.record(*pending[result.request_id], result)
-            if on_sample:
-                on_sample(sample)
+            def record(result: GenerationResult) -> None:
+                sample = run.record(*pending[result.request_id], result)
+                if on_sample:
+                    on_sample(sample)
 
-        engine.generate([run.request(i, s) for i, s in pending.values()], on_result=record)
+            with session.env():
+                session.engine.generate([run.request(i, s) for i, s in pending.values()],
+                                        on_result=record)
     return RunOutcome(out, status.value, len(run.done), run.total, summary)

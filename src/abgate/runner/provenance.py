@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from abgate.engines.args import redact_argv
-from abgate.engines.base import Engine
 from abgate.provenance import (
     ContractOutcome,
     check_effective,
@@ -24,9 +23,9 @@ from abgate.provenance import (
     environment_snapshot,
     load_contract,
     load_manifest,
-    snapshot_tree,
 )
-from abgate.runner.spec import PreparedRun
+from abgate.provenance.libmaps import snapshot_pids
+from abgate.runner.session import EngineSession, PreparedEngine
 
 
 @dataclass(frozen=True)
@@ -35,30 +34,29 @@ class ProvenanceOptions:
     manifest: str | None = None
 
 
-def engine_pid(engine: Engine) -> int:
-    """The root process of the engine: a launched server's, or this process."""
-    pid = getattr(engine, "server_pid", None)
-    return pid if isinstance(pid, int) else os.getpid()
-
-
-def check_before_load(opts: ProvenanceOptions, p: PreparedRun) -> ContractOutcome | None:
-    """Raise ContractViolation (nothing loaded, nothing written) on a bad request."""
+def check_before_load(opts: ProvenanceOptions, p: PreparedEngine) -> ContractOutcome | None:
+    """Raise ContractViolation (exit 2: nothing loaded, nothing written) on a bad
+    request."""
     if opts.contract is None:
         return None
     outcome = ContractOutcome(load_contract(Path(opts.contract)))
-    env = {**os.environ, **p.config.env}
-    outcome.record("request", check_request(outcome.contract, p.config.engine,
-                                            p.config.engine_args, env))
+    env = {**os.environ, **p.spec.env}
+    outcome.record("request", check_request(outcome.contract, p.spec.engine, p.spec.args, env))
     outcome.raise_if_violated()
     return outcome
 
 
 def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
-                      engine: Engine, doc: dict[str, Any]) -> None:
-    """Embed provenance into ``doc``; raise ContractViolation after recording it."""
-    mappings = snapshot_tree(engine_pid(engine))
+                      session: EngineSession, doc: dict[str, Any]) -> None:
+    """Embed provenance into ``doc``: the environment as the engine saw it (with its
+    env overrides), the libraries its own processes mapped (``session.processes``
+    only: never abgate's process beside a launched server). Raise ContractViolation
+    after recording it."""
+    mappings = snapshot_pids(session.processes)
+    with session.env():
+        environment = environment_snapshot(session.prepared.spec.env)
     prov: dict[str, Any] = {
-        "environment": environment_snapshot(),
+        "environment": environment,
         "libraries": [{**m.to_dict(), "cmdline": redact_argv(m.cmdline)} for m in mappings],
     }
     if opts.manifest is not None:
@@ -66,9 +64,9 @@ def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
         prov["manifest"] = {"path": str(Path(opts.manifest).resolve()),
                             "digest": manifest.get("digest")}
     if outcome is not None:
-        info = engine.describe()
-        outcome.record("effective", check_effective(outcome.contract, info.name,
-                                                    info.effective_config))
+        info = session.info
+        outcome.record("effective", check_effective(outcome.contract, info["name"],
+                                                    info["effective_config"]))
         outcome.record("libraries", check_libraries(outcome.contract, mappings, Path.cwd()))
         prov["contract"] = {"path": str(Path(opts.contract or "").resolve()),
                             **outcome.to_dict()}

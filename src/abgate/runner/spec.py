@@ -7,17 +7,14 @@ fails in seconds with a one-line error, before the engine loads.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from abgate import __version__
-from abgate.engines import engine_module
-from abgate.engines.args import redact_env, validate_args
+from abgate.engines.args import redact_env
 from abgate.errors import UsageError
-from abgate.runner.records import canonical_json
+from abgate.identity import json_sha256
+from abgate.runner.session import EngineSpec, PreparedEngine, prepare_engine
 from abgate.suites import Item, Suite, load_suite, select_items
 from abgate.suites.prompts import PromptConfig, build_messages, resolve_shots
 
@@ -59,13 +56,10 @@ class RunConfig:
         d["seeds"] = tuple(d.get("seeds", (0,)))
         return cls(**d)
 
-
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    @property
+    def engine_spec(self) -> EngineSpec:
+        return EngineSpec(self.engine, self.model, self.engine_args, self.engine_options,
+                          self.env)
 
 
 @dataclass(frozen=True)
@@ -73,9 +67,7 @@ class PreparedRun:
     """A validated run: what to load and exactly which (item, seed) pairs to produce."""
 
     config: RunConfig
-    engine: ModuleType
-    model: str
-    resolved_args: dict[str, Any]
+    engine: PreparedEngine
     suite: Suite
     items: tuple[Item, ...]
     prompt: PromptConfig
@@ -106,29 +98,13 @@ def _check_sampling(c: RunConfig) -> None:
 
 def prepare(c: RunConfig) -> PreparedRun:
     _check_sampling(c)
-    engine = engine_module(c.engine)
-    resolved = validate_args(c.engine, c.engine_args, engine.ARG_SPECS)
-    check_options = getattr(engine, "check_options", None)
-    if check_options is not None:  # engine-level options (endpoints, launch, ...)
-        check_options(c.engine_options)
-    elif c.engine_options:
-        raise UsageError(f"engine {c.engine!r} takes no engine options "
-                         f"(got {', '.join(c.engine_options)})")
+    engine = prepare_engine(c.engine_spec)
     suite = load_suite(c.suite, c.data, c.difficulty, c.synthetic_seed)
     items = tuple(select_items(suite.items, c.limit, c.sample, c.sample_seed))
     prompt = PromptConfig(c.shots, c.shots_file, c.system)
     shots = tuple(resolve_shots(prompt, items))
-    model = engine.resolve_model(c.model)
-    model_info: dict[str, Any] = {"path": model}
-    if Path(model).is_file():
-        model_info |= {"sha256": file_sha256(model), "size": Path(model).stat().st_size}
     spec = {
-        "engine": c.engine,
-        "model": model_info,
-        "engine_args": c.engine_args,
-        "engine_options": c.engine_options,
-        "resolved_engine_args": resolved,
-        "env": redact_env(c.env),
+        **engine.record(),
         "suite": {"name": suite.name, "source": suite.source, "data_sha256": suite.data_sha256,
                   "n_available": len(suite.items)},
         "selection": {"limit": c.limit, "sample": c.sample, "sample_seed": c.sample_seed},
@@ -138,8 +114,7 @@ def prepare(c: RunConfig) -> PreparedRun:
                      "top_p": c.top_p, "top_k": c.top_k},
         "prompt": prompt.to_dict(),
     }
-    digest = hashlib.sha256(canonical_json(spec).encode()).hexdigest()
-    return PreparedRun(c, engine, model, resolved, suite, items, prompt, shots, spec, digest)
+    return PreparedRun(c, engine, suite, items, prompt, shots, spec, json_sha256(spec))
 
 
 def abgate_version() -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate import __version__
-from abgate.provenance.hashing import sha256_file
+from abgate.identity import DEFAULT_CACHE
 from abgate.weights.groups import aggregate, by_kind, by_layer
 from abgate.weights.metrics import ErrorStats, error_stats, ref_only_stats, same_bytes
 from abgate.weights.names import layer_index, tensor_kind
@@ -66,9 +66,10 @@ def compare(a: Checkpoint, b: Checkpoint, progress: Progress | None = None
 
 def describe(ckpt: Checkpoint) -> dict[str, Any]:
     """Identity of a checkpoint: path, format, and each file's size and SHA-256."""
-    sizes = [f.stat().st_size for f in ckpt.files]
-    files = [{"path": str(f.resolve()), "size_bytes": size, "sha256": sha256_file(f)}
-             for f, size in zip(ckpt.files, sizes, strict=True)]
+    hashed = [DEFAULT_CACHE.hash(f) for f in ckpt.files]
+    sizes = [h.size for h in hashed]
+    files = [{"path": str(f.resolve()), "size_bytes": h.size, "sha256": h.sha256}
+             for f, h in zip(ckpt.files, hashed, strict=True)]
     return {
         "path": str(ckpt.path.resolve()),
         "format": ckpt.format,

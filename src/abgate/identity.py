@@ -1,7 +1,10 @@
-"""Content hashing: canonical JSON digests, file SHA-256, sampled hashes and a stat cache.
+"""Identity: canonical JSON and its digests, file SHA-256 (cached by path, size and
+mtime), sampled hashes, and the identity of a model (a file, a directory of weights or
+a hub id).
 
-Everything abgate records about an artefact's identity goes through these helpers so
-that the same bytes always give the same hex string, on every machine.
+Everything abgate records about an artefact's identity goes through this module so
+that the same bytes always give the same hex string, on every machine, and so that a
+file is read once per process however many records mention it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ def canonical_json(obj: Any) -> bytes:
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
     return text.encode("utf-8")
+
+
+def json_sha256(obj: Any) -> str:
+    """Hex SHA-256 of the canonical JSON of ``obj`` (spec digests)."""
+    return hashlib.sha256(canonical_json(obj)).hexdigest()
 
 
 def digest_json(obj: Any) -> str:
@@ -102,3 +110,29 @@ class HashCache:
 
 #: Process-wide cache used when a caller does not bring its own.
 DEFAULT_CACHE = HashCache()
+
+
+def _model_files(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*")
+                  if p.is_file() and ".git" not in p.relative_to(path).parts)
+
+
+def model_identity(model: str, cache: HashCache = DEFAULT_CACHE) -> dict[str, Any]:
+    """What identifies a model in a spec: a file's SHA-256 and size; for a directory
+    (an HF checkout, a hub snapshot) every file's, and one digest over them all, so a
+    changed weight file changes the spec digest; anything else (a hub id a server
+    resolves) is recorded by name only, and says so."""
+    path = Path(model) if model else None
+    if path is not None and path.is_file():
+        hashed = cache.hash(path)
+        return {"path": model, "kind": "file", "sha256": hashed.sha256, "size": hashed.size}
+    if path is not None and path.is_dir():
+        files = []
+        for file in _model_files(path):
+            hashed = cache.hash(file)
+            files.append({"path": file.relative_to(path).as_posix(), "size": hashed.size,
+                          "sha256": hashed.sha256})
+        return {"path": model, "kind": "directory", "sha256": json_sha256(files),
+                "size": sum(f["size"] for f in files), "files": files}
+    return {"path": model, "kind": "name", "sha256": None,
+            "note": "not a local file or directory: identified by name only"}

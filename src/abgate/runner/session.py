@@ -1,0 +1,148 @@
+"""One engine session: how every command prepares, loads, isolates, describes and
+cleans up an engine.
+
+``abgate run``, ``ab``, ``bench`` and ``baseline`` all go through here:
+
+1. :func:`prepare_engine` turns an :class:`EngineSpec` into a :class:`PreparedEngine`
+   before anything loads: the engine module, engine args typed and validated (close
+   matches for typos), engine options checked by the engine's own ``check_options``,
+   the model resolved and identified (a file's or a directory's hashes, cached).
+2. :func:`loaded` loads it under its env overrides (restored right after), records
+   ``describe()``, the engine's own processes and their mapped libraries (and checks a
+   contract on them), yields an :class:`EngineSession`, and on every way out closes the
+   engine and records the cleanup evidence.
+3. Work on the engine runs inside ``session.env()``, so that two resident arms with
+   different env overrides never see each other's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from abgate.engines import engine_module
+from abgate.engines.args import redact_env, validate_args
+from abgate.engines.base import Engine
+from abgate.errors import UsageError
+from abgate.identity import model_identity
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Which engine, on which model, configured how: what a user chooses, as given."""
+
+    engine: str = "llamacpp"
+    model: str | None = None
+    args: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["env"] = redact_env(self.env)
+        return d
+
+
+@dataclass(frozen=True)
+class PreparedEngine:
+    """A validated :class:`EngineSpec`: nothing is loaded yet."""
+
+    spec: EngineSpec
+    module: ModuleType
+    model: str
+    resolved_args: dict[str, Any]
+    model_identity: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.spec.engine
+
+    def record(self) -> dict[str, Any]:
+        """The engine part of a run spec (what the spec digest covers)."""
+        return {"engine": self.spec.engine, "model": self.model_identity,
+                "engine_args": self.spec.args, "engine_options": self.spec.options,
+                "resolved_engine_args": self.resolved_args,
+                "env": redact_env(self.spec.env)}
+
+
+def check_options(module: ModuleType, spec: EngineSpec) -> None:
+    checker = getattr(module, "check_options", None)
+    if checker is not None:
+        checker(spec.options)
+    elif spec.options:
+        raise UsageError(f"engine {spec.engine!r} takes no engine options "
+                         f"(got {', '.join(spec.options)})")
+
+
+def prepare_engine(spec: EngineSpec) -> PreparedEngine:
+    """Validate everything about the engine that needs no load, in seconds."""
+    module = engine_module(spec.engine)
+    resolved = validate_args(spec.engine, spec.args, module.ARG_SPECS)
+    check_options(module, spec)
+    model = module.resolve_model(spec.model)
+    return PreparedEngine(spec, module, model, resolved, model_identity(model))
+
+
+@contextmanager
+def applied_env(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` set in ``os.environ`` for the block; every key restored afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def engine_processes(engine: Engine) -> list[int]:
+    """The engine's own processes (root first): a launched server's tree, vLLM's
+    workers, this process for an in-process engine; none for a remote endpoint."""
+    return [int(p) for p in engine.processes()]
+
+
+class EngineSession:
+    """A loaded engine, the env it runs under and what was recorded about it."""
+
+    def __init__(self, prepared: PreparedEngine, engine: Engine) -> None:
+        self.prepared, self.engine = prepared, engine
+        self.info = engine.describe().to_dict()
+        self.processes = engine_processes(engine)
+
+    @contextmanager
+    def env(self) -> Iterator[None]:
+        """Run work on this engine under its own env overrides."""
+        with applied_env(self.prepared.spec.env):
+            yield
+
+
+@contextmanager
+def loaded(p: PreparedEngine, run_dir: Path | None = None,
+           doc: dict[str, Any] | None = None) -> Iterator[EngineSession]:
+    """Load ``p`` (under its env), yield the session, always close it.
+
+    With ``doc``, the record gets ``engine`` (describe), ``engine_processes`` and, on the
+    way out, ``cleanup`` (the engine's verified-cleanup evidence, where it starts
+    processes)."""
+    with applied_env(p.spec.env):
+        engine: Engine = p.module.load(p.model, p.resolved_args, p.spec.options or None,
+                                       run_dir)
+    try:
+        session = EngineSession(p, engine)
+        if doc is not None:
+            doc["engine"] = session.info
+            doc["engine_processes"] = session.processes
+        yield session
+    finally:
+        with applied_env(p.spec.env):
+            engine.close()
+        if doc is not None:
+            doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
