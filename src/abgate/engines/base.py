@@ -13,7 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
+
 FinishReason = Literal["stop", "length", "error"]
+ScoringMethod = Literal["full", "top_k"]
 OnResult = Callable[["GenerationResult"], None]
 Message = dict[str, str]
 
@@ -100,6 +104,28 @@ class Capabilities:
     chat_template: bool
     concurrent: bool = False
     engine_timings: bool = False
+    # Teacher-forced scoring (``Engine.score``): "full" = log-probs over the whole
+    # vocabulary at every position; "top_k" = only the k most likely; None = cannot.
+    scoring: ScoringMethod | None = None
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """Teacher-forced log-probabilities of a fixed continuation, one row per position.
+
+    Row ``j`` is the engine's next-token distribution after the prompt and the first
+    ``j`` continuation tokens, i.e. the distribution the ``j``-th continuation token was
+    scored under. ``logprobs`` (positions x vocabulary, natural log) is there for the
+    "full" method; ``top_ids``/``top_logprobs`` (positions x k, most likely first) and
+    ``token_logprobs`` (the scored token's log-prob) always are.
+    """
+
+    method: ScoringMethod
+    tokens: tuple[int, ...]
+    token_logprobs: npt.NDArray[np.float32]
+    top_ids: npt.NDArray[np.int64]
+    top_logprobs: npt.NDArray[np.float32]
+    logprobs: npt.NDArray[np.float32] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +172,12 @@ class Engine(Protocol):
         ...
 
     def describe(self) -> EngineInfo: ...
+
+    def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
+              top_k: int = 5) -> TokenScores:
+        """Teacher-forced scoring of ``continuation`` after ``prompt_token_ids`` (engines
+        whose ``capabilities.scoring`` is None raise AbgateError)."""
+        ...
 
     def processes(self) -> list[int]:
         """PIDs of the processes that run this engine, root first: this process for an

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from abgate.engines.args import ArgSpec
 from abgate.engines.base import (
@@ -28,6 +29,7 @@ from abgate.engines.base import (
     GenerationResult,
     Message,
     OnResult,
+    TokenScores,
 )
 from abgate.errors import AbgateError, UsageError
 
@@ -115,7 +117,8 @@ class LlamaCppEngine:
     """llama.cpp, resident in this process."""
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
-                                chat_template=True, concurrent=False, engine_timings=True)
+                                chat_template=True, concurrent=False, engine_timings=True,
+                                scoring="full")
 
     def __init__(self, model_path: str, args: Mapping[str, Any]) -> None:
         import llama_cpp
@@ -301,13 +304,47 @@ class LlamaCppEngine:
             llm.input_ids[llm.n_tokens] = tok
             llm.n_tokens += 1
 
+    def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
+              top_k: int = 5) -> TokenScores:
+        """Full-vocabulary teacher-forced log-probs (see :class:`TokenScores`): the
+        prompt is evaluated, then the continuation (shifted by one) in batches of up to
+        ``n_batch`` tokens with logits kept for every position, as llama.cpp's
+        perplexity tool does. The KV cache is cleared before and after."""
+        llm = self._llm
+        prompt, cont = list(prompt_token_ids), list(continuation)
+        if not prompt or not cont:
+            raise ValueError("scoring needs a non-empty prompt and continuation")
+        if len(prompt) + len(cont) > self._n_ctx():
+            raise ValueError(f"prompt + continuation ({len(prompt) + len(cont)} tokens) "
+                             f"exceeds the context (n_ctx={self._n_ctx()})")
+        llm.reset()  # type: ignore[no-untyped-call]
+        if len(prompt) > 1:
+            llm.eval(prompt[:-1])
+        fed = [prompt[-1], *cont[:-1]]  # row j: the distribution cont[j] is scored under
+        logits = np.empty((len(fed), llm.n_vocab()), dtype=np.float32)
+        for start in range(0, len(fed), llm.n_batch):
+            logits[start:start + llm.n_batch] = self._decode_all_logits(
+                fed[start:start + llm.n_batch])
+        llm.reset()  # type: ignore[no-untyped-call]
+        return scores_from_logits(logits, cont, top_k)
+
+    def _decode_all_logits(self, tokens: list[int]) -> npt.NDArray[np.float32]:
+        """Decode ``tokens`` after what is in the cache, keeping every position's logits."""
+        llm = self._llm
+        n_past = llm.n_tokens
+        llm._batch.set_batch(batch=tokens, n_past=n_past, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[n_past:n_past + len(tokens)] = tokens
+        llm.n_tokens += len(tokens)
+        flat = np.ctypeslib.as_array(self._lc.llama_get_logits(llm.ctx),
+                                     shape=(len(tokens) * llm.n_vocab(),))
+        return flat.reshape(len(tokens), llm.n_vocab()).copy()
+
     def topk_trace(self, prompt_ids: Sequence[int], output_ids: Sequence[int],
                    k: int) -> list[list[int]]:
         """The engine's top-``k`` next-token IDs at every position of ``output_ids``
         (teacher-forced: the given tokens are fed, whatever the model would pick). Used
         by baselines to tell a near-tie flip from a real divergence."""
-        import numpy as np
-
         llm, lc = self._llm, self._lc
         llm.reset()  # type: ignore[no-untyped-call]
         llm.eval(list(prompt_ids))
@@ -329,3 +366,22 @@ class LlamaCppEngine:
         text = self._llm.detokenize(out, prev_tokens=prompt_ids).decode("utf-8", "replace")
         hits = [i for i in (text.find(s) for s in stops) if i >= 0]
         return text[: min(hits)] if hits else None
+
+
+def scores_from_logits(logits: npt.NDArray[np.float32], tokens: Sequence[int],
+                       top_k: int) -> TokenScores:
+    """Log-softmax each row (in float64 for the normaliser) and pick out the scored
+    tokens' log-probs and the ``top_k`` most likely tokens (ties: lowest ID first)."""
+    x = logits.astype(np.float64)
+    x -= x.max(axis=1, keepdims=True)
+    logprobs = (x - np.log(np.exp(x).sum(axis=1, keepdims=True))).astype(np.float32)
+    rows = np.arange(len(tokens))
+    k = min(top_k, logprobs.shape[1])
+    part = np.argpartition(-logprobs, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(logprobs, part, axis=1), axis=1, kind="stable")
+    top = np.take_along_axis(part, order, axis=1)
+    return TokenScores(method="full", tokens=tuple(int(t) for t in tokens),
+                       token_logprobs=logprobs[rows, np.asarray(tokens)],
+                       top_ids=top.astype(np.int64),
+                       top_logprobs=np.take_along_axis(logprobs, top, axis=1),
+                       logprobs=logprobs)

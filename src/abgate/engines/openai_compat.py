@@ -37,6 +37,7 @@ from abgate.engines.base import (
     Message,
     OnResult,
     SamplingParams,
+    TokenScores,
 )
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
 from abgate.errors import AbgateError, UsageError
@@ -250,6 +251,11 @@ class OpenAIEngine:
         }
         return EngineInfo(name=NAME, version=info.version, model=info.model,
                           effective_config=effective, capabilities=self.capabilities)
+
+    def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
+              top_k: int = 5) -> TokenScores:
+        raise AbgateError("teacher-forced scoring is not implemented for served engines yet"
+                          " (capabilities.scoring is None)")
 
     def processes(self) -> list[int]:
         """A launched server's process tree; none for a remote endpoint (its processes

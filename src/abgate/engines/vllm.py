@@ -37,6 +37,7 @@ from abgate.engines.base import (
     Message,
     OnResult,
     SamplingParams,
+    TokenScores,
 )
 from abgate.errors import AbgateError, UsageError
 
@@ -288,6 +289,11 @@ class VllmEngine:
         return EngineInfo(name=NAME, version=str(getattr(self._vllm, "__version__", "unknown")),
                           model=self.model, effective_config=effective,
                           capabilities=self.capabilities)
+
+    def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
+              top_k: int = 5) -> TokenScores:
+        raise AbgateError("teacher-forced scoring is not implemented for the vllm engine yet"
+                          " (capabilities.scoring is None)")
 
     def processes(self) -> list[int]:
         """This process and the workers vLLM started (multiprocessing executors)."""
