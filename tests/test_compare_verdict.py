@@ -50,7 +50,7 @@ def test_clearly_degraded_b_is_rejected_whatever_its_speed() -> None:
     assert accuracy["outcome"] == "fail"
     assert accuracy["observed"] == pytest.approx(-0.4)
     assert "McNemar" in str(accuracy["evidence"])
-    assert result.reasons == (accuracy["evidence"],)
+    assert result.reasons == (f"REJECT: accuracy: {accuracy['evidence']}",)
 
 
 def test_clearly_faster_b_with_identical_outputs_is_accepted() -> None:
@@ -110,7 +110,10 @@ def test_b_that_always_errors_is_rejected() -> None:
 
 def test_noisy_small_quality_change_is_inconclusive_with_samples_needed() -> None:
     a = make_arm(40, seeds=2, correct_items=set(range(0, 24)), noise=0.05)
-    b = make_arm(40, seeds=2, correct_items=set(range(3, 26)), noise=0.05, rng_seed=1,
+    # Two items flip each way: no net change, but too noisy to show the drop stays
+    # within 5 points (a need within 10x the items; see test_agreement_verdict.py for
+    # one out of reach).
+    b = make_arm(40, seeds=2, correct_items=set(range(2, 26)), noise=0.05, rng_seed=1,
                  tps=150.0)
     result = verdict(a, b)
     assert result.decision == "INCONCLUSIVE"
@@ -124,7 +127,7 @@ def test_noisy_small_quality_change_is_inconclusive_with_samples_needed() -> Non
     big_a = make_arm(40 * scale, seeds=2, noise=0.05,
                      correct_items={i for i in range(40 * scale) if i % 40 < 24})
     big_b = make_arm(40 * scale, seeds=2, noise=0.05, rng_seed=1, tps=150.0,
-                     correct_items={i for i in range(40 * scale) if 3 <= i % 40 < 26})
+                     correct_items={i for i in range(40 * scale) if 2 <= i % 40 < 26})
     assert gate(verdict(big_a, big_b), "accuracy")["outcome"] == "pass"
 
 

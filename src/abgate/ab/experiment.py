@@ -3,6 +3,8 @@
 ```toml
 name = "kv-q8"
 baseline = "f16"             # optional; default: the first arm
+expect = "lossy"             # optional; "lossless" for switches that must not change
+                             # numerics (the policy's [lossless] limits then apply)
 
 [shared]                     # any RunConfig field
 suite = "synthetic"
@@ -41,7 +43,9 @@ from abgate.runner.spec import RunConfig
 ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env")
 MERGED = ("engine_args", "engine_options", "env")
 SCHEDULE_MODES = ("auto", "interleave", "blocks")
-TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench")
+TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
+            "expect")
+EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
 BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
 
@@ -72,6 +76,7 @@ class Experiment:
     policy: str | None = None
     bench: BenchPlan = field(default_factory=BenchPlan)
     description: str = ""
+    expect: str = "lossy"
 
     @property
     def candidates(self) -> list[str]:
@@ -86,13 +91,18 @@ class Experiment:
                    baseline=d["baseline"],
                    arms={k: RunConfig.from_dict(v) for k, v in d["arms"].items()},
                    schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
-                   bench=BenchPlan(**bench))
+                   bench=BenchPlan(**bench), expect=d.get("expect", "lossy"))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "baseline": self.baseline,
-                "arms": {k: v.to_dict() for k, v in self.arms.items()},
-                "schedule": vars(self.schedule).copy(), "policy": self.policy,
-                "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
+        """JSON-ready; ``expect`` only when not the default "lossy", so the digest of
+        an experiment recorded before the key existed stays the same (``--resume``)."""
+        out = {"name": self.name, "description": self.description, "baseline": self.baseline,
+               "arms": {k: v.to_dict() for k, v in self.arms.items()},
+               "schedule": vars(self.schedule).copy(), "policy": self.policy,
+               "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
+        if self.expect != "lossy":
+            out["expect"] = self.expect
+        return out
 
 
 def _check_keys(where: str, table: Mapping[str, Any], allowed: tuple[str, ...] | list[str]
@@ -190,10 +200,14 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     policy = doc.get("policy")
     if policy is not None:
         _typed(where, "policy", policy, str)
+    expect = _typed(where, "expect", doc.get("expect", "lossy"), str)
+    if expect not in EXPECTS:
+        raise UsageError(f"{where}: expect {expect!r} is not one of {', '.join(EXPECTS)}"
+                         + did_you_mean(expect, EXPECTS))
     return Experiment(name=str(doc.get("name", "ab")), arms=arms, baseline=baseline,
                       schedule=_schedule(f"{where} [schedule]", doc.get("schedule", {})),
                       policy=policy, bench=_bench(f"{where} [bench]", doc.get("bench", {})),
-                      description=str(doc.get("description", "")))
+                      description=str(doc.get("description", "")), expect=expect)
 
 
 def load_experiment(path: Path) -> Experiment:

@@ -11,6 +11,7 @@ from abgate.compare.gates import Gate
 from abgate.compare.paired import compare_samples
 from abgate.compare.policy import (
     DiagnosticsPolicy,
+    LosslessPolicy,
     Policy,
     QualityPolicy,
     SpeedPolicy,
@@ -21,6 +22,7 @@ from abgate.compare.verdict import Verdict, decide
 __all__ = [
     "DiagnosticsPolicy",
     "Gate",
+    "LosslessPolicy",
     "Policy",
     "QualityPolicy",
     "SpeedPolicy",

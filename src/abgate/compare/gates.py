@@ -10,7 +10,8 @@ A gate's outcome is ``pass``, ``fail`` or ``inconclusive``:
 - sample size: at least ``min_items`` items passes, else inconclusive (never fails);
 - diagnostics: only when the policy sets a limit; a plain comparison, no interval.
 
-Inconclusive gates carry the items the MDE formula says would settle them.
+Inconclusive gates carry the items the MDE formula says would settle them, or say the
+need is out of reach (more than ``REACH_FACTOR`` times this run's items).
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from abgate.compare.mde import items_needed, mde
+from abgate.compare.mde import items_needed, mde, within_reach
 from abgate.compare.policy import Policy, SpeedPolicy
 from abgate.compare.stats import z_one_sided, z_two_sided
 from abgate.errors import AbgateError
 
-__all__ = ["Gate", "diagnostic_gates", "quality_gates", "sample_size_gate", "speed_gate"]
+__all__ = ["Gate", "diagnostic_gates", "more_items", "quality_gates", "sample_size_gate",
+           "speed_gate"]
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
@@ -47,6 +49,7 @@ class Gate:
     evidence: str
     fail_threshold: float | None = None
     more_items_needed: int | None = None
+    out_of_reach: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -62,11 +65,17 @@ def _pt(value: float | None) -> str:
     return "n/a" if value is None else f"{100.0 * value:+.1f} pt"
 
 
-def _more(se: float | None, n_items: int, delta: float, z: float, power: float) -> int | None:
+def more_items(se: float | None, n_items: int, delta: float, z: float,
+               power: float) -> tuple[int | None, bool]:
+    """(more items that would settle a gate, whether that need is out of reach)."""
     if se is None:
-        return None
+        return None, False
     needed = items_needed(se, n_items, delta, z, power)
-    return None if needed is None else max(1, needed - n_items)
+    if needed is None:
+        return None, False
+    if not within_reach(needed, n_items):
+        return None, True
+    return max(1, needed - n_items), False
 
 
 def sample_size_gate(comparison: Mapping[str, Any], policy: Policy) -> Gate:
@@ -114,17 +123,17 @@ def speed_gate(comparison: Mapping[str, Any], policy: Policy) -> Gate:
     low, high = sorted(math.expm1(sign * bound) for bound in bounds)
     ci_text = f"{rule.confidence:.0%} CI {_pct(low)} to {_pct(high)}, {n_items} items"
     outcome, evidence = _speed_outcome(observed, low, high, rule, arms, label, ci_text)
-    more = None
+    more, far = None, False
     if outcome == INCONCLUSIVE:
         z, log_obs = z_two_sided(rule.confidence), math.log1p(observed)
         edges = (math.log1p(rule.min_speedup), math.log1p(-rule.max_slowdown))
         delta = log_obs - edges[0] if log_obs > edges[0] else edges[1] - log_obs
-        more = _more(se, n_items, delta, z, policy.power)
+        more, far = more_items(se, n_items, delta, z, policy.power)
         detectable = math.expm1(edges[0] + mde(se, z, policy.power))
         evidence += (f"; at this sample size a true speedup of {_pct(detectable)} or more "
                      f"would pass with {policy.power:.0%} power.")
     return Gate("speed", metric, rule.min_speedup, observed, (low, high), outcome, evidence,
-                -rule.max_slowdown, more)
+                -rule.max_slowdown, more, far)
 
 
 @dataclass(frozen=True)
@@ -175,12 +184,12 @@ def _harm_gate(h: _Harm, arms: Mapping[str, str], alpha: float, n_items: int,
     z = z_one_sided(alpha)
     low, high = estimate - z * se, estimate + z * se
     outcome, clause = _harm_outcome(h, low, high)
-    more = None
+    more, far = None, False
     if outcome == INCONCLUSIVE:
-        more = _more(se, n_items, abs(h.sign * estimate - h.margin), z, power)
+        more, far = more_items(se, n_items, abs(h.sign * estimate - h.margin), z, power)
     evidence = f"{change}; one-sided {1 - alpha:.1%} {clause}{h.note})."
     return Gate(h.name, h.metric, threshold, estimate, (low, high), outcome, evidence,
-                more_items_needed=more)
+                more_items_needed=more, out_of_reach=far)
 
 
 def _level_pct(value: float | None) -> str:

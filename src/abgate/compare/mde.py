@@ -13,6 +13,11 @@ so the items needed for a distance ``delta`` are
 
 ``z_test`` is ``z_(1-alpha)`` for a one-sided test at ``alpha`` (``z_((1+c)/2)`` for the
 bound of a two-sided ``c`` interval) and ``z_power = z_(power)`` (0.84 for 80%).
+
+A need beyond :data:`REACH_FACTOR` times the items of the run is *out of reach*: the
+normal approximation behind the formula says little that far out (an effect that
+small at a floor or ceiling rate is not what a bigger run would measure), and "about
+479,167 more samples" reads as advice when it is not. :func:`within_reach` says which.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import math
 
 from scipy import stats
 
-__all__ = ["items_needed", "mde"]
+__all__ = ["REACH_FACTOR", "items_needed", "mde", "within_reach"]
+
+REACH_FACTOR = 10
 
 
 def _z_power(power: float) -> float:
@@ -50,3 +57,8 @@ def items_needed(se: float, n_items: int, delta: float, z_test: float,
     if sigma == 0.0:
         return n_items
     return max(1, math.ceil(((z_test + _z_power(power)) * sigma / delta) ** 2))
+
+
+def within_reach(needed: int, n_items: int) -> bool:
+    """Whether ``needed`` items is at most :data:`REACH_FACTOR` times ``n_items``."""
+    return needed <= REACH_FACTOR * max(n_items, 1)

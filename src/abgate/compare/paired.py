@@ -28,6 +28,7 @@ from abgate.compare.stats import (
     mcnemar_exact,
     normal_ci,
     student_t_interval,
+    wilson_clustered,
     z_two_sided,
 )
 from abgate.scoring.health import clustered_accuracy
@@ -52,6 +53,15 @@ def _interval(estimate: float, se: float, z: float) -> dict[str, Any]:
     return {"estimate": finite(estimate), "se": finite(se), "ci": [finite(low), finite(high)]}
 
 
+def _arm_accuracy(outcomes: Sequence[bool], items: Sequence[str], z: float) -> dict[str, Any]:
+    """Accuracy of one arm, its clustered SE, and a Wilson interval (inside [0, 1]) at
+    the clustering's effective sample size (:func:`wilson_clustered`)."""
+    acc, se = clustered_accuracy(outcomes, items)
+    low, high, n_eff = wilson_clustered(acc, se, len(outcomes), len(set(items)), z)
+    return {"estimate": finite(acc), "se": finite(se), "ci": [finite(low), finite(high)],
+            "ci_method": "wilson", "n_effective": finite(n_eff)}
+
+
 def _paired_delta(pairs: Sequence[Pair], a: Sequence[float], b: Sequence[float],
                   z: float) -> dict[str, Any]:
     items = [p.item_id for p in pairs]
@@ -68,10 +78,7 @@ def _accuracy(pairs: Sequence[Pair], z: float) -> dict[str, Any]:
     items = [p.item_id for p in scored]
     a = [bool(p.a["correct"]) for p in scored]
     b = [bool(p.b["correct"]) for p in scored]
-    arms = {}
-    for name, outcomes in (("a", a), ("b", b)):
-        acc, se = clustered_accuracy(outcomes, items)
-        arms[name] = _interval(acc, se, z)
+    arms = {name: _arm_accuracy(outcomes, items, z) for name, outcomes in (("a", a), ("b", b))}
     diff, se = clustered_mean([float(y) - float(x) for x, y in zip(a, b, strict=True)], items)
     a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
     b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)

@@ -24,6 +24,7 @@ from abgate.errors import UsageError, did_you_mean
 __all__ = [
     "DEFAULT_POLICY",
     "DiagnosticsPolicy",
+    "LosslessPolicy",
     "Policy",
     "QualityPolicy",
     "SpeedPolicy",
@@ -49,12 +50,22 @@ class QualityPolicy:
     max_truncated_increase: float
     max_error_increase: float
     max_repetition_increase: float
+    max_mean_kld: float
+    min_top1_agreement: float
 
 
 @dataclass(frozen=True)
 class DiagnosticsPolicy:
     min_identical_fraction: float | None = None
     max_mean_abs_length_change: float | None = None
+
+
+@dataclass(frozen=True)
+class LosslessPolicy:
+    """Limits for an experiment with ``expect = "lossless"`` (numerics must not change)."""
+
+    max_divergent_fraction: float = 0.0
+    max_mean_kld: float = 1e-4
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class Policy:
     speed: SpeedPolicy
     quality: QualityPolicy
     diagnostics: DiagnosticsPolicy
+    lossless: LosslessPolicy = LosslessPolicy()
 
     def to_dict(self) -> dict[str, Any]:
         """The policy as recorded with a verdict (JSON-ready)."""
@@ -126,9 +138,11 @@ _SCHEMA: dict[str, dict[str, Check]] = {
               "confidence": _open_unit},
     "quality": {"alpha": _alpha, "max_accuracy_drop": _below_one,
                 "max_invalid_increase": _below_one, "max_truncated_increase": _below_one,
-                "max_error_increase": _below_one, "max_repetition_increase": _below_one},
+                "max_error_increase": _below_one, "max_repetition_increase": _below_one,
+                "max_mean_kld": _non_negative, "min_top1_agreement": _unit},
     "diagnostics": {"min_identical_fraction": _unit,
                     "max_mean_abs_length_change": _non_negative},
+    "lossless": {"max_divergent_fraction": _unit, "max_mean_kld": _non_negative},
 }
 _SECTIONS = tuple(name for name in _SCHEMA if name)
 
@@ -242,6 +256,7 @@ def _build(data: Mapping[str, Any], label: str, sha256: str) -> Policy:
                           confidence=float(speed["confidence"])),
         quality=QualityPolicy(**{k: float(v) for k, v in data["quality"].items()}),
         diagnostics=DiagnosticsPolicy(**{k: float(v) for k, v in diag.items()}),
+        lossless=LosslessPolicy(**{k: float(v) for k, v in data.get("lossless", {}).items()}),
     )
 
 

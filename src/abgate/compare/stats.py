@@ -10,6 +10,10 @@
 - :func:`student_t_interval` - the Student-t interval of a mean, which stays honest
   when a few items carry most of the spread (where the percentile bootstrap is too
   narrow; see docs/statistics.md, "A/A calibration").
+- :func:`cluster_ratio` - a ratio of per-item sums (e.g. KL per token) with the
+  cluster-robust (linearised ratio-estimator) standard error; :func:`t_quantile`.
+- :func:`wilson_interval` - a proportion's interval that stays inside [0, 1], at an
+  effective sample size that carries the clustering.
 
 Functions return ``nan`` where a quantity cannot be estimated (no data, one cluster);
 callers turn that into ``None`` for JSON.
@@ -28,11 +32,15 @@ from scipy import stats
 __all__ = [
     "BootstrapResult",
     "cluster_bootstrap",
+    "cluster_ratio",
     "clustered_mean",
     "item_means",
     "mcnemar_exact",
     "normal_ci",
     "student_t_interval",
+    "t_quantile",
+    "wilson_clustered",
+    "wilson_interval",
     "z_one_sided",
     "z_two_sided",
 ]
@@ -156,3 +164,59 @@ def student_t_interval(values: FloatArray, confidence: float) -> tuple[float, fl
     t = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1))
     mean = float(values.mean())
     return mean - t * se, mean + t * se, se
+
+
+def t_quantile(p: float, df: int) -> float:
+    """The Student-t quantile ``t_(p, df)``; nan when ``df < 1``."""
+    if df < 1:
+        return math.nan
+    return float(stats.t.ppf(p, df))
+
+
+def cluster_ratio(sums: Sequence[float], counts: Sequence[float]) -> tuple[float, float]:
+    """``R = sum(sums) / sum(counts)`` and its cluster-robust standard error.
+
+    One entry per cluster (item): ``sums[c]`` adds a per-token quantity over the
+    cluster's ``counts[c]`` tokens, so ``R`` is the token-weighted mean. The SE is the
+    linearised ratio estimator with the small-sample factor ``K/(K-1)``:
+    ``SE^2 = K/(K-1) * sum_c (S_c - R*T_c)^2 / (sum_c T_c)^2``. ``(nan, nan)`` with no
+    tokens, ``(R, nan)`` with a single cluster.
+    """
+    if len(sums) != len(counts):
+        raise ValueError(f"{len(sums)} sums but {len(counts)} counts")
+    s, t = np.asarray(sums, dtype=float), np.asarray(counts, dtype=float)
+    total = float(t.sum())
+    if total <= 0:
+        return math.nan, math.nan
+    ratio = float(s.sum()) / total
+    k = int(s.size)
+    if k < 2:
+        return ratio, math.nan
+    resid = s - ratio * t
+    return ratio, math.sqrt(k / (k - 1) * float(np.sum(resid * resid))) / total
+
+
+def wilson_interval(p: float, n_eff: float, z: float) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``p`` observed on ``n_eff`` effective
+    trials; always inside [0, 1]. ``(nan, nan)`` when ``p`` is nan or ``n_eff <= 0``."""
+    if math.isnan(p) or math.isnan(n_eff) or n_eff <= 0:
+        return math.nan, math.nan
+    z2 = z * z
+    center = (p + z2 / (2 * n_eff)) / (1 + z2 / n_eff)
+    half = z / (1 + z2 / n_eff) * math.sqrt(p * (1 - p) / n_eff + z2 / (4 * n_eff * n_eff))
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def wilson_clustered(p: float, se: float, n_samples: int, n_items: int,
+                     z: float) -> tuple[float, float, float]:
+    """A Wilson interval for an item-clustered proportion: ``(low, high, n_eff)``.
+
+    The effective sample size ``n_eff = p(1-p)/SE^2`` carries the clustering (the
+    design effect), capped at ``n_samples``; where it cannot be estimated (``p`` at 0
+    or 1, a nan SE) it is the number of items, i.e. one observation per item.
+    """
+    n_eff = float(n_items)
+    if not math.isnan(se) and se > 0 and 0.0 < p < 1.0:
+        n_eff = min(float(n_samples), p * (1.0 - p) / (se * se))
+    low, high = wilson_interval(p, n_eff, z)
+    return low, high, n_eff

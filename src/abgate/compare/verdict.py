@@ -12,7 +12,13 @@
 
 Below ``min_items`` no statistical gate may fail: its outcome is reported as
 inconclusive (with the would-be outcome in its evidence), so a handful of items can
-neither accept nor reject.
+neither accept nor reject. The distribution-agreement gates count the items that were
+scored; lossless and probe gates are not statistical and are never held back.
+
+An arm flagged as running random weights (``comparison["speed_only"]``) gets the
+sample-size and speed gates only. The first reason names the evidence that decided,
+e.g. ``"REJECT: distribution agreement: mean KLD 0.83 nats ..."``; ``notes`` say which
+evidence was not measured.
 """
 
 from __future__ import annotations
@@ -23,6 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from abgate.compare.agreement_gates import (
+    agreement_gates,
+    evidence_notes,
+    lossless_gates,
+    measured,
+    probe_gates,
+)
 from abgate.compare.gates import (
     FAIL,
     INCONCLUSIVE,
@@ -33,6 +46,7 @@ from abgate.compare.gates import (
     sample_size_gate,
     speed_gate,
 )
+from abgate.compare.mde import REACH_FACTOR
 from abgate.compare.policy import Policy
 
 __all__ = ["ACCEPT", "EXIT_CODES", "INCONCLUSIVE_DECISION", "REJECT", "Verdict", "decide"]
@@ -50,6 +64,7 @@ class Verdict:
     reasons: tuple[str, ...]
     more_samples_needed: int | None
     policy: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -64,7 +79,37 @@ class Verdict:
             "more_samples_needed": self.more_samples_needed,
             "gates": [gate.to_dict() for gate in self.gates],
             "policy": dict(self.policy),
+            "notes": list(self.notes),
         }
+
+
+# The evidence a decision names first, most direct first; a gate's label in reasons.
+_PRIORITY = ("sample_size", "lossless_outputs", "lossless_kld", "mean_kld", "top1_agreement",
+             "probe_", "accuracy", "error_rate", "invalid_rate", "truncated_rate",
+             "repetition", "identical_outputs", "length_change", "speed")
+_LABELS = {"sample_size": "sample size", "lossless_outputs": "lossless outputs",
+           "lossless_kld": "lossless numerics", "mean_kld": "distribution agreement",
+           "top1_agreement": "distribution agreement", "accuracy": "accuracy",
+           "error_rate": "engine errors", "invalid_rate": "invalid answers",
+           "truncated_rate": "truncation", "repetition": "repetition",
+           "identical_outputs": "output identity", "length_change": "output length",
+           "speed": "speed"}
+
+
+def _rank(gate: Gate) -> int:
+    name = "probe_" if gate.name.startswith("probe_") else gate.name
+    return _PRIORITY.index(name) if name in _PRIORITY else len(_PRIORITY)
+
+
+def _label(gate: Gate) -> str:
+    return "probe" if gate.name.startswith("probe_") else _LABELS.get(gate.name, gate.name)
+
+
+def _headline(decision: str, gates: list[Gate]) -> list[str]:
+    """Evidence of ``gates``, the most direct first, prefixed by the decision."""
+    ordered = sorted(gates, key=_rank)
+    first = f"{decision}: {_label(ordered[0])}: {ordered[0].evidence}"
+    return [first, *(gate.evidence for gate in ordered[1:])]
 
 
 def _hold_back(gate: Gate, n_items: int, min_items: int) -> Gate:
@@ -88,43 +133,73 @@ def _more_samples(open_gates: list[Gate], pairs_per_item: float) -> int | None:
     return _samples(max(need for need in needs if need is not None), pairs_per_item)
 
 
-def _inconclusive_reasons(open_gates: list[Gate], more: int | None,
-                          pairs_per_item: float) -> list[str]:
-    reasons = [gate.evidence for gate in open_gates]
+def _inconclusive_reasons(open_gates: list[Gate], more: int | None, pairs_per_item: float,
+                          n_items: int) -> list[str]:
+    reasons = _headline(INCONCLUSIVE_DECISION, open_gates)
     if more is not None:
         reasons.append(f"About {more} more samples per arm (at {pairs_per_item:g} per item) "
                        "would let every open gate decide if the effects are as observed.")
-    else:
-        stuck = [gate.name for gate in open_gates if gate.more_items_needed is None]
+        return reasons
+    far = [gate.name for gate in open_gates if gate.out_of_reach]
+    stuck = [gate.name for gate in open_gates
+             if gate.more_items_needed is None and not gate.out_of_reach]
+    if far:
+        reasons.append("Out of reach at this effect size: settling " + ", ".join(far) +
+                       f" would take more than {REACH_FACTOR}x this run's {n_items} items.")
+    if stuck:
         reasons.append("More samples would not settle " + ", ".join(stuck) + " if the "
                        "effect is as observed (it sits between the pass and fail limits).")
     return reasons
 
 
-def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
-    """Apply ``policy`` to a :func:`abgate.compare.compare_samples` result."""
+def _gates(comparison: Mapping[str, Any], policy: Policy) -> tuple[Gate, ...]:
     n_items = int(comparison["n_items"])
-    pairs_per_item = float(comparison.get("pairs_per_item") or 1.0)
-    statistical = [speed_gate(comparison, policy), *quality_gates(comparison, policy)]
+    speed_only = bool(comparison.get("speed_only"))
+    statistical = [speed_gate(comparison, policy)]
+    if not speed_only:
+        statistical += quality_gates(comparison, policy)
     # The error-rate gate also counts the items whose every pair errored.
     n_total = int(comparison.get("n_items_total", n_items))
     statistical = [
         _hold_back(g, n_total if g.name == "error_rate" else n_items, policy.min_items)
         for g in statistical
     ]
-    gates = (sample_size_gate(comparison, policy), *statistical,
-             *diagnostic_gates(comparison, policy))
+    if speed_only:
+        return (sample_size_gate(comparison, policy), *statistical)
+    agreement = measured(comparison, "agreement") or {}
+    scored = [_hold_back(g, int(agreement.get("n_items") or 0), policy.min_items)
+              for g in agreement_gates(comparison, policy)]
+    return (sample_size_gate(comparison, policy), *statistical,
+            *diagnostic_gates(comparison, policy), *scored,
+            *lossless_gates(comparison, policy), *probe_gates(comparison))
+
+
+def _notes(comparison: Mapping[str, Any]) -> tuple[str, ...]:
+    if comparison.get("speed_only"):
+        return (f"Quality gates skipped: {comparison['speed_only']}.",)
+    return tuple(evidence_notes(comparison))
+
+
+def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
+    """Apply ``policy`` to a :func:`abgate.compare.compare_samples` result (with the
+    optional ``agreement``, ``probes``, ``expect`` and ``speed_only`` entries)."""
+    n_items = int(comparison["n_items"])
+    pairs_per_item = float(comparison.get("pairs_per_item") or 1.0)
+    gates = _gates(comparison, policy)
     failed = [gate for gate in gates if gate.outcome == FAIL]
     open_gates = [gate for gate in gates if gate.outcome == INCONCLUSIVE]
     more: int | None = None
     if failed:
-        decision, reasons = REJECT, [gate.evidence for gate in failed]
+        decision, reasons = REJECT, _headline(REJECT, failed)
     elif all(gate.outcome == PASS for gate in gates):
         decision = ACCEPT
-        reasons = [gates[1].evidence, f"All {len(gates) - 2} quality and diagnostic gates "
-                   "pass: " + ", ".join(gate.name for gate in gates[2:]) + "."]
+        rest = [gate.name for gate in gates if gate.name not in ("sample_size", "speed")]
+        reasons = [f"ACCEPT: speed: {gates[1].evidence}",
+                   f"All {len(rest)} quality and diagnostic gates pass: " + ", ".join(rest)
+                   + "." if rest else "No quality gate applies."]
     else:
         decision = INCONCLUSIVE_DECISION
         more = _more_samples(open_gates, pairs_per_item)
-        reasons = _inconclusive_reasons(open_gates, more, pairs_per_item)
-    return Verdict(decision, tuple(gates), tuple(reasons), more, policy.to_dict())
+        reasons = _inconclusive_reasons(open_gates, more, pairs_per_item, n_items)
+    return Verdict(decision, tuple(gates), tuple(reasons), more, policy.to_dict(),
+                   _notes(comparison))

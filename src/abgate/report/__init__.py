@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from abgate.errors import UsageError, did_you_mean
+from abgate.report.agreement_plots import kld_plot
 from abgate.report.blocks import Doc
 from abgate.report.compare_sections import comparison_sections, outliers
 from abgate.report.contract import matched_contract
@@ -46,8 +47,9 @@ def build_doc(data: AbData, *, plots: bool = True) -> Doc:
     overview, per_arm = all_plots(data) if plots else ([], {})
     doc.add(*headline(data), *setup(data), *contract_section(data, matched_contract(data)),
             *arm_tables(data), *overview, *bench_section(data), *weights_section(data))
-    for arm in data.candidates:
-        doc.add(*comparison_sections(data, arm, per_arm.get(arm, [])))
+    for k, arm in enumerate(data.candidates, start=1):
+        kld = kld_plot(data, arm, k) if plots else None
+        doc.add(*comparison_sections(data, arm, per_arm.get(arm, []), kld))
     doc.add(*outliers(data), *not_certified(data))
     return doc
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from abgate.compare.mde import REACH_FACTOR
+from abgate.report.agreement_sections import agreement_blocks, at_floor, nats, probes_blocks
 from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, dig, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
@@ -38,7 +40,13 @@ GATE_UNITS: dict[str, tuple[Callable[[Any], str], str]] = {
     "repetition": (_rep, "increase at most {}"),
     "identical_outputs": (pct, "at least {}"),
     "length_change": (_tokens, "at most {}"),
+    "mean_kld": (nats, "upper bound at most {} nats"),
+    "top1_agreement": (lambda v: pct(v, 2), "lower bound at least {}"),
+    "lossless_outputs": (pct, "divergent at most {}"),
+    "lossless_kld": (nats, "at most {} nats"),
 }
+PROBE_UNITS: tuple[Callable[[Any], str], str] = (
+    lambda v: NA if as_float(v) is None else ("passes" if v else "fails"), "must pass")
 
 
 def _level(value: Any, kind: str) -> str:
@@ -118,12 +126,17 @@ def _threshold(gate: Mapping[str, Any], show: Callable[[Any], str], text: str) -
 
 def _gate_row(gate: Mapping[str, Any]) -> tuple[str, ...]:
     name = str(gate.get("name", NA))
-    show, text = GATE_UNITS.get(name, (lambda v: num(v, ".4g"), "{}"))
+    default = PROBE_UNITS if name.startswith("probe_") else (lambda v: num(v, ".4g"), "{}")
+    show, text = GATE_UNITS.get(name, default)
     ci = gate.get("ci")
     more = gate.get("more_items_needed")
     evidence = str(gate.get("evidence", ""))
-    if more is not None and gate.get("outcome") == "inconclusive":
-        evidence += f" (about {more} more items would settle it)"
+    if gate.get("outcome") == "inconclusive":
+        if gate.get("out_of_reach"):
+            evidence += (" (out of reach at this effect size: more than "
+                         f"{REACH_FACTOR}× these items)")
+        elif more is not None:
+            evidence += f" (about {more} more items would settle it)"
     return (f"`{name}`", str(gate.get("outcome", NA)), show(gate.get("observed")),
             interval(ci, show) if ci is not None else "-", _threshold(gate, show, text),
             evidence)
@@ -144,6 +157,9 @@ def verdict(data: AbData, arm: str) -> list[Block]:
                             text_cols=frozenset({0, 1, 4, 5}), badge_cols=frozenset({1})))
     else:
         blocks.append(Para("No gates were recorded for this comparison."))
+    notes = [str(n) for n in v.get("notes") or []]
+    if notes:
+        blocks.append(Bullets(tuple(notes)))
     more = v.get("more_samples_needed")
     if more is not None:
         blocks.append(Para(f"About **{more} more samples per arm** would let every open gate "
@@ -181,11 +197,18 @@ def diagnostics(data: AbData, arm: str, plots: Sequence[Plot]) -> list[Block]:
     return blocks
 
 
-def comparison_sections(data: AbData, arm: str, plots: Sequence[Plot]) -> list[Block]:
-    """Everything about one candidate; ``plots`` are its ratio, length, repetition plots."""
+def comparison_sections(data: AbData, arm: str, plots: Sequence[Plot],
+                        kld_plot: Plot | None = None) -> list[Block]:
+    """Everything about one candidate; ``plots`` are its ratio, length, repetition plots.
+
+    Distribution agreement comes before the accuracy deltas when both arms' accuracy
+    is near the floor (accuracy cannot show damage there), else after them."""
     ratio, rest = list(plots[:1]), list(plots[1:])
-    return [Heading(2, f"{arm} vs {data.baseline}", f"arm-{arm}"), *deltas(data, arm), *ratio,
-            *verdict(data, arm), *diagnostics(data, arm, rest)]
+    agreement = agreement_blocks(data, arm, kld_plot)
+    accuracy = [*deltas(data, arm), *ratio]
+    ordered = [*agreement, *accuracy] if at_floor(data, arm) else [*accuracy, *agreement]
+    return [Heading(2, f"{arm} vs {data.baseline}", f"arm-{arm}"), *ordered,
+            *verdict(data, arm), *probes_blocks(data, arm), *diagnostics(data, arm, rest)]
 
 
 def _correct(value: Any) -> str:

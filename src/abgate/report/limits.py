@@ -59,6 +59,24 @@ def _arm_limits(data: AbData, arm: str) -> list[str]:
     elif same.get("text"):
         out.append(f"`{arm}`: only {same['text']} outputs were token-identical, so the change "
                    "is not lossless even where the answers agree.")
+    return out + _agreement_limits(data, arm)
+
+
+def _agreement_limits(data: AbData, arm: str) -> list[str]:
+    agreement = dig(data.comparison_of(arm), "agreement")
+    if not isinstance(agreement, Mapping):
+        return []
+    if not agreement.get("measured"):
+        return [f"`{arm}`: distribution agreement (KL divergence) was not measured, so "
+                "numeric damage that accuracy cannot see is not excluded."]
+    out = [f"`{arm}`: distribution agreement was measured teacher-forced on "
+           f"`{data.baseline}`'s outputs for these prompts only; how far the candidate's "
+           "own generations drift after a first different token is seen only through the "
+           "output diagnostics."]
+    if agreement.get("approximate"):
+        out.append(f"`{arm}`: KL was computed over the top-{agreement.get('k', NA)} tokens "
+                   "plus a remainder bucket, a lower bound of the full KL: divergence in the "
+                   "tail of the distribution is not measured.")
     return out
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from statistics import NormalDist
 
+from abgate.compare.stats import wilson_clustered
 from abgate.report.blocks import Plot
 from abgate.report.fmt import as_float, dig
 from abgate.report.load import AbData, Point, paired_points
@@ -112,16 +113,20 @@ def accuracy_plot(data: AbData, confidence: float) -> Plot:
         if acc is None:
             cv.text(cv.left + 8, cy + 4, "not scored", cls="label mark")
             continue
-        if se is not None:
-            lo, hi = x(x.clamp(acc - z * se)), x(x.clamp(acc + z * se))
+        n_scored = as_float(dig(data.arms[name].summary, "quality", "n_scored")) or 0.0
+        n_items = as_float(dig(data.arms[name].summary, "quality", "n_items")) or 0.0
+        low, high, _ = wilson_clustered(acc, math.nan if se is None else se, int(n_scored),
+                                        int(n_items), z)
+        if not math.isnan(low):
+            lo, hi = x(low), x(high)
             cv.line(lo, cy, hi, cy, stroke=color, stroke_width="3", cls="mark")
             for end in (lo, hi):
                 cv.line(end, cy - 7, end, cy + 7, stroke=color, stroke_width="2", cls="mark")
         cv.el("circle", cx=x(acc), cy=cy, r="5.5", fill=color, cls="mark")
         cv.text(x(acc), cy - 10, f"{100 * acc:.1f}%", anchor="middle")
     return Plot("plot-accuracy", cv.render(),
-                f"Accuracy of each arm with its {confidence:.0%} interval (standard error "
-                "clustered by item).")
+                f"Accuracy of each arm with its {confidence:.0%} Wilson interval (at the "
+                "effective sample size of the item-clustered standard error).")
 
 
 def _speedups(pairs: list[tuple[Point, Point]], metric: str, higher: bool) -> list[float]:

@@ -46,7 +46,10 @@ def headline(data: AbData) -> list[Block]:
     for arm in data.candidates:
         verdict = data.verdict_of(arm)
         reasons = verdict.get("reasons") or []
-        first = f": {reasons[0]}" if reasons else ""
+        decision = str(verdict.get("decision", NA))
+        first = str(reasons[0]) if reasons else ""
+        first = first[len(decision) + 2:] if first.startswith(f"{decision}: ") else first
+        first = f": {first}" if first else ""
         items.append(f"`{arm}` vs `{data.baseline}`: **{verdict.get('decision', NA)}**{first}")
     if items:
         blocks.append(Bullets(tuple(items)))
