@@ -23,13 +23,13 @@ from typing import Any
 from abgate.compare import compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
+from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
 
 COMPARISON_FILE = "comparison.json"
 AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
 DECISION_ORDER = ("REJECT", "INCONCLUSIVE", "ACCEPT")  # worst first
-EXIT_CODES = {"ACCEPT": 0, "REJECT": 1, "INCONCLUSIVE": 3}
 
 
 def arm_samples(out: Path, arm: str) -> list[dict[str, Any]]:

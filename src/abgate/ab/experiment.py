@@ -18,6 +18,11 @@ mode = "auto"                # auto | interleave | blocks
 warmup = 2                   # per arm (per load in blocks mode), excluded from statistics
 block_size = 8               # items per block in blocks mode
 
+[evidence]                   # optional; beyond the samples, per arm
+agreement = true             # teacher-forced distribution agreement with the baseline
+probes = true                # health probes (arithmetic, copy, mid-context retrieval)
+probe_len = 512              # retrieval probe context in tokens
+
 [arms.f16]
 [arms.q8]
 engine_args = { flash_attn = true, type_k = "q8_0", type_v = "q8_0" }
@@ -44,7 +49,8 @@ ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env")
 MERGED = ("engine_args", "engine_options", "env")
 SCHEDULE_MODES = ("auto", "interleave", "blocks")
 TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
-            "expect")
+            "expect", "evidence")
+EVIDENCE_KEYS = ("agreement", "probes", "probe_len")
 EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
 BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
@@ -68,6 +74,15 @@ class BenchPlan:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """Quality evidence gathered per arm besides the samples."""
+
+    agreement: bool = True
+    probes: bool = True
+    probe_len: int = 512
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str
     arms: dict[str, RunConfig]  # in file order
@@ -77,6 +92,7 @@ class Experiment:
     bench: BenchPlan = field(default_factory=BenchPlan)
     description: str = ""
     expect: str = "lossy"
+    evidence: Evidence = field(default_factory=Evidence)
 
     @property
     def candidates(self) -> list[str]:
@@ -91,7 +107,8 @@ class Experiment:
                    baseline=d["baseline"],
                    arms={k: RunConfig.from_dict(v) for k, v in d["arms"].items()},
                    schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
-                   bench=BenchPlan(**bench), expect=d.get("expect", "lossy"))
+                   bench=BenchPlan(**bench), expect=d.get("expect", "lossy"),
+                   evidence=Evidence(**d.get("evidence", {})))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ``expect`` only when not the default "lossy", so the digest of
@@ -102,6 +119,8 @@ class Experiment:
                "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
         if self.expect != "lossy":
             out["expect"] = self.expect
+        if self.evidence != Evidence():
+            out["evidence"] = vars(self.evidence).copy()
         return out
 
 
@@ -207,7 +226,20 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     return Experiment(name=str(doc.get("name", "ab")), arms=arms, baseline=baseline,
                       schedule=_schedule(f"{where} [schedule]", doc.get("schedule", {})),
                       policy=policy, bench=_bench(f"{where} [bench]", doc.get("bench", {})),
-                      description=str(doc.get("description", "")), expect=expect)
+                      description=str(doc.get("description", "")), expect=expect,
+                      evidence=_evidence(f"{where} [evidence]", doc.get("evidence", {})))
+
+
+def _evidence(where: str, table: Any) -> Evidence:
+    if not isinstance(table, dict):
+        raise UsageError(f"{where}: must be a table")
+    _check_keys(where, table, EVIDENCE_KEYS)
+    for key in ("agreement", "probes"):
+        if key in table:
+            _typed(where, key, table[key], bool)
+    if "probe_len" in table and (_typed(where, "probe_len", table["probe_len"], int) < 64):
+        raise UsageError(f"{where}: probe_len must be >= 64 tokens, got {table['probe_len']}")
+    return Evidence(**table)
 
 
 def load_experiment(path: Path) -> Experiment:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from abgate.ab import schedule
+from abgate.ab import evidence, schedule
 from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
@@ -160,7 +160,7 @@ class AbRunner:
         if self.progress:
             self.progress(sample)
 
-    def load(self, arm: str, stack: ExitStack) -> EngineSession:
+    def load(self, arm: str, stack: ExitStack, warm: bool = True) -> EngineSession:
         """Load ``arm`` for the life of ``stack`` (closed, with cleanup recorded, when
         the stack unwinds), record its provenance, check its prompt, warm it up."""
         rec_ = self.recorders[arm]
@@ -175,7 +175,8 @@ class AbRunner:
         finally:
             rec_.save()
         self.check_prompt(arm, session)
-        self.warmup(arm, session)
+        if warm:
+            self.warmup(arm, session)
         return session
 
     def run_bench_cases(self, sessions: dict[str, EngineSession]) -> None:
@@ -213,6 +214,30 @@ class AbRunner:
                 self.run_one(arm, sessions[arm], item, seed)
             if not self.bench_done():
                 self.run_bench_cases(sessions)
+            self.gather_evidence(sessions)
+
+    def gather_evidence(self, sessions: dict[str, EngineSession]) -> None:
+        """Distribution agreement of every loaded candidate with the baseline (which
+        must be among ``sessions``), then the probes of every loaded arm."""
+        ev, base = self.exp.evidence, self.exp.baseline
+        if ev.agreement and len(sessions) > 1:
+            evidence.agreement_pass(self.out, self.doc, base, sessions,
+                                    evidence.prompt_from(sessions[base]))
+            self.save()
+        if ev.probes:
+            for arm, session in sessions.items():
+                evidence.probes_pass(self.out, arm, session, ev.probe_len)
+
+    def evidence_blocks(self) -> None:
+        """Blocks mode: the baseline loaded beside one candidate at a time."""
+        if not (self.exp.evidence.agreement or self.exp.evidence.probes):
+            return
+        with ExitStack() as stack:
+            base = self.load(self.exp.baseline, stack, warm=False)
+            for arm in self.exp.candidates:
+                with ExitStack() as inner:
+                    self.gather_evidence({self.exp.baseline: base,
+                                          arm: self.load(arm, inner, warm=False)})
 
     def run_blocks(self) -> None:
         n = self.exp.schedule.block_size * len(self.prepared[self.exp.baseline].config.seeds)
@@ -227,6 +252,7 @@ class AbRunner:
             self.save()
         if self.exp.bench.input_len and not self.bench_done():
             self.bench_blocks()
+        self.evidence_blocks()
 
     def bench_blocks(self) -> None:
         """Blocks mode: each arm loaded once more, one after the other, for the bench."""

@@ -1,0 +1,162 @@
+"""Quality evidence beyond the samples, gathered per arm in an A/B.
+
+- **Distribution agreement**: every arm scores the *same* token sequences, the baseline
+  arm's own outputs, teacher-forced (``Engine.score``); per position, KL(baseline ‖
+  candidate), both arms' top tokens and the scored token's log-prob in each. One line
+  per (item, seed) goes to ``arms/<candidate>/agreement.jsonl``, appended and fsynced
+  as it is computed, so an interrupted pass resumes where it stopped. This sees numeric
+  damage where accuracy cannot (a small model at its accuracy floor).
+- **Health probes** (arithmetic, copy, mid-context retrieval; :mod:`abgate.bench.probes`)
+  per arm into ``arms/<arm>/probes.json``; a probe the baseline passes and a candidate
+  fails is a failing gate.
+
+The statistics over these files are :mod:`abgate.compare.agreement` (pure); the cost of
+the pass (seconds per arm) goes to ``ab.json["scoring"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE
+from abgate.bench.probes import default_probes, run_probes
+from abgate.engines.base import TokenScores
+from abgate.errors import AbgateError
+from abgate.runner import records as rec
+from abgate.runner.samples import ids_sha256
+from abgate.runner.session import EngineSession
+
+log = logging.getLogger("abgate.ab")
+TOP_N = 5
+Prompt = Callable[[dict[str, Any]], list[int]]  # sample -> the prompt token IDs it had
+
+
+def _top(scores: TokenScores, detok: Callable[[list[int]], str] | None) -> list[list[Any]]:
+    out = []
+    for ids, lps in zip(scores.top_ids[:, :TOP_N].tolist(),
+                        scores.top_logprobs[:, :TOP_N].tolist(), strict=True):
+        out.append([[i, round(lp, 5), *([detok([i])] if detok else [])]
+                    for i, lp in zip(ids, lps, strict=True)])
+    return out
+
+
+def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScores,
+                  detok: Callable[[list[int]], str] | None = None) -> dict[str, Any]:
+    """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence."""
+    if base.logprobs is None or cand.logprobs is None:
+        raise AbgateError("distribution agreement needs full-vocabulary scores from both arms")
+    la, lb = base.logprobs.astype(np.float64), cand.logprobs.astype(np.float64)
+    kl = np.maximum((np.exp(la) * (la - lb)).sum(axis=1), 0.0)  # clip float round-off
+    return {"key": sample["key"], "item_id": sample["item_id"], "seed": sample["seed"],
+            "source": "baseline_output", "method": "full", "k": None,
+            "tokens": list(base.tokens), "kl": [float(f"{x:.6g}") for x in kl],
+            "top1_base": base.top_ids[:, 0].tolist(), "top1_cand": cand.top_ids[:, 0].tolist(),
+            "logp_base": [round(x, 6) for x in base.token_logprobs.tolist()],
+            "logp_cand": [round(x, 6) for x in cand.token_logprobs.tolist()],
+            "top_base": _top(base, detok), "top_cand": _top(cand, detok)}
+
+
+def scorable(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Baseline samples with an output to score (errors and empty outputs carry none)."""
+    return [s for s in samples if not s.get("warmup") and s.get("finish_reason") != "error"
+            and s.get("output", {}).get("token_ids")]
+
+
+def _detok(session: EngineSession) -> Callable[[list[int]], str] | None:
+    fn = getattr(session.engine, "detokenize", None)
+    return fn if callable(fn) else None
+
+
+def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
+                 cost: dict[str, Any]) -> TokenScores:
+    t0 = time.perf_counter()
+    with session.env():
+        scores = session.engine.score(prompt, tokens, TOP_N)
+    cost["seconds"] = cost.get("seconds", 0.0) + time.perf_counter() - t0
+    cost["n_tokens"] = cost.get("n_tokens", 0) + len(tokens)
+    cost["method"] = scores.method
+    return scores
+
+
+def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
+    """Arms whose engine cannot give full-vocabulary scores, with the reason."""
+    return {arm: f"engine {s.info['name']!r} cannot score teacher-forced sequences over the "
+                 "full vocabulary (capabilities.scoring = "
+                 f"{s.info['capabilities'].get('scoring')!r})"
+            for arm, s in sessions.items() if s.info["capabilities"].get("scoring") != "full"}
+
+
+def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
+                   sessions: Mapping[str, EngineSession], prompt_of: Prompt) -> None:
+    """Score the baseline's outputs with the baseline and every candidate in
+    ``sessions``; append the rows; record the cost (or why not) in ``doc["scoring"]``."""
+    scoring = doc.setdefault("scoring", {})
+    refused = cannot_score(sessions)
+    if baseline in refused:
+        for arm in sessions:
+            scoring[arm] = {"reason": refused[baseline]}
+        return
+    cands = [a for a in sessions if a != baseline and a not in refused]
+    for arm in set(refused) - {baseline}:
+        scoring[arm] = {"reason": refused[arm]}
+    paths = {a: out / "arms" / a / AGREEMENT_FILE for a in cands}
+    done = {a: {r["key"] for r in rec.read_samples(p, repair=True)} for a, p in paths.items()}
+    samples = scorable(rec.read_samples(out / "arms" / baseline / rec.SAMPLES_FILE))
+    writers = {a: rec.SampleWriter(p) for a, p in paths.items()}
+    try:
+        for sample in samples:
+            todo = [a for a in cands if sample["key"] not in done[a]]
+            if not todo:
+                continue
+            prompt, tokens = prompt_of(dict(sample)), list(sample["output"]["token_ids"])
+            base = _timed_score(sessions[baseline], prompt, tokens,
+                                scoring.setdefault(baseline, {}))
+            for arm in todo:
+                cand = _timed_score(sessions[arm], prompt, tokens, scoring.setdefault(arm, {}))
+                writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm])))
+    finally:
+        for w in writers.values():
+            w.close()
+    log.info("distribution agreement: %s", {a: scoring.get(a) for a in sessions})
+
+
+def probes_pass(out: Path, arm: str, session: EngineSession, probe_len: int) -> None:
+    """Run the health probes on one arm into ``arms/<arm>/probes.json`` (once)."""
+    path = out / "arms" / arm / PROBES_FILE
+    if path.exists():
+        return
+    with session.env():
+        try:
+            probes = default_probes(session.engine.tokenize, needle_len=probe_len)
+            results = [r.to_dict() for r in run_probes(session.engine, probes,
+                                                       _n_ctx(session))]
+        except AbgateError as exc:  # e.g. the retrieval probe does not fit the context
+            rec.write_json_atomic(path, {"schema_version": rec.SCHEMA_VERSION, "probes": [],
+                                         "error": str(exc)})
+            return
+    rec.write_json_atomic(path, {"schema_version": rec.SCHEMA_VERSION, "probes": results})
+
+
+def _n_ctx(session: EngineSession) -> int | None:
+    n = session.info["effective_config"].get("n_ctx")
+    return n if isinstance(n, int) else None
+
+
+def prompt_from(session: EngineSession) -> Prompt:
+    """The prompt token IDs of a baseline sample, rendered by the baseline engine and
+    checked against the SHA the sample recorded (the prompts scored are those sent)."""
+    def prompt(sample: dict[str, Any]) -> list[int]:
+        with session.env():
+            ids = session.engine.render_prompt(sample["prompt"]["messages"])
+        recorded = sample.get("prompt", {}).get("sha256")
+        if recorded and ids_sha256(ids) != recorded:
+            raise AbgateError(f"scoring {sample['key']}: the re-rendered prompt's SHA differs "
+                              "from the one recorded with the sample")
+        return ids
+    return prompt
