@@ -39,7 +39,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import AbgateError, UsageError, did_you_mean
 
 NAME = "vllm"
 INSTALL_HINT = "the vllm engine needs vLLM: pip install 'abgate[vllm]' (on a machine vLLM supports)"
@@ -217,7 +217,8 @@ def check_options(options: Mapping[str, Any]) -> int:
     """The vllm engine's only engine option is ``concurrency``; returns it (default 1)."""
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
-        raise UsageError(f"the vllm engine takes only --concurrency (got {', '.join(unknown)})")
+        raise UsageError(f"the vllm engine takes only --concurrency (got {', '.join(unknown)})"
+                         + did_you_mean(unknown[0], _OPTIONS))
     concurrency = options.get("concurrency", 1)
     if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
         raise UsageError(f"--concurrency must be an integer >= 1, got {concurrency!r}")

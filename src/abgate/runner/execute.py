@@ -180,6 +180,8 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
             raise AbgateError(f"{what} failed: {status.error} (records kept in {out})"
                               ) from exc
         finally:
+            log.info("%s %s ended %s%s", what, out, status.value,
+                     f": {status.error}" if status.error else "")
             finish(status)
 
 

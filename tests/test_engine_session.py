@@ -1,0 +1,207 @@
+"""One engine session for run, A/B, bench and baseline (``abgate.runner.session``):
+every command prepares, loads, isolates, records and cleans up an engine the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import abgate.identity as identity
+from abgate.ab.experiment import Evidence, Experiment, Schedule
+from abgate.ab.workflow import run_experiment
+from abgate.errors import UsageError
+from abgate.provenance.manifest import build_manifest
+from abgate.runner.documents import new_record
+from abgate.runner.session import EngineSpec, prepare_engine
+from abgate.runner.spec import RunConfig, prepare
+from tests.conftest import abgate, read_lines
+from tests.test_openai_engine import LAUNCH, needs_server
+
+ONE_THREAD = ["--engine-arg", "n_threads=1", "--engine-arg", "n_threads_batch=1"]
+
+
+def _libllama() -> Path:
+    import llama_cpp
+
+    found = sorted(Path(llama_cpp.__file__).parent.glob("lib/libllama.so*"))
+    assert found, "llama-cpp-python ships libllama.so"
+    return found[0]
+
+
+# -- prepare ------------------------------------------------------------------------------
+
+
+def test_vllm_options_pass_prepare_and_typos_name_the_option() -> None:
+    p = prepare(RunConfig(engine="vllm", model="org/some-model", suite="synthetic", limit=1,
+                          engine_options={"concurrency": 8}))
+    assert p.spec["engine_options"] == {"concurrency": 8}
+    assert p.spec["model"]["kind"] == "name"  # a hub id is identified by name, and says so
+    with pytest.raises(UsageError, match="did you mean 'concurrency'"):
+        prepare_engine(EngineSpec("vllm", "m", options={"concurency": 8}))
+    with pytest.raises(UsageError, match="takes no engine options"):
+        prepare_engine(EngineSpec("llamacpp", None, options={"concurrency": 2}))
+
+
+def test_changed_weight_file_in_a_model_directory_changes_the_spec_digest(
+        tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"hidden_size": 8}')
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"\0" * 64)
+    cfg = RunConfig(engine="vllm", model=str(model), suite="synthetic", limit=1)
+    first = prepare(cfg)
+    assert first.spec["model"]["kind"] == "directory"
+    assert {f["path"] for f in first.spec["model"]["files"]} == {"config.json",
+                                                                 "model.safetensors"}
+    weights.write_bytes(b"\1" + b"\0" * 63)  # same size, new content
+    os.utime(weights, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+    second = prepare(cfg)
+    assert second.spec_digest != first.spec_digest
+    assert second.spec["model"]["sha256"] != first.spec["model"]["sha256"]
+
+
+def test_run_json_and_manifest_agree_on_dirty(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.txt").write_text("a\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    (repo / "untracked.txt").write_text("new\n")  # untracked, not ignored: dirty
+    monkeypatch.chdir(repo)
+    header = new_record("run")
+    manifest = build_manifest(repo)
+    assert header["git"]["dirty"] is True
+    assert header["git"] == manifest["source"]["git"]
+
+
+# -- loaded(): env isolation, processes, hashing once ---------------------------------------
+
+
+def test_env_is_isolated_per_arm_in_forced_interleave_and_restored(tmp_path: Path) -> None:
+    shared = RunConfig(suite="synthetic", difficulty="trivial", limit=2, max_tokens=4,
+                       engine_args={"n_threads": 1})
+    exp = Experiment(name="env", baseline="A", schedule=Schedule("interleave", 0, 8),
+                     arms={"A": RunConfig(**{**vars(shared), "env": {"ABGATE_T_ARM": "a"}}),
+                           "B": RunConfig(**{**vars(shared), "env": {"ABGATE_T_ARM": "b",
+                                                                     "ABGATE_T_ONLY_B": "1"}})},
+                     evidence=Evidence(agreement=False, probes=False))
+    assert "ABGATE_T_ARM" not in os.environ
+    result = run_experiment(exp, tmp_path / "AB")
+    assert result.outcome.status == "complete"
+    seen = {arm: json.loads((tmp_path / "AB" / "arms" / arm / "run.json").read_text())
+            ["provenance"]["environment"]["env"] for arm in ("A", "B")}
+    assert seen["A"]["ABGATE_T_ARM"] == "a" and seen["A"].get("ABGATE_T_ONLY_B") is None
+    assert seen["B"]["ABGATE_T_ARM"] == "b" and seen["B"]["ABGATE_T_ONLY_B"] == "1"
+    assert "ABGATE_T_ARM" not in os.environ and "ABGATE_T_ONLY_B" not in os.environ
+    runs = [json.loads((tmp_path / "AB" / "arms" / a / "run.json").read_text()) for a in "AB"]
+    assert all(r["engine_processes"] == [os.getpid()] for r in runs)  # in-process engine
+
+
+def test_one_model_is_hashed_once_per_ab(tmp_path: Path, model_path: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "copy.gguf"
+    other.write_bytes(Path(model_path).read_bytes())
+    calls: list[str] = []
+    real = identity.sha256_file
+
+    def counting(path: Path) -> str:
+        calls.append(os.path.realpath(path))
+        return real(path)
+
+    monkeypatch.setattr(identity, "sha256_file", counting)
+    identity.DEFAULT_CACHE.clear()
+    shared = RunConfig(suite="synthetic", difficulty="trivial", limit=1, max_tokens=4,
+                       engine_args={"n_threads": 1})
+    exp = Experiment(name="hash", baseline="A", schedule=Schedule("interleave", 0, 8),
+                     arms={"A": shared, "B": RunConfig(**{**vars(shared), "model": str(other)})},
+                     evidence=Evidence(agreement=False, probes=False))
+    pytest.importorskip("gguf")
+    run_experiment(exp, tmp_path / "AB", weights_diff=True)
+    assert (tmp_path / "AB" / "weights-diff-B.json").exists()
+    for model in (os.path.realpath(model_path), os.path.realpath(other)):
+        assert calls.count(model) == 1, (model, calls.count(model))
+
+
+# -- served engines through the same session --------------------------------------------------
+
+
+@needs_server
+@pytest.mark.server
+def test_launched_server_records_only_its_process_tree_and_contract_holds(
+        tmp_path: Path, model_path: str) -> None:
+    lib = _libllama()
+    contract = tmp_path / "contract.toml"
+    contract.write_text(f'[libraries]\nrequired = ["{lib}"]\nmode = "every"\n')
+    out = tmp_path / "R"
+    r = abgate("run", "--suite", "synthetic", "--difficulty", "trivial", "--limit", "1",
+               "--max-tokens", "4", "--engine", "openai", "--model", model_path, "--launch",
+               LAUNCH, *ONE_THREAD, "--contract", str(contract), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    run = json.loads((out / "run.json").read_text())
+    procs = run["engine_processes"]
+    libs = run["provenance"]["libraries"]
+    assert procs and {w["pid"] for w in libs} == set(procs)
+    assert all("llama_cpp.server" in " ".join(w["cmdline"]) for w in libs)
+    assert run["provenance"]["contract"]["passed"] is True
+    assert run["cleanup"]["verified"]
+
+
+@needs_server
+@pytest.mark.server
+def test_bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path: str) -> None:
+    served = ["--engine", "openai", "--model", model_path, "--launch", LAUNCH, *ONE_THREAD,
+              "--engine-arg", "n_ctx=1024"]
+    r = abgate("bench", "--input-len", "64", "--output-len", "8", "--repeats", "2",
+               "--warmup", "0", "--peak-bw", "10", *served, "-o", str(tmp_path / "B"))
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "B" / "run.json").read_text())
+    assert run["status"] == "complete" and run["engine"]["name"] == "openai"
+    assert run["cleanup"]["verified"] and run["engine_processes"]
+    summary = json.loads((tmp_path / "B" / "summary.json").read_text())
+    assert summary["cases"][0]["speed"]["steady_decode_tps"]["n"] == 2
+    assert summary["resources"]["pid"] == run["engine_processes"][0]
+    r = abgate("baseline", "record", "--input-len", "64", "--output-len", "8", "--repeats",
+               "1", "--warmup", "0", "--no-probes", *served, "-o", str(tmp_path / "BL"))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "BL" / "baseline.json").read_text())
+    assert doc["engine"]["name"] == "openai" and doc["cleanup"]["verified"]
+    r = abgate("baseline", "check", str(tmp_path / "BL"), "--tolerance", "1")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+# -- the shared bookkeeping: SIGTERM during a bench -------------------------------------------
+
+
+def test_sigterm_during_bench_is_interrupted_with_run_log(tmp_path: Path) -> None:
+    out = tmp_path / "B"
+    proc = subprocess.Popen([sys.executable, "-m", "abgate", "bench", "--input-len", "32",
+                             "--output-len", "16", "--repeats", "200", "--warmup", "0",
+                             "--peak-bw", "10", *ONE_THREAD, "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        samples = out / "samples.jsonl"
+        if samples.exists() and read_lines(samples):
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("bench wrote no sample in 120 s")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["ended_at"] is not None
+    assert (out / "run.log").exists() and "interrupted" in (out / "run.log").read_text()
+    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"
