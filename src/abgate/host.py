@@ -1,10 +1,10 @@
-"""What machine and source tree produced a result: CPU, cores, RAM, GPUs, git state."""
+"""What machine produced a result: CPU, cores, RAM, GPUs (the source tree's git facts are
+:func:`abgate.provenance.gitinfo.git_state`, shared with manifests)."""
 
 from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,23 +74,3 @@ def host_info() -> dict[str, Any]:
         "ram_bytes": psutil.virtual_memory().total,
         "gpus": gpus(),
     }
-
-
-def _git(args: list[str], cwd: Path) -> str | None:
-    try:
-        res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                             timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return res.stdout.strip() if res.returncode == 0 else None
-
-
-def git_state(cwd: Path | None = None) -> dict[str, Any] | None:
-    """Commit, tree hash and dirty flag of the working directory's git checkout."""
-    where = cwd or Path.cwd()
-    commit = _git(["rev-parse", "HEAD"], where)
-    if commit is None:
-        return None
-    status = _git(["status", "--porcelain", "--untracked-files=no"], where)
-    return {"commit": commit, "tree": _git(["rev-parse", "HEAD^{tree}"], where),
-            "dirty": bool(status), "root": _git(["rev-parse", "--show-toplevel"], where)}

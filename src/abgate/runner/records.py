@@ -25,10 +25,6 @@ RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE = (
     "run.json", "samples.jsonl", "summary.json", "run.log")
 
 
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

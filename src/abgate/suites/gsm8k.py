@@ -6,25 +6,17 @@ in ``#### N``. Errors name the file and line.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
+from abgate.identity import DEFAULT_CACHE
 from abgate.suites.base import Item, Suite, content_id
 
 HUB_PREFIX = "hf:"
 DEFAULT_HUB_ID = "openai/gsm8k"
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _item(record: Mapping[str, Any], where: str) -> Item:
@@ -88,7 +80,8 @@ def load_local(path: Path) -> Suite:
         items = _read_jsonl(path)
     else:
         raise UsageError(f"{path}: unsupported data format (expected .jsonl or .parquet)")
-    return Suite("gsm8k", _dedupe(items, str(path)), str(path), _file_sha256(path))
+    digest = DEFAULT_CACHE.hash(path).sha256
+    return Suite("gsm8k", _dedupe(items, str(path)), str(path), digest)
 
 
 def load_hub(spec: str, split: str = "test") -> Suite:

@@ -1,0 +1,122 @@
+"""Distribution agreement in a real A/B on the embedded engine (issue: quality gates that
+see a broken arm when accuracy cannot).
+
+One interleaved A/B on 40 zero-shot GSM8K items with four arms: the baseline, an
+identical arm (A/A), a legitimate lossy switch (flash attention + q8_0 KV cache) and
+broken numerics (RoPE base 1.0). Zero-shot SmolLM2 sits at its accuracy floor here, so
+only the distribution gates can tell the broken arm. Assertions are decisions and
+relations that hold on any x86-64 CPU and thread count, never one machine's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from abgate.ab.analyze import analyze
+from tests.conftest import abgate
+
+DISTRIBUTION_GATES = {"mean_kld", "top1_agreement"}
+
+
+def _experiment(data: Path) -> str:
+    threads = os.environ.get("ABGATE_TEST_THREADS")
+    n = f", n_threads = {int(threads)}" if threads else ""
+    return f"""
+name = "agreement"
+baseline = "base"
+[shared]
+suite = "gsm8k"
+data = "{data}"
+limit = 40
+max_tokens = 48
+engine_args = {{ n_ctx = 1024{n} }}
+[schedule]
+mode = "interleave"
+warmup = 0
+[evidence]
+probe_len = 256
+[arms.base]
+[arms.same]
+[arms.q8]
+engine_args = {{ flash_attn = true, type_k = "q8_0", type_v = "q8_0" }}
+[arms.rope]
+engine_args = {{ rope_freq_base = 1.0 }}
+"""
+
+
+@pytest.fixture(scope="module")
+def ab_dir(tmp_path_factory: pytest.TempPathFactory, gsm8k_path: Path) -> Path:
+    d = tmp_path_factory.mktemp("agreement")
+    (d / "exp.toml").write_text(_experiment(gsm8k_path))
+    r = abgate("ab", str(d / "exp.toml"), "-o", str(d / "AB"), timeout=1500)
+    assert r.returncode == 1, r.stdout + r.stderr  # the broken arm decides: REJECT
+    return d / "AB"
+
+
+def _arm(ab_dir: Path, arm: str) -> dict[str, Any]:
+    comp = json.loads((ab_dir / "comparison.json").read_text())
+    return comp["comparisons"][arm]  # type: ignore[no-any-return]
+
+
+def _failing(c: dict[str, Any]) -> set[str]:
+    return {g["name"] for g in c["verdict"]["gates"] if g["outcome"] == "fail"}
+
+
+@pytest.mark.slow
+def test_broken_rope_is_rejected_by_a_distribution_gate(ab_dir: Path) -> None:
+    c = _arm(ab_dir, "rope")
+    assert c["verdict"]["decision"] == "REJECT"
+    assert _failing(c) & DISTRIBUTION_GATES, c["verdict"]["reasons"]
+    agreement = c["comparison"]["agreement"]
+    assert agreement["measured"] and agreement["method"] == "full"
+    assert agreement["n_items"] == 40 and not agreement["approximate"]
+    # the first reason names the evidence that decided
+    assert c["verdict"]["reasons"][0].startswith("REJECT")
+
+
+@pytest.mark.slow
+def test_lossy_q8_kv_is_not_rejected_and_identical_arm_has_zero_kld(ab_dir: Path) -> None:
+    q8, same, rope = (_arm(ab_dir, a) for a in ("q8", "same", "rope"))
+    assert q8["verdict"]["decision"] != "REJECT", q8["verdict"]["reasons"]
+    assert not _failing(q8) & DISTRIBUTION_GATES
+    assert same["verdict"]["decision"] == "INCONCLUSIVE", same["verdict"]["reasons"]
+    kld = same["comparison"]["agreement"]["mean_kld"]
+    assert kld["estimate"] == 0.0 and same["comparison"]["agreement"]["top1_agreement"][
+        "estimate"] == 1.0
+    # relations, not figures: the lossy switch moves the distribution a little, the
+    # broken one a lot
+    q8_kld = q8["comparison"]["agreement"]["mean_kld"]["estimate"]
+    rope_kld = rope["comparison"]["agreement"]["mean_kld"]["estimate"]
+    assert 0.0 < q8_kld < rope_kld / 10
+
+
+@pytest.mark.slow
+def test_scoring_cost_and_probes_are_recorded_per_arm(ab_dir: Path) -> None:
+    ab = json.loads((ab_dir / "ab.json").read_text())
+    for arm in ("base", "same", "q8", "rope"):
+        cost = ab["scoring"][arm]
+        assert cost["method"] == "full" and cost["seconds"] > 0 and cost["n_tokens"] > 0
+        probes = json.loads((ab_dir / "arms" / arm / "probes.json").read_text())["probes"]
+        assert {p["name"] for p in probes} == {"arithmetic", "copy", "needle"}
+    report = (ab_dir / "report.md").read_text()
+    assert "KL" in report and "top-1" in report.lower()
+
+
+@pytest.mark.slow
+def test_lossless_expectation_rejects_a_lossy_arm(ab_dir: Path, tmp_path: Path) -> None:
+    lossless = tmp_path / "AB"
+    shutil.copytree(ab_dir, lossless)
+    ab = json.loads((lossless / "ab.json").read_text())
+    ab["experiment"]["expect"] = "lossless"
+    (lossless / "ab.json").write_text(json.dumps(ab))
+    result = analyze(lossless)
+    q8 = result["comparisons"]["q8"]["verdict"]
+    assert q8["decision"] == "REJECT"
+    assert any(name.startswith("lossless") for name in _failing(result["comparisons"]["q8"]))
+    assert result["comparisons"]["same"]["verdict"]["decision"] != "REJECT"
