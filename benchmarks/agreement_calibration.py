@@ -32,7 +32,7 @@ from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.llamacpp import load, resolve_model
 from abgate.suites import load_suite
 from abgate.suites.prompts import PromptConfig, build_messages
-from abgate.weights.gguf_index import read_index
+from abgate.weights.readers import read_gguf_tensors
 
 
 def requantized(model: str, out: Path) -> str:
@@ -53,7 +53,7 @@ def corrupted(model: str, out: Path, tensor: str = "blk.15.ffn_down.weight",
     """A copy whose ``tensor`` has its quantisation blocks shuffled (same values, wrong
     places: what a bad offset or a wrong layout does), no NaNs introduced."""
     data = bytearray(Path(model).read_bytes())
-    t = next(x for x in read_index(Path(model)) if x.name == tensor)
+    t = next(x for x in read_gguf_tensors(Path(model)) if x.name == tensor)
     block = 20  # Q4_1: f16 scale + f16 min + 16 bytes of 4-bit values = 32 weights
     n = t.n_bytes // block
     blocks = np.frombuffer(bytes(data[t.start:t.start + n * block]), np.uint8).reshape(n, block)

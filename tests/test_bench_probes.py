@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from abgate.bench.gguf_layout import read_gguf_layout
 from abgate.bench.probes import (
     arithmetic_probe,
     copy_probe,
@@ -27,6 +26,7 @@ from abgate.bench.roofline import (
 from abgate.engines import llamacpp
 from abgate.engines.base import FinishReason, GenerationResult
 from abgate.errors import AbgateError, UsageError
+from abgate.gguf_file import read_gguf
 
 
 @pytest.fixture(scope="module")
@@ -86,19 +86,20 @@ def test_probes_run_and_report(engine: llamacpp.LlamaCppEngine) -> None:
         run_probes(engine, [needle_probe(engine.tokenize, 200)], 128)
 
 
-def test_gguf_layout_reads_the_tensor_table(model_path: str, tmp_path: Path) -> None:
-    layout = read_gguf_layout(model_path)
-    assert len(layout.tensor_bytes) == 272 and layout.metadata["llama.block_count"] == 30
-    assert layout.tensor_bytes["token_embd.weight"] == 49152 * 576 * 34 // 32  # Q8_0
-    assert "tokenizer.ggml.tokens" in layout.metadata  # stepped over, not decoded
+def test_gguf_header_gives_the_roofline_its_figures(model_path: str, tmp_path: Path) -> None:
+    header = read_gguf(model_path)
+    tensor_bytes = {t.name: t.n_bytes for t in header.tensors}
+    assert len(tensor_bytes) == 272 and header.metadata["llama.block_count"] == 30
+    assert tensor_bytes["token_embd.weight"] == 49152 * 576 * 34 // 32  # Q8_0
+    assert "tokenizer.ggml.tokens" in header.metadata  # stepped over, not decoded
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(Path(model_path).read_bytes()[:5000])
     with pytest.raises(AbgateError, match="truncated"):
-        read_gguf_layout(cut)
+        read_gguf(cut)
     other = tmp_path / "x.bin"
     other.write_bytes(b"NOPE" + bytes(100))
     with pytest.raises(AbgateError, match="not a GGUF"):
-        read_gguf_layout(other)
+        read_gguf(other)
     assert model_bytes_for({"model": str(other)}).source.startswith("file size")
 
 

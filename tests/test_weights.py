@@ -158,10 +158,10 @@ def test_missing_and_reshaped_tensors_are_listed(smol: Path, variants: dict[str,
 
 
 def test_gguf_index_matches_gguf_reader(variants: dict[str, Path]) -> None:
-    from abgate.weights.gguf_index import read_index
+    from abgate.weights.readers import read_gguf_tensors
 
     for path in variants.values():
-        ours = [(t.name, t.start, t.n_bytes, t.qtype) for t in read_index(path)]
+        ours = [(t.name, t.start, t.n_bytes, t.qtype) for t in read_gguf_tensors(path)]
         theirs = [(t.name, t.data_offset, t.n_bytes, t.tensor_type)
                   for t in gguf.GGUFReader(path).tensors]
         assert ours == theirs

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from abgate.bench.gguf_layout import read_gguf_layout
+from abgate.gguf_file import read_gguf
 
 # Bytes per element of KV-cache types (block formats: block bytes / 32 elements).
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
@@ -75,13 +75,13 @@ def _kv_per_position(meta: dict[str, Any], type_k: str, type_v: str) -> float | 
 def gguf_model_bytes(path: str | Path, type_k: str = "f16", type_v: str = "f16") -> ModelBytes:
     """Weights (and KV per position) read per decoded token, from a GGUF file's tensor
     table and hyperparameters."""
-    layout = read_gguf_layout(path)
-    sizes = layout.tensor_bytes
+    header = read_gguf(path)
+    sizes = {t.name: t.n_bytes for t in header.tensors}
     embd = sizes.get("token_embd.weight", 0)
     tied = "output.weight" not in sizes
     weights = sum(sizes.values()) - (0 if tied else embd)
     return ModelBytes(weights, "gguf tensors", embd, tied,
-                      _kv_per_position(layout.metadata, type_k, type_v))
+                      _kv_per_position(header.metadata, type_k, type_v))
 
 
 def model_bytes_for(describe: dict[str, Any], declared: int | None = None) -> ModelBytes:
