@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ class CheckReport:
         return {"passed": self.passed, "cases": self.cases, "probes": self.probes}
 
 
-def first_divergence(ref: list[int], cur: list[int]) -> int | None:
+def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
     for i, (a, b) in enumerate(zip(ref, cur, strict=False)):
         if a != b:
             return i
@@ -87,10 +88,22 @@ def first_divergence(ref: list[int], cur: list[int]) -> int | None:
 
 def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
                   tolerance: float) -> dict[str, Any]:
-    ref_ids, cur_ids = ref["output_token_ids"] or [], cur["output_token_ids"] or []
-    pos = first_divergence(ref_ids, cur_ids)
     row: dict[str, Any] = {"case": f"{ref['input_len']}/{ref['output_len']}",
-                           "prompt_sha256": cur["prompt_sha256"], "tokens_match": pos is None}
+                           "prompt_sha256": cur["prompt_sha256"]}
+    if ref["output_token_ids"] is None or cur["output_token_ids"] is None:
+        # the engine returns no output token IDs (some servers): the text must match
+        same = ref.get("output_text") == cur.get("output_text") is not None
+        row |= {"compared_by": "text (the engine returns no output token IDs)",
+                "tokens_match": same}
+        pos = None if same else first_divergence(list(ref.get("output_text") or ""),
+                                                 list(cur.get("output_text") or ""))
+        if pos is not None:
+            row["divergence"] = {"position": pos, "unit": "character",
+                                 "reference_token": None, "current_token": None}
+        return _speed_row(row, ref, cur, tolerance)
+    ref_ids, cur_ids = ref["output_token_ids"], cur["output_token_ids"]
+    pos = first_divergence(ref_ids, cur_ids)
+    row |= {"compared_by": "token IDs", "tokens_match": pos is None}
     if pos is not None:
         ref_tok = ref_ids[pos] if pos < len(ref_ids) else None
         cur_tok = cur_ids[pos] if pos < len(cur_ids) else None
@@ -99,6 +112,11 @@ def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
         if ref.get("top_k") and cur_topk and pos < len(ref_ids):
             row["divergence"]["reference_in_current_top_k"] = ref_tok in cur_topk[pos]
             row["divergence"]["current_in_reference_top_k"] = cur_tok in ref["top_k"][pos]
+    return _speed_row(row, ref, cur, tolerance)
+
+
+def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
+               tolerance: float) -> dict[str, Any]:
     old = ref["speed"]["steady_decode_tps"].get("median")
     new = cur["speed"]["steady_decode_tps"].get("median")
     ratio = new / old if old and new else None

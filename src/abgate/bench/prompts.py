@@ -75,16 +75,32 @@ def filler_text(n_sentences: int, seed: int = 0) -> str:
     return join_paragraphs(filler_sentences(n_sentences, seed))
 
 
-def fixed_length_prompt(tokenize: Tokenize, n_tokens: int, seed: int = 0) -> list[int]:
-    """Exactly ``n_tokens`` token IDs of filler in ``tokenize``'s vocabulary."""
+MAX_SHIFT = 256
+
+
+def fixed_length_prompt(tokenize: Tokenize, n_tokens: int, seed: int = 0,
+                        text_stable: Callable[[list[int]], bool] | None = None) -> list[int]:
+    """Exactly ``n_tokens`` token IDs of filler in ``tokenize``'s vocabulary.
+
+    For an engine that can only be sent text (``text_stable`` given), the window of
+    ``n_tokens`` IDs slides forward over the filler until its text tokenizes back to
+    exactly the same IDs, so the prompt the server sees is the prompt planned."""
     if n_tokens < 1:
         raise UsageError(f"input length must be >= 1 token, got {n_tokens}")
-    n_sentences = max(8, n_tokens // 12)
+    n_sentences = max(8, (n_tokens + (MAX_SHIFT if text_stable else 0)) // 12)
     while True:
         ids = tokenize(filler_text(n_sentences, seed))
-        if len(ids) >= n_tokens:
-            return list(ids[:n_tokens])
+        if len(ids) >= n_tokens + (MAX_SHIFT if text_stable else 0):
+            break
         n_sentences *= 2
+    if text_stable is None:
+        return list(ids[:n_tokens])
+    for shift in range(MAX_SHIFT):
+        window = list(ids[shift:shift + n_tokens])
+        if text_stable(window):
+            return window
+    raise UsageError(f"no {n_tokens}-token filler prompt survives this engine's text round "
+                     "trip; it cannot be benched with exact-length prompts")
 
 
 def prompt_sha256(ids: Sequence[int]) -> str:

@@ -10,6 +10,7 @@ Requests run one at a time, in order, so no request waits behind another.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -148,7 +149,7 @@ def bench_sample(case: BenchCase, index: int, warmup: bool,
         "finished_at": time.time(),
         "prompt": {"tokens": result.prompt_tokens, "sha256": ids_sha256(result.prompt_token_ids)},
         "output": {"tokens": result.output_tokens, "token_ids": result.output_token_ids,
-                   "sha256": ids_sha256(result.output_token_ids)},
+                   "sha256": ids_sha256(result.output_token_ids), "text": result.text},
         "finish_reason": result.finish_reason,
         "error": result.error,
         "timing": timing.to_dict(),
@@ -187,7 +188,8 @@ def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int =
     results = []
     for c in resolve_cases(cases, n_ctx):
         assert c.input_len is not None
-        ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed)
+        ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed,
+                                  getattr(engine, "text_stable", None))
         results.append(CaseResult(c, ids, prompt_sha256(ids)))
     check_prompt_shas(results, expect_prompt_sha)
     return BenchPlan(results, n_ctx, prompt_seed)
@@ -227,10 +229,16 @@ def run_bench(engine: Engine, cases: Sequence[BenchCase], *, warmup: int = 1,
 def reference(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Greedy reference capture: the output token IDs and SHA of the first measured
     request, and whether every measured repeat produced the same tokens."""
-    shas = [s["output"]["sha256"] for s in measured]
+    shas = [s["output"]["sha256"] or _text_sha(s["output"].get("text")) for s in measured]
     first = measured[0]["output"] if measured else {"token_ids": None, "sha256": None}
     return {"output_token_ids": first["token_ids"], "output_sha256": first["sha256"],
+            "output_text": first.get("text"), "output_text_sha256": _text_sha(first.get("text")),
             "outputs_identical": len(set(shas)) <= 1}
+
+
+def _text_sha(text: str | None) -> str | None:
+    """Engines that return no output token IDs (some servers) are compared by text."""
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def case_summary(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -57,7 +57,8 @@ def record_command(
                           provenance=ProvenanceOptions(manifest=manifest))
     for case in doc["cases"]:
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
-                   f"{case['prompt_sha256'][:16]} output {case['output_sha256'][:16]} "
+                   f"{case['prompt_sha256'][:16]} output "
+                   f"{(case['output_sha256'] or 'text ' + case['output_text_sha256'])[:16]} "
                    f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s")
     for p in doc["probes"]:
         typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")

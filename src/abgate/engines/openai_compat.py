@@ -41,6 +41,7 @@ from abgate.engines.base import (
 )
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
 from abgate.errors import AbgateError, UsageError
+from abgate.gguf_file import read_gguf
 
 NAME = "openai"
 __all__ = ["ARG_SPECS", "NAME", "OpenAIEngine", "Options", "ServerGone", "check_options",
@@ -54,6 +55,21 @@ def resolve_model(model: str | None) -> str:
         return ""
     path = Path(model).expanduser()
     return str(path.resolve()) if path.is_file() else model
+
+
+EOG_BIAS = -1.0e4  # logit bias that keeps end-of-generation tokens from being sampled
+_EOG_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+             "tokenizer.ggml.eom_token_id")
+
+
+def eog_ids(model: str) -> tuple[int, ...]:
+    """End-of-generation token IDs from a GGUF model's metadata: how ``ignore_eos`` is
+    honoured (a logit bias) on servers without an ``ignore_eos`` parameter."""
+    path = Path(model) if model else None
+    if path is None or path.suffix != ".gguf" or not path.is_file():
+        return ()
+    meta = read_gguf(path).metadata
+    return tuple(sorted({v for k in _EOG_KEYS if isinstance(v := meta.get(k), int)}))
 
 
 def _api_key(name: str | None) -> str | None:
@@ -141,6 +157,7 @@ class OpenAIEngine:
         self.cleanup_evidence: dict[str, Any] | None = None
         self._rr = 0
         self.info = self._discover(model)
+        self.eog_ids = eog_ids(model)
         self.capabilities = Capabilities(
             token_ids=self.info.probe.get("token_ids", False), logprobs=False, streaming=True,
             chat_template=True, concurrent=True, engine_timings=False)
@@ -181,8 +198,15 @@ class OpenAIEngine:
         return {"usage": state.usage is not None, "token_ids": state.token_ids is not None,
                 "prompt_token_ids": state.prompt_token_ids is not None}
 
-    def _url(self, base: str) -> str:
-        return base + ("/v1/chat/completions" if self.opts.api == "chat" else "/v1/completions")
+    def _url(self, base: str, api: str | None = None) -> str:
+        chat = (api or self.opts.api) == "chat"
+        return base + ("/v1/chat/completions" if chat else "/v1/completions")
+
+    @staticmethod
+    def _api_for(req: GenerationRequest) -> str:
+        """Chat messages go through the chat API; a raw prompt or exact token IDs (bench
+        prompts, probes of a given length) through completions, whatever ``--api``."""
+        return "chat" if req.messages is not None else "completions"
 
     # -- the protocol -------------------------------------------------------------------
 
@@ -242,6 +266,9 @@ class OpenAIEngine:
             "api_key_env": o.api_key_env,
             "probe": info.probe,
             "token_ids": info.dialect.token_ids,
+            "ignore_eos": "server parameter" if info.dialect.ignore_eos else (
+                f"logit bias {EOG_BIAS:g} on end-of-generation tokens {list(self.eog_ids)}"
+                if self.eog_ids else "not possible"),
             "token_counts": "server usage" if info.probe.get("usage")
             else "streamed chunks (the server reports no usage when streaming)",
             "sampling_sent": {**st.FIXED_SAMPLING, "top_k_disabled_as": info.dialect.top_k_off,
@@ -321,15 +348,20 @@ class OpenAIEngine:
                         ep: EndpointStats) -> GenerationResult:
         failures: list[str] = []
         t_submit = time.perf_counter()
+        planned = list(req.prompt_token_ids) if req.prompt_token_ids is not None else None
         try:
+            req = await self._as_text(client, req, ep.url)
             body = self._body(req)
         except st.RequestFailed as exc:
             return _error_result(req, t_submit, str(exc), ep, 0)
         for attempt in range(self.opts.retries + 1):
             try:
                 async with asyncio.timeout(self.opts.request_timeout):
-                    state = await st.stream_once(client, self._url(ep.url), body, self.opts.api)
-                return self._result(req, state, ep, attempt)
+                    api = self._api_for(req)
+                    state = await st.stream_once(client, self._url(ep.url, api), body, api)
+                if state.prompt_token_ids is None and planned is not None:
+                    state.prompt_token_ids = planned  # sent as IDs, or as text checked to
+                return self._result(req, state, ep, attempt)  # tokenize back to them
             except TimeoutError:
                 failures.append(f"timed out after {self.opts.request_timeout:g} s")
                 break
@@ -344,16 +376,56 @@ class OpenAIEngine:
         message = "; ".join(f"attempt {i + 1}: {f}" for i, f in enumerate(failures))
         return _error_result(req, t_submit, message, ep, len(failures))
 
+    @property
+    def text_stable(self) -> Callable[[list[int]], bool] | None:
+        """For servers whose completions API takes only text: whether a token-ID prompt
+        survives the server's detokenize -> tokenize round trip (bench prompts are
+        chosen so that it does); None where token IDs are sent as they are."""
+        if self.info.dialect.token_id_prompts:
+            return None
+
+        def check(ids: list[int]) -> bool:
+            with httpx.Client(base_url=self.stats[0].url, headers=self.headers,
+                              timeout=30.0) as c:
+                text = c.post("/extras/detokenize", json={"tokens": ids}).json()["text"]
+                return list(c.post("/extras/tokenize", json={"input": text}).json()[
+                    "tokens"]) == list(ids)
+        return check
+
+    async def _as_text(self, client: httpx.AsyncClient, req: GenerationRequest,
+                       url: str) -> GenerationRequest:
+        """A token-ID prompt for a server whose completions API takes only text: the
+        server's own detokenizer makes the text, and its tokenizer must give back exactly
+        the same IDs (checked per request), so the prompt sent is the prompt planned."""
+        ids = req.prompt_token_ids
+        if ids is None or self.info.dialect.token_id_prompts:
+            return req
+        try:
+            text = (await client.post(url + "/extras/detokenize",
+                                      json={"tokens": list(ids)})).json()["text"]
+            back = (await client.post(url + "/extras/tokenize",
+                                      json={"input": text})).json()["tokens"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise st.RequestFailed(f"{self.info.dialect.kind} takes no token-ID prompts and "
+                                   f"its detokenize/tokenize endpoints failed: {exc}") from None
+        if list(back) != list(ids):
+            raise st.RequestFailed(f"{self.info.dialect.kind} takes no token-ID prompts and "
+                                   f"this prompt ({len(ids)} tokens) does not survive the "
+                                   f"text round trip ({len(back)} tokens back)")
+        return replace(req, prompt=text, prompt_token_ids=None)
+
     def _body(self, req: GenerationRequest) -> dict[str, Any]:
-        if self.opts.api == "chat" and req.messages is None:
-            raise st.RequestFailed("--api chat needs chat messages; this request has a "
-                                   "prompt (use --api completions)")
         if self.opts.api == "completions" and req.messages is not None:
             raise st.RequestFailed("--api completions takes prompt text or token IDs; chat "
                                    "messages need --api chat")
+        body = st.request_body(req, self._api_for(req), self.info.model, self.info.dialect)
         if req.params.ignore_eos and not self.info.dialect.ignore_eos:
-            raise st.RequestFailed(f"{self.info.dialect.kind} cannot ignore EOS")
-        return st.request_body(req, self.opts.api, self.info.model, self.info.dialect)
+            if not self.eog_ids:
+                raise st.RequestFailed(f"{self.info.dialect.kind} cannot ignore EOS, and no "
+                                       "end-of-generation token IDs are known to bias away "
+                                       "(give --model PATH.gguf)")
+            body["logit_bias"] = {str(i): EOG_BIAS for i in self.eog_ids}
+        return body
 
     async def _check_alive(self, ep: EndpointStats, exc: st.RequestFailed, last: bool) -> None:
         """Raise :class:`ServerGone` when the failure is the server's, not the request's."""
@@ -380,7 +452,8 @@ class OpenAIEngine:
             request_id=req.id, text=s.text,
             finish_reason=finish or "error",  # type: ignore[arg-type]
             error=None if finish else f"server finish_reason {s.finish!r}",
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            prompt_tokens=int(usage.get("prompt_tokens")
+                              or len(s.prompt_token_ids or ())),
             output_tokens=int(out_tokens if out_tokens is not None else len(times)),
             output_token_ids=s.token_ids, prompt_token_ids=s.prompt_token_ids,
             t_submit=s.t_submit, t_first_token=times[0] if times else None,

@@ -34,6 +34,7 @@ class Dialect:
     token_ids: str  # how output token IDs are obtained, or why not
     extra: Mapping[str, Any] = field(default_factory=dict)  # sent with every request
     ignore_eos: bool = True  # honours ignore_eos
+    token_id_prompts: bool = True  # /v1/completions takes a prompt of token IDs
 
 
 DIALECTS: Mapping[str, Dialect] = {
@@ -42,7 +43,7 @@ DIALECTS: Mapping[str, Dialect] = {
     "sglang": Dialect("sglang", -1, "not returned by its OpenAI API"),
     "llama.cpp": Dialect("llama.cpp", 0, "not returned by its OpenAI API"),
     "llama-cpp-python": Dialect("llama-cpp-python", 0, "not returned (no such field)",
-                                ignore_eos=False),
+                                ignore_eos=False, token_id_prompts=False),
     "unknown": Dialect("unknown", -1, "only if the server sends token_ids"),
 }
 
