@@ -182,7 +182,9 @@ PROCESS_ENV = {
     "ABGATE_PLAIN": "visible-plain-value",
 }
 TINY = ["--suite", "synthetic", "--difficulty", "trivial", "--limit", "1", "--max-tokens", "4"]
-LLAMA = ["--engine-arg", "n_threads=1"]
+# one thread for generation and for prompts: two commands run at a time on two cores
+# (llama.cpp's prompt threads spin, several per process make everything slower)
+LLAMA = ["--engine-arg", "n_threads=1", "--engine-arg", "n_threads_batch=1"]
 
 
 def _cli(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
