@@ -5,8 +5,9 @@ import inspect
 import pytest
 
 from abgate.engines import llamacpp
-from abgate.engines.args import coerce_value, parse_pairs, redact_env, validate_args
+from abgate.engines.args import coerce_value, parse_pairs, validate_args
 from abgate.errors import UsageError
+from abgate.redact import redact_argv, redact_env
 
 
 @pytest.mark.parametrize(
@@ -72,8 +73,6 @@ def test_secrets_are_redacted() -> None:
 
 
 def test_argv_secrets_are_redacted() -> None:
-    from abgate.engines.args import redact_argv
-
     argv = ["serve", "--api-key", "sk-123", "--hf-token=abc", "--port", "8000", "--model", "m"]
     assert redact_argv(argv) == ["serve", "--api-key", "<redacted>", "--hf-token=<redacted>",
                                  "--port", "8000", "--model", "m"]

@@ -15,6 +15,7 @@ from typing import Any
 from abgate.ab.analyze import analyze
 from abgate.ab.experiment import Experiment
 from abgate.ab.run import AbOutcome, Progress, prepare_arms, run_ab
+from abgate.redact import redact
 from abgate.runner.provenance import ProvenanceOptions
 
 
@@ -47,7 +48,7 @@ def diff_weights(exp: Experiment, out: Path) -> list[Path]:
         if model != base:
             doc = diff_checkpoints(Path(base), Path(model))
             path = out / f"weights-diff-{arm}.json"
-            path.write_text(json.dumps(doc, indent=1) + "\n")
+            path.write_text(json.dumps(redact(doc), indent=1) + "\n")
             written.append(path)
     return written
 

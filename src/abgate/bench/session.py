@@ -25,7 +25,6 @@ from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, 
 from abgate.bench.resources import engine_resources
 from abgate.bench.roofline import ModelBytes, measure_peak_bandwidth, model_bytes_for, roofline
 from abgate.bench.run import BenchCase, BenchPlan, BenchResult, execute_plan, plan_bench
-from abgate.engines.args import redact_env
 from abgate.engines.base import Engine
 from abgate.errors import UsageError
 from abgate.identity import json_sha256
@@ -33,7 +32,14 @@ from abgate.progress import Reporter
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record
 from abgate.runner.execute import Status, tracked
-from abgate.runner.session import EngineSession, EngineSpec, PreparedEngine, loaded, prepare_engine
+from abgate.runner.session import (
+    EngineSession,
+    EngineSpec,
+    PreparedEngine,
+    loaded,
+    prepare_engine,
+    recorded_engine_part,
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,7 @@ class BenchConfig:
     bw_probe_mib: int = 512
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["env"] = redact_env(self.env)
+        d = recorded_engine_part(asdict(self))
         d["input_lens"] = ["max" if n is None else n for n in self.input_lens]
         d["expect_prompt_sha"] = list(self.expect_prompt_sha)
         return d

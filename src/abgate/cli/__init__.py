@@ -23,6 +23,7 @@ from abgate.cli import (  # noqa: F401  (registers commands)
 )
 from abgate.cli.app import app
 from abgate.errors import AbgateError
+from abgate.redact import redact_text
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
     try:
         rc = app(standalone_mode=False)
     except AbgateError as exc:
-        print(f"abgate: error: {exc}", file=sys.stderr)
+        print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except typer.Abort:
         print("abgate: interrupted", file=sys.stderr)

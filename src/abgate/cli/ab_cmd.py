@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from abgate.ab import Experiment, load_experiment
-from abgate.ab.experiment import Schedule
+from abgate.ab.experiment import Evidence, Schedule
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import run_experiment
 from abgate.cli.app import app
@@ -69,6 +69,12 @@ def _with_schedule_and_policy(exp: Experiment, schedule: str | None, warmup: int
     return exp if policy is None else replace(exp, policy=policy)
 
 
+def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None) -> Experiment:
+    e = exp.evidence
+    return replace(exp, evidence=Evidence(e.agreement if agreement is None else agreement,
+                                          e.probes if probes is None else probes, e.probe_len))
+
+
 def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:
     console = Console()
     for arm, c in result["comparisons"].items():
@@ -84,7 +90,13 @@ def _recorded(resume: Path) -> Experiment:
     """The experiment an interrupted A/B directory was started with."""
     if not (resume / AB_FILE).exists():
         raise UsageError(f"--resume {resume}: no {AB_FILE} there; nothing to resume")
-    return Experiment.from_dict(read_json(resume / AB_FILE)["experiment"])
+    exp = Experiment.from_dict(read_json(resume / AB_FILE)["experiment"])
+    hidden = [f"{arm}.{path}" for arm, c in exp.arms.items() for path in c.redacted()]
+    if hidden:
+        raise UsageError(f"--resume {resume}: the recorded experiment has redacted secrets "
+                         f"({', '.join(hidden)}); resume with the experiment file: "
+                         f"abgate ab FILE --resume {resume}")
+    return exp
 
 
 @app.command("ab")
@@ -110,6 +122,10 @@ def ab_command(
     b_env: list[str] = typer.Option([], "--b-env", help="Arm B env: KEY=VALUE."),
     contract: str = typer.Option(None, help="Contract TOML for the baseline arm."),
     manifest: str = typer.Option(None, help="Manifest JSON whose digest each arm embeds."),
+    agreement: bool = typer.Option(None, "--agreement/--no-agreement", help="Distribution "
+                                   "agreement per arm (default: the file's [evidence], on)."),
+    probes: bool = typer.Option(None, "--probes/--no-probes", help="Health probes per arm "
+                                "(default: the file's [evidence], on)."),
     weights_diff: bool = typer.Option(False, "--weights-diff", help="Diff each candidate's "
                                       "model file against the baseline's (abgate[weights])."),
 ) -> None:
@@ -127,7 +143,8 @@ def ab_command(
     else:
         exp = _from_flags(suite, data, limit, seeds, max_tokens, model, engine_arg,
                           a_engine_arg, b_engine_arg, a_env, b_env, b_model)
-    exp = _with_schedule_and_policy(exp, schedule, warmup, policy)
+    exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy), agreement,
+                         probes)
     with reporter(f"ab {out.name}") as rep:
         result = run_experiment(exp, out, resume=resume is not None, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,

@@ -44,13 +44,18 @@ def _resumed_config(ctx: typer.Context, resume: Path, o: dict[str, Any]) -> RunC
         return config_from_options(o)
     base = RunConfig.from_dict(stored)
     explicit = {k for k in _CONFIG_PARAMS if _given(ctx, k)}
-    if not explicit:
-        return base
-    merged = config_from_options(o)
-    fields = {f: getattr(merged if _option_for(f) in explicit else base, f)
-              for f in RunConfig.__dataclass_fields__}
-    fields["engine_options"] = {**base.engine_options, **merged.engine_options}
-    return RunConfig(**fields)
+    config = base
+    if explicit:
+        merged = config_from_options(o)
+        fields = {f: getattr(merged if _option_for(f) in explicit else base, f)
+                  for f in RunConfig.__dataclass_fields__}
+        fields["engine_options"] = {**base.engine_options, **merged.engine_options}
+        config = RunConfig(**fields)
+    if hidden := config.redacted():
+        raise UsageError(f"--resume {resume}: the recorded run has redacted secrets "
+                         f"({', '.join(hidden)}); give those options again (--env, "
+                         "--engine-arg, --launch, --endpoint)")
+    return config
 
 
 def _given(ctx: typer.Context, name: str) -> bool:

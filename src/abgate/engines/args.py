@@ -19,7 +19,6 @@ from abgate.errors import UsageError, did_you_mean
 
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 def coerce_value(raw: str) -> Any:
@@ -54,38 +53,6 @@ def parse_pairs(items: Iterable[str], flag: str, coerce: bool = True) -> dict[st
         if not sep or not key:
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
         out[key] = coerce_value(value) if coerce else value
-    return out
-
-
-def is_secret_name(name: str) -> bool:
-    """Env var / header names whose values must never be recorded."""
-    return bool(_SECRET.search(name))
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Copy of ``env`` with secret-looking values replaced by ``'<redacted>'``."""
-    return {k: ("<redacted>" if is_secret_name(k) else v) for k, v in env.items()}
-
-
-def redact_argv(argv: Iterable[str]) -> list[str]:
-    """A command line with the values of secret-looking flags (``--api-key X``,
-    ``--token=X``) replaced by ``'<redacted>'``."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append("<redacted>")
-            hide_next = False
-            continue
-        name, eq, _ = arg.partition("=")
-        if arg.startswith("-") and is_secret_name(name):
-            if eq:
-                out.append(f"{name}=<redacted>")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
     return out
 
 

@@ -42,6 +42,7 @@ from abgate.engines.base import (
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
 from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
+from abgate.redact import redact_url
 
 NAME = "openai"
 __all__ = ["ARG_SPECS", "NAME", "OpenAIEngine", "Options", "ServerGone", "check_options",
@@ -127,8 +128,12 @@ class EndpointStats:
     output_tokens: int = 0
     busy_s: float = 0.0
 
+    @property
+    def shown(self) -> str:  # the URL as records and messages show it
+        return redact_url(self.url)
+
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in vars(self).items() if k != "in_flight"}
+        return {**{k: v for k, v in vars(self).items() if k != "in_flight"}, "url": self.shown}
 
 
 @dataclass
@@ -170,7 +175,8 @@ class OpenAIEngine:
             try:
                 models = c.get("/v1/models").raise_for_status().json()
             except (httpx.HTTPError, ValueError) as exc:
-                raise AbgateError(f"cannot list the models at {base}/v1/models: {exc}") from None
+                raise AbgateError(f"cannot list the models at {self.stats[0].shown}/v1/models: "
+                                  f"{exc}") from None
             title, version = st.server_version(c)
         ids = [str(m.get("id")) for m in models.get("data", [])]
         info = ServerInfo(st.pick_model(model, ids), st.identify(models, title), version,
@@ -194,7 +200,7 @@ class OpenAIEngine:
         try:
             state = asyncio.run(once())
         except st.RequestFailed as exc:
-            raise AbgateError(f"probe request to {url} failed: {exc}") from None
+            raise AbgateError(f"probe request to {redact_url(url)} failed: {exc}") from None
         return {"usage": state.usage is not None, "token_ids": state.token_ids is not None,
                 "prompt_token_ids": state.prompt_token_ids is not None}
 
@@ -234,7 +240,8 @@ class OpenAIEngine:
                     tokens = resp.json().get("tokens") if resp.status_code == 200 else None
                     if isinstance(tokens, list):
                         return [int(t) for t in tokens]
-        raise AbgateError(f"{base}: the server offers no tokenize endpoint abgate knows")
+        raise AbgateError(f"{self.stats[0].shown}: the server offers no tokenize endpoint "
+                          "abgate knows")
 
     def render_prompt(self, messages: Sequence[Message]) -> list[int]:
         body = {"model": self.info.model, "messages": [dict(m) for m in messages],
@@ -254,7 +261,7 @@ class OpenAIEngine:
             "server_kind": info.dialect.kind,
             "served_models": info.models,
             "requested_model": self.requested_model or None,
-            "endpoints": [s.url for s in self.stats],
+            "endpoints": [s.shown for s in self.stats],
             "launch": self.server.shown if self.server else None,
             "server_log": str(self.server.log_path) if self.server else None,
             "server_ready_s": self.server.ready_s if self.server else None,
@@ -437,9 +444,9 @@ class OpenAIEngine:
                                  f"{self.server.log_tail()}")
             return
         if exc.connect and last:
-            raise ServerGone(f"endpoint {ep.url} refuses connections: {exc}")
+            raise ServerGone(f"endpoint {ep.shown} refuses connections: {exc}")
         if exc.started and not await st.reachable(ep.url, self.headers):
-            raise ServerGone(f"endpoint {ep.url} stopped answering mid-stream: {exc}")
+            raise ServerGone(f"endpoint {ep.shown} stopped answering mid-stream: {exc}")
 
     def _result(self, req: GenerationRequest, s: st.StreamState, ep: EndpointStats,
                 attempt: int) -> GenerationResult:
@@ -468,7 +475,7 @@ def _error_result(req: GenerationRequest, t_submit: float, message: str, ep: End
     return GenerationResult(
         request_id=req.id, text="", finish_reason="error", prompt_tokens=0, output_tokens=0,
         output_token_ids=None, t_submit=t_submit, t_first_token=None, t_last_token=None,
-        error=f"{ep.url}: {message}", engine_timings={"attempts": float(attempts)})
+        error=f"{ep.shown}: {message}", engine_timings={"attempts": float(attempts)})
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -16,6 +16,7 @@ from typing import Any
 
 from abgate.engines.args import ArgSpec
 from abgate.errors import UsageError
+from abgate.redact import redact_url
 
 _KEY = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
@@ -73,7 +74,7 @@ class Options:
                              "--launch \"CMD ... --port {port}\"")
         for url in self.endpoints:
             if not url.startswith(("http://", "https://")):
-                raise UsageError(f"--endpoint {url!r}: expected http://HOST:PORT")
+                raise UsageError(f"--endpoint {redact_url(url)!r}: expected http://HOST:PORT")
         if self.concurrency < 1 or self.retries < 0:
             raise UsageError("--concurrency must be >= 1 and retries >= 0")
         if self.api not in ("chat", "completions"):

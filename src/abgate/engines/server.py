@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import ctypes
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -40,6 +41,7 @@ from abgate.engines.server_cleanup import (
     port_is_free,
 )
 from abgate.errors import AbgateError, UsageError
+from abgate.redact import REDACTED, argv_secrets, env_secrets, redact_argv, redact_text
 
 PLACEHOLDERS = ("{port}", "{model}", "{host}", "{api_key}")
 _PR_SET_PDEATHSIG = 1
@@ -90,7 +92,8 @@ def detect_bool_style(argv: Sequence[str]) -> str:
 def build_command(template: str, *, port: int, model: str, args: Mapping[str, Any],
                   bool_style: str = "auto",
                   api_key: str | None = None) -> tuple[list[str], list[str]]:
-    """The argv to run and the argv to record (the API key redacted).
+    """The argv to run and the argv to record (the API key, secret-named flags' values
+    and secret-shaped words redacted, see :mod:`abgate.redact`).
 
     ``{port}`` is required; ``{model}``, ``{host}`` and ``{api_key}`` are optional.
     Placeholders are replaced textually, so JSON braces elsewhere are left alone.
@@ -116,7 +119,7 @@ def build_command(template: str, *, port: int, model: str, args: Mapping[str, An
                 .replace("{host}", HOST).replace("{api_key}", key))
 
     run = [fill(w, api_key or "") for w in words] + flags
-    shown = [fill(w, "<redacted>") for w in words] + flags
+    shown = redact_argv([fill(w, REDACTED) for w in words] + flags, [api_key or ""])
     return run, shown
 
 
@@ -213,21 +216,17 @@ class ManagedServer:
             return "(no log)"
         kept = [ln.strip() for ln in text.splitlines()
                 if ln.strip() and not ln.startswith("# abgate")][-lines:]
-        return self._redact(" | ".join(kept))[-width:] or "(empty log)"
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "<redacted>")
-        return text
+        return redact_text(" | ".join(kept), self._secrets)[-width:] or "(empty log)"
 
     def _scrub_log(self) -> None:
-        """Servers may print their arguments (the API key among them): redact it."""
-        if not self._secrets:
-            return
+        """Servers print their arguments and settings (vLLM does, keys among them): the
+        log kept in the run directory goes through :func:`abgate.redact.redact_text`
+        with the values known to be secret."""
         with contextlib.suppress(OSError):
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
-            if any(x in text for x in self._secrets):
-                self.log_path.write_text(self._redact(text), encoding="utf-8")
+            clean = redact_text(text, self._secrets)
+            if clean != text:
+                self.log_path.write_text(clean, encoding="utf-8")
 
     def failure(self, what: str) -> AbgateError:
         """An error naming the log and its tail, after stopping and verifying cleanup."""
@@ -335,8 +334,11 @@ def launch(template: str, *, model: str, args: Mapping[str, Any], log_dir: Path 
         import tempfile
 
         log_dir = Path(tempfile.gettempdir())
+    # What the log may echo: the key, the values hidden in the command, and the values
+    # of secret-named variables the server inherits (--env overrides included).
+    secrets = [api_key or "", *argv_secrets(argv), *env_secrets(os.environ)]
     server = ManagedServer(argv, shown, port, log_dir / f"server-{server_name(argv)}.log",
-                           grace_s, secrets=[api_key or ""])
+                           grace_s, secrets=secrets)
     try:
         server.wait_ready(ready_timeout, headers)
     except BaseException:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abgate.engines.args import is_secret_name
 from abgate.errors import AbgateError
 from abgate.provenance.contract_toml import Contract, load_contract
 from abgate.provenance.libmaps import WorkerMapping, check_required, required_from_paths
 from abgate.provenance.paths import expand_patterns
+from abgate.redact import REDACTED, is_secret_name
 
 __all__ = [
     "ABSENT", "ANY_VALUE", "Contract", "ContractOutcome", "ContractViolation", "Violation",
@@ -42,7 +42,6 @@ class _Marker:
 
 ABSENT: Any = _Marker("absent")
 ANY_VALUE: Any = _Marker("any value")
-_REDACTED = "<redacted>"
 
 
 def values_equal(expected: Any, actual: Any) -> bool:
@@ -127,7 +126,7 @@ class ContractViolation(AbgateError):
 
 
 def _env_shown(name: str, value: Any) -> Any:
-    return _REDACTED if is_secret_name(name) and not isinstance(value, _Marker) else value
+    return REDACTED if is_secret_name(name) and not isinstance(value, _Marker) else value
 
 
 def _engine_clause(contract: Contract, engine_name: str, stage: str) -> list[Violation]:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abgate.engines.args import redact_env
 from abgate.errors import UsageError, did_you_mean
 from abgate.provenance.libmaps import MODES
+from abgate.redact import redact_env
 
 _TOP_KEYS = ("name", "engine", "description", "settings", "engine_args", "env", "libraries")
 _SECTION_KEYS = {

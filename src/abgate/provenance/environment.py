@@ -21,7 +21,7 @@ from importlib import metadata
 from typing import Any
 
 from abgate import __version__
-from abgate.engines.args import is_secret_name
+from abgate.redact import REDACTED, is_secret_name, redact_text
 
 KEY_PACKAGES = (
     "abgate", "llama-cpp-python", "torch", "vllm", "sglang", "transformers", "tokenizers",
@@ -31,7 +31,6 @@ ENV_PREFIXES = (
     "CUDA_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "GGML_", "LLAMA_", "VLLM_", "HF_",
     "TORCH_", "PYTORCH_", "TOKENIZERS_", "LD_",
 )
-REDACTED = "<redacted>"
 
 
 def package_versions(names: Iterable[str] = KEY_PACKAGES) -> dict[str, str]:
@@ -139,14 +138,15 @@ def static_environment() -> dict[str, Any]:
 def selected_env(names: Iterable[str] = (), environ: Mapping[str, str] | None = None,
                  prefixes: Iterable[str] = ENV_PREFIXES) -> dict[str, str | None]:
     """Env vars worth recording: ``names`` (None when unset) plus any set var with a
-    known prefix. Names that look secret (KEY, TOKEN, SECRET, PASSWORD...) are
-    recorded as ``<redacted>``, never by value."""
+    known prefix. Values of secret names (``HF_TOKEN``, ``OPENAI_API_KEY``, ...; see
+    :func:`abgate.redact.is_secret_name`) are recorded as ``<redacted>``, never by value;
+    secret-shaped parts of other values (``hf_...``, ``http://user:pass@``) too."""
     env = os.environ if environ is None else environ
     wanted = tuple(prefixes)
     out: dict[str, str | None] = {k: v for k, v in env.items() if k.startswith(wanted)}
     for name in names:
         out[name] = env.get(name)
-    return {k: (REDACTED if v is not None and is_secret_name(k) else v)
+    return {k: (v if v is None else REDACTED if is_secret_name(k) else redact_text(v))
             for k, v in sorted(out.items())}
 
 

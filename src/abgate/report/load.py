@@ -4,6 +4,8 @@ Only saved records are read: ``ab.json``, ``comparison.json`` and per arm ``run.
 ``summary.json`` (rebuilt from ``samples.jsonl`` when missing, as the runner would),
 ``samples.jsonl`` (reduced to the few fields the plots need) and the optional
 ``bench.json``. A directory that is not an analysed A/B is a :class:`UsageError`.
+Documents are read through :func:`abgate.redact.redact`, so that a report never shows
+a secret, even from records written before redaction covered it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
+from abgate.redact import redact
 from abgate.report.fmt import as_float, dig
 from abgate.runner import records as rec
 from abgate.runner.summary import summarize
@@ -76,7 +79,8 @@ class AbData:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        return rec.read_json(path)
+        doc: dict[str, Any] = redact(rec.read_json(path))  # records from any version
+        return doc
     except AbgateError as exc:
         raise UsageError(str(exc)) from None
 
@@ -146,7 +150,7 @@ def load_ab(out: Path) -> AbData:
     weights = {}
     for path in sorted(out.glob("weights-diff*.json")):  # from: abgate weights-diff --json
         try:
-            weights[path.name] = json.loads(path.read_text(encoding="utf-8"))
+            weights[path.name] = redact(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
     return AbData(ab=ab, comparison=comparison, arms=arms, baseline=str(baseline),

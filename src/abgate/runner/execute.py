@@ -9,6 +9,7 @@ killed outright stays ``running`` and ``--resume`` finishes it.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from typing import Any
 
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
+from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
@@ -59,10 +61,18 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class RedactingFormatter(logging.Formatter):
+    """``run.log`` lines through :func:`abgate.redact.redact_text`, with the values of
+    secret-named variables set at the time (``--env`` overrides included)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record), env_secrets(os.environ))
+
+
 @contextmanager
 def _run_log(out: Path) -> Iterator[None]:
     handler = logging.FileHandler(out / rec.LOG_FILE, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("abgate")
     root.addHandler(handler)
     root.setLevel(logging.INFO)

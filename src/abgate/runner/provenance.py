@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abgate.engines.args import redact_argv
 from abgate.provenance import (
     ContractOutcome,
     check_effective,
@@ -25,6 +24,7 @@ from abgate.provenance import (
     load_manifest,
 )
 from abgate.provenance.libmaps import snapshot_pids
+from abgate.redact import redact_argv
 from abgate.runner.session import EngineSession, PreparedEngine
 
 

@@ -7,6 +7,9 @@
 - ``run.json`` and ``summary.json`` are replaced atomically (write, fsync, rename).
 - Every document carries ``schema_version``; a newer version than this build knows is
   refused with a clear message instead of being misread.
+- Documents pass through :func:`abgate.redact.redact` as they are written (a sample's
+  ``error`` text through ``redact_text``; its prompt and output are kept as they are):
+  whatever a record was built from, no secret reaches the file.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from abgate.errors import AbgateError, UsageError
+from abgate.redact import redact, redact_text
 
 SCHEMA_VERSION = 1
 RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE = (
@@ -36,7 +40,7 @@ def _fsync_dir(path: Path) -> None:
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2, sort_keys=False, ensure_ascii=False)
+        json.dump(redact(doc), f, indent=2, sort_keys=False, ensure_ascii=False)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
@@ -103,6 +107,8 @@ class SampleWriter:
         self._f: IO[str] = path.open("a", encoding="utf-8")
 
     def append(self, record: Mapping[str, Any]) -> None:
+        if isinstance(record.get("error"), str):
+            record = {**record, "error": redact_text(record["error"])}
         self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())

@@ -26,10 +26,11 @@ from types import ModuleType
 from typing import Any
 
 from abgate.engines import engine_module
-from abgate.engines.args import redact_env, validate_args
+from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
 from abgate.errors import UsageError
 from abgate.identity import model_identity
+from abgate.redact import redact, redact_env
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,8 @@ class EngineSpec:
     env: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["env"] = redact_env(self.env)
-        return d
+        """As recorded: secrets in args, options and env replaced by ``<redacted>``."""
+        return recorded_engine_part(asdict(self))
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,22 @@ class PreparedEngine:
 
     def record(self) -> dict[str, Any]:
         """The engine part of a run spec (what the spec digest covers)."""
-        return {"engine": self.spec.engine, "model": self.model_identity,
-                "engine_args": self.spec.args, "engine_options": self.spec.options,
-                "resolved_engine_args": self.resolved_args,
-                "env": redact_env(self.spec.env)}
+        return recorded_engine_part({
+            "engine": self.spec.engine, "model": self.model_identity,
+            "engine_args": self.spec.args, "engine_options": self.spec.options,
+            "resolved_engine_args": self.resolved_args, "env": self.spec.env})
+
+
+def recorded_engine_part(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with its engine args, options (a ``--launch`` command, endpoint URLs) and
+    env as a record may show them: secrets replaced by ``<redacted>``."""
+    out = dict(d)
+    for key in ("args", "options", "engine_args", "engine_options", "resolved_engine_args"):
+        if key in out:
+            out[key] = redact(out[key])
+    if "env" in out:
+        out["env"] = redact_env(out["env"])
+    return out
 
 
 def check_options(module: ModuleType, spec: EngineSpec) -> None:

@@ -11,10 +11,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from abgate import __version__
-from abgate.engines.args import redact_env
 from abgate.errors import UsageError
 from abgate.identity import json_sha256
-from abgate.runner.session import EngineSpec, PreparedEngine, prepare_engine
+from abgate.redact import redacted_paths
+from abgate.runner.session import (
+    EngineSpec,
+    PreparedEngine,
+    prepare_engine,
+    recorded_engine_part,
+)
 from abgate.suites import Item, Suite, load_suite, select_items
 from abgate.suites.prompts import PromptConfig, build_messages, resolve_shots
 
@@ -47,14 +52,19 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["seeds"] = list(self.seeds)
-        d["env"] = redact_env(self.env)
-        return d
+        return recorded_engine_part(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunConfig:
         d = dict(d)
         d["seeds"] = tuple(d.get("seeds", (0,)))
         return cls(**d)
+
+    def redacted(self) -> list[str]:
+        """Where this config holds ``<redacted>`` (read back from a record, whose secrets
+        were never written): such a config cannot be run as it is."""
+        return redacted_paths({"env": self.env, "engine_args": self.engine_args,
+                               "engine_options": self.engine_options})
 
     @property
     def engine_spec(self) -> EngineSpec:
