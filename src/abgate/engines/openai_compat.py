@@ -22,12 +22,14 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from abgate.engines import openai_stream as st
+from abgate.engines import openai_text_prompts as tp
 from abgate.engines import server as srv
 from abgate.engines.base import (
     Capabilities,
@@ -41,7 +43,6 @@ from abgate.engines.base import (
 )
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
 from abgate.errors import AbgateError, UsageError
-from abgate.gguf_file import read_gguf
 from abgate.redact import redact_url
 
 NAME = "openai"
@@ -56,21 +57,6 @@ def resolve_model(model: str | None) -> str:
         return ""
     path = Path(model).expanduser()
     return str(path.resolve()) if path.is_file() else model
-
-
-EOG_BIAS = -1.0e4  # logit bias that keeps end-of-generation tokens from being sampled
-_EOG_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-             "tokenizer.ggml.eom_token_id")
-
-
-def eog_ids(model: str) -> tuple[int, ...]:
-    """End-of-generation token IDs from a GGUF model's metadata: how ``ignore_eos`` is
-    honoured (a logit bias) on servers without an ``ignore_eos`` parameter."""
-    path = Path(model) if model else None
-    if path is None or path.suffix != ".gguf" or not path.is_file():
-        return ()
-    meta = read_gguf(path).metadata
-    return tuple(sorted({v for k in _EOG_KEYS if isinstance(v := meta.get(k), int)}))
 
 
 def _api_key(name: str | None) -> str | None:
@@ -162,7 +148,7 @@ class OpenAIEngine:
         self.cleanup_evidence: dict[str, Any] | None = None
         self._rr = 0
         self.info = self._discover(model)
-        self.eog_ids = eog_ids(model)
+        self.eog_ids = tp.eog_ids(model)
         self.capabilities = Capabilities(
             token_ids=self.info.probe.get("token_ids", False), logprobs=False, streaming=True,
             chat_template=True, concurrent=True, engine_timings=False)
@@ -274,7 +260,7 @@ class OpenAIEngine:
             "probe": info.probe,
             "token_ids": info.dialect.token_ids,
             "ignore_eos": "server parameter" if info.dialect.ignore_eos else (
-                f"logit bias {EOG_BIAS:g} on end-of-generation tokens {list(self.eog_ids)}"
+                f"logit bias {tp.EOG_BIAS:g} on end-of-generation tokens {list(self.eog_ids)}"
                 if self.eog_ids else "not possible"),
             "token_counts": "server usage" if info.probe.get("usage")
             else "streamed chunks (the server reports no usage when streaming)",
@@ -385,41 +371,18 @@ class OpenAIEngine:
 
     @property
     def text_stable(self) -> Callable[[list[int]], bool] | None:
-        """For servers whose completions API takes only text: whether a token-ID prompt
-        survives the server's detokenize -> tokenize round trip (bench prompts are
-        chosen so that it does); None where token IDs are sent as they are."""
+        """For servers whose completions API takes only text: the check that a token-ID
+        prompt survives the server's text round trip (bench prompts are chosen so that
+        it does); None where token IDs are sent as they are."""
         if self.info.dialect.token_id_prompts:
             return None
-
-        def check(ids: list[int]) -> bool:
-            with httpx.Client(base_url=self.stats[0].url, headers=self.headers,
-                              timeout=30.0) as c:
-                text = c.post("/extras/detokenize", json={"tokens": ids}).json()["text"]
-                return list(c.post("/extras/tokenize", json={"input": text}).json()[
-                    "tokens"]) == list(ids)
-        return check
+        return partial(tp.survives_text, self.stats[0].url, self.headers)
 
     async def _as_text(self, client: httpx.AsyncClient, req: GenerationRequest,
                        url: str) -> GenerationRequest:
-        """A token-ID prompt for a server whose completions API takes only text: the
-        server's own detokenizer makes the text, and its tokenizer must give back exactly
-        the same IDs (checked per request), so the prompt sent is the prompt planned."""
-        ids = req.prompt_token_ids
-        if ids is None or self.info.dialect.token_id_prompts:
+        if req.prompt_token_ids is None or self.info.dialect.token_id_prompts:
             return req
-        try:
-            text = (await client.post(url + "/extras/detokenize",
-                                      json={"tokens": list(ids)})).json()["text"]
-            back = (await client.post(url + "/extras/tokenize",
-                                      json={"input": text})).json()["tokens"]
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            raise st.RequestFailed(f"{self.info.dialect.kind} takes no token-ID prompts and "
-                                   f"its detokenize/tokenize endpoints failed: {exc}") from None
-        if list(back) != list(ids):
-            raise st.RequestFailed(f"{self.info.dialect.kind} takes no token-ID prompts and "
-                                   f"this prompt ({len(ids)} tokens) does not survive the "
-                                   f"text round trip ({len(back)} tokens back)")
-        return replace(req, prompt=text, prompt_token_ids=None)
+        return await tp.as_text(client, req, url, self.info.dialect.kind)
 
     def _body(self, req: GenerationRequest) -> dict[str, Any]:
         if self.opts.api == "completions" and req.messages is not None:
@@ -431,7 +394,7 @@ class OpenAIEngine:
                 raise st.RequestFailed(f"{self.info.dialect.kind} cannot ignore EOS, and no "
                                        "end-of-generation token IDs are known to bias away "
                                        "(give --model PATH.gguf)")
-            body["logit_bias"] = {str(i): EOG_BIAS for i in self.eog_ids}
+            body["logit_bias"] = {str(i): tp.EOG_BIAS for i in self.eog_ids}
         return body
 
     async def _check_alive(self, ep: EndpointStats, exc: st.RequestFailed, last: bool) -> None:
