@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
-    threads = {"n_threads": a.threads} if a.threads else {}
+    threads = {"n_threads": a.threads, "n_threads_batch": a.threads} if a.threads else {}
     model = resolve_model(None)
     suite = load_suite("gsm8k", a.data, "easy", 0)
     items = suite.items[: a.items]
