@@ -11,6 +11,50 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
+# llama.cpp's greedy tokens depend on the CPU's SIMD paths and on the thread count (the
+# order of its reductions), so a test of a real engine may only assert what holds on any
+# x86-64 host: decisions, relations, and determinism *within* a host at one thread count.
+# ABGATE_TEST_THREADS=N pins every engine the tests start to N threads, so that the same
+# suite can be run at 1 and at 2 threads to show it does not depend on either.
+THREADS_ENV = "ABGATE_TEST_THREADS"
+
+
+def requested_threads(default: int | None = None) -> int | None:
+    """The thread count for engines started by tests: ``ABGATE_TEST_THREADS`` when set,
+    else ``default`` (None: the engine's own default, all the cores it may use)."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise pytest.UsageError(f"{THREADS_ENV} must be a positive integer, got {raw!r}")
+    return int(raw)
+
+
+def engine_threads(default: int | None = None) -> dict[str, int]:
+    """The llama.cpp engine args that pin generation and prompt threads (the one place
+    tests read ``ABGATE_TEST_THREADS``); empty when neither it nor ``default`` is set.
+    The same args become ``--n_threads N --n_threads_batch N`` on a launched server."""
+    n = requested_threads(default)
+    return {} if n is None else {"n_threads": n, "n_threads_batch": n}
+
+
+def thread_flags(default: int | None = None) -> list[str]:
+    """:func:`engine_threads` as ``--engine-arg KEY=VALUE`` flags for the CLI."""
+    return [flag for key, value in engine_threads(default).items()
+            for flag in ("--engine-arg", f"{key}={value}")]
+
+
+def toml_engine_args(args: dict[str, object], default_threads: int | None = None) -> str:
+    """An inline TOML table of engine args with :func:`engine_threads` merged in, for the
+    ``engine_args = {...}`` line of an experiment file."""
+    merged = {**args, **engine_threads(default_threads)}
+    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in merged.items()) + " }"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    n = os.environ.get(THREADS_ENV, "").strip()
+    return f"{THREADS_ENV}: {n or 'unset (engines use their default thread count)'}"
+
 
 @pytest.fixture(scope="session")
 def gsm8k_path() -> Path:
@@ -36,3 +80,17 @@ def abgate(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
 
 def read_lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def no_engine_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment in which importing ``llama_cpp`` fails and leaves a marker file: a
+    command run with it that still gives its own error never got as far as loading an
+    engine (the behaviour "fails fast", without a wall-clock bound tied to one host)."""
+    poison = tmp_path / "poison"
+    (poison / "llama_cpp").mkdir(parents=True)
+    marker = tmp_path / "llama_cpp_imported"
+    (poison / "llama_cpp" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "raise ImportError('llama_cpp was imported although the input was bad')\n")
+    path = os.pathsep.join(p for p in (str(poison), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}, marker

@@ -1,4 +1,7 @@
-"""``abgate ab`` end to end on the real engine."""
+"""``abgate ab`` end to end on the real engine.
+
+Which gates a change trips, the accuracies and the tokens are figures of this CPU's SIMD
+paths and thread count; these tests assert decisions and relations that hold on any host."""
 
 from __future__ import annotations
 
@@ -11,16 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, abgate, read_lines
+from tests.conftest import REPO, abgate, read_lines, toml_engine_args
 
 EXAMPLE = REPO / "examples" / "smollm2-kv-q8.toml"
-AA = """
+# The gates that judge quality (any of them may be the one a broken arm trips).
+QUALITY_GATES = {"accuracy", "invalid_rate", "truncated_rate", "error_rate", "repetition"}
+AA = f"""
 [shared]
 suite = "synthetic"
 difficulty = "trivial"
 limit = 3
 max_tokens = 32
-engine_args = { n_ctx = 512 }
+engine_args = {toml_engine_args({"n_ctx": 512})}
 [schedule]
 warmup = 1
 [arms.a1]
@@ -32,10 +37,21 @@ def measured(path: Path) -> list[dict[str, object]]:
     return [s for s in read_lines(path) if not s["warmup"]]
 
 
+def example(tmp_path: Path) -> Path:
+    """The shipped example, with ABGATE_TEST_THREADS (if set) in its shared engine args."""
+    text = EXAMPLE.read_text()
+    shared = "engine_args = { n_ctx = 1024 }"
+    assert text.count(shared) == 1
+    copy = tmp_path / EXAMPLE.name
+    copy.write_text(text.replace(shared, f"engine_args = {toml_engine_args({'n_ctx': 1024})}"))
+    return copy
+
+
+@pytest.mark.engine
 def test_example_ab_small(tmp_path: Path) -> None:
     out = tmp_path / "AB"
-    r = abgate("ab", str(EXAMPLE), "-o", str(out), "--limit", "3", "--max-tokens", "32",
-               "--warmup", "1")
+    r = abgate("ab", str(example(tmp_path)), "-o", str(out), "--limit", "3", "--max-tokens",
+               "32", "--warmup", "1")
     assert r.returncode == 3, r.stderr  # 3 items cannot decide anything: INCONCLUSIVE
     ab = json.loads((out / "ab.json").read_text())
     assert ab["status"] == "complete" and ab["schedule"]["mode"] == "interleave"
@@ -55,6 +71,7 @@ def test_example_ab_small(tmp_path: Path) -> None:
     assert comp["comparisons"]["q8"]["comparison"]["n_pairs"] == 3
 
 
+@pytest.mark.engine
 def test_identical_arms_are_inconclusive(tmp_path: Path) -> None:
     exp = tmp_path / "aa.toml"
     exp.write_text(AA)
@@ -62,9 +79,11 @@ def test_identical_arms_are_inconclusive(tmp_path: Path) -> None:
     assert r.returncode == 3, r.stderr
     a = measured(tmp_path / "AA" / "arms" / "a1" / "samples.jsonl")
     b = measured(tmp_path / "AA" / "arms" / "a2" / "samples.jsonl")
+    # two identical engines in one process: the same tokens (whatever this CPU makes them)
     assert [s["output"]["sha256"] for s in a] == [s["output"]["sha256"] for s in b]
 
 
+@pytest.mark.engine
 def test_ab_resumes_after_sigkill(tmp_path: Path) -> None:
     exp = tmp_path / "aa.toml"
     exp.write_text(AA.replace("limit = 3", "limit = 5"))
@@ -88,6 +107,7 @@ def test_ab_resumes_after_sigkill(tmp_path: Path) -> None:
     assert ab["status"] == "complete" and len(ab["resumes"]) == 1
 
 
+@pytest.mark.engine
 def test_resume_refuses_changed_experiment(tmp_path: Path) -> None:
     exp = tmp_path / "aa.toml"
     exp.write_text(AA.replace("limit = 3", "limit = 1"))
@@ -103,30 +123,47 @@ def test_flags_without_difference_are_refused(tmp_path: Path) -> None:
     assert r.returncode == 2 and "nothing differs" in r.stderr
 
 
+@pytest.mark.engine
 @pytest.mark.slow
 def test_degraded_arm_is_rejected(tmp_path: Path) -> None:
     """An arm that wrecks the model (RoPE base 1.0 destroys position information) is
-    REJECTED whatever its speed."""
+    REJECTED whatever its speed, by a quality gate. Which one (accuracy, truncation,
+    repetition, invalid answers) depends on how this CPU's arithmetic breaks the model:
+    on a 2-core EPYC without AVX-512 the accuracy gate was not among them (SmolLM2-135M
+    gets few of these right even unbroken, so an accuracy drop is rarely significant).
+
+    12 items under a policy that decides from 12 (the default needs 30): the harm is
+    gross (every broken output runs to the limit), and the test stays minutes, not a
+    quarter of an hour, at one thread or on a busy 2-core host."""
     exp = tmp_path / "bad.toml"
     exp.write_text(BROKEN)
-    r = abgate("ab", str(exp), "-o", str(tmp_path / "BAD"), timeout=900)
+    (tmp_path / "policy.toml").write_text(f"min_items = {BROKEN_ITEMS}\n")
+    # the timeout only guards against a hang; how long this takes is the host's business
+    r = abgate("ab", str(exp), "-o", str(tmp_path / "BAD"), timeout=3600)
     assert r.returncode == 1, r.stdout + r.stderr
     comp = json.loads((tmp_path / "BAD" / "comparison.json").read_text())
     assert comp["decision"] == "REJECT"
-    gates = comp["comparisons"]["broken"]["verdict"]["gates"]
-    assert any(g["outcome"] == "fail" and "accuracy" in g["name"] for g in gates)
+    verdict = comp["comparisons"]["broken"]["verdict"]
+    assert verdict["policy"]["min_items"] == BROKEN_ITEMS
+    assert comp["comparisons"]["broken"]["comparison"]["n_items"] == BROKEN_ITEMS
+    gates = verdict["gates"]
+    assert {g["name"] for g in gates} >= QUALITY_GATES
+    failed = {g["name"] for g in gates if g["outcome"] == "fail"}
+    assert failed & QUALITY_GATES, gates
 
 
-BROKEN = """
+BROKEN_ITEMS = 12
+BROKEN = f"""
+policy = "policy.toml"
 [shared]
 suite = "synthetic"
 difficulty = "trivial"
-limit = 30
+limit = {BROKEN_ITEMS}
 max_tokens = 192
-engine_args = { n_ctx = 512 }
+engine_args = {toml_engine_args({"n_ctx": 512})}
 [schedule]
 warmup = 1
 [arms.good]
 [arms.broken]
-engine_args = { rope_freq_base = 1.0 }
+engine_args = {{ rope_freq_base = 1.0 }}
 """

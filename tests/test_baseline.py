@@ -1,4 +1,7 @@
-"""Baselines: record reference outputs, reproduce them, detect a divergence."""
+"""Baselines: record reference outputs, reproduce them, detect a divergence.
+
+The reference is recorded here, in this test session, and checked on the same host at the
+same thread count: a baseline recorded on another CPU or thread count may differ."""
 
 from __future__ import annotations
 
@@ -7,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate
+from tests.conftest import abgate, engine_threads, thread_flags
+
+pytestmark = pytest.mark.engine
 
 RECORD = ["baseline", "record", "--input-len", "32,64", "--output-len", "24", "--repeats", "1",
-          "--warmup", "0", "--probe-len", "128", "--engine-arg", "n_ctx=512"]
+          "--warmup", "0", "--probe-len", "128", "--engine-arg", "n_ctx=512", *thread_flags()]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +38,8 @@ def test_record_holds_references(recorded: Path) -> None:
         assert case["speed"]["steady_decode_tps"]["median"] > 0
     assert {p["name"] for p in doc["probes"]} >= {"arithmetic", "copy"}
     assert doc["provenance"]["libraries"] and doc["engine"]["effective_config"]["n_ctx"] == 512
+    for key, value in engine_threads().items():  # the check re-runs at the recorded count
+        assert doc["engine"]["effective_config"][key] == value
 
 
 def test_check_reproduces(recorded: Path, tmp_path: Path) -> None:

@@ -25,15 +25,20 @@ from abgate.engines.base import GenerationResult
 from abgate.errors import UsageError
 from abgate.metrics import request_timing
 from abgate.runner.samples import ids_sha256
+from tests.conftest import engine_threads
+
+# One thread unless ABGATE_TEST_THREADS says otherwise: quick on a busy 2-core machine.
+THREADS = engine_threads(default=1)
 
 
 @pytest.fixture(scope="module")
 def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
-    e = llamacpp.load(model_path, {"n_ctx": 256, "n_threads": 1, "n_threads_batch": 1})
+    e = llamacpp.load(model_path, {"n_ctx": 256, **THREADS})
     yield e
     e.close()
 
 
+@pytest.mark.engine
 def test_prompts_have_exact_lengths_and_stable_shas(engine: llamacpp.LlamaCppEngine) -> None:
     for n in (1, 64, 200):
         ids = fixed_length_prompt(engine.tokenize, n)
@@ -45,16 +50,18 @@ def test_prompts_have_exact_lengths_and_stable_shas(engine: llamacpp.LlamaCppEng
     assert text.split()[0][0].isupper() and "." in text  # reads like prose
 
 
+@pytest.mark.engine
 def test_prompt_sha_is_the_same_in_another_process(engine: llamacpp.LlamaCppEngine,
                                                    model_path: str) -> None:
     code = ("from abgate.engines import llamacpp; from abgate.bench import *;"
-            f"e = llamacpp.load({model_path!r}, {{'n_ctx': 256}});"
+            f"e = llamacpp.load({model_path!r}, {{'n_ctx': 256, **{THREADS!r}}});"
             "print(prompt_sha256(fixed_length_prompt(e.tokenize, 64)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.strip().splitlines()[-1]
     assert out == prompt_sha256(fixed_length_prompt(engine.tokenize, 64))
 
 
+@pytest.mark.engine
 def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None:
     seen: list[dict[str, object]] = []
     res = run_bench(engine, [BenchCase(64, 16)], warmup=1, repeats=2, on_sample=seen.append)
@@ -72,7 +79,10 @@ def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None
     for key in ("ttft_s", "prefill_tps", "steady_decode_tps", "tpot_ms", "e2e_s", "output_tps"):
         assert speed[key]["n"] == 2 and speed[key]["median"] > 0
     fid = case["fidelity"]
-    assert fid["engine_decode_tps"]["n"] == 2 and 0.5 < fid["decode_ratio"]["median"] < 1.05
+    # Our per-token clock spans llama.cpp's own decode time plus the loop around it, so
+    # the ratio cannot exceed 1 (beyond clock jitter); how far below 1 it lies is this
+    # CPU's speed against Python's overhead, not a property of abgate.
+    assert fid["engine_decode_tps"]["n"] == 2 and 0 < fid["decode_ratio"]["median"] < 1.05
     assert case["counts_match"] is True
     s = case["samples"][1]
     assert s["engine_timings"]["eval_tokens"] == 15
@@ -80,6 +90,7 @@ def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None
     assert s["prompt"]["sha256"] == case["prompt_sha256"] and len(s["token_times_ms"]) == 16
 
 
+@pytest.mark.engine
 def test_context_boundary(engine: llamacpp.LlamaCppEngine) -> None:
     n_ctx = context_length(engine)
     assert n_ctx == 256
@@ -91,6 +102,7 @@ def test_context_boundary(engine: llamacpp.LlamaCppEngine) -> None:
         resolve_cases([BenchCase(8, 1)], n_ctx)
 
 
+@pytest.mark.engine
 @pytest.mark.slow
 def test_max_fills_the_context(engine: llamacpp.LlamaCppEngine) -> None:
     res = run_bench(engine, [BenchCase(None, 8)], warmup=0, repeats=1)
@@ -98,6 +110,7 @@ def test_max_fills_the_context(engine: llamacpp.LlamaCppEngine) -> None:
     assert case["input_len"] == 248 and case["samples"][0]["output"]["tokens"] == 8
 
 
+@pytest.mark.engine
 def test_expect_prompt_sha_refuses(engine: llamacpp.LlamaCppEngine) -> None:
     good = prompt_sha256(fixed_length_prompt(engine.tokenize, 32))
     plan = plan_bench(engine, [BenchCase(32, 4)], expect_prompt_sha=[good])
@@ -140,14 +153,14 @@ def test_fidelity_arithmetic() -> None:
     assert none["decode_ratio"] is None and none["counts_match"] is None
 
 
+@pytest.mark.engine
 def test_greedy_fast_path_matches_the_sampler_chain(engine: llamacpp.LlamaCppEngine,
                                                      model_path: str) -> None:
     """The engine's argmax greedy loop picks the tokens llama-cpp-python's greedy sampler
     picks (prefix_cache=true still decodes through ``Llama.generate``)."""
     ids = tuple(fixed_length_prompt(engine.tokenize, 100, seed=3))
     req = bench_request("g", ids, 48)
-    chain = llamacpp.load(model_path, {"n_ctx": 256, "n_threads": 1, "n_threads_batch": 1,
-                                        "prefix_cache": True})
+    chain = llamacpp.load(model_path, {"n_ctx": 256, **THREADS, "prefix_cache": True})
     try:
         slow = chain.generate([req])[0]
     finally:

@@ -1,4 +1,8 @@
-"""The embedded llama.cpp engine, for real, on SmolLM2-135M."""
+"""The embedded llama.cpp engine, for real, on SmolLM2-135M.
+
+Greedy tokens are a product of this CPU's SIMD paths and the thread count, so these tests
+assert determinism within the host (one process, or two at the same thread count) and
+behaviour (stops, timestamps, errors), never a token sequence or text from one machine."""
 
 from __future__ import annotations
 
@@ -12,13 +16,16 @@ import pytest
 from abgate.engines import llamacpp
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
 from abgate.errors import UsageError
+from tests.conftest import engine_threads
+
+pytestmark = pytest.mark.engine
 
 MSGS = ({"role": "user", "content": "What is 7 + 5? Answer with \\boxed{}."},)
 
 
 @pytest.fixture(scope="module")
 def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
-    e = llamacpp.load(model_path, {"n_ctx": 1024})
+    e = llamacpp.load(model_path, {"n_ctx": 1024, **engine_threads()})
     yield e
     e.close()
 
@@ -35,6 +42,8 @@ def test_is_an_engine(engine: llamacpp.LlamaCppEngine) -> None:
     eff = info.effective_config
     assert eff["n_ctx"] == 1024 and eff["type_k"] == "f16" and eff["flash_attn"] is False
     assert eff["n_threads"] >= 1
+    if engine_threads():
+        assert eff["n_threads"] == eff["n_threads_batch"] == engine_threads()["n_threads"]
     assert info.capabilities.token_ids and info.capabilities.streaming
 
 
@@ -54,14 +63,34 @@ def test_timestamps_are_per_token(engine: llamacpp.LlamaCppEngine) -> None:
     assert r.engine_timings["prompt_eval_tokens"] == r.prompt_tokens
 
 
+QUESTIONS = ("What is 7 + 5? Answer with \\boxed{}.", "Say hello.", "What is 2 + 2?",
+             "Name a colour.")
+
+
+def ask(question: str, max_tokens: int = 200, **kw: object) -> GenerationRequest:
+    return GenerationRequest(id="q", params=SamplingParams(max_tokens=max_tokens, **kw),  # type: ignore[arg-type]
+                             messages=({"role": "user", "content": question},))
+
+
 def test_natural_stop_and_stop_strings(engine: llamacpp.LlamaCppEngine) -> None:
-    r = engine.generate([req(max_tokens=200)])[0]
-    assert r.finish_reason == "stop"  # EOS, not the limit
+    # Whether one given prompt ends in EOS within the limit is a figure of this CPU's
+    # numerics; that finish_reason says which happened, and that one of a few short
+    # questions ends naturally, holds on any host.
+    seen = []
+    for question in QUESTIONS:
+        r = engine.generate([ask(question)])[0]
+        assert r.finish_reason == ("length" if r.output_tokens == 200 else "stop"), r
+        seen.append((r.finish_reason, r.text[:60]))
+        if r.finish_reason == "stop" and len(r.text.strip()) >= 3:
+            break  # EOS, not the limit
+    else:
+        pytest.fail(f"no question ended with EOS: {seen}")
     full = r.text
     cut_at = full.strip()[:3]
-    s = engine.generate([req(max_tokens=200, stop=(cut_at[-1],))])[0]
+    s = engine.generate([ask(question, stop=(cut_at[-1],))])[0]
     assert s.finish_reason == "stop" and len(s.text) < len(full)
     assert cut_at[-1] not in s.text
+    assert full.startswith(s.text)  # the same greedy tokens, cut at the stop string
 
 
 def test_context_overflow_is_an_error_result(engine: llamacpp.LlamaCppEngine) -> None:
@@ -86,10 +115,14 @@ def test_missing_and_non_gguf_model(tmp_path: object) -> None:
 
 
 def test_greedy_is_deterministic_across_processes(model_path: str) -> None:
+    # Two processes at the same (explicit) thread count on one host; a token sequence
+    # recorded on another host or at another thread count need not match.
+    threads = engine_threads() or {"n_threads": llamacpp.default_threads(),
+                                   "n_threads_batch": llamacpp.default_threads()}
     code = (
         "import json; from abgate.engines import llamacpp; "
         "from abgate.engines.base import GenerationRequest, SamplingParams; "
-        f"e = llamacpp.load({model_path!r}, {{'n_ctx': 1024}}); "
+        f"e = llamacpp.load({model_path!r}, {{'n_ctx': 1024, **{threads!r}}}); "
         f"r = e.generate([GenerationRequest(id='r', params=SamplingParams(max_tokens=48), "
         f"messages={MSGS!r})])[0]; print(json.dumps(r.output_token_ids))"
     )

@@ -21,7 +21,7 @@ import pytest
 from abgate.engines import openai_compat, server
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.errors import AbgateError, UsageError
-from tests.conftest import abgate, read_lines
+from tests.conftest import abgate, read_lines, thread_flags
 
 # A scripted OpenAI-compatible server, stdlib only (written to a file and launched).
 FAKE_SERVER = r'''
@@ -318,10 +318,11 @@ needs_server = pytest.mark.skipif(not _llama_server_available(),
 LAUNCH = (f"{sys.executable} -m llama_cpp.server --model {{model}} --host {{host}} "
           "--port {port} --chat_format chat_template.default --logits_all false "
           "--use_mlock false --verbose false --interrupt_requests false")
-# the same engine args drive the embedded engine and the launched server (as its flags);
-# one thread each keeps the comparison robust on a busy 2-core machine
-COMMON_ARGS = ["--engine-arg", "n_ctx=4096", "--engine-arg", "n_threads=1",
-               "--engine-arg", "n_threads_batch=1"]
+# the same engine args drive the embedded engine and the launched server (as its flags,
+# --n_threads N --n_threads_batch N): the same thread count on the same host, so the same
+# greedy tokens. One thread each (unless ABGATE_TEST_THREADS says otherwise) keeps the
+# comparison quick on a busy 2-core machine.
+COMMON_ARGS = ["--engine-arg", "n_ctx=4096", *thread_flags(default=1)]
 
 
 def served(model_path: str, *extra: str) -> list[str]:
@@ -331,6 +332,7 @@ def served(model_path: str, *extra: str) -> list[str]:
 
 @needs_server
 @pytest.mark.server
+@pytest.mark.engine
 def test_same_greedy_answers_as_embedded_with_concurrency(
         tmp_path: Path, gsm8k_path: Path, model_path: str) -> None:
     base = ["run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "3",
@@ -339,6 +341,8 @@ def test_same_greedy_answers_as_embedded_with_concurrency(
     assert r.returncode == 0, r.stderr
     r = abgate(*base, *served(model_path, "--concurrency", "2"), "-o", str(tmp_path / "S"))
     assert r.returncode == 0, r.stderr
+    # recorded here by the embedded engine, checked here against the server: the texts
+    # are this host's, never constants
     emb = {s["key"]: s for s in read_lines(tmp_path / "E" / "samples.jsonl")}
     srv_samples = {s["key"]: s for s in read_lines(tmp_path / "S" / "samples.jsonl")}
     assert emb.keys() == srv_samples.keys()
@@ -347,7 +351,8 @@ def test_same_greedy_answers_as_embedded_with_concurrency(
         assert s["output"]["text"] == e["output"]["text"], key
         assert s["extracted"] == e["extracted"] and s["finish_reason"] == e["finish_reason"]
         assert s["output"]["tokens"] == e["output"]["tokens"]  # one chunk per token here
-        assert s["timing"]["ttft_s"] > 0 and s["timing"]["steady_decode_tps"] > 0
+        assert s["timing"]["ttft_s"] > 0
+        assert (s["timing"]["steady_decode_tps"] or 0) > 0 or s["output"]["tokens"] < 2
         assert s["output"]["token_ids"] is None  # llama_cpp.server cannot return them
     run = json.loads((tmp_path / "S" / "run.json").read_text())
     assert run["status"] == "complete"
@@ -359,11 +364,13 @@ def test_same_greedy_answers_as_embedded_with_concurrency(
     assert cleanup["server"]["survivors"] == []
     assert (tmp_path / "S" / "server-llama_cpp.log").exists()
     summary = json.loads((tmp_path / "S" / "summary.json").read_text())
-    assert summary["speed"]["steady_decode_tps"]["n"] == 3
+    with_decode = [s for s in srv_samples.values() if s["output"]["tokens"] >= 2]
+    assert with_decode and summary["speed"]["steady_decode_tps"]["n"] == len(with_decode)
 
 
 @needs_server
 @pytest.mark.server
+@pytest.mark.engine
 def test_kill_server_mid_run_then_resume(tmp_path: Path, gsm8k_path: Path,
                                          model_path: str) -> None:
     out = tmp_path / "R"

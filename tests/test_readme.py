@@ -23,3 +23,12 @@ def test_ci_runs_the_readme_test_command() -> None:
     test_cmd = _readme_commands()[1]
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     assert test_cmd in ci
+
+
+def test_ci_runs_the_engine_tests_on_one_thread_first() -> None:
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert "ABGATE_TEST_THREADS=1 python -m pytest -m engine" in ci
+    assert ci[-1] == _readme_commands()[1]  # the README's command stays the last step
+    # the step selects tests (pytest's exit 5 for none would fail CI)
+    assert any("@pytest.mark.engine" in p.read_text()
+               for p in (REPO / "tests").glob("test_*.py"))

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate, read_lines
+from tests.conftest import abgate, no_engine_env, read_lines, thread_flags
 
 
+@pytest.mark.engine
 def test_acceptance_run_writes_8_samples(tmp_path: Path, gsm8k_path: Path) -> None:
     out = tmp_path / "R"
     r = abgate("run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "4",
-               "--seeds", "0,1", "--max-tokens", "64", "-o", str(out))
+               "--seeds", "0,1", "--max-tokens", "64", *thread_flags(), "-o", str(out))
     assert r.returncode == 0, r.stderr
     samples = read_lines(out / "samples.jsonl")
     assert len(samples) == 8
@@ -30,23 +31,29 @@ def test_acceptance_run_writes_8_samples(tmp_path: Path, gsm8k_path: Path) -> No
     assert run["spec"]["suite"]["data_sha256"] and run["spec"]["seeds"] == [0, 1]
     assert run["engine"]["name"] == "llamacpp" and run["engine"]["effective_config"]["n_ctx"]
     assert run["host"]["cores_logical"] >= 1 and run["abgate_version"]
-    s = samples[0]
-    assert s["output"]["token_ids"] and s["prompt"]["sha256"] and s["finish_reason"] in (
-        "stop", "length")
-    assert s["timing"]["ttft_s"] > 0 and "correct" in s and s["extracted"] is not None
+    for s in samples:  # what the model answers is this CPU's; the record's shape is not
+        assert s["output"]["token_ids"] and s["prompt"]["sha256"] and s["finish_reason"] in (
+            "stop", "length")
+        assert s["timing"]["ttft_s"] > 0 and s["extracted"] is not None
+        assert s["correct"] == (s["extracted"]["value"] == s["reference"])
+    by_item: dict[object, set[str]] = {}
+    for s in samples:  # greedy: both seeds give the same tokens in one process
+        by_item.setdefault(s["item_id"], set()).add(s["output"]["sha256"])
+    assert all(len(shas) == 1 for shas in by_item.values()), by_item
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n"] == 8 and summary["quality"]["n"] == 8
     assert summary["speed"]["steady_decode_tps"]["n"] > 0
 
 
 def test_bad_engine_arg_fails_fast(tmp_path: Path) -> None:
-    t0 = time.monotonic()
+    # "fast" is a behaviour, not a wall-clock bound: refused before llama.cpp is imported
+    env, imported = no_engine_env(tmp_path)
     r = abgate("run", "--suite", "synthetic", "--limit", "2", "--engine-arg", "flash_atn=true",
-               "-o", str(tmp_path / "R"))
+               "-o", str(tmp_path / "R"), env=env)
     assert r.returncode == 2
     assert "flash_attn" in r.stderr and "flash_atn" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
-    assert time.monotonic() - t0 < 20
+    assert not imported.exists()
     assert not (tmp_path / "R").exists()
 
 
@@ -75,9 +82,10 @@ def test_malformed_dataset_names_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and f"{bad}:2" in r.stderr
 
 
+@pytest.mark.engine
 def test_existing_dir_unwritable_and_resume_mismatch(tmp_path: Path) -> None:
     out = tmp_path / "R"
-    base = ["run", "--suite", "synthetic", "--limit", "2", "--max-tokens", "16"]
+    base = ["run", "--suite", "synthetic", "--limit", "2", *thread_flags(), "--max-tokens", "16"]
     assert abgate(*base, "-o", str(out)).returncode == 0
     before = (out / "samples.jsonl").read_bytes()
     r = abgate(*base, "-o", str(out))
@@ -93,10 +101,11 @@ def test_existing_dir_unwritable_and_resume_mismatch(tmp_path: Path) -> None:
         assert r.returncode == 2 and "cannot write" in r.stderr
 
 
+@pytest.mark.engine
 def test_sigkill_then_resume_has_each_sample_once(tmp_path: Path, gsm8k_path: Path) -> None:
     out = tmp_path / "R"
     args = ["run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "5", "--seeds",
-            "0,1", "--max-tokens", "48", "-o", str(out)]
+            "0,1", "--max-tokens", "48", *thread_flags(), "-o", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     samples = out / "samples.jsonl"
@@ -118,9 +127,11 @@ def test_sigkill_then_resume_has_each_sample_once(tmp_path: Path, gsm8k_path: Pa
     assert run["status"] == "complete" and len(run["resumes"]) == 1
 
 
+@pytest.mark.engine
 def test_sigint_marks_interrupted_and_resumes(tmp_path: Path) -> None:
     out = tmp_path / "R"
-    args = ["run", "--suite", "synthetic", "--limit", "6", "--max-tokens", "48", "-o", str(out)]
+    args = ["run", "--suite", "synthetic", "--limit", "6", "--max-tokens", "48",
+            *thread_flags(), "-o", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     samples = out / "samples.jsonl"

@@ -7,11 +7,13 @@ import shutil
 from pathlib import Path
 
 import llama_cpp
+import pytest
 
-from tests.conftest import abgate
+from tests.conftest import abgate, engine_threads, thread_flags
 
 LIB = Path(llama_cpp.__file__).parent / "lib" / "libllama.so"
-RUN = ["run", "--suite", "synthetic", "--limit", "1", "--max-tokens", "8"]
+BASE = ["run", "--suite", "synthetic", "--limit", "1", "--max-tokens", "8"]
+RUN = [*BASE, *thread_flags()]
 
 
 def contract(tmp_path: Path, text: str) -> str:
@@ -30,10 +32,15 @@ def test_request_violation_fails_before_load(tmp_path: Path) -> None:
     assert not (tmp_path / "R").exists()
 
 
+@pytest.mark.engine
 def test_effective_violation_is_recorded_and_fails(tmp_path: Path) -> None:
     c = contract(tmp_path, "[settings]\nn_ctx = 2048\ntype_k = \"f16\"\nn_threads = 999\n")
     out = tmp_path / "R"
-    r = abgate(*RUN, "--contract", c, "-o", str(out))
+    # n_threads is left to the engine here (a requested value would be refused before the
+    # load): the point is a setting decided at load time; only n_threads_batch is pinned
+    batch_only = [flag for key, value in engine_threads().items() if key != "n_threads"
+                  for flag in ("--engine-arg", f"{key}={value}")]
+    r = abgate(*BASE, *batch_only, "--contract", c, "-o", str(out))
     assert r.returncode == 1 and "n_ctx" in r.stderr and "n_threads" in r.stderr
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "failed"
@@ -44,6 +51,7 @@ def test_effective_violation_is_recorded_and_fails(tmp_path: Path) -> None:
     assert not any("type_k" in c for c in clauses)
 
 
+@pytest.mark.engine
 def test_contract_that_holds_and_mapped_libraries(tmp_path: Path) -> None:
     c = contract(tmp_path, f'engine = "llamacpp"\n[settings]\nn_ctx = 1024\ntype_k = "f16"\n'
                            f'flash_attn = false\n[libraries]\nrequired = ["{LIB}"]\n')
@@ -58,6 +66,7 @@ def test_contract_that_holds_and_mapped_libraries(tmp_path: Path) -> None:
     assert prov["environment"]["python"]
 
 
+@pytest.mark.engine
 def test_required_library_copy_not_mapped_fails(tmp_path: Path) -> None:
     copy = tmp_path / "build" / "libllama.so"
     copy.parent.mkdir()
@@ -70,6 +79,7 @@ def test_required_library_copy_not_mapped_fails(tmp_path: Path) -> None:
     assert "libllama.so" in r.stderr and "pid" in r.stderr
 
 
+@pytest.mark.engine
 def test_manifest_digest_is_embedded(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
