@@ -11,7 +11,6 @@ relations that hold on any x86-64 CPU and thread count, never one machine's figu
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,14 +18,14 @@ from typing import Any
 import pytest
 
 from abgate.ab.analyze import analyze
-from tests.conftest import abgate
+from tests.conftest import abgate, engine_threads
 
 DISTRIBUTION_GATES = {"mean_kld", "top1_agreement"}
 
 
 def _experiment(data: Path) -> str:
-    threads = os.environ.get("ABGATE_TEST_THREADS")
-    n = f", n_threads = {int(threads)}" if threads else ""
+    threads = engine_threads()
+    n = "".join(f", {k} = {v}" for k, v in threads.items())
     return f"""
 name = "agreement"
 baseline = "base"
