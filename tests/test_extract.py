@@ -341,7 +341,7 @@ def test_linear_time_on_degenerate_input() -> None:
     for text in texts:
         start = time.perf_counter()
         extract_integer(text)
-        assert time.perf_counter() - start < 0.5
+        assert time.perf_counter() - start < 5.0  # catastrophic backtracking takes minutes
 
 
 # ---------------------------------------------------------------- GSM8K references
