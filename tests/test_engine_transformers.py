@@ -2,7 +2,8 @@
 download), and the embedded SmolLM2 GGUF dequantized by transformers (slow).
 
 Skipped as a whole where torch or transformers are not importable
-(``pip install 'abgate[transformers]'``).
+(``pip install 'abgate[transformers]'``). ``ABGATE_TEST_DEVICE=cuda`` runs the tiny-model
+tests on a GPU instead of the CPU (CUDA events, the compiled static cache, NVML cleanup).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from abgate.metrics import request_timing
 from abgate.runner.session import EngineSpec, prepare_engine
 from tests.conftest import abgate, read_lines
 
+DEVICE = os.environ.get("ABGATE_TEST_DEVICE", "cpu")
+CUDA = DEVICE.startswith("cuda")
 MSGS = ({"role": "user", "content": "What is 7 + 5? Answer with a number."},)
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
                  "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
@@ -83,7 +86,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(tiny: Path) -> Iterator[hf.TransformersEngine]:
-    e = hf.load(str(tiny), {"device": "cpu"})
+    e = hf.load(str(tiny), {"device": DEVICE})
     yield e
     e.close()
 
@@ -112,10 +115,13 @@ def test_is_an_engine_and_describes_itself(engine: hf.TransformersEngine, tiny: 
     assert eff["parameter_count"] == n_params and eff["weight_bytes"] == 4 * n_params
     assert eff["dtype"] == "float32" and eff["cache_implementation"] == "dynamic"
     assert eff["attn_implementation"] in ("sdpa", "eager")
-    assert eff["device"] == "cpu" and eff["device_name"] and eff["device_capability"] is None
+    assert eff["device"] == DEVICE and eff["device_name"]
+    assert (eff["device_capability"] is not None) == CUDA
     assert eff["torch_version"] == torch.__version__
     assert eff["transformers_version"] == transformers.__version__
     assert "cuda_version" in eff and eff["compile"] is False
+    assert eff["engine_timings_clock"] == ("cuda events" if CUDA else
+                                           "host perf_counter (synchronous forward)")
     assert eff["max_position_embeddings"] == eff["max_model_len"] == 256
     assert eff["tied_embedding"] is False and eff["load_format"] == "auto"
     assert eff["weights"] == "checkpoint"
@@ -159,12 +165,19 @@ def test_ignore_eos_max_tokens_and_stop_strings(engine: hf.TransformersEngine) -
 def test_eos_ends_the_output_and_is_not_kept(engine: hf.TransformersEngine) -> None:
     eos = min(engine._eos)
     watch = hf._Watch(engine, SamplingParams(max_tokens=10), prompt_len=2)
-    assert not watch.tokens_arrived(torch.tensor([[1, 2, 40]]))
-    assert watch.tokens_arrived(torch.tensor([[1, 2, 40, eos]]))
-    assert watch.out == [40] and watch.finish == "stop" and len(watch.times) == 1
+    assert not watch.should_stop(torch.tensor([[1, 2, 40]]))
+    assert watch.should_stop(torch.tensor([[1, 2, 40, eos]]))
+    assert watch.cut([40, eos, 41]) == ([40], "stop", None)
+    assert watch.cut(list(range(40, 60))) == (list(range(40, 50)), "length", None)
     keep = hf._Watch(engine, SamplingParams(max_tokens=10, ignore_eos=True), prompt_len=2)
-    assert not keep.tokens_arrived(torch.tensor([[1, 2, eos, 41]]))
-    assert keep.out == [eos, 41] and keep.finish == "length"
+    assert not keep.should_stop(torch.tensor([[1, 2, eos, 41]]))
+    assert keep.cut([eos, 41]) == ([eos, 41], "length", None)
+    # the streamer: the prompt marks the start, then tokens arrive with their times
+    keep.put(torch.tensor([[1, 2]]))
+    keep.put(torch.tensor([eos]))
+    keep.put(torch.tensor([[41, 42]]))  # speculative decoding: several per step
+    assert keep.streamed == [eos, 41, 42] and len(keep.times) == 3
+    assert keep.times[1] == keep.times[2] and len(keep.on_host) == 2
 
 
 def test_score_is_consistent_with_greedy_decoding(engine: hf.TransformersEngine) -> None:
@@ -184,12 +197,12 @@ def test_score_is_consistent_with_greedy_decoding(engine: hf.TransformersEngine)
 
 
 def test_static_cache_matches_dynamic(tiny: Path, engine: hf.TransformersEngine) -> None:
-    static = hf.load(str(tiny), {"device": "cpu", "cache_implementation": "static",
+    static = hf.load(str(tiny), {"device": DEVICE, "cache_implementation": "static",
                                  "max_cache_len": 128})
     try:
         eff = static.describe().effective_config
         assert eff["cache_implementation"] == "static" and eff["max_cache_len"] == 128
-        assert eff["compile"] is False  # transformers compiles only on CUDA
+        assert eff["compile"] is CUDA  # transformers compiles only on CUDA
         a = engine.generate([req(max_tokens=16, ignore_eos=True)])[0]
         b = static.generate([req(max_tokens=16, ignore_eos=True)])[0]
         assert a.output_token_ids == b.output_token_ids
@@ -203,7 +216,7 @@ def test_static_cache_matches_dynamic(tiny: Path, engine: hf.TransformersEngine)
 
 def test_prompt_lookup_speculation_is_lossless_for_greedy(
         tiny: Path, engine: hf.TransformersEngine) -> None:
-    spec = hf.load(str(tiny), {"device": "cpu", "prompt_lookup_num_tokens": 3})
+    spec = hf.load(str(tiny), {"device": DEVICE, "prompt_lookup_num_tokens": 3})
     try:
         assert spec.capabilities.engine_timings is False
         a = engine.generate([req(max_tokens=16, ignore_eos=True)])[0]
@@ -273,7 +286,7 @@ def test_random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
     from abgate.ab.analyze import random_weights
 
     d = build_tiny_model(tmp_path / "config-only", weights=False)  # no weight files
-    e = hf.load(str(d), {"device": "cpu", "load_format": "dummy", "seed": 3})
+    e = hf.load(str(d), {"device": DEVICE, "load_format": "dummy", "seed": 3})
     try:
         eff = e.describe().effective_config
         assert eff["load_format"] == "dummy" and eff["weights"] == hf.RANDOM_WEIGHTS_LABEL
@@ -283,7 +296,7 @@ def test_random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
         assert "speed only" in (random_weights(ab, "b", []) or "")
     finally:
         e.close()
-    again = hf.load(str(d), {"device": "cpu", "load_format": "dummy", "seed": 3})
+    again = hf.load(str(d), {"device": DEVICE, "load_format": "dummy", "seed": 3})
     try:  # seeded: the same random weights
         assert again.generate([req(max_tokens=8, ignore_eos=True)])[0].output_token_ids == \
             r.output_token_ids
@@ -292,12 +305,12 @@ def test_random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
 
 
 def test_close_frees_the_model_and_records_evidence(tiny: Path) -> None:
-    e = hf.load(str(tiny), {"device": "cpu"})
+    e = hf.load(str(tiny), {"device": DEVICE})
     ref = weakref.ref(e._model)
     e.close()
     ev = e.cleanup_evidence
     assert ev is not None and ev["kind"] == "in_process" and ev["pid"] == os.getpid()
-    assert ev["gpu"]["checked"] is False and ev["verified"] is True
+    assert ev["gpu"]["checked"] is CUDA and ev["verified"] is True
     assert ref() is None
     e.close()  # idempotent
     with pytest.raises(AbgateError):
@@ -312,7 +325,7 @@ def test_abgate_run_on_the_smollm2_gguf(tmp_path: Path, model_path: str) -> None
     out = tmp_path / "R"
     r = abgate("run", "--engine", "transformers", "--model", model_path, "--suite",
                "synthetic", "--limit", "2", "--max-tokens", "24", "--engine-arg",
-               "device=cpu", "-o", str(out), timeout=900)
+               f"device={DEVICE}", "-o", str(out), timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "run.json").read_text())
     assert doc["status"] == "complete"
@@ -344,7 +357,7 @@ suite = "synthetic"
 difficulty = "trivial"
 limit = 3
 max_tokens = 24
-engine_args = {{ device = "cpu" }}
+engine_args = {{ device = "{DEVICE}" }}
 [schedule]
 mode = "auto"
 warmup = 0

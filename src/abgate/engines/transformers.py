@@ -12,12 +12,14 @@ Requests go through ``model.generate`` one at a time with every sampling knob ex
 (the model's own ``generation_config`` sampling defaults are neutralised at load). Three
 hooks ride along, all public ``generate`` APIs:
 
-- a stopping criterion that copies each new token to the host, timestamps it with
-  ``perf_counter`` the moment it arrives, and decides EOS / stop strings / max tokens
-  itself (so ``ignore_eos`` is exact and the output never holds the EOS token);
+- a streamer: its first ``put`` (the prompt) marks the start of the request, and each
+  later one hands over the accepted tokens the moment they reach the host, each
+  timestamped with ``perf_counter`` then;
+- a stopping criterion that decides EOS / stop strings / max tokens itself from the
+  sequence (generate() is given no EOS, so ``ignore_eos`` is exact, and the output never
+  holds the EOS token);
 - a logits processor (an identity) that marks the moment the forward pass that
-  produced the logits has finished;
-- a streamer whose first ``put`` (the prompt) marks the start of the request.
+  produced the logits has finished.
 
 On CUDA the marks are CUDA events; on the CPU (where a forward pass is synchronous)
 they are ``perf_counter`` readings. ``engine_timings`` uses llama.cpp's names:
@@ -537,7 +539,6 @@ class TransformersEngine:
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({p.max_tokens}) "
                              f"exceeds the context (max_position_embeddings={self._max_len()})")
         watch = _Watch(self, p, len(prompt_ids))
-        hooks = _hooks(self._tf, watch, timed=not self._speculative)
         extra: dict[str, Any] = {}
         if self._assistant is not None:
             extra["assistant_model"] = self._assistant
@@ -545,17 +546,22 @@ class TransformersEngine:
                 extra.update(tokenizer=self._tokenizer, assistant_tokenizer=self._assistant_tok)
         torch.manual_seed(p.seed)
         ids = self._ids(prompt_ids)
-        self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                             generation_config=self._generation_config(p), **hooks, **extra)
-        out, times = watch.out, watch.times
-        text = watch.text if watch.text is not None else self.detokenize(out)
+        seq = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                   generation_config=self._generation_config(p),
+                                   **_hooks(self._tf, watch, timed=not self._speculative),
+                                   **extra)
+        out, finish, text = watch.cut(seq[0, len(prompt_ids):].tolist())
+        if watch.streamed[:len(out)] != out:
+            raise RuntimeError("the tokens streamed differ from what generate() returned")
+        times = watch.times[:len(out)]
         return GenerationResult(
-            request_id=req.id, text=text, finish_reason=watch.finish,
-            prompt_tokens=len(prompt_ids), output_tokens=len(out), output_token_ids=out,
-            prompt_token_ids=prompt_ids, t_submit=t_submit,
+            request_id=req.id, text=text if text is not None else self.detokenize(out),
+            finish_reason=finish, prompt_tokens=len(prompt_ids), output_tokens=len(out),
+            output_token_ids=out, prompt_token_ids=prompt_ids, t_submit=t_submit,
             t_first_token=times[0] if times else None,
             t_last_token=times[-1] if times else None, token_times=times,
-            engine_timings={} if self._speculative else watch.engine_timings(len(prompt_ids)))
+            engine_timings={} if self._speculative else watch.engine_timings(len(out),
+                                                                             len(prompt_ids)))
 
     def _effective_config(self) -> dict[str, Any]:
         torch, tf, m, r = self._torch, self._tf, self._model, self.requested
@@ -639,22 +645,20 @@ class TransformersEngine:
 
 
 class _Watch:
-    """One request's host-side bookkeeping: tokens as they reach the host, their
-    timestamps, stopping, and the timing marks (CUDA events or host clock)."""
+    """One request's host-side bookkeeping. The streamer hands over each accepted token
+    the moment it reaches the host (timestamped then); the stopping criterion decides
+    from the sequence alone (some transformers versions also ask it about speculative
+    candidates); the timing marks are CUDA events or host clock readings."""
 
     def __init__(self, engine: TransformersEngine, p: SamplingParams, prompt_len: int) -> None:
-        self.engine, self.p = engine, p
+        self.engine, self.p, self.prompt_len = engine, p, prompt_len
         self.torch = engine._torch
         self.cuda = engine._on_cuda
-        self.seen = prompt_len
-        self.out: list[int] = []
+        self.streamed: list[int] = []
         self.times: list[float] = []
-        self.finish: Any = "length"
-        self.text: str | None = None
-        self.stopped = False
         self.start: Any = None
-        self.forward_done: list[Any] = []  # one per forward that produced logits
-        self.on_host: list[Any] = []  # one per stopping-criteria call
+        self.forward_done: list[Any] = []  # one per forward pass that produced logits
+        self.on_host: list[Any] = []  # one per streamed batch of tokens
 
     def mark(self) -> Any:
         if not self.cuda:
@@ -663,44 +667,50 @@ class _Watch:
         ev.record()
         return ev
 
-    def prompt_seen(self) -> None:
+    def put(self, value: Any) -> None:
+        """The streamer: the prompt first, then each step's accepted tokens."""
+        tokens = [int(t) for t in value.reshape(-1).tolist()]
+        now = time.perf_counter()
         if self.start is None:
             self.start = self.mark()
+            return
+        self.on_host.append(self.mark())
+        self.streamed += tokens
+        self.times += [now] * len(tokens)
 
     def logits_ready(self) -> None:
         self.forward_done.append(self.mark())
 
-    def tokens_arrived(self, input_ids: Any) -> bool:
-        new = input_ids[0, self.seen:].tolist()
-        now = time.perf_counter()
-        self.seen = int(input_ids.shape[1])
-        self.on_host.append(self.mark())
-        eos, p = self.engine._eos, self.p
-        for tok in new:
-            if self.stopped:
-                break
+    def cut(self, generated: list[int]) -> tuple[list[int], Any, str | None]:
+        """``(kept tokens, finish reason, text cut at a stop string or None)``: EOS ends
+        the output and is not kept (unless ``ignore_eos``), as do a stop string and
+        ``max_tokens``."""
+        p, eos = self.p, self.engine._eos
+        out: list[int] = []
+        for tok in generated:
             if not p.ignore_eos and tok in eos:
-                self.finish, self.stopped = "stop", True
-                break
-            self.out.append(int(tok))
-            self.times.append(now)
+                return out, "stop", None
+            out.append(tok)
             if p.stop:
-                text = self.engine.detokenize(self.out)
+                text = self.engine.detokenize(out)
                 hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
                 if hits:
-                    self.text, self.finish, self.stopped = text[: min(hits)], "stop", True
-                    break
-            if len(self.out) >= p.max_tokens:
-                self.stopped = True
-        return self.stopped
+                    return out, "stop", text[: min(hits)]
+            if len(out) >= p.max_tokens:
+                break
+        return out, "length", None
+
+    def should_stop(self, input_ids: Any) -> bool:
+        out, finish, _ = self.cut(input_ids[0, self.prompt_len:].tolist())
+        return bool(finish == "stop" or len(out) >= self.p.max_tokens)
 
     def _ms(self, a: Any, b: Any) -> float:
         return float(a.elapsed_time(b)) if self.cuda else (b - a) * 1000.0
 
-    def engine_timings(self, prompt_tokens: int) -> dict[str, float]:
-        """Prefill: start mark to the first forward's end; decode: for each kept token
-        after the first, the previous token on the host to its forward's end."""
-        n = len(self.out)
+    def engine_timings(self, n: int, prompt_tokens: int) -> dict[str, float]:
+        """Prefill: start mark to the first forward's end; decode: for each of the ``n``
+        kept tokens after the first, the previous token on the host to the end of the
+        forward pass that produced it."""
         if n == 0 or self.start is None or len(self.forward_done) < n or \
                 len(self.on_host) < n - 1:
             return {}
@@ -713,24 +723,24 @@ class _Watch:
 
 
 def _hooks(tf: Any, watch: _Watch, timed: bool) -> dict[str, Any]:
-    """``generate`` keyword arguments carrying the watch: a stopping criterion (tokens on
-    the host, stopping), and where timed, an identity logits processor (forward done)
-    and a streamer (request start). generate() calls them by duck typing."""
-    hooks: dict[str, Any] = {"stopping_criteria": tf.StoppingCriteriaList([_Arrived(watch)])}
+    """``generate`` keyword arguments carrying the watch: the streamer (tokens on the
+    host), the stopping criterion, and where timed an identity logits processor (the
+    forward pass has ended). generate() calls them by duck typing."""
+    hooks: dict[str, Any] = {"streamer": _Stream(watch),
+                             "stopping_criteria": tf.StoppingCriteriaList([_Arrived(watch)])}
     if timed:
         hooks["logits_processor"] = tf.LogitsProcessorList([_ForwardDone(watch)])
-        hooks["streamer"] = _Start(watch)
     return hooks
 
 
 class _Arrived:
-    """Stopping criterion: the new tokens reached the host; stop or go on."""
+    """Stopping criterion: EOS, a stop string or max_tokens in the sequence."""
 
     def __init__(self, watch: _Watch) -> None:
         self.watch = watch
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        stop = self.watch.tokens_arrived(input_ids)
+        stop = self.watch.should_stop(input_ids)
         torch = self.watch.torch
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool,
                           device=input_ids.device)
@@ -747,14 +757,14 @@ class _ForwardDone:
         return scores
 
 
-class _Start:
-    """Streamer: its first ``put`` is the prompt, i.e. the request has started."""
+class _Stream:
+    """Streamer: the prompt first, then each step's accepted tokens."""
 
     def __init__(self, watch: _Watch) -> None:
         self.watch = watch
 
     def put(self, value: Any) -> None:
-        self.watch.prompt_seen()
+        self.watch.put(value)
 
     def end(self) -> None:
         pass
