@@ -196,6 +196,22 @@ def test_score_is_consistent_with_greedy_decoding(engine: hf.TransformersEngine)
         engine.score(prompt, [])
 
 
+def test_prefill_scoring_agrees_with_decode_scoring(tiny: Path,
+                                                   engine: hf.TransformersEngine) -> None:
+    fast = hf.load(str(tiny), {"device": DEVICE, "score_mode": "prefill"})
+    try:
+        assert engine.describe().effective_config["score_mode"] == "decode"
+        assert fast.describe().effective_config["score_mode"] == "prefill"
+        r = engine.generate([req(max_tokens=12, ignore_eos=True)])[0]
+        prompt, out = r.prompt_token_ids or [], r.output_token_ids or []
+        a, b = engine.score(prompt, out), fast.score(prompt, out)
+        assert a.logprobs is not None and b.logprobs is not None
+        assert np.abs(a.logprobs - b.logprobs).max() < 1e-3
+        assert a.top_ids[:, 0].tolist() == b.top_ids[:, 0].tolist() == out
+    finally:
+        fast.close()
+
+
 def test_static_cache_matches_dynamic(tiny: Path, engine: hf.TransformersEngine) -> None:
     static = hf.load(str(tiny), {"device": DEVICE, "cache_implementation": "static",
                                  "max_cache_len": 128})
