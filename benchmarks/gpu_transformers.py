@@ -12,6 +12,8 @@ accelerate and gguf installed (no network needed):
   python benchmarks/gpu_transformers.py ab --model SmolLM2.gguf --data test.jsonl -o OUT
       ``abgate ab`` on GSM8K (--limit items, zero-shot, greedy): SmolLM2-135M-Instruct
       dequantized to bf16, dynamic against static KV cache
+  python benchmarks/gpu_transformers.py ab-figures --ab-dir OUT/ab -o OUT
+      the figures of an A/B directory again (e.g. after ``abgate ab --resume``)
 
 Each step writes its records under OUT and a ``figures-<step>.json`` with the numbers
 docs/gpu.md quotes; ``abgate report OUT/ab`` re-renders the A/B report from the records.
@@ -193,39 +195,50 @@ def ab(out: Path, model: str, data: str, limit: int, max_tokens: int) -> dict[st
     exp.write_text(experiment(model, data, limit, max_tokens))
     t0 = time.time()
     rc = abgate("ab", str(exp), "-o", str(out / "ab"), "--force", log=out / "ab.log")
-    comp = read(out / "ab" / "comparison.json")["comparisons"]["static"]
+    return {"rc": rc, "wall_s": round(time.time() - t0, 1), **ab_figures(out / "ab")}
+
+
+def ab_figures(ab_dir: Path) -> dict[str, Any]:
+    """The figures docs/gpu.md quotes, from an A/B directory's records."""
+    comp = read(ab_dir / "comparison.json")["comparisons"]["static"]
     c = comp["comparison"]
-    ab_doc = read(out / "ab" / "ab.json")
+    ab_doc = read(ab_dir / "ab.json")
+    base = ab_doc["experiment"]["arms"][ab_doc["experiment"]["baseline"]]
     figures: dict[str, Any] = {
-        "rc": rc, "wall_s": round(time.time() - t0, 1), "limit": limit,
-        "max_tokens": max_tokens, "decision": comp["verdict"]["decision"],
-        "reasons": comp["verdict"]["reasons"],
+        "limit": base.get("limit"), "max_tokens": base.get("max_tokens"),
+        "status": ab_doc.get("status"), "resumes": ab_doc.get("resumes"),
+        "decision": comp["verdict"]["decision"], "reasons": comp["verdict"]["reasons"],
+        "gates": {g["name"]: g["outcome"] for g in comp["verdict"]["gates"]},
         "identical_outputs": c.get("diagnostics", {}).get("identical_outputs"),
         "agreement": {k: c["agreement"].get(k) for k in
                       ("measured", "method", "n_items", "n_tokens", "mean_kld",
                        "top1_agreement")},
         "scoring": ab_doc.get("scoring"),
         "engines": {arm: {k: e["effective_config"].get(k) for k in
-                          ("dtype", "cache_implementation", "compile", "device_name",
-                           "attn_implementation", "load_seconds")}
+                          ("dtype", "cache_implementation", "max_cache_len", "compile",
+                           "score_mode", "device_name", "attn_implementation",
+                           "load_seconds")}
                     for arm, e in ab_doc["engines"].items()},
     }
     for arm in ("dynamic", "static"):
-        run = read(out / "ab" / "arms" / arm / "run.json")
-        summ = read(out / "ab" / "arms" / arm / "summary.json")
+        run = read(ab_dir / "arms" / arm / "run.json")
+        summ = read(ab_dir / "arms" / arm / "summary.json")
         figures[arm] = {"cleanup": run.get("cleanup"),
                         "speed": {k: v.get("median") if isinstance(v, dict) else v
                                   for k, v in (summ.get("speed") or {}).items()},
-                        "quality": summ.get("quality")}
+                        "quality": {k: summ["quality"].get(k) for k in
+                                    ("n", "accuracy", "invalid_rate", "truncated_rate",
+                                     "natural_stop_rate", "mean_output_tokens")}}
     return figures
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("step", choices=("env", "bench", "ab"))
+    ap.add_argument("step", choices=("env", "bench", "ab", "ab-figures"))
     ap.add_argument("-o", "--out", type=Path, required=True)
     ap.add_argument("--tokenizer", type=Path, help="bench: a tokenizer directory")
     ap.add_argument("--model", help="ab: the SmolLM2 GGUF file")
+    ap.add_argument("--ab-dir", type=Path, help="ab-figures: an A/B directory")
     ap.add_argument("--data", help="ab: GSM8K test.jsonl")
     ap.add_argument("--limit", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -238,8 +251,10 @@ def main() -> None:
         figures = env(a.out)
     elif a.step == "bench":
         figures = bench(a.out, a.tokenizer, a.input_len, a.output_len, a.repeats)
-    else:
+    elif a.step == "ab":
         figures = ab(a.out, a.model, a.data, a.limit, a.max_tokens)
+    else:
+        figures = ab_figures(a.ab_dir)
     (a.out / f"figures-{a.step}.json").write_text(json.dumps(figures, indent=1, default=str))
     print(json.dumps(figures, indent=1, default=str)[:6000])
 
