@@ -34,7 +34,7 @@ from abgate.suites import Item
 
 log = logging.getLogger("abgate.ab")
 AB_FILE = "ab.json"
-IN_PROCESS_ENGINES = ("llamacpp",)
+IN_PROCESS_ENGINES = ("llamacpp", "transformers")
 MATCHED = ("item_ids", "seeds", "sampling", "prompt", "suite")
 Progress = Callable[[dict[str, Any]], None]
 

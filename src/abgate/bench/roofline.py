@@ -10,6 +10,8 @@ Bytes per token (first-order; see docs/metrics.md):
   a decode step reads one row. When the model has no separate ``output.weight`` the
   embedding table doubles as the output projection and is read in full, so it counts.
   MoE models read only their active experts; this figure overcounts them.
+- An engine that declares ``weights_bytes_per_token`` in its effective config (the
+  transformers engine: the tensors it holds, in the dtype it runs) is taken at its word.
 - **KV cache**: per decoded token, K and V of every earlier position in every layer,
   taken at the mean context length of the decode.
 
@@ -41,7 +43,8 @@ class ModelBytes:
     """Bytes read per decoded token, and where the figure came from."""
 
     weights_bytes: int | None
-    source: str  # "gguf tensors", "declared", "file size (upper bound)" or "unknown"
+    source: str  # "engine (in-memory tensors)", "gguf tensors", "declared",
+    # "file size (upper bound)" or "unknown"
     embedding_bytes: int | None = None
     tied_embedding: bool | None = None
     kv_bytes_per_position: float | None = None  # all layers, K + V
@@ -84,13 +87,32 @@ def gguf_model_bytes(path: str | Path, type_k: str = "f16", type_v: str = "f16")
                       _kv_per_position(header.metadata, type_k, type_v))
 
 
+def engine_model_bytes(eff: dict[str, Any]) -> ModelBytes | None:
+    """The engine's own figures for the tensors it holds in memory, where it declares
+    them (``weights_bytes_per_token`` in its effective config, e.g. the transformers
+    engine, whose weights may be dequantized from a GGUF file to another dtype)."""
+    w = eff.get("weights_bytes_per_token")
+    if not isinstance(w, int) or isinstance(w, bool) or w <= 0:
+        return None
+    kv = eff.get("kv_bytes_per_position")
+    emb = eff.get("embedding_bytes")
+    tied = eff.get("tied_embedding")
+    return ModelBytes(w, "engine (in-memory tensors)", emb if isinstance(emb, int) else None,
+                      tied if isinstance(tied, bool) else None,
+                      float(kv) if isinstance(kv, int | float) else None)
+
+
 def model_bytes_for(describe: dict[str, Any], declared: int | None = None) -> ModelBytes:
-    """From ``engine.describe().to_dict()``: the GGUF figures when the model is a GGUF
-    file, ``declared`` weights bytes when given (KV still from the file if readable)."""
+    """From ``engine.describe().to_dict()``: the engine's own in-memory figures when it
+    declares them, else the GGUF figures when the model is a GGUF file; ``declared``
+    weights bytes when given (KV still from the engine or the file if readable)."""
     model = describe.get("model") or ""
     eff = describe.get("effective_config", {})
     found = ModelBytes(None, "unknown")
-    if model and Path(model).is_file():
+    from_engine = engine_model_bytes(eff)
+    if from_engine is not None:
+        found = from_engine
+    elif model and Path(model).is_file():
         with open(model, "rb") as f:
             is_gguf = f.read(4) == b"GGUF"
         found = (gguf_model_bytes(model, str(eff.get("type_k", "f16")),

@@ -20,6 +20,7 @@ ENGINES: dict[str, str] = {
     "llamacpp": "abgate.engines.llamacpp",
     "openai": "abgate.engines.openai_compat",
     "vllm": "abgate.engines.vllm",
+    "transformers": "abgate.engines.transformers",
 }
 
 

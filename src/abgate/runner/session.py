@@ -95,6 +95,9 @@ def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     """Validate everything about the engine that needs no load, in seconds."""
     module = engine_module(spec.engine)
     resolved = validate_args(spec.engine, spec.args, module.ARG_SPECS)
+    check_args = getattr(module, "check_args", None)
+    if check_args is not None:  # the engine's cross-argument checks, still before load
+        check_args(resolved)
     check_options(module, spec)
     model = module.resolve_model(spec.model)
     return PreparedEngine(spec, module, model, resolved, model_identity(model))
