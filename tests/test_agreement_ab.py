@@ -23,23 +23,29 @@ from tests.conftest import abgate, engine_threads
 DISTRIBUTION_GATES = {"mean_kld", "top1_agreement"}
 
 
-def _experiment(data: Path) -> str:
+# Speed is not under test here and its sign for flash attention + q8_0 KV depends on the
+# CPU, so the speed gate may not fail the lossy arm; every quality gate is the default's.
+POLICY = "[speed]\nmax_slowdown = 0.9\n"
+
+
+def _experiment(data: Path, policy: Path) -> str:
     threads = engine_threads()
     n = "".join(f", {k} = {v}" for k, v in threads.items())
     return f"""
 name = "agreement"
 baseline = "base"
+policy = "{policy}"
 [shared]
 suite = "gsm8k"
 data = "{data}"
 limit = 40
-max_tokens = 48
+max_tokens = 32
 engine_args = {{ n_ctx = 1024{n} }}
 [schedule]
 mode = "interleave"
 warmup = 0
 [evidence]
-probe_len = 256
+probes = false
 [arms.base]
 [arms.same]
 [arms.q8]
@@ -52,7 +58,8 @@ engine_args = {{ rope_freq_base = 1.0 }}
 @pytest.fixture(scope="module")
 def ab_dir(tmp_path_factory: pytest.TempPathFactory, gsm8k_path: Path) -> Path:
     d = tmp_path_factory.mktemp("agreement")
-    (d / "exp.toml").write_text(_experiment(gsm8k_path))
+    (d / "policy.toml").write_text(POLICY)
+    (d / "exp.toml").write_text(_experiment(gsm8k_path, d / "policy.toml"))
     r = abgate("ab", str(d / "exp.toml"), "-o", str(d / "AB"), timeout=1500)
     assert r.returncode == 1, r.stdout + r.stderr  # the broken arm decides: REJECT
     return d / "AB"
@@ -96,13 +103,13 @@ def test_lossy_q8_kv_is_not_rejected_and_identical_arm_has_zero_kld(ab_dir: Path
 
 
 @pytest.mark.slow
-def test_scoring_cost_and_probes_are_recorded_per_arm(ab_dir: Path) -> None:
+def test_scoring_cost_is_recorded_per_arm(ab_dir: Path) -> None:
     ab = json.loads((ab_dir / "ab.json").read_text())
     for arm in ("base", "same", "q8", "rope"):
         cost = ab["scoring"][arm]
         assert cost["method"] == "full" and cost["seconds"] > 0 and cost["n_tokens"] > 0
-        probes = json.loads((ab_dir / "arms" / arm / "probes.json").read_text())["probes"]
-        assert {p["name"] for p in probes} == {"arithmetic", "copy", "needle"}
+    cost = _arm(ab_dir, "q8")["comparison"]["agreement"]["cost"]
+    assert cost["q8"]["generation_seconds"] > 0 and cost["q8"]["scoring_over_generation"] > 0
     report = (ab_dir / "report.md").read_text()
     assert "KL" in report and "top-1" in report.lower()
 
