@@ -4,6 +4,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,10 @@ GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 # ABGATE_TEST_THREADS=N pins every engine the tests start to N threads, so that the same
 # suite can be run at 1 and at 2 threads to show it does not depend on either.
 THREADS_ENV = "ABGATE_TEST_THREADS"
+# How long a test waits for a real engine before calling it a hang. Only a hang guard:
+# how fast llama.cpp runs is the host's business (two spin-waiting threads on a busy
+# 2-core machine were 10x slower than one on an idle one), so no test bounds it closer.
+HANG_S = 1200.0
 
 
 def requested_threads(default: int | None = None) -> int | None:
@@ -70,7 +76,7 @@ def model_path() -> str:
     return str(default_model_path())
 
 
-def abgate(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
+def abgate(*args: str, timeout: float = HANG_S, env: dict[str, str] | None = None,
            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (as a user would)."""
     full_env = {**os.environ, **(env or {})}
@@ -80,6 +86,17 @@ def abgate(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
 
 def read_lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def wait_until(done: Callable[[], bool], proc: subprocess.Popen[str] | subprocess.Popen[bytes],
+               what: str) -> None:
+    """Poll until ``done()``, failing if ``proc`` exits first; HANG_S is only a hang guard,
+    so a slow host waits longer instead of a test acting on a half-reached state."""
+    deadline = time.monotonic() + HANG_S
+    while not done():
+        assert proc.poll() is None, f"exited ({proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {HANG_S:.0f} s"
+        time.sleep(0.05)
 
 
 def no_engine_env(tmp_path: Path) -> tuple[dict[str, str], Path]:

@@ -9,12 +9,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, abgate, read_lines, toml_engine_args
+from tests.conftest import HANG_S, REPO, abgate, read_lines, toml_engine_args, wait_until
 
 EXAMPLE = REPO / "examples" / "smollm2-kv-q8.toml"
 # The gates that judge quality (any of them may be the one a broken arm trips).
@@ -91,11 +90,8 @@ def test_ab_resumes_after_sigkill(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "abgate", "ab", str(exp), "-o", str(out)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     target = out / "arms" / "a2" / "samples.jsonl"
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if target.exists() and target.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: target.exists() and target.read_text().count("\n") >= 3, proc,
+               "3 samples of arm a2")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     r = abgate("ab", "--resume", str(out))
@@ -139,7 +135,7 @@ def test_degraded_arm_is_rejected(tmp_path: Path) -> None:
     exp.write_text(BROKEN)
     (tmp_path / "policy.toml").write_text(f"min_items = {BROKEN_ITEMS}\n")
     # the timeout only guards against a hang; how long this takes is the host's business
-    r = abgate("ab", str(exp), "-o", str(tmp_path / "BAD"), timeout=3600)
+    r = abgate("ab", str(exp), "-o", str(tmp_path / "BAD"), timeout=2 * HANG_S)
     assert r.returncode == 1, r.stdout + r.stderr
     comp = json.loads((tmp_path / "BAD" / "comparison.json").read_text())
     assert comp["decision"] == "REJECT"

@@ -25,7 +25,7 @@ from abgate.engines.base import GenerationResult
 from abgate.errors import UsageError
 from abgate.metrics import request_timing
 from abgate.runner.samples import ids_sha256
-from tests.conftest import engine_threads
+from tests.conftest import HANG_S, engine_threads
 
 # One thread unless ABGATE_TEST_THREADS says otherwise: quick on a busy 2-core machine.
 THREADS = engine_threads(default=1)
@@ -57,7 +57,7 @@ def test_prompt_sha_is_the_same_in_another_process(engine: llamacpp.LlamaCppEngi
             f"e = llamacpp.load({model_path!r}, {{'n_ctx': 256, **{THREADS!r}}});"
             "print(prompt_sha256(fixed_length_prompt(e.tokenize, 64)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, check=True).stdout.strip().splitlines()[-1]
+                         timeout=HANG_S, check=True).stdout.strip().splitlines()[-1]
     assert out == prompt_sha256(fixed_length_prompt(engine.tokenize, 64))
 
 

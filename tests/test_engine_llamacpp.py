@@ -16,7 +16,7 @@ import pytest
 from abgate.engines import llamacpp
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
 from abgate.errors import UsageError
-from tests.conftest import engine_threads
+from tests.conftest import HANG_S, engine_threads
 
 pytestmark = pytest.mark.engine
 
@@ -127,5 +127,5 @@ def test_greedy_is_deterministic_across_processes(model_path: str) -> None:
         f"messages={MSGS!r})])[0]; print(json.dumps(r.output_token_ids))"
     )
     outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, timeout=120).stdout for _ in range(2)]
+                           check=True, timeout=HANG_S).stdout for _ in range(2)]
     assert json.loads(outs[0]) == json.loads(outs[1]) and json.loads(outs[0])

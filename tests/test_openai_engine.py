@@ -21,7 +21,7 @@ import pytest
 from abgate.engines import openai_compat, server
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.errors import AbgateError, UsageError
-from tests.conftest import abgate, read_lines, thread_flags
+from tests.conftest import HANG_S, abgate, read_lines, thread_flags, wait_until
 
 # A scripted OpenAI-compatible server, stdlib only (written to a file and launched).
 FAKE_SERVER = r'''
@@ -379,14 +379,12 @@ def test_kill_server_mid_run_then_resume(tmp_path: Path, gsm8k_path: Path,
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     samples = out / "samples.jsonl"
-    deadline = time.monotonic() + 120
-    while not (samples.exists() and samples.read_text().count("\n") >= 1):
-        assert proc.poll() is None and time.monotonic() < deadline, "no sample arrived"
-        time.sleep(0.1)
+    wait_until(lambda: samples.exists() and samples.read_text().count("\n") >= 1, proc,
+               "a sample")
     (leader,) = [p for p in psutil.Process(proc.pid).children() if "llama_cpp.server"
                  in " ".join(p.cmdline())]
     os.killpg(leader.pid, signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 1, err
     assert "exited with code -9" in err.strip().splitlines()[-1]
     run = json.loads((out / "run.json").read_text())

@@ -7,12 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate, no_engine_env, read_lines, thread_flags
+from tests.conftest import HANG_S, abgate, no_engine_env, read_lines, thread_flags, wait_until
 
 
 @pytest.mark.engine
@@ -109,11 +108,8 @@ def test_sigkill_then_resume_has_each_sample_once(tmp_path: Path, gsm8k_path: Pa
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     samples = out / "samples.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if samples.exists() and samples.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: samples.exists() and samples.read_text().count("\n") >= 3, proc,
+               "3 samples")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     n_before = samples.read_text().count("\n")
@@ -135,11 +131,9 @@ def test_sigint_marks_interrupted_and_resumes(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     samples = out / "samples.jsonl"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (samples.exists() and samples.stat().st_size):
-        time.sleep(0.05)
+    wait_until(lambda: samples.exists() and samples.stat().st_size > 0, proc, "a sample")
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
+    proc.wait(timeout=HANG_S)  # it finishes the request in flight first
     assert proc.returncode == 130
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "interrupted"
