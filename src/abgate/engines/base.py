@@ -93,6 +93,15 @@ class GenerationResult:
     error: str | None = None
     engine_timings: dict[str, float] = field(default_factory=dict)
 
+    @classmethod
+    def failed(cls, request_id: str, t_submit: float, error: str,
+               engine_timings: dict[str, float] | None = None) -> GenerationResult:
+        """A request that produced nothing: an error sample, never a wrong answer."""
+        return cls(request_id=request_id, text="", finish_reason="error", prompt_tokens=0,
+                   output_tokens=0, output_token_ids=None, t_submit=t_submit,
+                   t_first_token=None, t_last_token=None, error=error,
+                   engine_timings=engine_timings or {})
+
 
 @dataclass(frozen=True)
 class Capabilities:

@@ -224,10 +224,7 @@ class LlamaCppEngine:
             prompt_ids = self._prompt_ids(req)
             return self._decode(req, prompt_ids, t_submit)
         except Exception as exc:  # one failed request must not end the run
-            return GenerationResult(request_id=req.id, text="", finish_reason="error",
-                                    prompt_tokens=0, output_tokens=0, output_token_ids=None,
-                                    t_submit=t_submit, t_first_token=None, t_last_token=None,
-                                    error=f"{type(exc).__name__}: {exc}")
+            return GenerationResult.failed(req.id, t_submit, f"{type(exc).__name__}: {exc}")
 
     def _decode(self, req: GenerationRequest, prompt_ids: list[int],
                 t_submit: float) -> GenerationResult:

@@ -435,10 +435,8 @@ class OpenAIEngine:
 
 def _error_result(req: GenerationRequest, t_submit: float, message: str, ep: EndpointStats,
                   attempts: int) -> GenerationResult:
-    return GenerationResult(
-        request_id=req.id, text="", finish_reason="error", prompt_tokens=0, output_tokens=0,
-        output_token_ids=None, t_submit=t_submit, t_first_token=None, t_last_token=None,
-        error=f"{ep.shown}: {message}", engine_timings={"attempts": float(attempts)})
+    return GenerationResult.failed(req.id, t_submit, f"{ep.shown}: {message}",
+                                   {"attempts": float(attempts)})
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:

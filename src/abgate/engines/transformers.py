@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 from abgate.engines import server_cleanup as srv
-from abgate.engines.args import ArgSpec
 from abgate.engines.base import (
     Capabilities,
     EngineInfo,
@@ -68,134 +67,20 @@ from abgate.engines.base import (
     TokenScores,
 )
 from abgate.engines.llamacpp import scores_from_logits
+from abgate.engines.transformers_describe import device_facts, weight_facts
+from abgate.engines.transformers_hooks import _Force, _hooks, _Watch
+from abgate.engines.transformers_options import (  # noqa: F401  (the engine module's API)
+    ARG_SPECS,
+    DEFAULTS,
+    GPU_CONTEXT_TOLERANCE_BYTES,
+    INSTALL_HINT,
+    NAME,
+    RANDOM_WEIGHTS_LABEL,
+    STATIC_CACHES,
+    check_args,
+    resolve_model,
+)
 from abgate.errors import AbgateError, UsageError
-
-NAME = "transformers"
-INSTALL_HINT = ("the transformers engine needs torch and transformers: "
-                "pip install 'abgate[transformers]'")
-RANDOM_WEIGHTS_LABEL = "random weights: speed only"
-
-DTYPES: Mapping[str, str] = {"auto": "auto", "float32": "float32", "fp32": "float32",
-                             "float16": "float16", "fp16": "float16", "half": "float16",
-                             "bfloat16": "bfloat16", "bf16": "bfloat16"}
-ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
-STATIC_CACHES = ("static", "offloaded_static")
-CACHES = ("dynamic", "offloaded", "quantized", *STATIC_CACHES)
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-LOAD_FORMATS = ("auto", "dummy")
-SCORE_MODES = ("decode", "prefill")
-# In-process, the CUDA context outlives the engine: kernel images loaded (compiled graphs
-# too) and library handles stay until the process exits, so NVML may read somewhat above
-# the pre-load level; the torch allocator's own figure must be back exactly.
-GPU_CONTEXT_TOLERANCE_BYTES = 512 << 20
-
-_SPECS = [
-    ArgSpec("dtype", str, "weights and activations dtype (auto: the checkpoint's)",
-            choices=DTYPES),
-    ArgSpec("attn_implementation", str, "attention kernels (null: transformers' default)",
-            nullable=True, choices={a: a for a in ATTENTION}),
-    ArgSpec("cache_implementation", str, "KV cache layout", choices={c: c for c in CACHES}),
-    ArgSpec("max_cache_len", int, "static cache size in tokens (null: sized per request)",
-            nullable=True),
-    ArgSpec("compile", bool, "compile the decode step (null: transformers' rule, on for a "
-            "static cache on CUDA; false: never; true: require it)", nullable=True),
-    ArgSpec("compile_mode", str, "torch.compile mode of the decode step", nullable=True,
-            choices={m: m for m in COMPILE_MODES}),
-    ArgSpec("device", str, "torch device (null: cuda when available, else cpu)",
-            nullable=True),
-    ArgSpec("device_map", object, "accelerate device map (\"auto\", a device, or a JSON "
-            "object); excludes device", nullable=True),
-    ArgSpec("prompt_lookup_num_tokens", int, "prompt-lookup speculative decoding: "
-            "draft tokens per step", nullable=True),
-    ArgSpec("assistant_model", str, "draft model for speculative decoding (a model "
-            "directory, GGUF file or cached hub id)", nullable=True),
-    ArgSpec("num_assistant_tokens", int, "draft tokens per step with assistant_model",
-            nullable=True),
-    ArgSpec("seed", int, "seed for random weights (per-request seeds drive sampling)"),
-    ArgSpec("load_format", str, "auto: the checkpoint's weights; dummy: random weights "
-            "from the model's config (speed only)", choices={f: f for f in LOAD_FORMATS}),
-    ArgSpec("score_mode", str, "teacher-forced scoring: decode (through generate's own "
-            "decode steps, the numerics it generates with) or prefill (one forward pass "
-            "through the cache: faster, blind to a compiled decode step)",
-            choices={m: m for m in SCORE_MODES}),
-]
-ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
-DEFAULTS: Mapping[str, Any] = {"dtype": "auto", "cache_implementation": "dynamic", "seed": 0,
-                               "load_format": "auto", "score_mode": "decode"}
-
-
-# -- checks that need no torch ------------------------------------------------------------
-
-
-def check_args(args: Mapping[str, Any]) -> None:
-    """Cross-argument checks on resolved engine args, before anything loads."""
-    a = {**DEFAULTS, **args}
-    if a.get("device") is not None and a.get("device_map") is not None:
-        raise UsageError("engine args 'device' and 'device_map' exclude each other; "
-                         "give one")
-    dm = a.get("device_map")
-    if dm is not None and not isinstance(dm, str | dict):
-        raise UsageError(f"engine arg 'device_map' expects a string or a JSON object, "
-                         f"got {dm!r}")
-    for key in ("max_cache_len", "prompt_lookup_num_tokens", "num_assistant_tokens"):
-        if a.get(key) is not None and a[key] < 1:
-            raise UsageError(f"engine arg {key!r} must be >= 1, got {a[key]}")
-    if a.get("max_cache_len") is not None and a["cache_implementation"] not in STATIC_CACHES:
-        raise UsageError("engine arg 'max_cache_len' sizes a static cache: it needs "
-                         f"cache_implementation={' or '.join(STATIC_CACHES)}")
-    if a.get("compile_mode") is not None and a.get("compile") is False:
-        raise UsageError("engine arg 'compile_mode' contradicts compile=false")
-    if a.get("assistant_model") and a.get("prompt_lookup_num_tokens"):
-        raise UsageError("engine args 'assistant_model' and 'prompt_lookup_num_tokens' are "
-                         "two kinds of speculative decoding; give one")
-    if a.get("num_assistant_tokens") is not None and not a.get("assistant_model"):
-        raise UsageError("engine arg 'num_assistant_tokens' needs 'assistant_model'")
-    if a.get("assistant_model"):
-        resolve_model(a["assistant_model"], what="assistant model")
-
-
-def _is_gguf(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(4) == b"GGUF"
-
-
-def resolve_model(model: str | None, what: str = "model") -> str:
-    """A local model directory (with config.json), a GGUF file, or a hub id found in the
-    local Hugging Face cache (its snapshot directory). Nothing is downloaded."""
-    if model is None:
-        from abgate.engines.llamacpp import default_model_path
-
-        return str(default_model_path().resolve())
-    path = Path(model).expanduser()
-    if path.is_file():
-        if not _is_gguf(path):
-            raise UsageError(f"{what} {path} is a file but not a GGUF file; give a GGUF file, "
-                             "a model directory or a hub id")
-        return str(path.resolve())
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise UsageError(f"{what} directory {path} has no config.json")
-        return str(path.resolve())
-    if model.startswith((".", "/", "~")) or model.count("/") > 1:
-        raise UsageError(f"{what} not found: {path}")
-    return _cached_hub_snapshot(model, what)
-
-
-def _cached_hub_snapshot(repo_id: str, what: str) -> str:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
-    try:
-        found = try_to_load_from_cache(repo_id, "config.json")
-    except Exception as exc:  # an invalid repo id
-        raise UsageError(f"{what} {repo_id!r} is neither a local path nor a valid hub id "
-                         f"({exc})") from None
-    if not isinstance(found, str):
-        raise UsageError(f"{what} {repo_id!r} is not a local path and not in the local "
-                         "Hugging Face cache; abgate loads with local_files_only=True, so "
-                         f"download it first (hf download {repo_id}) or give a directory")
-    return str(Path(found).parent.resolve())
 
 
 def import_libraries() -> tuple[Any, Any]:
@@ -577,10 +462,7 @@ class TransformersEngine:
             prompt_ids = self._prompt_ids(req)
             return self._decode(req, prompt_ids, t_submit)
         except Exception as exc:  # one failed request must not end the run
-            return GenerationResult(request_id=req.id, text="", finish_reason="error",
-                                    prompt_tokens=0, output_tokens=0, output_token_ids=None,
-                                    t_submit=t_submit, t_first_token=None, t_last_token=None,
-                                    error=f"{type(exc).__name__}: {exc}")
+            return GenerationResult.failed(req.id, t_submit, f"{type(exc).__name__}: {exc}")
 
     def _decode(self, req: GenerationRequest, prompt_ids: list[int],
                 t_submit: float) -> GenerationResult:
@@ -618,33 +500,12 @@ class TransformersEngine:
     def _effective_config(self) -> dict[str, Any]:
         torch, tf, m, r = self._torch, self._tf, self._model, self.requested
         cfg = m.config
-        params = {id(p): p for p in m.parameters()}.values()
-        weight_bytes = sum(p.numel() * p.element_size() for p in params)
-        emb = m.get_input_embeddings().weight
-        out_layer = m.get_output_embeddings()
-        tied = out_layer is None or out_layer.weight.data_ptr() == emb.data_ptr()
-        emb_bytes = emb.numel() * emb.element_size()
-        text = cfg.get_text_config(decoder=True)
-        heads = getattr(text, "num_attention_heads", None)
-        kv_heads = getattr(text, "num_key_value_heads", None) or heads
-        head_dim = getattr(text, "head_dim", None) or (
-            text.hidden_size // heads if heads else None)
-        layers = getattr(text, "num_hidden_layers", None)
-        elem = torch.empty((), dtype=m.dtype).element_size()
-        kv_pos = (2 * layers * kv_heads * head_dim * elem
-                  if layers and kv_heads and head_dim else None)
-        device = str(self._device) if self._device is not None else str(m.device)
-        if self._on_cuda:
-            index = torch.device(device).index if self._device is not None else None
-            props = torch.cuda.get_device_properties(index or 0)
-            device_name, capability = props.name, f"{props.major}.{props.minor}"
-        else:
-            from abgate.host import cpu_model
-
-            device_name, capability = cpu_model(), None
         static = r["cache_implementation"] in STATIC_CACHES
         compiled = r.get("compile") is not False and static and self._on_cuda
+        device = str(self._device) if self._device is not None else str(m.device)
         eff: dict[str, Any] = {
+            **device_facts(torch, device, self._on_cuda, self._device is not None),
+            **weight_facts(torch, m),
             "load_format": r["load_format"],
             "weights": RANDOM_WEIGHTS_LABEL if self._dummy else (
                 "dequantized from GGUF" if _Source(self.model_path).gguf else "checkpoint"),
@@ -655,10 +516,7 @@ class TransformersEngine:
             "compile": compiled,
             "compile_mode": (r.get("compile_mode") or "transformers default") if compiled
             else None,
-            "device": device,
             "device_map": getattr(m, "hf_device_map", None),
-            "device_name": device_name,
-            "device_capability": capability,
             "torch_version": str(torch.__version__),
             "transformers_version": str(tf.__version__),
             "cuda_version": torch.version.cuda,
@@ -666,16 +524,8 @@ class TransformersEngine:
             "seed": int(r["seed"]),
             "model_type": getattr(cfg, "model_type", None),
             "architecture": type(m).__name__,
-            "parameter_count": sum(p.numel() for p in params),
-            "weight_bytes": weight_bytes,
-            "embedding_bytes": emb_bytes,
-            "tied_embedding": tied,
-            # what the bandwidth roofline reads (bench/roofline.model_bytes_for):
-            "weights_bytes_per_token": weight_bytes - (0 if tied else emb_bytes),
-            "kv_bytes_per_position": kv_pos,
             "max_position_embeddings": self._max_len(),
             "max_model_len": self._max_len(),
-            "n_vocab": int(emb.shape[0]),
             "tokenizer_size": len(self._tokenizer),
             "eos_token_ids": sorted(self._eos),
             "prompt_lookup_num_tokens": r.get("prompt_lookup_num_tokens"),
@@ -695,145 +545,3 @@ class TransformersEngine:
                 "num_assistant_tokens": getattr(a.generation_config, "num_assistant_tokens",
                                                 None)}
         return eff
-
-
-class _Watch:
-    """One request's host-side bookkeeping. The streamer hands over each accepted token
-    the moment it reaches the host (timestamped then); the stopping criterion decides
-    from the sequence alone (some transformers versions also ask it about speculative
-    candidates); the timing marks are CUDA events or host clock readings."""
-
-    def __init__(self, engine: TransformersEngine, p: SamplingParams, prompt_len: int) -> None:
-        self.engine, self.p, self.prompt_len = engine, p, prompt_len
-        self.torch = engine._torch
-        self.cuda = engine._on_cuda
-        self.streamed: list[int] = []
-        self.times: list[float] = []
-        self.start: Any = None
-        self.forward_done: list[Any] = []  # one per forward pass that produced logits
-        self.on_host: list[Any] = []  # one per streamed batch of tokens
-
-    def mark(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        ev = self.torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    def put(self, value: Any) -> None:
-        """The streamer: the prompt first, then each step's accepted tokens."""
-        tokens = [int(t) for t in value.reshape(-1).tolist()]
-        now = time.perf_counter()
-        if self.start is None:
-            self.start = self.mark()
-            return
-        self.on_host.append(self.mark())
-        self.streamed += tokens
-        self.times += [now] * len(tokens)
-
-    def logits_ready(self) -> None:
-        self.forward_done.append(self.mark())
-
-    def cut(self, generated: list[int]) -> tuple[list[int], Any, str | None]:
-        """``(kept tokens, finish reason, text cut at a stop string or None)``: EOS ends
-        the output and is not kept (unless ``ignore_eos``), as do a stop string and
-        ``max_tokens``."""
-        p, eos = self.p, self.engine._eos
-        out: list[int] = []
-        for tok in generated:
-            if not p.ignore_eos and tok in eos:
-                return out, "stop", None
-            out.append(tok)
-            if p.stop:
-                text = self.engine.detokenize(out)
-                hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
-                if hits:
-                    return out, "stop", text[: min(hits)]
-            if len(out) >= p.max_tokens:
-                break
-        return out, "length", None
-
-    def should_stop(self, input_ids: Any) -> bool:
-        out, finish, _ = self.cut(input_ids[0, self.prompt_len:].tolist())
-        return bool(finish == "stop" or len(out) >= self.p.max_tokens)
-
-    def _ms(self, a: Any, b: Any) -> float:
-        return float(a.elapsed_time(b)) if self.cuda else (b - a) * 1000.0
-
-    def engine_timings(self, n: int, prompt_tokens: int) -> dict[str, float]:
-        """Prefill: start mark to the first forward's end; decode: for each of the ``n``
-        kept tokens after the first, the previous token on the host to the end of the
-        forward pass that produced it."""
-        if n == 0 or self.start is None or len(self.forward_done) < n or \
-                len(self.on_host) < n - 1:
-            return {}
-        if self.cuda:
-            self.torch.cuda.synchronize()
-        prefill = self._ms(self.start, self.forward_done[0])
-        decode = sum(self._ms(self.on_host[k - 1], self.forward_done[k]) for k in range(1, n))
-        return {"prompt_eval_ms": prefill, "prompt_eval_tokens": prompt_tokens,
-                "eval_ms": decode, "eval_tokens": n - 1}
-
-
-def _hooks(tf: Any, watch: _Watch, timed: bool) -> dict[str, Any]:
-    """``generate`` keyword arguments carrying the watch: the streamer (tokens on the
-    host), the stopping criterion, and where timed an identity logits processor (the
-    forward pass has ended). generate() calls them by duck typing."""
-    hooks: dict[str, Any] = {"streamer": _Stream(watch),
-                             "stopping_criteria": tf.StoppingCriteriaList([_Arrived(watch)])}
-    if timed:
-        hooks["logits_processor"] = tf.LogitsProcessorList([_ForwardDone(watch)])
-    return hooks
-
-
-class _Arrived:
-    """Stopping criterion: EOS, a stop string or max_tokens in the sequence."""
-
-    def __init__(self, watch: _Watch) -> None:
-        self.watch = watch
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        stop = self.watch.should_stop(input_ids)
-        torch = self.watch.torch
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool,
-                          device=input_ids.device)
-
-
-class _ForwardDone:
-    """Identity logits processor: the forward pass that made these logits has ended."""
-
-    def __init__(self, watch: _Watch) -> None:
-        self.watch = watch
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        self.watch.logits_ready()
-        return scores
-
-
-class _Force:
-    """Logits processor for teacher forcing: keep each step's raw logits, then allow only
-    the continuation's next token."""
-
-    def __init__(self, torch: Any, prompt_len: int, cont: list[int]) -> None:
-        self.torch, self.prompt_len, self.cont = torch, prompt_len, cont
-        self.rows: list[Any] = []
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        step = int(input_ids.shape[1]) - self.prompt_len
-        self.rows.append(scores[0].clone())
-        forced = self.torch.full_like(scores, float("-inf"))
-        forced[:, self.cont[min(step, len(self.cont) - 1)]] = 0.0
-        return forced
-
-
-class _Stream:
-    """Streamer: the prompt first, then each step's accepted tokens."""
-
-    def __init__(self, watch: _Watch) -> None:
-        self.watch = watch
-
-    def put(self, value: Any) -> None:
-        self.watch.put(value)
-
-    def end(self) -> None:
-        pass

@@ -332,10 +332,8 @@ class VllmEngine:
             rid = f"abgate-{self._seq}"
             engine.add_request(rid, {"prompt_token_ids": prompt_ids}, params)
         except Exception as exc:  # one bad request must not end the run
-            results[req.id] = GenerationResult(
-                request_id=req.id, text="", finish_reason="error", prompt_tokens=0,
-                output_tokens=0, output_token_ids=None, t_submit=t_submit, t_first_token=None,
-                t_last_token=None, error=f"{type(exc).__name__}: {exc}")
+            results[req.id] = GenerationResult.failed(req.id, t_submit,
+                                                      f"{type(exc).__name__}: {exc}")
             if on_result is not None:
                 on_result(results[req.id])
             return
