@@ -7,8 +7,12 @@ legitimate switches that must NOT fail the gates (A/A, flash attention, q8_0 / q
 cache, a Q8_0 re-quantised model) and broken numerics that MUST fail them (a wrong
 RoPE base, a wrong RoPE scale, a corrupted tensor).
 
-    python benchmarks/agreement_calibration.py --items 40 --max-tokens 128 \
-        --data ../shared/data/gsm8k/test.jsonl --out benchmarks/results/agreement_calibration.json
+    python benchmarks/agreement_calibration.py --items 40 --max-tokens 96 --score-tokens 64 \
+        --threads 1 --data ../shared/data/gsm8k/test.jsonl \
+        --out benchmarks/results/agreement_calibration.json
+
+``--score-tokens`` is ``abgate ab``'s ``[evidence] agreement_tokens`` (the first N
+output tokens of each sample are scored; 0: all).
 
 Prints a Markdown table (the one in docs/statistics.md, "Calibration").
 """
@@ -85,6 +89,7 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=40)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--score-tokens", type=int, default=64)
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     threads = {"n_threads": a.threads, "n_threads_batch": a.threads} if a.threads else {}
@@ -98,7 +103,9 @@ def main() -> None:
         r = base.generate([GenerationRequest(item.id, SamplingParams(max_tokens=a.max_tokens),
                                              messages=msgs)])[0]
         gen_s += (r.t_last_token or r.t_submit) - r.t_submit
-        samples.append((item.id, r.prompt_token_ids, r.output_token_ids))
+        out = r.output_token_ids or []
+        samples.append((item.id, r.prompt_token_ids,
+                        out[: a.score_tokens] if a.score_tokens else out))
     policy = load_policy()
     t0 = time.perf_counter()
     base_scores = [base.score(p, o) for _, p, o in samples]
@@ -134,6 +141,7 @@ def main() -> None:
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps({"items": len(items), "max_tokens": a.max_tokens,
+                                     "score_tokens": a.score_tokens,
                                      "scored_tokens": n_tok, "generation_s": gen_s,
                                      "baseline_scoring_s": base_score_s, "arms": results},
                                     indent=1) + "\n")

@@ -265,6 +265,17 @@ def test_experiment_expect_key() -> None:
         parse_experiment({**EXPERIMENT, "expect": True}, "exp.toml")
 
 
+def test_experiment_agreement_tokens_key() -> None:
+    assert parse_experiment(EXPERIMENT, "exp.toml").evidence.agreement_tokens == 64
+    exp = parse_experiment({**EXPERIMENT, "evidence": {"agreement_tokens": 0}}, "exp.toml")
+    assert exp.evidence.agreement_tokens == 0  # every output token
+    assert Experiment.from_dict(exp.to_dict()).evidence.agreement_tokens == 0
+    with pytest.raises(UsageError, match=r"agreement_tokens must be >= 0"):
+        parse_experiment({**EXPERIMENT, "evidence": {"agreement_tokens": -1}}, "exp.toml")
+    with pytest.raises(UsageError, match=r"agreement_token.*did you mean 'agreement_tokens'"):
+        parse_experiment({**EXPERIMENT, "evidence": {"agreement_token": 8}}, "exp.toml")
+
+
 def test_every_new_gate_reads_as_one_sentence() -> None:
     a, b = floor_arms()
     base = {"probes": [{"name": "copy", "passed": True, "reason": "ok"}]}

@@ -129,3 +129,28 @@ def test_greedy_is_deterministic_across_processes(model_path: str) -> None:
     outs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            check=True, timeout=HANG_S).stdout for _ in range(2)]
     assert json.loads(outs[0]) == json.loads(outs[1]) and json.loads(outs[0])
+
+
+def test_scoring_restores_the_prompt_kept_from_generation(model_path: str) -> None:
+    """With prompt states kept (what an A/B with distribution agreement asks for), score()
+    restores the prompt's KV cells instead of prefilling it; the scores agree with a
+    fresh prefill to float round-off, and greedy generation is unchanged."""
+    e = llamacpp.load(model_path, {"n_ctx": 1024, **engine_threads()})
+    try:
+        plain = e.generate([req(max_tokens=24, ignore_eos=True)])[0]
+        fresh = e.score(plain.prompt_token_ids or [], plain.output_token_ids or [])
+        e.keep_prompt_states()
+        kept = e.generate([req(max_tokens=24, ignore_eos=True)])[0]
+        assert kept.output_token_ids == plain.output_token_ids  # keeping changes nothing
+        restored = e.score(kept.prompt_token_ids or [], kept.output_token_ids or [])
+        assert e._states.hits == 1 and e._states.misses == 0
+        assert restored.logprobs is not None and fresh.logprobs is not None
+        assert abs(restored.logprobs - fresh.logprobs).max() < 1e-3
+        assert (restored.top_ids[:, 0] == fresh.top_ids[:, 0]).all()
+        other = e.render_prompt(({"role": "user", "content": "Name a colour."},))
+        e.score(other, (plain.output_token_ids or [])[:4])  # never generated: prefilled
+        assert e._states.misses == 1
+        again = e.generate([req(max_tokens=24, ignore_eos=True)])[0]
+        assert again.output_token_ids == plain.output_token_ids
+    finally:
+        e.close()

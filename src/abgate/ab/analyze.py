@@ -60,6 +60,9 @@ def _cost(ab: Mapping[str, Any], arm: str, base: str,
         ratio = (seconds / generation if isinstance(seconds, int | float) and generation
                  else None)
         out[name] = {"scoring_seconds": seconds, "n_tokens": info.get("n_tokens"),
+                     "max_tokens_per_sequence": info.get("max_tokens_per_sequence"),
+                     "n_sequences": info.get("n_sequences"),
+                     "prompts_restored": info.get("prompts_restored"),
                      "method": info.get("method"), "generation_seconds": generation,
                      "scoring_over_generation": ratio}
     return out

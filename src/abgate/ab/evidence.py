@@ -51,8 +51,8 @@ def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScore
     """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence."""
     if base.logprobs is None or cand.logprobs is None:
         raise AbgateError("distribution agreement needs full-vocabulary scores from both arms")
-    la, lb = base.logprobs.astype(np.float64), cand.logprobs.astype(np.float64)
-    kl = np.maximum((np.exp(la) * (la - lb)).sum(axis=1), 0.0)  # clip float round-off
+    la, lb = base.logprobs, cand.logprobs  # float32; the sums in float64
+    kl = np.maximum((np.exp(la) * (la - lb)).sum(axis=1, dtype=np.float64), 0.0)
     return {"key": sample["key"], "item_id": sample["item_id"], "seed": sample["seed"],
             "source": "baseline_output", "method": "full", "k": None,
             "tokens": list(base.tokens), "kl": [float(f"{x:.6g}") for x in kl],
@@ -81,6 +81,10 @@ def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
     cost["seconds"] = cost.get("seconds", 0.0) + time.perf_counter() - t0
     cost["n_tokens"] = cost.get("n_tokens", 0) + len(tokens)
     cost["method"] = scores.method
+    cost["n_sequences"] = cost.get("n_sequences", 0) + 1
+    restored = getattr(session.engine, "prompts_restored", None)  # llama.cpp keeps prompts
+    if isinstance(restored, int):
+        cost["prompts_restored"] = restored
     return scores
 
 
@@ -93,9 +97,11 @@ def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
 
 
 def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
-                   sessions: Mapping[str, EngineSession], prompt_of: Prompt) -> None:
-    """Score the baseline's outputs with the baseline and every candidate in
-    ``sessions``; append the rows; record the cost (or why not) in ``doc["scoring"]``."""
+                   sessions: Mapping[str, EngineSession], prompt_of: Prompt,
+                   max_tokens: int = 0) -> None:
+    """Score the baseline's outputs (their first ``max_tokens`` tokens; 0: all) with
+    the baseline and every candidate in ``sessions``; append the rows; record the cost
+    (or why not) in ``doc["scoring"]``."""
     scoring = doc.setdefault("scoring", {})
     refused = cannot_score(sessions)
     if baseline in refused:
@@ -115,10 +121,12 @@ def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
             if not todo:
                 continue
             prompt, tokens = prompt_of(dict(sample)), list(sample["output"]["token_ids"])
-            base = _timed_score(sessions[baseline], prompt, tokens,
-                                scoring.setdefault(baseline, {}))
+            tokens = tokens[:max_tokens] if max_tokens else tokens
+            for arm in (baseline, *todo):
+                scoring.setdefault(arm, {})["max_tokens_per_sequence"] = max_tokens or None
+            base = _timed_score(sessions[baseline], prompt, tokens, scoring[baseline])
             for arm in todo:
-                cand = _timed_score(sessions[arm], prompt, tokens, scoring.setdefault(arm, {}))
+                cand = _timed_score(sessions[arm], prompt, tokens, scoring[arm])
                 writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm])))
     finally:
         for w in writers.values():

@@ -20,6 +20,7 @@ block_size = 8               # items per block in blocks mode
 
 [evidence]                   # optional; beyond the samples, per arm
 agreement = true             # teacher-forced distribution agreement with the baseline
+agreement_tokens = 64        # output tokens scored per sample (0: all of them)
 probes = true                # health probes (arithmetic, copy, mid-context retrieval)
 probe_len = 512              # retrieval probe context in tokens
 
@@ -50,7 +51,7 @@ MERGED = ("engine_args", "engine_options", "env")
 SCHEDULE_MODES = ("auto", "interleave", "blocks")
 TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
             "expect", "evidence")
-EVIDENCE_KEYS = ("agreement", "probes", "probe_len")
+EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len")
 EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
 BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
@@ -78,6 +79,7 @@ class Evidence:
     """Quality evidence gathered per arm besides the samples."""
 
     agreement: bool = True
+    agreement_tokens: int = 64  # the first N output tokens of each sample are scored; 0: all
     probes: bool = True
     probe_len: int = 512
 
@@ -237,6 +239,10 @@ def _evidence(where: str, table: Any) -> Evidence:
     for key in ("agreement", "probes"):
         if key in table:
             _typed(where, key, table[key], bool)
+    if "agreement_tokens" in table and _typed(where, "agreement_tokens",
+                                              table["agreement_tokens"], int) < 0:
+        raise UsageError(f"{where}: agreement_tokens must be >= 0 (0: every output token), "
+                         f"got {table['agreement_tokens']}")
     if "probe_len" in table and (_typed(where, "probe_len", table["probe_len"], int) < 64):
         raise UsageError(f"{where}: probe_len must be >= 64 tokens, got {table['probe_len']}")
     return Evidence(**table)

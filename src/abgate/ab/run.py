@@ -175,6 +175,9 @@ class AbRunner:
         finally:
             rec_.save()
         self.check_prompt(arm, session)
+        keep = getattr(session.engine, "keep_prompt_states", None)
+        if self.exp.evidence.agreement and callable(keep):
+            keep()  # the scoring pass then restores each prompt instead of prefilling it
         if warm:
             self.warmup(arm, session)
         return session
@@ -222,7 +225,7 @@ class AbRunner:
         ev, base = self.exp.evidence, self.exp.baseline
         if ev.agreement and len(sessions) > 1:
             evidence.agreement_pass(self.out, self.doc, base, sessions,
-                                    evidence.prompt_from(sessions[base]))
+                                    evidence.prompt_from(sessions[base]), ev.agreement_tokens)
             self.save()
         if ev.probes:
             for arm, session in sessions.items():

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from abgate.ab import Experiment, load_experiment
-from abgate.ab.experiment import Evidence, Schedule
+from abgate.ab.experiment import Schedule
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import run_experiment
 from abgate.cli.app import app
@@ -71,8 +71,9 @@ def _with_schedule_and_policy(exp: Experiment, schedule: str | None, warmup: int
 
 def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None) -> Experiment:
     e = exp.evidence
-    return replace(exp, evidence=Evidence(e.agreement if agreement is None else agreement,
-                                          e.probes if probes is None else probes, e.probe_len))
+    return replace(exp, evidence=replace(
+        e, agreement=e.agreement if agreement is None else agreement,
+        probes=e.probes if probes is None else probes))
 
 
 def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:

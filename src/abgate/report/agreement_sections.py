@@ -95,6 +95,11 @@ def _cost_text(section: Mapping[str, Any], arm: str) -> str | None:
     text = f"Scoring `{arm}` took {seconds:.1f} s"
     if as_float(dig(cost, "n_tokens")) is not None:
         text += f" for {dig(cost, 'n_tokens')} tokens"
+    if as_float(dig(cost, "max_tokens_per_sequence")) is not None:
+        text += f" (the first {dig(cost, 'max_tokens_per_sequence')} of each output)"
+    restored, n_seq = dig(cost, "prompts_restored"), dig(cost, "n_sequences")
+    if isinstance(restored, int) and isinstance(n_seq, int):
+        text += f"; {restored} of {n_seq} prompts restored from generation, not prefilled"
     if generation is not None:
         text += f", against {generation:.1f} s of generation"
     if ratio is not None:
