@@ -167,7 +167,8 @@ def _started(path: Path, results: Mapping[str, Any]) -> float:
 def entry(path: Path) -> Entry:
     found = samples(path)
     results = results_doc(path)
-    config = results.get("config") if isinstance(results.get("config"), dict) else {}
+    raw_config = results.get("config")
+    config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
     model_args = config.get("model_args")
     model = results.get("model_name") or (model_args.get("model")
                                           if isinstance(model_args, dict) else None)
