@@ -237,6 +237,5 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "not a run, A/B, bench or baseline directory" in r.stderr
     r = abgate("compare", str(tmp_path / "nope"), str(samples_file("a")))
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    with pytest.raises(AbgateError, match="no record"):
-        with opened(tmp_path / "l.db") as db:
-            db.find("abcdef")
+    with pytest.raises(AbgateError, match="no record"), opened(tmp_path / "l.db") as db:
+        db.find("abcdef")

@@ -129,15 +129,15 @@ class Ledger:
         return [_record(r) for r in rows]
 
     def units(self, **filters: str | None) -> list[dict[str, Any]]:
-        """Units joined with their record, filtered by exact unit fields (or, for
-        ``model``, by model path, name or SHA-256 prefix), oldest first."""
+        """Units joined with their record, filtered by exact unit fields (``model``: the
+        path, a part of it, or a SHA-256 prefix; digests: a prefix), oldest first."""
         where, args = [], []
         for key, value in filters.items():
             if value is None:
                 continue
             if key == "model":
                 where.append("(u.model = ? OR u.model_sha256 LIKE ? || '%' OR u.model LIKE "
-                             "'%' || ?)")
+                             "'%' || ? || '%')")
                 args += [value, value, value]
             elif key in ("config_digest", "workload_digest"):
                 where.append(f"u.{key} LIKE ? || '%'")
