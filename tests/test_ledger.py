@@ -239,3 +239,25 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr
     with pytest.raises(AbgateError, match="no record"), opened(tmp_path / "l.db") as db:
         db.find("abcdef")
+
+
+def test_indexing_failure_is_a_warning_not_an_error(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    from abgate.ledger.index import index_quietly
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with caplog.at_level("WARNING", logger="abgate.ledger"):
+        assert index_quietly(samples_file("a"), blocker / "ledger.sqlite") is None
+    assert "was not indexed" in caplog.text
+    (tmp_path / "not-a-record").mkdir()
+    assert index_quietly(tmp_path / "not-a-record", tmp_path / "ok.sqlite") is None
+
+
+def test_ledger_off_skips_indexing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from abgate.ledger.index import index_quietly
+
+    monkeypatch.setenv(ENV, "off")
+    assert index_quietly(samples_file("a")) is None
+    added = index_quietly(samples_file("a"), tmp_path / "explicit.sqlite")
+    assert added is not None and added.action == "new"

@@ -21,6 +21,7 @@ from abgate.ledger.history_report import HEADER, render, row
 from abgate.ledger.index import add, check, index_quietly
 from abgate.ledger.paths import ledger_path
 from abgate.ledger.store import opened
+from abgate.runner.records import write_json_atomic
 
 ledger_app = typer.Typer(help="The results ledger: index run, A/B, bench and baseline "
                          "directories and imported results.", no_args_is_help=True)
@@ -169,6 +170,6 @@ def compare_command(
     for reason in v.get("reasons", []):
         typer.echo(f"  - {reason}")
     if out is not None:
-        out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        write_json_atomic(out, result)
         typer.echo(f"wrote {out}")
     raise typer.Exit(result["exit_code"])
