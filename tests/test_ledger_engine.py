@@ -35,16 +35,29 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                "--b-engine-arg", "flash_attn=true", "-o", str(ab))
     assert r.returncode in (0, 1, 3), r.stderr
     assert "ledger: new ab" in r.stderr
-    return {"ledger": ledger, "ab": ab, **{f"run{k}": p for k, p in enumerate(runs)}}
+    bench, baseline = root / "bench", root / "baseline"
+    r = abgate("--ledger", str(ledger), "bench", "--input-len", "16", "--output-len", "4",
+               "--repeats", "2", *threads, "-o", str(bench))
+    assert r.returncode == 0 and "ledger: new bench" in r.stderr, r.stderr
+    r = abgate("--ledger", str(ledger), "baseline", "record", "--input-len", "16",
+               "--output-len", "4", "--repeats", "2", "--no-probes", *threads,
+               "-o", str(baseline))
+    assert r.returncode == 0 and "ledger: new baseline" in r.stderr, r.stderr
+    return {"ledger": ledger, "ab": ab, "bench": bench, "baseline": baseline,
+            **{f"run{k}": p for k, p in enumerate(runs)}}
 
 
 def test_finished_commands_were_indexed(recorded: dict[str, Path]) -> None:
     with opened(recorded["ledger"]) as db:
         records = db.records()
-        assert [r["kind"] for r in records] == ["run", "run", "run", "ab"]
+        assert [r["kind"] for r in records] == ["run", "run", "run", "ab", "bench", "baseline"]
         assert {r["path"] for r in records} == {
-            str(recorded[k].resolve()) for k in ("run0", "run1", "run2", "ab")}
-        ab = records[-1]
+            str(recorded[k].resolve())
+            for k in ("run0", "run1", "run2", "ab", "bench", "baseline")}
+        ab = records[3]
+        for bench_like in records[4:]:
+            (case,) = db.units_of(bench_like["id"])
+            assert case.name == "in16/out4" and case.metrics["steady_decode_tps"]["value"]
         comparison = json.loads((recorded["ab"] / "comparison.json").read_text())
         assert ab["decision"] == comparison["decision"]
         assert ab["verdicts"]["B"] == comparison["comparisons"]["B"]["verdict"]["decision"]
@@ -99,6 +112,23 @@ def test_compare_two_arms_reproduces_the_ab_comparison(recorded: dict[str, Path]
         assert got["verdict"] == expected["verdict"]
         assert got["warning"] is None and got["interleaved"].startswith("yes")
         assert "NOT INTERLEAVED" not in r.stderr
+
+
+def test_compare_arms_reversed_and_unmatched(recorded: dict[str, Path], tmp_path: Path) -> None:
+    ab = recorded["ab"]
+    expected = json.loads((ab / "comparison.json").read_text())["comparisons"]["B"]
+    out = tmp_path / "reversed.json"
+    r = abgate("compare", f"{ab}:B", f"{ab}:A", "-o", str(out))
+    assert r.returncode in (0, 1, 3), r.stderr
+    got = json.loads(out.read_text())
+    assert got["arm_names"] == ["B", "A"] and got["interleaved"].startswith("yes")
+    diff = got["comparison"]["quality"]["accuracy"]["diff"]["estimate"]
+    assert diff == pytest.approx(-expected["comparison"]["quality"]["accuracy"]["diff"][
+        "estimate"])
+    assert got["comparison"]["agreement"]["measured"] is False
+    # a 2-item run against a 3-item arm: keys in one side only are refused, not dropped
+    r = abgate("compare", str(recorded["run0"]), f"{ab}:A")
+    assert r.returncode == 2 and "not matched" in r.stderr
 
 
 def test_compare_separate_runs_warns(recorded: dict[str, Path]) -> None:

@@ -22,7 +22,7 @@ from abgate.ab.analyze import arm_extras, arm_samples, compare_arm, random_weigh
 from abgate.compare import load_policy
 from abgate.compare.agreement import not_measured
 from abgate.compare.verdict import EXIT_CODES
-from abgate.errors import UsageError
+from abgate.errors import AbgateError, UsageError
 from abgate.ledger.imports import import_samples, read_import
 from abgate.ledger.store import Ledger
 from abgate.runner import records as rec
@@ -142,8 +142,7 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
     if bad:
         raise UsageError(f"{a.label} and {b.label} ran different prompts under the same key "
                          f"({len(bad)}: {', '.join(bad[:3])}); they cannot be paired")
-    names = (a.arm or "A", b.arm or "B") if a.arm != b.arm else ("A", "B")
-    samples = {names[0]: a.samples, names[1]: b.samples}
+    names = (a.arm, b.arm) if a.arm and b.arm and a.arm != b.arm else ("A", "B")
     warning = None
     if _same_ab(a, b):
         assert a.ab is not None and a.arm is not None and b.arm is not None
@@ -171,8 +170,11 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
                                  "speed only") if flagged else None,
                   "agreement": not_measured("separately recorded runs: no teacher-forced "
                                             "scoring of one by the other")}
-    result = compare_arm(samples[names[0]], samples[names[1]], policy, names, extras,
-                         seed=seed, n_boot=n_boot)
+    try:
+        result = compare_arm(a.samples, b.samples, policy, names, extras, seed=seed,
+                             n_boot=n_boot)
+    except AbgateError as exc:  # unpairable input: exit 2, never 1 (which means REJECT)
+        raise UsageError(f"{a.label} vs {b.label}: {exc}") from None
     decision = result["verdict"]["decision"]
     return {"kind": "ledger-compare", "a": a.label, "b": b.label, "arm_names": list(names),
             "interleaved": interleaved, "warning": warning, "policy": policy.to_dict(),
