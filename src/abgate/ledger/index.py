@@ -119,9 +119,9 @@ def _ab_dir(path: Path) -> Entry:
     if comparison_path.exists():
         comparison = rec.read_json(comparison_path)
         entry.decision = comparison.get("decision")
-        entry.verdicts = {arm: _get(c, "verdict", "decision")
-                          for arm, c in (comparison.get("comparisons") or {}).items()}
-        entry.verdicts["baseline"] = comparison.get("baseline")
+        entry.verdicts = {"baseline": comparison.get("baseline"), "arms": {
+            arm: _get(c, "verdict", "decision")
+            for arm, c in (comparison.get("comparisons") or {}).items()}}
     return entry
 
 
