@@ -222,6 +222,10 @@ def test_history_speed_band_and_quality_rule(tmp_path: Path) -> None:
         assert speed.series[0].points[1].step is None
         assert "< 2% (not a step)" in speed.series[0].points[1].evidence
         assert history(db, "steady_decode_tps", min_change=0.005).series[0].points[1].step
+        assert len(history(db, "accuracy", config="cfg", model="model.gguf").series) == 1
+        assert len(history(db, "accuracy", config="sha256:cf", model="abab").series) == 1
+        with pytest.raises(UsageError, match="no recorded runs match"):
+            history(db, "accuracy", config="c%")
         acc = history(db, "accuracy")
         assert acc.series[0].points[1].step == "down"  # rates have no relative band
         with pytest.raises(UsageError, match="recorded: accuracy, steady_decode_tps"):

@@ -73,8 +73,8 @@ class Ledger:
 
     def find(self, ref: str) -> dict[str, Any]:
         """A record by id or unique id prefix (at least 6 characters)."""
-        rows = self.db.execute("SELECT * FROM records WHERE id LIKE ? || '%'",
-                               (ref,)).fetchall() if len(ref) >= 6 else []
+        rows = self.db.execute("SELECT * FROM records WHERE substr(id, 1, length(?)) = ?",
+                               (ref, ref)).fetchall() if len(ref) >= 6 else []
         if len(rows) != 1:
             what = "no" if not rows else f"{len(rows)}"
             raise AbgateError(f"ledger {self.path}: {what} record(s) with id {ref!r}")
@@ -136,12 +136,13 @@ class Ledger:
             if value is None:
                 continue
             if key == "model":
-                where.append("(u.model = ? OR u.model_sha256 LIKE ? || '%' OR u.model LIKE "
-                             "'%' || ? || '%')")
+                where.append("(instr(u.model, ?) > 0 OR substr(u.model_sha256, 1, length(?))"
+                             " = ?)")
                 args += [value, value, value]
             elif key in ("config_digest", "workload_digest"):
-                where.append(f"u.{key} LIKE ? || '%'")
-                args.append(value)
+                prefix = value if value.startswith("sha256:") else "sha256:" + value
+                where.append(f"substr(u.{key}, 1, length(?)) = ?")
+                args += [prefix, prefix]
             elif key in UNIT_FIELDS:
                 where.append(f"u.{key} = ?")
                 args.append(value)
