@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,11 @@ THREADS_ENV = "ABGATE_TEST_THREADS"
 # how fast llama.cpp runs is the host's business (two spin-waiting threads on a busy
 # 2-core machine were 10x slower than one on an idle one), so no test bounds it closer.
 HANG_S = 1200.0
+
+# Every command a test runs (in-process or as a subprocess) indexes into a throwaway
+# ledger, never the user's data directory; tests of the ledger pass their own --ledger.
+os.environ["ABGATE_LEDGER"] = str(Path(tempfile.mkdtemp(prefix="abgate-test-ledger-"))
+                                  / "ledger.sqlite")
 
 
 def requested_threads(default: int | None = None) -> int | None:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from abgate.compare import compare_samples, decide, load_policy
+from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
 from abgate.compare.verdict import EXIT_CODES
@@ -116,8 +116,10 @@ def random_weights(ab: Mapping[str, Any], arm: str,
     return None
 
 
-def _extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
-            samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
+               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """What a candidate's comparison gets besides the paired statistics: ``expect``,
+    ``speed_only``, ``agreement`` and (when probes ran) ``probes``."""
     exp = ab["experiment"]
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
@@ -132,6 +134,19 @@ def _extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: f
     return extras
 
 
+def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
+                policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
+                seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+    """One candidate against the baseline: paired statistics, ``extras`` beside them, and
+    the policy's verdict. ``abgate ab`` and ``abgate compare`` both call this, so the
+    two can never disagree on the same samples."""
+    comparison = compare_samples(base, cand, seed=seed, n_boot=n_boot, arm_names=arm_names,
+                                 confidence=policy.speed.confidence)
+    comparison.update(extras)
+    verdict = decide(comparison, policy)
+    return {"comparison": comparison, "verdict": verdict.to_dict()}
+
+
 def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             n_boot: int = 2000) -> dict[str, Any]:
     """Compare every candidate arm against the baseline; write and return the result."""
@@ -144,12 +159,9 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
     for arm in exp["arms"]:
         if arm == base:
             continue
-        comparison = compare_samples(samples[base], samples[arm], seed=seed,
-                                     n_boot=n_boot, arm_names=(base, arm),
-                                     confidence=policy.speed.confidence)
-        comparison.update(_extras(out, ab, arm, base, policy.speed.confidence, samples))
-        verdict = decide(comparison, policy)
-        comparisons[arm] = {"comparison": comparison, "verdict": verdict.to_dict()}
+        extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
+        comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
+                                       extras, seed=seed, n_boot=n_boot)
     decisions = [c["verdict"]["decision"] for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
     if ab["status"] != "complete" and overall == "ACCEPT":

@@ -16,6 +16,7 @@ from abgate.cli import (  # noqa: F401  (registers commands)
     baseline_cmd,
     bench_cmd,
     extract_cmd,
+    ledger_cmd,
     provenance_cmd,
     report_cmd,
     run_cmd,

@@ -15,6 +15,7 @@ from abgate.ab.experiment import Schedule
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import run_experiment
 from abgate.cli.app import app
+from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
@@ -152,4 +153,5 @@ def ab_command(
                                 provenance=ProvenanceOptions(contract, manifest),
                                 weights_diff=weights_diff)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    index_finished(out)
     raise typer.Exit(result.exit_code)

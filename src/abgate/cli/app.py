@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import typer
 
 from abgate import __version__
@@ -26,5 +29,11 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    ledger: Path = typer.Option(
+        None, "--ledger", help="Results ledger for this command (the same as setting "
+        "ABGATE_LEDGER; 'off' turns indexing off)."
+    ),
 ) -> None:
     """abgate: is it faster without hurting quality, and can anyone reproduce the baseline?"""
+    if ledger is not None:
+        os.environ["ABGATE_LEDGER"] = str(ledger)

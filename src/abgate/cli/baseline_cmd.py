@@ -14,6 +14,7 @@ from abgate.bench import BenchConfig
 from abgate.bench.prompts import parse_input_lens
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
+from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.runner.provenance import ProvenanceOptions
@@ -63,6 +64,7 @@ def record_command(
     for p in doc["probes"]:
         typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
     typer.echo(f"baseline written to {out / 'baseline.json'}")
+    index_finished(out)
 
 
 @baseline_app.command("check")

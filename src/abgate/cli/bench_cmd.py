@@ -14,6 +14,7 @@ from abgate.bench.prompts import parse_input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
+from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
 from abgate.progress import reporter
 
@@ -175,5 +176,6 @@ def bench_command(
     with reporter(f"bench {out.name}") as rep:
         outcome = execute_bench(prepared, out, force=force, progress=rep)
     print_bench(outcome.out_dir, outcome.status, outcome.summary, engine)
+    index_finished(outcome.out_dir)
     if outcome.status == "interrupted":
         raise typer.Exit(130)

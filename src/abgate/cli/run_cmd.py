@@ -9,6 +9,7 @@ import typer
 
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
+from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.render import print_run_summary
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -121,5 +122,6 @@ def run_command(
                           on_start=rep.on_start, on_sample=rep.on_sample,
                           provenance=ProvenanceOptions(contract, manifest))
     print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
+    index_finished(outcome.out_dir)
     if outcome.status == "interrupted":
         raise typer.Exit(130)

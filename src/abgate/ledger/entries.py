@@ -1,0 +1,131 @@
+"""What the ledger records about one directory or imported file (a :class:`Entry`) and
+about each configuration measured in it (a :class:`Unit`: the run itself, each arm of
+an A/B, each case of a bench or baseline, each task of an lm-eval import).
+
+A unit's metrics are ``{name: {"value": v, "se": s, "n": n}}``: quality rates with
+their standard error clustered by item, speed means over items with theirs (the same
+estimators as ``abgate ab``, :mod:`abgate.compare.stats`), so ``abgate history`` can
+say whether a step between two points is larger than the points' own spread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from abgate.compare.stats import clustered_mean
+from abgate.identity import digest_json
+from abgate.runner.summary import SPEED_FIELDS
+from abgate.scoring.health import clustered_accuracy
+
+QUALITY_RATES = {"invalid_rate": "invalid", "truncated_rate": "truncated",
+                 "error_rate": "error", "repetition": "seq_rep_4"}
+
+
+class Unit(BaseModel):
+    """One measured configuration inside a record."""
+
+    name: str = ""
+    engine: str | None = None
+    engine_version: str | None = None
+    model: str | None = None
+    model_sha256: str | None = None
+    config_digest: str | None = None
+    workload_digest: str | None = None
+    suite: str | None = None
+    n: int = 0
+    metrics: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
+
+
+class Entry(BaseModel):
+    """One record: a run, A/B, bench or baseline directory, or an imported file."""
+
+    id: str
+    kind: str
+    path: str
+    status: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    git_commit: str | None = None
+    git_tree: str | None = None
+    git_dirty: bool | None = None
+    git_diff_sha256: str | None = None
+    host: str | None = None
+    abgate_version: str | None = None
+    decision: str | None = None
+    verdicts: dict[str, Any] = Field(default_factory=dict)
+    units: list[Unit] = Field(default_factory=list)
+
+
+def _finite(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def metric(value: float | None, se: float | None, n: int) -> dict[str, float | int | None]:
+    return {"value": _finite(value), "se": _finite(se), "n": n}
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _rate(x: Any) -> float | None:
+    return float(x) if isinstance(x, bool) else _number(x)
+
+
+def sample_metrics(samples: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Quality and speed metrics of one configuration's (non-warm-up) samples."""
+    live = [s for s in samples if not s.get("warmup")]
+    out: dict[str, dict[str, Any]] = {}
+    scored = [s for s in live if s.get("correct") is not None]
+    if scored:
+        acc, se = clustered_accuracy([bool(s["correct"]) for s in scored],
+                                     [str(s.get("item_id")) for s in scored])
+        out["accuracy"] = metric(acc, se, len(scored))
+    for name, field in QUALITY_RATES.items():
+        pairs = [(v, str(s.get("item_id"))) for s in live
+                 if (v := _rate((s.get("health") or {}).get(field))) is not None]
+        if pairs:
+            mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
+            out[name] = metric(mean, se, len(pairs))
+    for field in SPEED_FIELDS:
+        pairs = [(v, str(s.get("item_id"))) for s in live
+                 if (v := _number((s.get("timing") or {}).get(field))) is not None
+                 and math.isfinite(v)]
+        if pairs:
+            mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
+            out[field] = metric(mean, se, len(pairs))
+    return out
+
+
+def distribution_metrics(speed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Metrics from a bench case's ``speed`` distributions (mean, cv, n): the SE of the
+    mean is ``cv * mean / sqrt(n)``."""
+    out: dict[str, dict[str, Any]] = {}
+    for field in SPEED_FIELDS:
+        d = speed.get(field)
+        if not isinstance(d, Mapping):
+            continue
+        mean, cv, n = _number(d.get("mean")), _number(d.get("cv")), int(d.get("n") or 0)
+        if mean is None:
+            continue
+        se = cv * abs(mean) / math.sqrt(n) if cv is not None and n > 1 else None
+        out[field] = metric(mean, se, n)
+    return out
+
+
+def config_digest(engine: str | None, effective: Any, fallback: Any = None) -> str | None:
+    """``sha256:`` of the engine name and the effective configuration it reported after
+    load (``fallback``, e.g. the typed engine args, when it never loaded)."""
+    basis = effective if effective else fallback
+    if engine is None and basis is None:
+        return None
+    return digest_json({"engine": engine, "config": basis})
+
+
+def workload_digest(spec: Mapping[str, Any], keys: Iterable[str]) -> str:
+    """``sha256:`` of the spec fields that define the work (items, seeds, sampling...)."""
+    return digest_json({k: spec.get(k) for k in keys})

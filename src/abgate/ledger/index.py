@@ -1,0 +1,219 @@
+"""From a directory (or an imported file) to a ledger :class:`Entry`; adding, re-adding
+and checking.
+
+A record's id is a digest of what cannot change after it started (kind, start time,
+host, spec digest) for abgate's own records, and of the file's bytes for imports, so
+re-adding the same directory is idempotent, a resumed run updates its row, and a
+moved directory is recognised (its row gets the new path and ``moved_from``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from abgate.errors import AbgateError, UsageError
+from abgate.identity import json_sha256
+from abgate.ledger.entries import (
+    Entry,
+    Unit,
+    config_digest,
+    distribution_metrics,
+    sample_metrics,
+    workload_digest,
+)
+from abgate.ledger.imports import read_import
+from abgate.ledger.paths import disabled, ledger_path
+from abgate.ledger.store import Ledger, opened
+from abgate.runner import records as rec
+from abgate.runner.documents import read_record
+
+log = logging.getLogger("abgate.ledger")
+RUN_WORKLOAD = ("suite", "selection", "item_ids", "seeds", "sampling", "prompt")
+BENCH_WORKLOAD = ("output_len", "warmup", "repeats", "prompt_seed", "sampling")
+
+
+def _get(doc: Any, *keys: str) -> Any:
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, Mapping) else None
+    return doc
+
+
+def _header(doc: Mapping[str, Any], kind: str, path: Path, digest: Any) -> Entry:
+    git = doc.get("git") or {}
+    host = _get(doc, "host", "hostname")
+    return Entry(
+        id=json_sha256({"kind": kind, "started_at": doc.get("started_at"), "host": host,
+                        "digest": digest}),
+        kind=kind, path=str(path.resolve()), status=doc.get("status"),
+        started_at=doc.get("started_at"), ended_at=doc.get("ended_at"),
+        git_commit=git.get("commit"), git_tree=git.get("tree"), git_dirty=git.get("dirty"),
+        git_diff_sha256=git.get("diff_sha256"), host=host,
+        abgate_version=doc.get("abgate_version"))
+
+
+def _engine_facts(doc: Mapping[str, Any]) -> dict[str, Any]:
+    spec = doc.get("spec") or {}
+    engine = _get(doc, "engine", "name") or spec.get("engine")
+    return {"engine": engine, "engine_version": _get(doc, "engine", "version"),
+            "model": _get(spec, "model", "path"), "model_sha256": _get(spec, "model", "sha256"),
+            "config_digest": config_digest(engine, _get(doc, "engine", "effective_config"),
+                                           spec.get("resolved_engine_args"))}
+
+
+def run_unit(doc: Mapping[str, Any], samples: Sequence[Mapping[str, Any]],
+             name: str = "") -> Unit:
+    """A run (or an A/B arm) as a unit: its engine facts, workload and sample metrics."""
+    spec = doc.get("spec") or {}
+    live = [s for s in samples if not s.get("warmup")]
+    return Unit(name=name, **_engine_facts(doc), suite=_get(spec, "suite", "name"),
+                workload_digest=workload_digest(spec, RUN_WORKLOAD), n=len(live),
+                metrics=sample_metrics(live))
+
+
+def _cases(doc: Mapping[str, Any], cases: Any) -> list[Unit]:
+    spec = doc.get("spec") or {}
+    units = []
+    for case in cases if isinstance(cases, list) else []:
+        name = f"in{case.get('input_len')}/out{case.get('output_len')}"
+        units.append(Unit(name=name, **_engine_facts(doc), suite="bench",
+                          workload_digest=workload_digest(
+                              {**spec, "input_len": case.get("input_len"),
+                               "prompt_sha256": case.get("prompt_sha256")},
+                              (*BENCH_WORKLOAD, "input_len", "prompt_sha256")),
+                          n=int(case.get("n") or 0),
+                          metrics=distribution_metrics(case.get("speed") or {})))
+    return units
+
+
+def _run_dir(path: Path) -> Entry:
+    doc = read_record(path / rec.RUN_FILE)
+    kind = doc["kind"]
+    if kind == "ab-arm":
+        raise UsageError(f"{path} is one arm of an A/B; add the A/B directory "
+                         f"({path.parent.parent})")
+    entry = _header(doc, kind, path, doc.get("spec_digest"))
+    if kind == "bench":
+        summary = rec.read_json(path / rec.SUMMARY_FILE) \
+            if (path / rec.SUMMARY_FILE).exists() else {}
+        entry.units = _cases(doc, summary.get("cases"))
+    else:
+        entry.units = [run_unit(doc, rec.read_samples(path / rec.SAMPLES_FILE))]
+    return entry
+
+
+def _ab_dir(path: Path) -> Entry:
+    doc = read_record(path / "ab.json")
+    entry = _header(doc, "ab", path, doc.get("digest"))
+    for arm in _get(doc, "experiment", "arms") or {}:
+        arm_dir = path / "arms" / arm
+        if not (arm_dir / rec.RUN_FILE).exists():
+            continue
+        arm_doc = read_record(arm_dir / rec.RUN_FILE)
+        entry.units.append(run_unit(arm_doc, rec.read_samples(arm_dir / rec.SAMPLES_FILE),
+                                    name=arm))
+    comparison_path = path / "comparison.json"
+    if comparison_path.exists():
+        comparison = rec.read_json(comparison_path)
+        entry.decision = comparison.get("decision")
+        entry.verdicts = {"baseline": comparison.get("baseline"), "arms": {
+            arm: _get(c, "verdict", "decision")
+            for arm, c in (comparison.get("comparisons") or {}).items()}}
+    return entry
+
+
+def _baseline_dir(path: Path) -> Entry:
+    doc = read_record(path / "baseline.json")
+    entry = _header(doc, "baseline", path, doc.get("spec_digest"))
+    entry.units = _cases(doc, doc.get("cases"))
+    return entry
+
+
+def read_entry(path: Path) -> Entry:
+    """The ledger entry of a run, A/B, bench or baseline directory, or of an imported
+    lm-eval samples file or ``vllm bench serve`` result."""
+    if path.is_file():
+        return read_import(path)
+    if not path.is_dir():
+        raise UsageError(f"{path}: no such file or directory")
+    if (path / "ab.json").exists():
+        return _ab_dir(path)
+    if (path / "baseline.json").exists():
+        return _baseline_dir(path)
+    if (path / rec.RUN_FILE).exists():
+        return _run_dir(path)
+    raise UsageError(f"{path}: not a run, A/B, bench or baseline directory (no run.json, "
+                     "ab.json or baseline.json)")
+
+
+@dataclass(frozen=True)
+class Added:
+    """What adding one path did: ``new``, ``updated``, ``unchanged``, ``moved`` or
+    ``copy`` (the same record is already recorded at another path that still exists)."""
+
+    action: str
+    entry: Entry
+    other_path: str | None = None
+
+
+def add(ledger: Ledger, path: Path) -> Added:
+    entry = read_entry(path)
+    old = ledger.get(entry.id)
+    if old is None:
+        ledger.put(entry)
+        return Added("new", entry)
+    if old["path"] != entry.path:
+        if Path(old["path"]).exists():
+            return Added("copy", entry, old["path"])
+        ledger.put(entry, moved_from=old["path"])
+        return Added("moved", entry, old["path"])
+    same = all(old.get(k) == v for k, v in entry.model_dump(exclude={"units"}).items()) \
+        and ledger.units_of(entry.id) == entry.units
+    ledger.put(entry)
+    return Added("unchanged" if same else "updated", entry)
+
+
+@dataclass(frozen=True)
+class Checked:
+    record: dict[str, Any]
+    state: str  # ok | missing | changed (the path now holds another record) | unreadable
+    detail: str = ""
+
+
+def check(ledger: Ledger) -> list[Checked]:
+    """Every record's path: still there and still the same record? Missing ones are
+    marked (``missing_since``) and kept; they are never dropped silently."""
+    out = []
+    for record in ledger.records():
+        path = Path(record["path"])
+        if not path.exists():
+            ledger.mark_missing(record["id"], True)
+            out.append(Checked(record, "missing", "moved or deleted"))
+            continue
+        try:
+            current = read_entry(path).id
+        except AbgateError as exc:
+            out.append(Checked(record, "unreadable", str(exc)))
+            continue
+        ledger.mark_missing(record["id"], False)
+        if current != record["id"]:
+            out.append(Checked(record, "changed", f"now holds record {current[:12]}"))
+        else:
+            out.append(Checked(record, "ok"))
+    return out
+
+
+def index_quietly(path: Path, explicit: str | Path | None = None) -> Added | None:
+    """Index a directory that a workflow just finished; any failure is logged as a
+    warning and never fails the run. Does nothing when ``ABGATE_LEDGER=off``."""
+    if explicit is None and disabled():
+        return None
+    try:
+        with opened(ledger_path(explicit)) as ledger:
+            return add(ledger, path)
+    except Exception as exc:  # noqa: BLE001 - indexing must never fail a run
+        log.warning("ledger: %s was not indexed: %s", path, exc)
+        return None
