@@ -11,6 +11,7 @@ import pytest
 
 from abgate.ab.analyze import analyze
 from abgate.report import build_doc, render, render_data
+from abgate.report.agreement_sections import evidence_line
 from abgate.report.blocks import Heading
 from abgate.report.load import load_ab
 from abgate.report.markdown import render_markdown
@@ -60,6 +61,15 @@ def test_comparison_json_has_agreement_probes_and_cost(ab_dir: Path) -> None:
     statuses = {r["name"]: r["status"] for r in fast["comparison"]["probes"]["rows"]}
     assert statuses == {"arithmetic": "passes in both", "copy": "passes in both",
                         "needle": "fails in both"}
+
+
+def test_terminal_evidence_line(ab_dir: Path) -> None:
+    fast = _arm(ab_dir, "fast")["comparison"]
+    line = evidence_line(fast, "fast")
+    assert line is not None and line.startswith("distribution agreement (")
+    assert "mean KLD 0 nats (95% CI 0 to 0)" in line and "top-1 agreement 100.0%" in line
+    assert "scoring took" in line and "x this arm's generation time" in line
+    assert evidence_line({"agreement": {"measured": False, "reason": "x"}}, "fast") is None
 
 
 def test_broken_arm_rejected_on_agreement_and_probe(ab_dir: Path) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
+from abgate.runner.documents import new_record, read_record, write_record
 
 
 def test_torn_last_line_is_dropped_and_repaired(tmp_path: Path) -> None:
@@ -65,3 +66,30 @@ def test_diff_paths() -> None:
     a = {"x": 1, "y": {"z": 2, "w": 3}}
     b = {"x": 1, "y": {"z": 5, "w": 3}, "v": 0}
     assert list(rec.iter_diff(a, b)) == ["v", "y.z"]
+
+
+def test_record_documents_are_typed_per_kind(tmp_path: Path) -> None:
+    """Every kind has a typed body, checked on write (a writer's bug never reaches the
+    disk) and on read (one line naming the file and the field)."""
+    run = new_record("run", config={"suite": "synthetic"}, spec={"engine": "llamacpp"},
+                     spec_digest="d" * 64, resumes=[])
+    path = tmp_path / "run.json"
+    write_record(path, run)
+    assert read_record(path, "run")["spec_digest"] == "d" * 64
+    with pytest.raises(AbgateError, match=r"run.json: a 'run' record, where ab was expected"):
+        read_record(path, "ab")
+    bad = {**run, "spec_digest": 7}
+    with pytest.raises(AbgateError, match=r"run.json: spec_digest: Input should be a valid "
+                                          r"string"):
+        write_record(path, bad)
+    assert read_record(path)["spec_digest"] == "d" * 64  # the refused write left it as it was
+    path.write_text(json.dumps({**run, "engine": {"name": "llamacpp"}}))
+    with pytest.raises(AbgateError, match=r"run.json: engine.effective_config: Field required"):
+        read_record(path)
+    ab = new_record("ab", experiment={}, arm_spec_digests={"a": "x"}, digest="y",
+                    schedule={"mode": "sideways", "warmup": 0, "block_size": 8,
+                              "executed": []}, engines={}, resumes=[])
+    with pytest.raises(AbgateError, match=r"ab.json: schedule.mode: Input should be "
+                                          r"'interleave' or 'blocks'"):
+        write_record(tmp_path / "ab.json", ab)
+    assert not (tmp_path / "ab.json").exists()

@@ -136,7 +136,9 @@ def _ab_doc(arms: list[str]) -> dict[str, Any]:
         "schedule": {"mode": "interleave", "warmup": 1, "block_size": 8,
                      "executed": executed},
         "engines": {arm: {"name": "llamacpp", "version": "0.3.36", "model": MODEL["path"],
-                          "effective_config": _effective(arm)} for arm in arms},
+                          "effective_config": _effective(arm),
+                          "capabilities": {"token_ids": True, "scoring": "full"}}
+                    for arm in arms},
         "resumes": [], "error": None,
     }
 

@@ -26,6 +26,7 @@ from abgate.compare.probes import compare_probes
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
+from abgate.runner.documents import read_record
 
 COMPARISON_FILE = "comparison.json"
 AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
@@ -150,7 +151,7 @@ def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, A
 def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             n_boot: int = 2000) -> dict[str, Any]:
     """Compare every candidate arm against the baseline; write and return the result."""
-    ab = rec.read_json(out / "ab.json")
+    ab = read_record(out / "ab.json", "ab")
     exp = ab["experiment"]
     policy = load_policy(policy_path if policy_path is not None else exp.get("policy"))
     base = exp["baseline"]

@@ -24,7 +24,7 @@ from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record
+from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.execute import RunRecorder, Status, tracked
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
@@ -73,7 +73,7 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
-        doc = rec.read_json(out / AB_FILE) if (out / AB_FILE).exists() else None
+        doc = read_record(out / AB_FILE, "ab") if (out / AB_FILE).exists() else None
         if doc is None:
             raise UsageError(f"--resume {out}: no {AB_FILE} there; nothing to resume")
         if doc.get("digest") != digest:
@@ -110,7 +110,7 @@ class AbRunner:
                     self.prompt_sha.setdefault(s["key"], s["prompt"]["sha256"])
 
     def save(self) -> None:
-        rec.write_json_atomic(self.out / AB_FILE, self.doc)
+        write_record(self.out / AB_FILE, self.doc)
 
     def keys(self) -> list[tuple[Item, int]]:
         return self.prepared[self.exp.baseline].keys()

@@ -12,7 +12,7 @@ from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, 
 from abgate.engines.base import Engine
 from abgate.errors import UsageError
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record
+from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.provenance import ProvenanceOptions, record_after_load
 from abgate.runner.session import loaded
 
@@ -58,7 +58,7 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
         doc["cases"] = _cases(session.engine, c)
         doc["probes"] = _probes(session.engine, c)
     doc["status"], doc["ended_at"] = "complete", time.time()
-    rec.write_json_atomic(out / BASELINE_FILE, doc)
+    write_record(out / BASELINE_FILE, doc)
     return doc
 
 
@@ -133,7 +133,7 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
                          "'abgate baseline record'")
-    doc = rec.read_json(path)
+    doc = read_record(path, "baseline")
     c = config_from_record(doc)
     c = replace(c, engine_args={**c.engine_args, **(engine_args or {})},
                 expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc["cases"]),

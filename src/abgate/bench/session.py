@@ -30,7 +30,7 @@ from abgate.errors import UsageError
 from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record
+from abgate.runner.documents import new_record, write_record
 from abgate.runner.execute import Status, tracked
 from abgate.runner.session import (
     EngineSession,
@@ -165,14 +165,14 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
             rec.prepare_new_dir(out, force)
             doc.update({**new_record("bench", config=p.config.to_dict(), spec=p.spec,
                                      spec_digest=p.spec_digest), **doc})
-            rec.write_json_atomic(out / rec.RUN_FILE, doc)
+            write_record(out / rec.RUN_FILE, doc)
             if progress is not None:
                 total = len(plan.cases) * (p.config.warmup + p.config.repeats) + len(probes)
                 progress.on_start(0, total)
             _measure(p, session, plan, probes, out, doc, summary, progress)
     finally:
         if doc.get("kind") == "bench":  # the directory was written: keep it complete
-            rec.write_json_atomic(out / rec.RUN_FILE, doc)
+            write_record(out / rec.RUN_FILE, doc)
     return BenchOutcome(out, doc["status"], summary)
 
 
@@ -188,7 +188,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
         summary.update(build_summary(p, doc, plan, parts["result"], parts["probes"],
                                      parts["resources"]))
         rec.write_json_atomic(out / rec.SUMMARY_FILE, summary)
-        rec.write_json_atomic(out / rec.RUN_FILE, doc)
+        write_record(out / rec.RUN_FILE, doc)
 
     with tracked(out, "bench", finish), session.env(), \
             rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:

@@ -19,8 +19,9 @@ from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
+from abgate.report.agreement_sections import evidence_line
+from abgate.runner.documents import read_record
 from abgate.runner.provenance import ProvenanceOptions
-from abgate.runner.records import read_json
 from abgate.runner.spec import RunConfig
 from abgate.suites import parse_seeds
 
@@ -84,6 +85,9 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         console.print(f"[bold]{arm} vs {result['baseline']}: {v['decision']}[/bold]")
         for reason in v.get("reasons", []):
             console.print(f"  - {reason}")
+        evidence = evidence_line(c.get("comparison") or {}, arm)
+        if evidence:
+            console.print(f"  [dim]{evidence}[/dim]")
     console.print(f"A/B {status}; decision {result['decision']}; reports: "
                   + ", ".join(str(p) for p in paths))
 
@@ -92,7 +96,7 @@ def _recorded(resume: Path) -> Experiment:
     """The experiment an interrupted A/B directory was started with."""
     if not (resume / AB_FILE).exists():
         raise UsageError(f"--resume {resume}: no {AB_FILE} there; nothing to resume")
-    exp = Experiment.from_dict(read_json(resume / AB_FILE)["experiment"])
+    exp = Experiment.from_dict(read_record(resume / AB_FILE, "ab")["experiment"])
     hidden = [f"{arm}.{path}" for arm, c in exp.arms.items() for path in c.redacted()]
     if hidden:
         raise UsageError(f"--resume {resume}: the recorded experiment has redacted secrets "

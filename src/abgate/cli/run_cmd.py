@@ -15,8 +15,9 @@ from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.runner import RunConfig, execute, prepare
+from abgate.runner.documents import read_record
 from abgate.runner.provenance import ProvenanceOptions
-from abgate.runner.records import RUN_FILE, read_json
+from abgate.runner.records import RUN_FILE
 from abgate.suites import parse_seeds
 
 # CLI option name -> RunConfig field, for options that may be taken from a resumed run.
@@ -40,7 +41,8 @@ def config_from_options(o: dict[str, Any]) -> RunConfig:
 
 def _resumed_config(ctx: typer.Context, resume: Path, o: dict[str, Any]) -> RunConfig:
     """Options left at their defaults take the resumed run's recorded values."""
-    stored = read_json(resume / RUN_FILE).get("config") if (resume / RUN_FILE).exists() else None
+    stored = (read_record(resume / RUN_FILE, "run")["config"] if (resume / RUN_FILE).exists()
+              else None)
     if stored is None:
         return config_from_options(o)
     base = RunConfig.from_dict(stored)

@@ -64,6 +64,24 @@ def _method_text(section: Mapping[str, Any]) -> str:
     return "full distributions over the vocabulary"
 
 
+def evidence_line(comparison: Mapping[str, Any], arm: str) -> str | None:
+    """One line of direct evidence for a terminal: mean KLD and top-1 agreement with
+    their intervals, and what the scoring pass cost (None when not measured)."""
+    section = comparison.get("agreement")
+    if not isinstance(section, Mapping) or not section.get("measured"):
+        return None
+    kld, top1 = section.get("mean_kld") or {}, section.get("top1_agreement") or {}
+    text = (f"distribution agreement ({section.get('n_tokens')} tokens, "
+            f"{section.get('n_items')} items): mean KLD {nats(kld.get('estimate'))} nats "
+            f"({pct(kld.get('confidence', 0.95), 0)} CI {interval(kld.get('ci'), nats)}), "
+            "top-1 agreement "
+            f"{pct(top1.get('estimate'), 1)} ({interval(top1.get('ci'), pct)})")
+    ratio = as_float(dig(section, "cost", arm, "scoring_over_generation"))
+    if ratio is not None:
+        text += f"; scoring took {ratio:.2f}x this arm's generation time"
+    return text + ("; approximate (top-k)" if section.get("approximate") else "")
+
+
 def _stats_rows(section: Mapping[str, Any]) -> list[tuple[str, ...]]:
     kld, top1 = section.get("mean_kld") or {}, section.get("top1_agreement") or {}
     dp = section.get("delta_p") or {}

@@ -1,12 +1,17 @@
 """The record documents (``run.json``, ``ab.json``, a bench's ``run.json``,
-``baseline.json``): one header, made and checked in one place.
+``baseline.json``): typed, made, written and read in one place.
 
 Every document starts with the same header: what kind it is and in which schema
 version, the status, abgate's version, the source tree (the same ``git`` facts a
 manifest records, so the two never disagree about ``dirty``), the host and the times.
-:func:`new_record` makes it; :func:`read_record` reads a document and validates its
-header (a wrong type or an unknown kind is a one-line error naming the file and the
-field).
+Each kind then has its own typed body (:data:`BODIES`): the spec and its digest, the
+engine as loaded, resumes, and the kind's own sections. :func:`new_record` makes a
+document; :func:`write_record` checks it against its kind's model before the atomic
+write (a writer's bug never reaches the disk); :func:`read_record` reads one and
+validates it (a wrong type, a missing field or an unexpected kind is a one-line error
+naming the file and the field). Sections that grow with abgate (``provenance``,
+``cleanup``, per-case bench results) are typed as JSON objects; unknown top-level
+fields from newer minor versions are kept.
 """
 
 from __future__ import annotations
@@ -45,6 +50,79 @@ class RecordHeader(BaseModel):
     error: str | None = None
 
 
+class Resume(BaseModel):
+    at: float
+    from_status: str | None = None
+
+
+class EngineRecord(BaseModel):
+    """``Engine.describe()`` as recorded."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+    version: str | None = None
+    model: str | None = None
+    effective_config: dict[str, Any]
+    capabilities: dict[str, Any]
+
+
+class _Spec(RecordHeader):
+    config: dict[str, Any]
+    spec: dict[str, Any]
+    spec_digest: str
+    engine: EngineRecord | None = None  # set once the engine is loaded
+    engine_processes: list[Any] = []
+    provenance: dict[str, Any] | None = None
+    cleanup: dict[str, Any] | None = None
+
+
+class RunRecord(_Spec):
+    """``run.json`` of ``abgate run`` and of each A/B arm (kind ``ab-arm``)."""
+
+    resumes: list[Resume] = []
+    n_samples: int | None = None
+
+
+class AbSchedule(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    mode: Literal["interleave", "blocks"]
+    warmup: int
+    block_size: int
+    executed: list[str]
+
+
+class AbRecord(RecordHeader):
+    """``ab.json``: the experiment, each arm's spec digest, the schedule as run, the
+    engines as loaded, and the scoring pass's cost (or why not) per arm."""
+
+    experiment: dict[str, Any]
+    arm_spec_digests: dict[str, str]
+    digest: str
+    schedule: AbSchedule
+    engines: dict[str, EngineRecord]
+    resumes: list[Resume]
+    scoring: dict[str, dict[str, Any]] = {}
+
+
+class BenchRecord(_Spec):
+    """A bench's ``run.json``."""
+
+
+class BaselineRecord(_Spec):
+    """``baseline.json``: the reference outputs a later build must reproduce."""
+
+    recorded_at: float
+    cases: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+
+
+BODIES: dict[str, type[RecordHeader]] = {"run": RunRecord, "ab-arm": RunRecord,
+                                         "ab": AbRecord, "bench": BenchRecord,
+                                         "baseline": BaselineRecord}
+
+
 def source_state() -> dict[str, Any] | None:
     """The git facts of the working directory's checkout (None outside one)."""
     try:
@@ -61,17 +139,38 @@ def new_record(kind: Kind, **fields: Any) -> dict[str, Any]:
     return {**header.model_dump(), **fields}
 
 
-def read_record(path: Path) -> dict[str, Any]:
-    """A record document with a valid header (schema version, kind, types)."""
-    doc = rec.read_json(path)
+def _one_line(path: Path, exc: ValidationError) -> AbgateError:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "<root>"
+    return AbgateError(f"{path}: {where}: {first['msg']}")
+
+
+def check_record(path: Path, doc: dict[str, Any]) -> None:
+    """Validate ``doc`` against its header and its kind's body model."""
     try:
         header = RecordHeader.model_validate(doc)
+        BODIES[header.kind].model_validate(doc)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise AbgateError(f"{path}: {where}: {first['msg']}") from None
+        raise _one_line(path, exc) from None
     known = SCHEMA_VERSIONS[header.kind]
     if header.schema_version > known:
         raise AbgateError(f"{path}: {header.kind} schema_version {header.schema_version} is "
                           f"newer than this abgate understands ({known}); upgrade abgate")
+
+
+def write_record(path: Path, doc: dict[str, Any]) -> None:
+    """Check ``doc`` (a writer's bug is an error, never a bad file), then write it
+    atomically."""
+    check_record(path, doc)
+    rec.write_json_atomic(path, doc)
+
+
+def read_record(path: Path, *kinds: Kind) -> dict[str, Any]:
+    """A valid record document (header and the kind's body), of one of ``kinds``
+    when given."""
+    doc = rec.read_json(path)
+    check_record(path, doc)
+    if kinds and doc["kind"] not in kinds:
+        raise AbgateError(f"{path}: a {doc['kind']!r} record, where {' or '.join(kinds)} "
+                          "was expected")
     return doc

@@ -23,7 +23,7 @@ from abgate.engines.base import GenerationRequest, GenerationResult, SamplingPar
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record
+from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import build_sample, sample_key
 from abgate.runner.session import loaded
@@ -88,7 +88,7 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool) -> dict[s
     if resume:
         if not (out / rec.RUN_FILE).exists():
             raise UsageError(f"--resume {out}: no run.json there; nothing to resume")
-        doc = rec.read_json(out / rec.RUN_FILE)
+        doc = read_record(out / rec.RUN_FILE, "run", "ab-arm")
         if doc.get("spec_digest") != p.spec_digest:
             diffs = list(rec.iter_diff(doc.get("spec"), p.spec))[:8]
             raise UsageError(f"--resume {out}: the run spec differs from the recorded one "
@@ -125,7 +125,7 @@ class RunRecorder:
         self._writer = rec.SampleWriter(self.samples_path)
 
     def save(self) -> None:
-        rec.write_json_atomic(self.out / rec.RUN_FILE, self.doc)
+        write_record(self.out / rec.RUN_FILE, self.doc)
 
     def pending(self) -> list[tuple[Item, int]]:
         keys = self.p.keys()  # PreparedRun.keys(): the (item, seed) pairs, not a dict
