@@ -109,7 +109,8 @@ class EndpointStats:
     url: str
     in_flight: int = 0
     requests: int = 0
-    errors: int = 0
+    errors: int = 0  # error samples, and requests cut off without one (counted in both)
+    cut_off: int = 0  # in flight when the run ended (a dead server): no sample recorded
     retries: int = 0
     output_tokens: int = 0
     busy_s: float = 0.0
@@ -255,7 +256,9 @@ class OpenAIEngine:
             "concurrency": o.concurrency,
             "request_timeout_s": o.request_timeout,
             "retries": o.retries,
-            "retry_policy": "only failures before any output; not timeouts, not HTTP 4xx",
+            "retry_policy": "only failures before any output; not timeouts, not HTTP 4xx "
+                            "but 408/429; waits the server's Retry-After (at most "
+                            f"{RETRY_AFTER_CAP_S:g} s)",
             "api_key_env": o.api_key_env,
             "probe": info.probe,
             "token_ids": info.dialect.token_ids,
@@ -330,6 +333,10 @@ class OpenAIEngine:
         t0 = time.perf_counter()
         try:
             result = await self._attempts(client, req, ep)
+        except BaseException:  # cut off (the server died, or the run ends): no sample
+            ep.errors += 1
+            ep.cut_off += 1
+            raise
         finally:
             ep.in_flight -= 1
             ep.busy_s += time.perf_counter() - t0
@@ -365,7 +372,7 @@ class OpenAIEngine:
                 if last:
                     break
                 ep.retries += 1
-                await asyncio.sleep(min(0.5 * 2 ** attempt, 5.0))
+                await asyncio.sleep(_backoff(attempt, exc.retry_after))
         message = "; ".join(f"attempt {i + 1}: {f}" for i, f in enumerate(failures))
         return _error_result(req, t_submit, message, ep, len(failures))
 
@@ -413,6 +420,10 @@ class OpenAIEngine:
 
     def _result(self, req: GenerationRequest, s: st.StreamState, ep: EndpointStats,
                 attempt: int) -> GenerationResult:
+        problem = st.usage_problem(s, req.params.max_tokens, self.info.probe.get("usage", False))
+        if problem is not None:
+            return _error_result(req, s.t_submit, f"attempt {attempt + 1}: {problem}", ep,
+                                 attempt + 1)
         usage = s.usage or {}
         finish = {"stop": "stop", "eos": "stop", "eos_token": "stop", "stop_sequence": "stop",
                   "length": "length"}.get(s.finish or "")
@@ -431,6 +442,16 @@ class OpenAIEngine:
             engine_timings={"endpoint": float(self.stats.index(ep)), "attempts": attempt + 1.0,
                             "chunks": float(len(times)),
                             "usage_reported": 1.0 if out_tokens is not None else 0.0})
+
+
+RETRY_AFTER_CAP_S = 60.0
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    """Seconds before the next attempt: exponential, or the server's ``Retry-After``
+    where it asked for longer (capped, so a bad header cannot stall a run)."""
+    delay: float = min(0.5 * 2.0 ** attempt, 5.0)
+    return delay if retry_after is None else max(delay, min(retry_after, RETRY_AFTER_CAP_S))
 
 
 def _error_result(req: GenerationRequest, t_submit: float, message: str, ep: EndpointStats,

@@ -11,6 +11,7 @@ usage chunk follows the finish chunk, so the stream is read to ``[DONE]``).
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import json
 import time
 from collections.abc import Mapping
@@ -105,9 +106,10 @@ class RequestFailed(Exception):
     arrived (never retried); ``connect``: the server could not be reached at all."""
 
     def __init__(self, message: str, *, transient: bool = False, started: bool = False,
-                 connect: bool = False) -> None:
+                 connect: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.transient, self.started, self.connect = transient, started, connect
+        self.retry_after = retry_after  # seconds the server asked to wait (Retry-After)
 
 
 @dataclass
@@ -128,31 +130,84 @@ class StreamState:
         return "".join(self.parts)
 
 
-def absorb(state: StreamState, chunk: Mapping[str, Any], now: float, api: str) -> None:
-    """Fold one parsed SSE chunk into ``state``."""
+def absorb(state: StreamState, chunk: Any, now: float, api: str) -> None:
+    """Fold one parsed SSE chunk into ``state``; a chunk of the wrong shape fails the
+    attempt (a malformed stream is an error sample, never a guessed answer)."""
+    started = bool(state.chunk_times)
+    if not isinstance(chunk, dict):
+        raise _malformed("not a JSON object", chunk, started)
     if chunk.get("error"):
         err = chunk["error"]
         msg = err.get("message", err) if isinstance(err, dict) else err
-        raise RequestFailed(f"server error in stream: {msg}", started=bool(state.chunk_times))
+        raise RequestFailed(f"server error in stream: {msg}", started=started)
     if isinstance(chunk.get("usage"), dict):
         state.usage = chunk["usage"]
-    if isinstance(chunk.get("prompt_token_ids"), list):
-        state.prompt_token_ids = list(chunk["prompt_token_ids"])
-    for choice in chunk.get("choices") or []:
+    if chunk.get("prompt_token_ids") is not None:
+        state.prompt_token_ids = _ids(chunk["prompt_token_ids"], chunk, started)
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise _malformed("'choices' is not a list of objects", chunk, started)
+    for choice in choices:
         if choice.get("index", 0) != 0:
             continue
-        text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
-        ids = choice.get("token_ids")
-        if isinstance(choice.get("prompt_token_ids"), list):
-            state.prompt_token_ids = list(choice["prompt_token_ids"])
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise _malformed("'delta' is not an object", chunk, started)
+        text = delta.get("content") if api == "chat" else choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise _malformed("the output text is not a string", chunk, started)
+        ids = _ids(choice["token_ids"], chunk, started) if choice.get("token_ids") is not None \
+            else None
+        if choice.get("prompt_token_ids") is not None:
+            state.prompt_token_ids = _ids(choice["prompt_token_ids"], chunk, started)
         if text or ids:
             state.chunk_times.append(now)
         if text:
             state.parts.append(text)
-        if isinstance(ids, list):
-            state.token_ids = (state.token_ids or []) + [int(i) for i in ids]
+        if ids is not None:
+            state.token_ids = (state.token_ids or []) + ids
         if choice.get("finish_reason"):
             state.finish = str(choice["finish_reason"])
+
+
+def _ids(value: Any, chunk: Any, started: bool) -> list[int]:
+    if not isinstance(value, list) or not all(type(i) is int for i in value):
+        raise _malformed("token IDs are not a list of integers", chunk, started)
+    return list(value)
+
+
+def _malformed(what: str, chunk: Any, started: bool) -> RequestFailed:
+    return RequestFailed(f"malformed SSE chunk ({what}): {json.dumps(chunk)[:200]}",
+                         started=started)
+
+
+def usage_problem(state: StreamState, max_tokens: int, expected: bool) -> str | None:
+    """Why the stream's usage report cannot be trusted, or None. ``expected``: the
+    server reported usage at the probe, so a stream without one was cut short or is
+    broken (counting chunks instead would silently change the token counts)."""
+    usage = state.usage
+    if usage is None:
+        return "the stream carried no usage report (the server sent one at the probe)" \
+            if expected else None
+    out, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+    for key, value in (("completion_tokens", out), ("prompt_tokens", prompt)):
+        if value is not None and (type(value) is not int or value < 0):
+            return f"inconsistent usage: {key} = {value!r}"
+    if out is None:
+        return None
+    if out > max_tokens:
+        return f"inconsistent usage: completion_tokens {out} > max_tokens {max_tokens}"
+    if out < len(state.chunk_times):
+        return (f"inconsistent usage: completion_tokens {out} < the {len(state.chunk_times)} "
+                "output chunks streamed")
+    if state.token_ids is not None and len(state.token_ids) != out:
+        return (f"inconsistent usage: completion_tokens {out} != the {len(state.token_ids)} "
+                "token IDs streamed")
+    if prompt is not None and state.prompt_token_ids is not None \
+            and len(state.prompt_token_ids) != prompt:
+        return (f"inconsistent usage: prompt_tokens {prompt} != the "
+                f"{len(state.prompt_token_ids)} prompt token IDs streamed")
+    return None
 
 
 async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, Any],
@@ -163,8 +218,11 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
         async with client.stream("POST", url, json=body) as resp:
             if resp.status_code >= 400:
                 detail = (await resp.aread()).decode("utf-8", errors="replace")[:400]
-                raise RequestFailed(f"HTTP {resp.status_code}: {detail.strip()}",
-                                    transient=resp.status_code in TRANSIENT_STATUS)
+                wait = retry_after(resp.headers.get("retry-after"))
+                said = "" if wait is None else f" (Retry-After {wait:g} s)"
+                raise RequestFailed(f"HTTP {resp.status_code}{said}: {detail.strip()}",
+                                    transient=resp.status_code in TRANSIENT_STATUS,
+                                    retry_after=wait)
             async for line in resp.aiter_lines():
                 now = time.perf_counter()
                 if not line.startswith("data:"):
@@ -181,6 +239,9 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                 absorb(state, chunk, now, api)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise RequestFailed(f"cannot connect: {exc}", transient=True, connect=True) from None
+    except httpx.TimeoutException as exc:  # a timeout is never retried
+        raise RequestFailed(f"{type(exc).__name__}: no data for the request timeout ({exc})",
+                            started=bool(state.chunk_times)) from None
     except httpx.HTTPError as exc:
         started = bool(state.chunk_times)
         raise RequestFailed(f"{type(exc).__name__}: {exc}".rstrip(": "),
@@ -191,7 +252,27 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                             + " (llama_cpp.server cuts a stream short when another request "
                             "arrives unless started with --interrupt_requests false)",
                             started=bool(state.chunk_times))
+    if not state.done:  # the usage chunk, if any, may have been lost with the rest
+        raise RequestFailed("the stream ended without [DONE] (cut short after the finish "
+                            "reason)", started=bool(state.chunk_times))
     return state
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 # -- what the server says about itself ---------------------------------------------------
