@@ -42,7 +42,7 @@ def _resumed_config(ctx: typer.Context, resume: Path, o: dict[str, Any]) -> RunC
     stored = read_json(resume / RUN_FILE).get("config") if (resume / RUN_FILE).exists() else None
     if stored is None:
         return config_from_options(o)
-    base = RunConfig.from_dict(stored)
+    base = RunConfig.from_dict(stored, f"{resume / RUN_FILE}: config")
     explicit = {k for k in _CONFIG_PARAMS if _given(ctx, k)}
     config = base
     if explicit:

@@ -131,7 +131,16 @@ def digest_matches(manifest: dict[str, Any]) -> bool:
 
 def load_manifest(path: Path | str) -> dict[str, Any]:
     """Parse and check a manifest file; see the module doc for what is refused."""
-    manifest = check_structure(_parse(Path(path)))
+    try:
+        manifest = _checked(Path(path))
+    except ManifestError as exc:
+        text = str(exc)
+        raise ManifestError(text if str(path) in text else f"manifest {path}: {text}") from None
+    return manifest
+
+
+def _checked(path: Path) -> dict[str, Any]:
+    manifest = check_structure(_parse(path))
     if digest_matches(manifest):
         files = manifest["source"]["files"]
         if fingerprint(files) != manifest["source"]["fingerprint"]:

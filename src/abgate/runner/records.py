@@ -65,6 +65,12 @@ def read_json(path: Path) -> dict[str, Any]:
         raise AbgateError(f"{path}: not found") from None
     except json.JSONDecodeError as exc:
         raise AbgateError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise AbgateError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    except RecursionError:
+        raise AbgateError(f"{path}: JSON nested too deeply") from None
+    except OSError as exc:
+        raise AbgateError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not isinstance(doc, dict):
         raise AbgateError(f"{path}: expected a JSON object")
     check_schema(doc, path)
@@ -87,7 +93,9 @@ def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
             rec = json.loads(raw)
             if is_last:  # no newline after it: the write did not finish
                 raise ValueError("torn line")
-        except ValueError:
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, RecursionError):
             if is_last or all(not rest.strip() for rest in lines[i + 1:]):
                 if repair:
                     with path.open("r+b") as f:
