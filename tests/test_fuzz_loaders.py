@@ -225,3 +225,45 @@ def test_gsm8k_parquet(data: st.DataObject, tmp_path: Path) -> None:
             return  # mixed types pyarrow itself will not write
     path = fresh(tmp_path, "test.parquet", raw)
     check_clean(lambda: gsm8k.load(str(path)), path)
+
+
+# -- what the fuzzing found, kept as plain regression cases ------------------------------
+
+FOUND: dict[str, tuple[str, bytes, Any]] = {
+    "experiment bad utf-8": ("e.toml", b"\xff" + EXPERIMENT, load_experiment),
+    "experiment schedule not a table": ("e.toml", b"schedule = 3\n[arms.a]\n[arms.b]\n",
+                                        load_experiment),
+    "experiment baseline a list": ("e.toml", EXPERIMENT.replace(b'baseline = "f16"',
+                                                                b'baseline = ["f16"]'),
+                                   load_experiment),
+    "contract key with a newline": ("c.toml", b'[env]\nrequired = { "A\\nB" = false }\n',
+                                    load_contract),
+    "manifest NaN": ("m.json", b'{"schema": NaN}', load_manifest),
+    "manifest libraries null": ("m.json", b'{"schema": "abgate.manifest"}', load_manifest),
+    "gsm8k bad utf-8": ("d.jsonl", b"\xc3\n", gsm8k.load),
+    "gsm8k deep JSON": ("d.jsonl", b"[" * 100000 + b"\n", gsm8k.load),
+    "record bad utf-8": ("run.json", b'{"a": "\xed\xa0\x80"}', read_record),
+    "record deep JSON": ("run.json", b"[" * 100000, read_record),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOUND))
+def test_found_cases(case: str, tmp_path: Path) -> None:
+    name, raw, load = FOUND[case]
+    path = tmp_path / name
+    path.write_bytes(raw)
+    arg: Any = str(path) if load is gsm8k.load else path
+    assert check_clean(lambda: load(arg), path) is not None
+
+
+def test_found_samples_line_not_an_object(tmp_path: Path) -> None:
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes(b'{"key": "a"}\n42\n{"key": "b"}\n')
+    assert check_clean(lambda: read_samples(path), path) is not None
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "[" * 100000])
+def test_found_engine_args(value: str) -> None:
+    err = check_clean(lambda: parse_pairs([f"n_ctx={value}"], "--engine-arg"), "",
+                      names="--engine-arg 'n_ctx'")
+    assert err is not None and len(str(err)) < 300
