@@ -181,7 +181,8 @@ class OpenAIEngine:
         body = st.request_body(req, self.opts.api, info.model, info.dialect)
 
         async def once() -> st.StreamState:
-            async with httpx.AsyncClient(headers=self.headers, timeout=60.0) as client:
+            async with httpx.AsyncClient(headers=self.headers, timeout=60.0,
+                                         verify=st.tls_context()) as client:
                 return await st.stream_once(client, self._url(url), body, self.opts.api)
 
         try:
@@ -304,8 +305,8 @@ class OpenAIEngine:
         queue = iter(requests)
         limits = httpx.Limits(max_connections=self.opts.concurrency + 4)
         timeout = httpx.Timeout(self.opts.request_timeout, connect=30.0)
-        async with httpx.AsyncClient(headers=self.headers, timeout=timeout,
-                                     limits=limits) as client:
+        async with httpx.AsyncClient(headers=self.headers, timeout=timeout, limits=limits,
+                                     verify=st.tls_context()) as client:
 
             async def worker() -> None:
                 for req in queue:
