@@ -15,10 +15,13 @@ sustained output tokens/s over the whole batch (wall clock), client CPU per toke
 (``time.process_time`` of the client process over the batch, all threads, divided by
 the tokens), and the lag's median, p99 and max.
 
+``--itl-ms N`` paces every stream at one token per N ms instead (a model's decode
+rate), to see whether the timestamps hold at a load the client can keep up with.
+
 Run from the repository root (the server takes one core; the figures are this host's)::
 
     PYTHONPATH=src python benchmarks/client_ceiling.py [--tokens 64] [--repeats 3] \\
-        [--concurrency 1,8,64,256] [--json out.json]
+        [--concurrency 1,8,64,256] [--itl-ms 0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -41,9 +44,12 @@ import numpy as np
 # -- the server -------------------------------------------------------------------------
 
 SENT: dict[str, list[float]] = {}
+CONNECTIONS = [0]
+ITL_S = [0.0]  # the server's pause between two tokens of a stream (0: none)
 
 
 async def _serve_one(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    CONNECTIONS[0] += 1
     try:
         while True:  # keep-alive: requests one after another on this connection
             head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
@@ -52,7 +58,9 @@ async def _serve_one(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> N
             raw = await reader.readexactly(int(length.group(1))) if length else b""
             if method == "GET":
                 doc: Any = {"data": [{"id": "ceiling", "owned_by": "vllm"}]} \
-                    if path == "/v1/models" else SENT if path == "/sent" else {}
+                    if path == "/v1/models" else \
+                    {"sent": SENT, "connections": CONNECTIONS[0],
+                     "cpu_s": time.process_time()} if path == "/sent" else {}
                 body = json.dumps(doc).encode()
                 w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
@@ -83,6 +91,8 @@ async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
     w.write(chunk(json.dumps({"prompt_token_ids": [1, 2, 3], "choices": [
         {"index": 0, "delta": {"role": "assistant"}}]}).encode()))
     for piece in pre:
+        if ITL_S[0]:
+            await asyncio.sleep(ITL_S[0])
         times.append(time.perf_counter())
         w.write(piece)
         await w.drain()
@@ -94,7 +104,9 @@ async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
     await w.drain()
 
 
-def serve(port_file: Path) -> None:
+def serve(port_file: Path, itl_s: float) -> None:
+    ITL_S[0] = itl_s
+
     async def main() -> None:
         server = await asyncio.start_server(_serve_one, "127.0.0.1", 0, backlog=1024)
         port_file.write_text(str(server.sockets[0].getsockname()[1]))
@@ -114,6 +126,7 @@ def measure(url: str, concurrency: int, tokens: int, batch: int, tag: str) -> di
 
     engine = openai_compat.load("", {}, {"endpoints": [url], "concurrency": concurrency,
                                          "request_timeout": 600.0})
+    before = httpx.get(url + "/sent", timeout=60).json()
     reqs = [GenerationRequest(id=str(i), params=SamplingParams(max_tokens=tokens),
                               messages=({"role": "user", "content": f"{tag}-{i}"},))
             for i in range(batch)]
@@ -123,7 +136,9 @@ def measure(url: str, concurrency: int, tokens: int, batch: int, tag: str) -> di
         wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     finally:
         engine.close()
-    sent = httpx.get(url + "/sent", timeout=60).json()
+    doc = httpx.get(url + "/sent", timeout=60).json()
+    sent, connections = doc["sent"], doc["connections"] - before["connections"] - 1
+    server_cpu = doc["cpu_s"] - before["cpu_s"]
     bad = [r.error for r in results if r.finish_reason != "length"]
     if bad:
         raise SystemExit(f"{len(bad)} requests failed, e.g. {bad[0]}")
@@ -140,9 +155,11 @@ def measure(url: str, concurrency: int, tokens: int, batch: int, tag: str) -> di
     lag = np.asarray(lags) * 1e3
     return {"concurrency": concurrency, "requests": batch, "tokens": n_tok,
             "wall_s": wall, "tok_s": n_tok / wall, "cpu_us_per_token": cpu / n_tok * 1e6,
+            "server_cpu_us_per_token": server_cpu / n_tok * 1e6,
             "lag_ms": {"median": float(np.median(lag)), "p99": float(np.percentile(lag, 99)),
                        "max": float(lag.max()), "min": float(lag.min())},
-            "negative_lags": int((lag < 0).sum()), "out_of_order": disordered}
+            "negative_lags": int((lag < 0).sum()), "out_of_order": disordered,
+            "connections": connections}
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -154,11 +171,13 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "tokens": runs[0]["tokens"], "repeats": len(runs),
             "tok_s": mid(lambda r: r["tok_s"]),
             "cpu_us_per_token": mid(lambda r: r["cpu_us_per_token"]),
+            "server_cpu_us_per_token": mid(lambda r: r["server_cpu_us_per_token"]),
             "lag_median_ms": mid(lambda r: r["lag_ms"]["median"]),
             "lag_p99_ms": mid(lambda r: r["lag_ms"]["p99"]),
             "lag_max_ms": mid(lambda r: r["lag_ms"]["max"]),
             "negative_lags": sum(r["negative_lags"] for r in runs),
-            "out_of_order": sum(r["out_of_order"] for r in runs)}
+            "out_of_order": sum(r["out_of_order"] for r in runs),
+            "connections": max(r["connections"] for r in runs)}
 
 
 def main() -> None:
@@ -169,12 +188,15 @@ def main() -> None:
     ap.add_argument("--min-requests", type=int, default=32,
                     help="requests per batch: max(this, 4 x concurrency)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--itl-ms", type=float, default=0.0,
+                    help="pace each stream at one token per this many ms (default: flat out)")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.serve:
-        return serve(a.serve)
+        return serve(a.serve, a.itl_ms / 1e3)
     port_file = Path(tempfile.mkdtemp()) / "port"
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file)])
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file),
+                               "--itl-ms", str(a.itl_ms)])
     try:
         while not port_file.exists() or not port_file.read_text():
             if server.poll() is not None:
@@ -190,10 +212,12 @@ def main() -> None:
             s = rows[-1]
             print(f"c={c:>3} {s['requests']:>4} req x {a.tokens} tok: "
                   f"{s['tok_s']['median']:>8.0f} tok/s ({s['tok_s']['min']:.0f}-"
-                  f"{s['tok_s']['max']:.0f}), {s['cpu_us_per_token']['median']:.1f} us CPU/tok, "
+                  f"{s['tok_s']['max']:.0f}), {s['cpu_us_per_token']['median']:.1f} us CPU/tok "
+                  f"(server {s['server_cpu_us_per_token']['median']:.1f}), "
                   f"lag median {s['lag_median_ms']['median']:.2f} ms, p99 "
                   f"{s['lag_p99_ms']['median']:.2f} ms, max {s['lag_max_ms']['median']:.1f} ms, "
-                  f"negative {s['negative_lags']}, out of order {s['out_of_order']}", flush=True)
+                  f"negative {s['negative_lags']}, out of order {s['out_of_order']}, "
+                  f"connections {s['connections']}", flush=True)
     finally:
         server.kill()
         server.wait()
@@ -201,7 +225,7 @@ def main() -> None:
         host = {"cpus": os.cpu_count(), "load_1min": os.getloadavg()[0],
                 "python": sys.version.split()[0]}
         a.json.write_text(json.dumps({"host": host, "tokens_per_request": a.tokens,
-                                      "rows": rows}, indent=2) + "\n")
+                                      "itl_ms": a.itl_ms, "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

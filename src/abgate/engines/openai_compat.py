@@ -303,21 +303,24 @@ class OpenAIEngine:
     async def _run_all(self, requests: Sequence[GenerationRequest],
                        done: Callable[[GenerationResult], None]) -> None:
         queue = iter(requests)
-        limits = httpx.Limits(max_connections=self.opts.concurrency + 4)
         timeout = httpx.Timeout(self.opts.request_timeout, connect=30.0)
-        async with httpx.AsyncClient(headers=self.headers, timeout=timeout, limits=limits,
-                                     verify=st.tls_context()) as client:
 
-            async def worker() -> None:
+        async def worker() -> None:
+            # a client (connection pool) per worker: its requests run one at a time, so
+            # it keeps one connection per endpoint alive. One pool shared by all workers
+            # costs O(connections) per pool operation in httpcore: at concurrency 64 the
+            # client spent 3x the CPU per token (benchmarks/client_ceiling.py)
+            async with httpx.AsyncClient(headers=self.headers, timeout=timeout,
+                                         verify=st.tls_context()) as client:
                 for req in queue:
                     done(await self._run_one(client, req))
 
-            try:
-                async with asyncio.TaskGroup() as tg:
-                    for _ in range(min(self.opts.concurrency, max(1, len(requests)))):
-                        tg.create_task(worker())
-            except BaseExceptionGroup as group:
-                raise _first(group) from None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(min(self.opts.concurrency, max(1, len(requests)))):
+                    tg.create_task(worker())
+        except BaseExceptionGroup as group:
+            raise _first(group) from None
 
     def _pick(self) -> EndpointStats:
         """The endpoint with the fewest requests in flight (round-robin among ties)."""
