@@ -10,8 +10,8 @@ Which fault a request gets: a marker ``FAULT:<name>`` anywhere in its prompt win
 the next entry of ``script`` (one per new prompt, the probe excepted; a retry gets what
 its first attempt got); else ``default``. ``<name>xN`` (e.g. ``503x2``) applies the
 fault to the first N attempts of that prompt and answers normally after. A normal
-answer streams ``max_tokens`` chunks of one token each (``t0 t1 ...``, token IDs 100,
-101, ...), a finish chunk, a usage chunk and ``[DONE]``, as vLLM does.
+answer streams ``max_tokens`` chunks of one token each (``t0 t1 ...``; with ``vary``, a text
+fixed per prompt; token IDs 100, 101, ...), a finish chunk, a usage chunk and ``[DONE]``.
 
 In-process: ``with FaultServer(...) as fs: fs.url``. As a process (to be SIGKILLed):
 ``python -m tests.fault_server --port-file F [--script ok,ok,stall_mid]``.
@@ -25,6 +25,7 @@ import json
 import re
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,9 @@ class _Died(Exception):
 
 class FaultServer:
     def __init__(self, default: str = "ok", script: list[str] | None = None,
-                 owned_by: str = "vllm", retry_after: str = "1", port: int = 0) -> None:
-        self.default, self.script = default, list(script or [])
+                 owned_by: str = "vllm", retry_after: str = "1", port: int = 0,
+                 vary: bool = False) -> None:
+        self.default, self.script, self.vary = default, list(script or []), vary
         self.owned_by, self.retry_after, self.port = owned_by, retry_after, port
         self.seen: list[Seen] = []
         self.attempts: dict[str, int] = {}
@@ -215,6 +217,10 @@ class FaultServer:
                 continue
             c: dict[str, Any] = {"index": 0, "token_ids": [100 + i], "finish_reason": None}
             piece: Any = f"t{i} "
+            if self.vary:  # a different (but fixed) text per prompt: "t7 t12 ..."
+                salt = zlib.crc32(json.dumps(body.get("messages") or body.get("prompt"))
+                                  .encode())
+                piece = f"t{(salt + 5 * i) % 97} "
             if fault == "bad_text" and i == 1:
                 piece = 5
             if fault == "bad_ids" and i == 1:
