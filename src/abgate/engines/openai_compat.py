@@ -41,6 +41,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
+from abgate.engines.openai_checks import usage_problem
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact_url
@@ -424,7 +425,7 @@ class OpenAIEngine:
 
     def _result(self, req: GenerationRequest, s: st.StreamState, ep: EndpointStats,
                 attempt: int) -> GenerationResult:
-        problem = st.usage_problem(s, req.params.max_tokens, self.info.probe.get("usage", False))
+        problem = usage_problem(s, req.params.max_tokens, self.info.probe.get("usage", False))
         if problem is not None:
             return _error_result(req, s.t_submit, f"attempt {attempt + 1}: {problem}", ep,
                                  attempt + 1)
