@@ -267,3 +267,14 @@ def test_found_engine_args(value: str) -> None:
     err = check_clean(lambda: parse_pairs([f"n_ctx={value}"], "--engine-arg"), "",
                       names="--engine-arg 'n_ctx'")
     assert err is not None and len(str(err)) < 300
+
+
+def test_found_parquet_string_column_not_utf8(tmp_path: Path) -> None:
+    """A file that decodes as parquet but holds a string column that is not UTF-8 (found
+    by a 2000-example run: the error came from converting rows, outside the guard)."""
+    data = b"\xff\xfe bad"
+    offsets = pa.py_buffer(b"\x00\x00\x00\x00" + len(data).to_bytes(4, "little"))
+    question = pa.StringArray.from_buffers(1, offsets, pa.py_buffer(data))
+    path = tmp_path / "test.parquet"
+    pq.write_table(pa.table({"question": question, "answer": ["x\n#### 1"]}), path)
+    assert check_clean(lambda: gsm8k.load(str(path)), path) is not None

@@ -66,10 +66,12 @@ def _read_parquet(path: Path) -> list[Item]:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        # converting to Python is part of reading: a damaged file can decode cleanly as
+        # parquet and still hold a string column that is not UTF-8
+        rows = pq.read_table(path).to_pylist()
     except Exception as exc:  # pyarrow raises several types for a bad file
         raise UsageError(f"{path}: cannot read parquet ({one_line(exc)})") from None
-    return [_item(rec, f"{path}:row {i}") for i, rec in enumerate(table.to_pylist(), 1)]
+    return [_item(rec, f"{path}:row {i}") for i, rec in enumerate(rows, 1)]
 
 
 def _dedupe(items: Iterable[Item], source: str) -> tuple[Item, ...]:
