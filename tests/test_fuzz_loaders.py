@@ -21,6 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from abgate.ab.experiment import load_experiment
+from abgate.baseline.core import read_baseline
+from abgate.bench import BenchConfig
 from abgate.compare.policy import load_policy
 from abgate.engines.args import parse_pairs, validate_args
 from abgate.engines.llamacpp import ARG_SPECS
@@ -161,6 +163,36 @@ def test_run_json_config_for_resume(ab_dir: Path, data: st.DataObject, tmp_path:
     run["config"] = data.draw(broken_doc(run["config"], JSON_VALUES))
     path = fresh(tmp_path, "run.json", json.dumps(run).encode())
     check_clean(lambda: RunConfig.from_dict(read_record(path)["config"], where=str(path)), path)
+
+
+# -- baseline.json (abgate baseline check) -------------------------------------------
+
+BASELINE: dict[str, Any] = {
+    "schema_version": 1, "kind": "baseline", "status": "complete",
+    "config": BenchConfig(input_lens=(32,), output_len=8).to_dict(),
+    "cases": [{"input_len": 32, "output_len": 8, "prompt_sha256": "a" * 64,
+               "prompt_ids": list(range(32)), "output_token_ids": list(range(8)),
+               "speed": {"steady_decode_tps": {"median": 100.0}},
+               "decode_tps_values": [100.0, 101.0, 99.0]}],
+    "probes": [{"name": "copy", "passed": True, "reason": "ok"}]}
+
+
+@FUZZ
+@given(data=st.data())
+def test_baseline_json(data: st.DataObject, tmp_path: Path) -> None:
+    raw = json.dumps(BASELINE, indent=1).encode()
+    if data.draw(st.booleans()):
+        raw = data.draw(broken_text(raw))
+    else:
+        raw = json.dumps(data.draw(broken_doc(BASELINE, JSON_VALUES))).encode()
+    path = fresh(tmp_path, "baseline.json", raw)
+    check_clean(lambda: read_baseline(path), path)
+
+
+def test_baseline_json_as_recorded_reads(tmp_path: Path) -> None:
+    path = fresh(tmp_path, "baseline.json", json.dumps(BASELINE).encode())
+    doc, config = read_baseline(path)
+    assert config.input_lens == (32,) and doc["cases"][0]["input_len"] == 32
 
 
 # -- engine-arg strings --------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
-from abgate.errors import UsageError
+from abgate.errors import UsageError, one_line
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record
 from abgate.runner.provenance import ProvenanceOptions, record_after_load
@@ -73,6 +73,44 @@ def config_from_record(doc: dict[str, Any]) -> BenchConfig:
     d["input_lens"] = tuple(None if n == "max" else n for n in d["input_lens"])
     d["expect_prompt_sha"] = tuple(d.get("expect_prompt_sha", ()))
     return BenchConfig(**d)
+
+
+_CASE = {"input_len": int, "output_len": int, "prompt_sha256": str, "speed": dict,
+         "prompt_ids": list}
+_CONFIG = {"engine": str, "engine_args": dict, "env": dict, "engine_options": dict,
+           "output_len": int, "warmup": int, "repeats": int, "prompt_seed": int,
+           "probes": bool, "probe_len": int}
+
+
+def read_baseline(path: Path) -> tuple[dict[str, Any], BenchConfig]:
+    """``baseline.json`` and its bench config, with what the check relies on checked:
+    a damaged file is a one-line UsageError naming it, not a traceback mid-check."""
+    doc = rec.read_json(path)
+    try:
+        c = config_from_record(doc)
+        for key, kind in _CONFIG.items():
+            _expect(f"config.{key}", getattr(c, key), kind)
+        cases, probes = doc["cases"], doc["probes"]
+        _expect("cases", cases, list)
+        _expect("probes", probes, list)
+        for i, case in enumerate(cases):
+            for key, kind in _CASE.items():
+                _expect(f"cases[{i}].{key}", case[key], kind)
+            _expect(f"cases[{i}].speed.steady_decode_tps", case["speed"]["steady_decode_tps"],
+                    dict)
+            for key in ("output_token_ids", "decode_tps_values"):
+                _expect(f"cases[{i}].{key}", case.get(key), (list, type(None)))
+        for i, probe in enumerate(probes):
+            _expect(f"probes[{i}].passed", probe["passed"], bool)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{path}: not a readable baseline ({type(exc).__name__}: "
+                         f"{one_line(exc)})") from None
+    return doc, c
+
+
+def _expect(where: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"{where} is {type(value).__name__}")
 
 
 def host_load() -> dict[str, Any]:
@@ -157,8 +195,7 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
                          "'abgate baseline record'")
-    doc = rec.read_json(path)
-    c = config_from_record(doc)
+    doc, c = read_baseline(path)
     c = replace(c, engine_args={**c.engine_args, **(engine_args or {})},
                 expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc["cases"]),
                 input_lens=tuple(case["input_len"] for case in doc["cases"]))
