@@ -162,6 +162,9 @@ class FaultServer:
         return fault, fault
 
     async def _post(self, w: asyncio.StreamWriter, path: str, body: dict[str, Any]) -> None:
+        if path == "/tokenize":  # as vLLM's: chat messages or a prompt to token IDs
+            text = json.dumps(body.get("messages") or body.get("prompt"))
+            return _json(w, 200, {"tokens": [b % 251 for b in text.encode()[:64]]})
         label, fault = self._fault_for(body)
         seen = Seen(path, label, time.perf_counter())
         self.seen.append(seen)
