@@ -64,18 +64,30 @@ def test_changed_engine_arg_diverges_with_position(recorded: Path, tmp_path: Pat
     assert "DIFFER" in r.stdout
 
 
-def test_speed_regression_fails_the_check(recorded: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("old_format", [False, True])
+def test_speed_regression_fails_the_check(recorded: Path, tmp_path: Path,
+                                          old_format: bool) -> None:
     doc = json.loads((recorded / "baseline.json").read_text())
     for case in doc["cases"]:  # pretend the baseline build was 100x faster
         case["speed"]["steady_decode_tps"]["median"] *= 100
+        values = case.pop("decode_tps_values")
+        assert len(values) == 1 and values[0] > 0  # one value per measured repeat
+        if not old_format:  # (a baseline from before per-repeat values: its median only)
+            case["decode_tps_values"] = [v * 100 for v in values]
+    assert doc["host_load"]["before"]["cpus"] >= 1
     fake = tmp_path / "B"
     fake.mkdir()
     (fake / "baseline.json").write_text(json.dumps(doc))
     report = tmp_path / "check.json"
-    r = abgate("baseline", "check", str(fake), "--json", str(report))
-    assert r.returncode == 1 and "SLOWER" in r.stdout
-    rows = json.loads(report.read_text())["cases"]
+    # two repeats: the check has a spread of its own, so an interval
+    r = abgate("baseline", "check", str(fake), "--repeats", "2", "--json", str(report))
+    assert r.returncode == 1 and "SLOWER" in r.stdout, r.stdout + r.stderr
+    out = json.loads(report.read_text())
+    rows = out["cases"]
     assert all(c["tokens_match"] and not c["speed"]["ok"] for c in rows)
+    assert all(c["speed"]["outcome"] == "slower" and len(c["speed"]["current_values"]) == 2
+               and c["speed"]["high"] < 0.9 for c in rows)
+    assert out["host_load"]["current"]["after"]["cpus"] >= 1 and not out["speed_inconclusive"]
 
 
 def test_check_without_baseline_is_a_usage_error(tmp_path: Path) -> None:

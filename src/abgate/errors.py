@@ -16,11 +16,23 @@ class AbgateError(Exception):
 
     exit_code = 1
 
+    def __str__(self) -> str:
+        # one line whatever it quotes (a key or value with a newline in it, a library's
+        # multi-line message): line breaks are shown escaped
+        return super().__str__().replace("\r", "\\r").replace("\n", "\\n")
+
 
 class UsageError(AbgateError):
     """Bad input: a flag, file, key or value the user can fix. Exit code 2."""
 
     exit_code = 2
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """``text`` on one line (whitespace runs collapsed), at most ``limit`` characters: for
+    messages that quote a library's own (possibly multi-line) error."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
 
 
 def close_matches(word: str, choices: Iterable[str], n: int = 3) -> list[str]:

@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from abgate.errors import UsageError, did_you_mean
+from abgate.errors import UsageError, did_you_mean, one_line
 from abgate.runner.spec import RunConfig
 
 ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env")
@@ -101,16 +101,22 @@ class Experiment:
         return [a for a in self.arms if a != self.baseline]
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Experiment:
-        """The inverse of :meth:`to_dict` (how ``--resume`` finds the experiment)."""
-        bench = dict(d.get("bench") or {})
-        bench["input_len"] = tuple(bench.get("input_len", ()))
-        return cls(name=d["name"], description=d.get("description", ""),
-                   baseline=d["baseline"],
-                   arms={k: RunConfig.from_dict(v) for k, v in d["arms"].items()},
-                   schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
-                   bench=BenchPlan(**bench), expect=d.get("expect", "lossy"),
-                   evidence=Evidence(**d.get("evidence", {})))
+    def from_dict(cls, d: Any, where: str = "experiment") -> Experiment:
+        """The inverse of :meth:`to_dict` (how ``--resume`` finds the experiment); a
+        damaged record is a one-line UsageError naming ``where``."""
+        try:
+            bench = dict(d.get("bench") or {})
+            bench["input_len"] = tuple(bench.get("input_len", ()))
+            return cls(name=d["name"], description=d.get("description", ""),
+                       baseline=d["baseline"],
+                       arms={k: RunConfig.from_dict(v, f"{where}.arms.{k}")
+                             for k, v in d["arms"].items()},
+                       schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
+                       bench=BenchPlan(**bench), expect=d.get("expect", "lossy"),
+                       evidence=Evidence(**d.get("evidence", {})))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UsageError(f"{where}: cannot be read back ({type(exc).__name__}: "
+                             f"{one_line(exc)})") from None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ``expect`` only when not the default "lossy", so the digest of
@@ -140,36 +146,19 @@ def _typed(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> A
     return value
 
 
-def shared_config(where: str, shared: Mapping[str, Any]) -> RunConfig:
+def shared_config(where: str, shared: Any) -> RunConfig:
     """A RunConfig from a TOML table, with types checked against the dataclass."""
-    names = [f.name for f in fields(RunConfig)]
-    _check_keys(where, shared, names)
-    defaults = RunConfig()
-    kw: dict[str, Any] = {}
-    for key, value in shared.items():
-        default = getattr(defaults, key)
-        if key == "seeds":
-            value = tuple(_typed(where, key, value, list))
-            for s in value:
-                _typed(where, "seeds[]", s, int)
-        elif isinstance(default, dict):
-            _typed(where, key, value, dict)
-        elif isinstance(default, bool):
-            _typed(where, key, value, bool)
-        elif isinstance(default, float):
-            value = float(_typed(where, key, value, (int, float)))
-        elif isinstance(default, int):
-            _typed(where, key, value, int)
-        elif value is not None and key not in ("limit", "sample"):
-            _typed(where, key, value, str)
-        elif key in ("limit", "sample"):
-            _typed(where, key, value, int)
-        kw[key] = value
-    return RunConfig(**kw)
+    return RunConfig.from_dict(_table(where, shared), where)
 
 
-def arm_config(where: str, shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:
-    _check_keys(where, arm, ARM_KEYS)
+def _table(where: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: must be a table, got {value!r}")
+    return value
+
+
+def arm_config(where: str, shared: RunConfig, arm: Any) -> RunConfig:
+    _check_keys(where, _table(where, arm), ARM_KEYS)
     updates: dict[str, Any] = {}
     for key, value in arm.items():
         if key in MERGED:
@@ -180,9 +169,10 @@ def arm_config(where: str, shared: RunConfig, arm: Mapping[str, Any]) -> RunConf
     return replace(shared, **updates)
 
 
-def _schedule(where: str, table: Mapping[str, Any]) -> Schedule:
-    _check_keys(where, table, SCHEDULE_KEYS)
+def _schedule(where: str, table: Any) -> Schedule:
+    _check_keys(where, _table(where, table), SCHEDULE_KEYS)
     s = Schedule(**table)
+    _typed(where, "mode", s.mode, str)
     if s.mode not in SCHEDULE_MODES:
         raise UsageError(f"{where}: mode {s.mode!r} is not one of {', '.join(SCHEDULE_MODES)}"
                          + did_you_mean(s.mode, SCHEDULE_MODES))
@@ -193,10 +183,10 @@ def _schedule(where: str, table: Mapping[str, Any]) -> Schedule:
     return s
 
 
-def _bench(where: str, table: Mapping[str, Any]) -> BenchPlan:
-    _check_keys(where, table, BENCH_KEYS)
+def _bench(where: str, table: Any) -> BenchPlan:
+    _check_keys(where, _table(where, table), BENCH_KEYS)
     lens = table.get("input_len", [])
-    lens = [lens] if isinstance(lens, int) else lens
+    lens = [lens] if isinstance(lens, int) else _typed(where, "input_len", lens, list)
     for n in lens:
         _typed(where, "input_len", n, int)
     for key in ("output_len", "repeats", "warmup"):
@@ -212,9 +202,12 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     arms_table = doc.get("arms", {})
     if not isinstance(arms_table, dict) or len(arms_table) < 2:
         raise UsageError(f"{where}: an experiment needs at least two [arms.NAME] tables")
-    arms = {name: arm_config(f"{where} [arms.{name}]", shared, table or {})
+    arms = {name: arm_config(f"{where} [arms.{name}]", shared, table)
             for name, table in arms_table.items()}
-    baseline = doc.get("baseline", next(iter(arms)))
+    baseline = _typed(where, "baseline", doc.get("baseline", next(iter(arms))), str)
+    for key in ("name", "description"):
+        if key in doc:
+            _typed(where, key, doc[key], str)
     if baseline not in arms:
         raise UsageError(f"{where}: baseline {baseline!r} is not an arm"
                          + did_you_mean(str(baseline), arms))
@@ -255,6 +248,10 @@ def load_experiment(path: Path) -> Experiment:
         doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     exp = parse_experiment(doc, str(path))
     if exp.policy is not None and not Path(exp.policy).is_absolute():
         exp = replace(exp, policy=str(path.parent / exp.policy))

@@ -5,7 +5,9 @@ the complete output token IDs and their SHA-256, the prompt SHA, the speed figur
 the engine's top-k candidates along the output (where the engine can give them) and
 the provenance. ``check`` re-runs the same cases on the current build and reports an
 exact match or the first diverging position with both tokens, speed against the
-recorded figures with a tolerance, and probe health.
+recorded per-repeat figures within a tolerance, noise-aware (``compare/speed_check.py``:
+a slowdown that the runs' own spread cannot resolve is "inconclusive", not a failure),
+and probe health.
 """
 
 from abgate.baseline.core import CheckReport, check_baseline, record_baseline

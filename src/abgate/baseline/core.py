@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -9,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
+from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
-from abgate.errors import UsageError
+from abgate.errors import UsageError, one_line
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.provenance import ProvenanceOptions, record_after_load
@@ -35,6 +37,8 @@ def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
         d = cr.to_dict(samples=False)
         d["top_k"] = _topk(engine, cr.prompt_ids, d["output_token_ids"])
         d["prompt_ids"] = cr.prompt_ids
+        # per repeat, for the noise-aware speed check (compare/speed_check.py)
+        d["decode_tps_values"] = [s["timing"]["steady_decode_tps"] for s in cr.measured]
         out.append(d)
     return out
 
@@ -55,7 +59,9 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                      recorded_at=time.time())
     with loaded(p.engine, out, doc) as session, session.env():
         record_after_load(provenance or ProvenanceOptions(), None, session, doc)
+        load_before = host_load()
         doc["cases"] = _cases(session.engine, c)
+        doc["host_load"] = {"before": load_before, "after": host_load()}
         doc["probes"] = _probes(session.engine, c)
     doc["status"], doc["ended_at"] = "complete", time.time()
     write_record(out / BASELINE_FILE, doc)
@@ -69,14 +75,68 @@ def config_from_record(doc: dict[str, Any]) -> BenchConfig:
     return BenchConfig(**d)
 
 
+_CASE = {"input_len": int, "output_len": int, "prompt_sha256": str, "speed": dict,
+         "prompt_ids": list}
+_CONFIG = {"engine": str, "engine_args": dict, "env": dict, "engine_options": dict,
+           "output_len": int, "warmup": int, "repeats": int, "prompt_seed": int,
+           "probes": bool, "probe_len": int}
+
+
+def read_baseline(path: Path) -> tuple[dict[str, Any], BenchConfig]:
+    """``baseline.json`` and its bench config, with what the check relies on checked:
+    a damaged file is a one-line UsageError naming it, not a traceback mid-check."""
+    doc = read_record(path, "baseline")
+    try:
+        c = config_from_record(doc)
+        for key, kind in _CONFIG.items():
+            _expect(f"config.{key}", getattr(c, key), kind)
+        cases, probes = doc["cases"], doc["probes"]
+        _expect("cases", cases, list)
+        _expect("probes", probes, list)
+        for i, case in enumerate(cases):
+            for key, kind in _CASE.items():
+                _expect(f"cases[{i}].{key}", case[key], kind)
+            _expect(f"cases[{i}].speed.steady_decode_tps", case["speed"]["steady_decode_tps"],
+                    dict)
+            for key in ("output_token_ids", "decode_tps_values"):
+                _expect(f"cases[{i}].{key}", case.get(key), (list, type(None)))
+        for i, probe in enumerate(probes):
+            _expect(f"probes[{i}].passed", probe["passed"], bool)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{path}: not a readable baseline ({type(exc).__name__}: "
+                         f"{one_line(exc)})") from None
+    return doc, c
+
+
+def _expect(where: str, value: Any, kind: type | tuple[type, ...]) -> None:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"{where} is {type(value).__name__}")
+
+
+def host_load() -> dict[str, Any]:
+    """The 1-minute load average against the cores: context for a speed comparison (a
+    host that got busier between record and check runs slower for that alone)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    return {"load_1min": load, "cpus": os.cpu_count()}
+
+
 @dataclass
 class CheckReport:
     passed: bool = True
     cases: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
+    host_load: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speed_inconclusive(self) -> bool:
+        return any(c["speed"]["outcome"] == "inconclusive" for c in self.cases)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "cases": self.cases, "probes": self.probes}
+        return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
+                "cases": self.cases, "probes": self.probes, "host_load": self.host_load}
 
 
 def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
@@ -119,30 +179,38 @@ def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
                tolerance: float) -> dict[str, Any]:
     old = ref["speed"]["steady_decode_tps"].get("median")
     new = cur["speed"]["steady_decode_tps"].get("median")
-    ratio = new / old if old and new else None
-    row["speed"] = {"recorded_decode_tps": old, "current_decode_tps": new, "ratio": ratio,
-                    "tolerance": tolerance,
-                    "ok": ratio is not None and ratio >= 1.0 - tolerance}
-    row["passed"] = row["tokens_match"] and row["speed"]["ok"]
+    # a baseline recorded before per-repeat values were kept has its median only
+    recorded = ref.get("decode_tps_values") or [old]
+    check = compare_speed(recorded, cur["decode_tps_values"], tolerance)
+    row["speed"] = {"recorded_decode_tps": old, "current_decode_tps": new,
+                    "recorded_values": recorded, "current_values": cur["decode_tps_values"],
+                    "tolerance": tolerance, **check.to_dict()}
+    row["passed"] = row["tokens_match"] and check.ok
     return row
 
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
-                   tolerance: float = 0.10) -> CheckReport:
+                   tolerance: float = 0.10, repeats: int | None = None) -> CheckReport:
     path = base_dir / BASELINE_FILE
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
                          "'abgate baseline record'")
-    doc = read_record(path, "baseline")
-    c = config_from_record(doc)
+    doc, c = read_baseline(path)
     c = replace(c, engine_args={**c.engine_args, **(engine_args or {})},
                 expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc["cases"]),
                 input_lens=tuple(case["input_len"] for case in doc["cases"]))
+    if repeats is not None:
+        if repeats < 1:
+            raise UsageError(f"--repeats must be >= 1, got {repeats}")
+        c = replace(c, repeats=repeats)
     p = prepare_bench(c)
     report = CheckReport()
     with loaded(p.engine) as session, session.env():
         engine = session.engine
+        load_before = host_load()
         current = _cases(engine, c)
+        report.host_load = {"recorded": doc.get("host_load"),
+                            "current": {"before": load_before, "after": host_load()}}
         for ref, cur in zip(doc["cases"], current, strict=True):
             row = _compare_case(engine, ref, cur, tolerance)
             report.cases.append(row)

@@ -34,6 +34,9 @@ def main() -> None:
     except AbgateError as exc:
         print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except OSError as exc:  # the environment's (a full disk, a directory gone): one line
+        print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
+        sys.exit(1)
     except typer.Abort:
         print("abgate: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -96,7 +96,8 @@ def _recorded(resume: Path) -> Experiment:
     """The experiment an interrupted A/B directory was started with."""
     if not (resume / AB_FILE).exists():
         raise UsageError(f"--resume {resume}: no {AB_FILE} there; nothing to resume")
-    exp = Experiment.from_dict(read_record(resume / AB_FILE, "ab")["experiment"])
+    exp = Experiment.from_dict(read_record(resume / AB_FILE, "ab").get("experiment"),
+                               f"{resume / AB_FILE}: experiment")
     hidden = [f"{arm}.{path}" for arm, c in exp.arms.items() for path in c.redacted()]
     if hidden:
         raise UsageError(f"--resume {resume}: the recorded experiment has redacted secrets "

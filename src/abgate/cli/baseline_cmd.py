@@ -73,14 +73,20 @@ def check_command(
     engine_arg: list[str] = typer.Option([], "--engine-arg", help="Override KEY=VALUE."),
     tolerance: float = typer.Option(0.10, help="Allowed decode slowdown (0.10 = 10%; 1 "
                                     "checks tokens and probes only)."),
+    repeats: int = typer.Option(None, help="Measured requests per case (default: as "
+                                "recorded); more narrow the speed interval."),
     json_out: Path = typer.Option(None, "--json", help="Write the check report here."),
 ) -> None:
-    """Re-run the recorded cases on this build. Exit 0 only when every check passes."""
+    """Re-run the recorded cases on this build. Exit 0 only when every check passes; a
+    speed difference the runs' own noise cannot resolve is inconclusive, not a failure."""
     if not 0 <= tolerance <= 1:
         raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
     report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
-                            tolerance=tolerance)
-    table = Table(title=f"baseline check: {'PASS' if report.passed else 'FAIL'}")
+                            tolerance=tolerance, repeats=repeats)
+    verdict = "PASS" if report.passed else "FAIL"
+    if report.passed and report.speed_inconclusive:
+        verdict += " (speed inconclusive)"
+    table = Table(title=f"baseline check: {verdict}")
     for col in ("case", "tokens", "first divergence", "decode tok/s (rec -> now)", "speed"):
         table.add_column(col)
     for row in report.cases:
@@ -91,10 +97,16 @@ def check_command(
                f" (in each other's top-5: {div['reference_in_current_top_k']} / "
                f"{div['current_in_reference_top_k']})"))
         s = row["speed"]
+        interval = "" if s["low"] is None else f" [{s['low']:.2f}-{s['high']:.2f}]"
         table.add_row(row["case"], "match" if row["tokens_match"] else "DIFFER", where,
                       f"{s['recorded_decode_tps'] or 0:.1f} -> {s['current_decode_tps'] or 0:.1f}",
-                      "ok" if s["ok"] else "SLOWER")
+                      {"ok": "ok", "slower": "SLOWER", "inconclusive": "inconclusive",
+                       "unmeasured": "UNMEASURED"}[s["outcome"]] + interval)
     Console().print(table)
+    for row in report.cases:
+        if row["speed"]["outcome"] != "ok":
+            typer.echo(f"speed {row['case']}: {row['speed']['outcome']}: "
+                       f"{row['speed']['reason']}")
     for p in report.probes:
         typer.echo(f"probe {p['name']}: recorded {'pass' if p['recorded'] else 'fail'}, now "
                    f"{'pass' if p['current'] else 'fail'} ({p['reason']})"

@@ -45,7 +45,7 @@ def _resumed_config(ctx: typer.Context, resume: Path, o: dict[str, Any]) -> RunC
               else None)
     if stored is None:
         return config_from_options(o)
-    base = RunConfig.from_dict(stored)
+    base = RunConfig.from_dict(stored, f"{resume / RUN_FILE}: config")
     explicit = {k for k in _CONFIG_PARAMS if _given(ctx, k)}
     config = base
     if explicit:

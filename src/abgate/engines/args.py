@@ -32,16 +32,25 @@ def coerce_value(raw: str) -> Any:
     if low in ("null", "none"):
         return None
     if _INT.match(text):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # more digits than Python converts
+            raise UsageError(f"value {_short(raw)}: integer too long") from None
     if _FLOAT.match(text):
         return float(text)
     if text and text[0] in "[{":
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"value {raw!r} looks like JSON but does not parse: {exc.msg}"
-                             ) from None
+            raise UsageError(f"value {_short(raw)} looks like JSON but does not parse: "
+                             f"{exc.msg}") from None
+        except RecursionError:
+            raise UsageError(f"value {_short(raw)}: JSON nested too deeply") from None
     return raw
+
+
+def _short(raw: str) -> str:
+    return repr(raw) if len(raw) <= 60 else repr(raw[:57] + "...")
 
 
 def parse_pairs(items: Iterable[str], flag: str, coerce: bool = True) -> dict[str, Any]:
@@ -51,8 +60,11 @@ def parse_pairs(items: Iterable[str], flag: str, coerce: bool = True) -> dict[st
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
-        out[key] = coerce_value(value) if coerce else value
+            raise UsageError(f"{flag} {_short(item)}: expected KEY=VALUE")
+        try:
+            out[key] = coerce_value(value) if coerce else value
+        except UsageError as exc:
+            raise UsageError(f"{flag} {_short(key)}: {exc}") from None
     return out
 
 

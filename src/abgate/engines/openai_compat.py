@@ -41,6 +41,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
+from abgate.engines.openai_checks import usage_problem
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact_url
@@ -109,7 +110,8 @@ class EndpointStats:
     url: str
     in_flight: int = 0
     requests: int = 0
-    errors: int = 0
+    errors: int = 0  # error samples, and requests cut off without one (counted in both)
+    cut_off: int = 0  # in flight when the run ended (a dead server): no sample recorded
     retries: int = 0
     output_tokens: int = 0
     busy_s: float = 0.0
@@ -180,7 +182,8 @@ class OpenAIEngine:
         body = st.request_body(req, self.opts.api, info.model, info.dialect)
 
         async def once() -> st.StreamState:
-            async with httpx.AsyncClient(headers=self.headers, timeout=60.0) as client:
+            async with httpx.AsyncClient(headers=self.headers, timeout=60.0,
+                                         verify=st.tls_context()) as client:
                 return await st.stream_once(client, self._url(url), body, self.opts.api)
 
         try:
@@ -255,7 +258,9 @@ class OpenAIEngine:
             "concurrency": o.concurrency,
             "request_timeout_s": o.request_timeout,
             "retries": o.retries,
-            "retry_policy": "only failures before any output; not timeouts, not HTTP 4xx",
+            "retry_policy": "only failures before any output; not timeouts, not HTTP 4xx "
+                            "but 408/429; waits the server's Retry-After (at most "
+                            f"{RETRY_AFTER_CAP_S:g} s)",
             "api_key_env": o.api_key_env,
             "probe": info.probe,
             "token_ids": info.dialect.token_ids,
@@ -299,21 +304,24 @@ class OpenAIEngine:
     async def _run_all(self, requests: Sequence[GenerationRequest],
                        done: Callable[[GenerationResult], None]) -> None:
         queue = iter(requests)
-        limits = httpx.Limits(max_connections=self.opts.concurrency + 4)
         timeout = httpx.Timeout(self.opts.request_timeout, connect=30.0)
-        async with httpx.AsyncClient(headers=self.headers, timeout=timeout,
-                                     limits=limits) as client:
 
-            async def worker() -> None:
+        async def worker() -> None:
+            # a client (connection pool) per worker: its requests run one at a time, so
+            # it keeps one connection per endpoint alive. One pool shared by all workers
+            # costs O(connections) per pool operation in httpcore: at concurrency 64 the
+            # client spent 3x the CPU per token (benchmarks/client_ceiling.py)
+            async with httpx.AsyncClient(headers=self.headers, timeout=timeout,
+                                         verify=st.tls_context()) as client:
                 for req in queue:
                     done(await self._run_one(client, req))
 
-            try:
-                async with asyncio.TaskGroup() as tg:
-                    for _ in range(min(self.opts.concurrency, max(1, len(requests)))):
-                        tg.create_task(worker())
-            except BaseExceptionGroup as group:
-                raise _first(group) from None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(min(self.opts.concurrency, max(1, len(requests)))):
+                    tg.create_task(worker())
+        except BaseExceptionGroup as group:
+            raise _first(group) from None
 
     def _pick(self) -> EndpointStats:
         """The endpoint with the fewest requests in flight (round-robin among ties)."""
@@ -330,6 +338,10 @@ class OpenAIEngine:
         t0 = time.perf_counter()
         try:
             result = await self._attempts(client, req, ep)
+        except BaseException:  # cut off (the server died, or the run ends): no sample
+            ep.errors += 1
+            ep.cut_off += 1
+            raise
         finally:
             ep.in_flight -= 1
             ep.busy_s += time.perf_counter() - t0
@@ -365,7 +377,7 @@ class OpenAIEngine:
                 if last:
                     break
                 ep.retries += 1
-                await asyncio.sleep(min(0.5 * 2 ** attempt, 5.0))
+                await asyncio.sleep(_backoff(attempt, exc.retry_after))
         message = "; ".join(f"attempt {i + 1}: {f}" for i, f in enumerate(failures))
         return _error_result(req, t_submit, message, ep, len(failures))
 
@@ -413,6 +425,10 @@ class OpenAIEngine:
 
     def _result(self, req: GenerationRequest, s: st.StreamState, ep: EndpointStats,
                 attempt: int) -> GenerationResult:
+        problem = usage_problem(s, req.params.max_tokens, self.info.probe.get("usage", False))
+        if problem is not None:
+            return _error_result(req, s.t_submit, f"attempt {attempt + 1}: {problem}", ep,
+                                 attempt + 1)
         usage = s.usage or {}
         finish = {"stop": "stop", "eos": "stop", "eos_token": "stop", "stop_sequence": "stop",
                   "length": "length"}.get(s.finish or "")
@@ -431,6 +447,16 @@ class OpenAIEngine:
             engine_timings={"endpoint": float(self.stats.index(ep)), "attempts": attempt + 1.0,
                             "chunks": float(len(times)),
                             "usage_reported": 1.0 if out_tokens is not None else 0.0})
+
+
+RETRY_AFTER_CAP_S = 60.0
+
+
+def _backoff(attempt: int, retry_after: float | None) -> float:
+    """Seconds before the next attempt: exponential, or the server's ``Retry-After``
+    where it asked for longer (capped, so a bad header cannot stall a run)."""
+    delay: float = min(0.5 * 2.0 ** attempt, 5.0)
+    return delay if retry_after is None else max(delay, min(retry_after, RETRY_AFTER_CAP_S))
 
 
 def _error_result(req: GenerationRequest, t_submit: float, message: str, ep: EndpointStats,

@@ -10,16 +10,20 @@ usage chunk follows the finish chunk, so the stream is read to ``[DONE]``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import json
+import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from abgate.engines.base import GenerationRequest, SamplingParams
+from abgate.engines.openai_checks import retry_after
 from abgate.errors import AbgateError, UsageError
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -105,9 +109,10 @@ class RequestFailed(Exception):
     arrived (never retried); ``connect``: the server could not be reached at all."""
 
     def __init__(self, message: str, *, transient: bool = False, started: bool = False,
-                 connect: bool = False) -> None:
+                 connect: bool = False, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.transient, self.started, self.connect = transient, started, connect
+        self.retry_after = retry_after  # seconds the server asked to wait (Retry-After)
 
 
 @dataclass
@@ -128,31 +133,55 @@ class StreamState:
         return "".join(self.parts)
 
 
-def absorb(state: StreamState, chunk: Mapping[str, Any], now: float, api: str) -> None:
-    """Fold one parsed SSE chunk into ``state``."""
+def absorb(state: StreamState, chunk: Any, now: float, api: str) -> None:
+    """Fold one parsed SSE chunk into ``state``; a chunk of the wrong shape fails the
+    attempt (a malformed stream is an error sample, never a guessed answer)."""
+    started = bool(state.chunk_times)
+    if not isinstance(chunk, dict):
+        raise _malformed("not a JSON object", chunk, started)
     if chunk.get("error"):
         err = chunk["error"]
         msg = err.get("message", err) if isinstance(err, dict) else err
-        raise RequestFailed(f"server error in stream: {msg}", started=bool(state.chunk_times))
+        raise RequestFailed(f"server error in stream: {msg}", started=started)
     if isinstance(chunk.get("usage"), dict):
         state.usage = chunk["usage"]
-    if isinstance(chunk.get("prompt_token_ids"), list):
-        state.prompt_token_ids = list(chunk["prompt_token_ids"])
-    for choice in chunk.get("choices") or []:
+    if chunk.get("prompt_token_ids") is not None:
+        state.prompt_token_ids = _ids(chunk["prompt_token_ids"], chunk, started)
+    choices = chunk.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise _malformed("'choices' is not a list of objects", chunk, started)
+    for choice in choices:
         if choice.get("index", 0) != 0:
             continue
-        text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
-        ids = choice.get("token_ids")
-        if isinstance(choice.get("prompt_token_ids"), list):
-            state.prompt_token_ids = list(choice["prompt_token_ids"])
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise _malformed("'delta' is not an object", chunk, started)
+        text = delta.get("content") if api == "chat" else choice.get("text")
+        if text is not None and not isinstance(text, str):
+            raise _malformed("the output text is not a string", chunk, started)
+        ids = _ids(choice["token_ids"], chunk, started) if choice.get("token_ids") is not None \
+            else None
+        if choice.get("prompt_token_ids") is not None:
+            state.prompt_token_ids = _ids(choice["prompt_token_ids"], chunk, started)
         if text or ids:
             state.chunk_times.append(now)
         if text:
             state.parts.append(text)
-        if isinstance(ids, list):
-            state.token_ids = (state.token_ids or []) + [int(i) for i in ids]
+        if ids is not None:
+            state.token_ids = (state.token_ids or []) + ids
         if choice.get("finish_reason"):
             state.finish = str(choice["finish_reason"])
+
+
+def _ids(value: Any, chunk: Any, started: bool) -> list[int]:
+    if not isinstance(value, list) or not all(type(i) is int for i in value):
+        raise _malformed("token IDs are not a list of integers", chunk, started)
+    return list(value)
+
+
+def _malformed(what: str, chunk: Any, started: bool) -> RequestFailed:
+    return RequestFailed(f"malformed SSE chunk ({what}): {json.dumps(chunk)[:200]}",
+                         started=started)
 
 
 async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, Any],
@@ -163,15 +192,20 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
         async with client.stream("POST", url, json=body) as resp:
             if resp.status_code >= 400:
                 detail = (await resp.aread()).decode("utf-8", errors="replace")[:400]
-                raise RequestFailed(f"HTTP {resp.status_code}: {detail.strip()}",
-                                    transient=resp.status_code in TRANSIENT_STATUS)
-            async for line in resp.aiter_lines():
+                wait = retry_after(resp.headers.get("retry-after"))
+                said = "" if wait is None else f" (Retry-After {wait:g} s)"
+                raise RequestFailed(f"HTTP {resp.status_code}{said}: {detail.strip()}",
+                                    transient=resp.status_code in TRANSIENT_STATUS,
+                                    retry_after=wait)
+            lines = resp.aiter_lines()
+            async for line in lines:
                 now = time.perf_counter()
                 if not line.startswith("data:"):
                     continue  # blank separators, comments (pings), event names
                 data = line[5:].strip()
                 if data == "[DONE]":
                     state.done = True
+                    await _drain(lines)
                     break
                 try:
                     chunk = json.loads(data)
@@ -181,6 +215,9 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                 absorb(state, chunk, now, api)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise RequestFailed(f"cannot connect: {exc}", transient=True, connect=True) from None
+    except httpx.TimeoutException as exc:  # a timeout is never retried
+        raise RequestFailed(f"{type(exc).__name__}: no data for the request timeout ({exc})",
+                            started=bool(state.chunk_times)) from None
     except httpx.HTTPError as exc:
         started = bool(state.chunk_times)
         raise RequestFailed(f"{type(exc).__name__}: {exc}".rstrip(": "),
@@ -191,7 +228,31 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                             + " (llama_cpp.server cuts a stream short when another request "
                             "arrives unless started with --interrupt_requests false)",
                             started=bool(state.chunk_times))
+    if not state.done:  # the usage chunk, if any, may have been lost with the rest
+        raise RequestFailed("the stream ended without [DONE] (cut short after the finish "
+                            "reason)", started=bool(state.chunk_times))
     return state
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read the (normally empty) rest of the body after ``[DONE]``, so that the
+    connection goes back to the pool instead of being closed with unread data (a new
+    connection per request costs a connect and, at high concurrency, sockets); a
+    server that keeps the body open after ``[DONE]`` is left after a moment."""
+    with contextlib.suppress(httpx.HTTPError, TimeoutError):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in lines:
+                pass
+
+
+DRAIN_S = 1.0
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One default TLS context per process: httpx builds (and loads the CA bundle
+    into) a new one for every client otherwise, about 30 ms of CPU per ``generate``."""
+    return httpx.create_ssl_context()
 
 
 # -- what the server says about itself ---------------------------------------------------

@@ -48,6 +48,15 @@ def _require(obj: Any, fields: dict[str, Any], where: str) -> dict[str, Any]:
     return obj
 
 
+class _NonFinite(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity: Python's json reads them, canonical JSON (the digest) cannot."""
+    raise _NonFinite(name)
+
+
 def _parse(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
@@ -58,7 +67,12 @@ def _parse(path: Path) -> Any:
     if not text.strip():
         raise ManifestError(f"manifest {str(path)!r} is empty")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
+    except _NonFinite as exc:
+        raise ManifestError(f"manifest {path}: not valid JSON ({exc} is not a JSON "
+                            "number)") from None
+    except RecursionError:
+        raise ManifestError(f"manifest {path}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
         truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
         hint = "truncated: the JSON ends early" if truncated else "not valid JSON"
@@ -131,7 +145,16 @@ def digest_matches(manifest: dict[str, Any]) -> bool:
 
 def load_manifest(path: Path | str) -> dict[str, Any]:
     """Parse and check a manifest file; see the module doc for what is refused."""
-    manifest = check_structure(_parse(Path(path)))
+    try:
+        manifest = _checked(Path(path))
+    except ManifestError as exc:
+        text = str(exc)
+        raise ManifestError(text if str(path) in text else f"manifest {path}: {text}") from None
+    return manifest
+
+
+def _checked(path: Path) -> dict[str, Any]:
+    manifest = check_structure(_parse(path))
     if digest_matches(manifest):
         files = manifest["source"]["files"]
         if fingerprint(files) != manifest["source"]["fingerprint"]:

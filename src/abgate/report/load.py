@@ -144,7 +144,8 @@ def load_ab(out: Path) -> AbData:
     comparison = _read(out / COMPARISON_FILE)
     arm_names = dig(ab, "experiment", "arms")
     baseline = dig(ab, "experiment", "baseline") or comparison.get("baseline")
-    if not isinstance(arm_names, Mapping) or not arm_names or baseline not in arm_names:
+    if not isinstance(arm_names, Mapping) or not arm_names or not isinstance(baseline, str) \
+            or baseline not in arm_names:
         raise UsageError(f"{out / AB_FILE}: no experiment arms or baseline recorded")
     arms = {str(name): _load_arm(out, str(name)) for name in arm_names}
     weights = {}

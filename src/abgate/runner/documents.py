@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from abgate import __version__
-from abgate.errors import AbgateError
+from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.provenance.gitinfo import git_state
 from abgate.runner import records as rec
@@ -169,8 +169,11 @@ def read_record(path: Path, *kinds: Kind) -> dict[str, Any]:
     """A valid record document (header and the kind's body), of one of ``kinds``
     when given."""
     doc = rec.read_json(path)
-    check_record(path, doc)
+    try:
+        check_record(path, doc)
+    except AbgateError as exc:  # a damaged or foreign file is bad input, not a failure
+        raise UsageError(str(exc)) from None
     if kinds and doc["kind"] not in kinds:
-        raise AbgateError(f"{path}: a {doc['kind']!r} record, where {' or '.join(kinds)} "
+        raise UsageError(f"{path}: a {doc['kind']!r} record, where {' or '.join(kinds)} "
                           "was expected")
     return doc

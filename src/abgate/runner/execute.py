@@ -192,7 +192,21 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
         finally:
             log.info("%s %s ended %s%s", what, out, status.value,
                      f": {status.error}" if status.error else "")
-            finish(status)
+            _finish(finish, status, out, what)
+
+
+def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: str) -> None:
+    """``finish``, whose own failure (a full disk, a directory gone read-only) is one
+    line that keeps the first error, not a traceback that hides it."""
+    try:
+        finish(status)
+    except Exception as exc:
+        log.exception("%s %s: finalising the records failed", what, out)
+        first = f" ({status.error})" if status.error else ""
+        cause = str(exc) if isinstance(exc, AbgateError) else f"{type(exc).__name__}: {exc}"
+        raise AbgateError(f"{what} {status.value}{first}; then its records could not be "
+                          f"finalised: {cause}; the samples already written are kept in "
+                          f"{out} (--resume finishes it)") from exc
 
 
 def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = False,

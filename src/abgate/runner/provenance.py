@@ -36,7 +36,9 @@ class ProvenanceOptions:
 
 def check_before_load(opts: ProvenanceOptions, p: PreparedEngine) -> ContractOutcome | None:
     """Raise ContractViolation (exit 2: nothing loaded, nothing written) on a bad
-    request."""
+    request; a manifest that cannot be read is refused here too, not after the load."""
+    if opts.manifest is not None:
+        load_manifest(opts.manifest)
     if opts.contract is None:
         return None
     outcome = ContractOutcome(load_contract(Path(opts.contract)))

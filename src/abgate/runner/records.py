@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -38,14 +39,21 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write ``doc`` whole or not at all: a failure (a full disk, a read-only directory)
+    leaves the previous version and no temporary file, and is a one-line error."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        json.dump(redact(doc), f, indent=2, sort_keys=False, ensure_ascii=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            json.dump(redact(doc), f, indent=2, sort_keys=False, ensure_ascii=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise AbgateError(f"{path}: cannot write ({exc.strerror or exc})") from exc
 
 
 def check_schema(doc: Mapping[str, Any], where: Path) -> None:
@@ -65,6 +73,12 @@ def read_json(path: Path) -> dict[str, Any]:
         raise AbgateError(f"{path}: not found") from None
     except json.JSONDecodeError as exc:
         raise AbgateError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except UnicodeDecodeError as exc:
+        raise AbgateError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    except RecursionError:
+        raise AbgateError(f"{path}: JSON nested too deeply") from None
+    except OSError as exc:
+        raise AbgateError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not isinstance(doc, dict):
         raise AbgateError(f"{path}: expected a JSON object")
     check_schema(doc, path)
@@ -87,7 +101,9 @@ def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
             rec = json.loads(raw)
             if is_last:  # no newline after it: the write did not finish
                 raise ValueError("torn line")
-        except ValueError:
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, RecursionError):
             if is_last or all(not rest.strip() for rest in lines[i + 1:]):
                 if repair:
                     with path.open("r+b") as f:
@@ -104,14 +120,23 @@ class SampleWriter:
     """Appends one JSON line per finished sample, fsynced before returning."""
 
     def __init__(self, path: Path) -> None:
-        self._f: IO[str] = path.open("a", encoding="utf-8")
+        self.path = path
+        try:
+            self._f: IO[str] = path.open("a", encoding="utf-8")
+        except OSError as exc:
+            raise AbgateError(f"{path}: cannot open for appending ({exc.strerror or exc})"
+                              ) from exc
 
     def append(self, record: Mapping[str, Any]) -> None:
         if isinstance(record.get("error"), str):
             record = {**record, "error": redact_text(record["error"])}
-        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        try:
+            self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+        except OSError as exc:  # the samples before this one are complete lines
+            raise AbgateError(f"{self.path}: cannot append a sample "
+                              f"({exc.strerror or exc})") from exc
 
     def close(self) -> None:
         self._f.close()

@@ -7,11 +7,12 @@ fails in seconds with a one-line error, before the engine loads.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from abgate import __version__
-from abgate.errors import UsageError
+from abgate.errors import UsageError, did_you_mean
 from abgate.identity import json_sha256
 from abgate.redact import redacted_paths
 from abgate.runner.session import (
@@ -55,10 +56,20 @@ class RunConfig:
         return recorded_engine_part(d)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
-        d = dict(d)
-        d["seeds"] = tuple(d.get("seeds", (0,)))
-        return cls(**d)
+    def from_dict(cls, d: Any, where: str = "config") -> RunConfig:
+        """A config from a table (an experiment file's, a record's), every key and type
+        checked: a bad one is a one-line UsageError naming ``where`` and the key."""
+        if not isinstance(d, Mapping):
+            raise UsageError(f"{where}: must be a table, got {type(d).__name__}")
+        names = [f.name for f in fields(cls)]
+        defaults = cls()
+        kw: dict[str, Any] = {}
+        for key, value in d.items():
+            if key not in names:
+                raise UsageError(f"{where}: unknown key {key!r}"
+                                 + did_you_mean(str(key), names))
+            kw[key] = _typed_field(where, key, value, getattr(defaults, key))
+        return cls(**kw)
 
     def redacted(self) -> list[str]:
         """Where this config holds ``<redacted>`` (read back from a record, whose secrets
@@ -70,6 +81,34 @@ class RunConfig:
     def engine_spec(self) -> EngineSpec:
         return EngineSpec(self.engine, self.model, self.engine_args, self.engine_options,
                           self.env)
+
+
+_OPTIONAL = ("model", "data", "limit", "sample", "shots_file", "system")
+
+
+def _typed_field(where: str, key: str, value: Any, default: Any) -> Any:
+    if value is None and key in _OPTIONAL:
+        return None
+    if key == "seeds":
+        seeds = _check(where, key, value, (list, tuple))
+        return tuple(_check(where, "seeds[]", s, int) for s in seeds)
+    if isinstance(default, dict):
+        return _check(where, key, value, dict)
+    if isinstance(default, bool):
+        return _check(where, key, value, bool)
+    if isinstance(default, float):
+        return float(_check(where, key, value, (int, float)))
+    if isinstance(default, int) or key in ("limit", "sample"):
+        return _check(where, key, value, int)
+    return _check(where, key, value, str)
+
+
+def _check(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
+    ints = kind is int or (isinstance(kind, tuple) and int in kind)
+    if not isinstance(value, kind) or (ints and isinstance(value, bool)):
+        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise UsageError(f"{where}: {key!r} must be {name}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from abgate.errors import UsageError
+from abgate.errors import UsageError, one_line
 from abgate.identity import DEFAULT_CACHE
 from abgate.suites.base import Item, Suite, content_id
 
@@ -38,17 +38,27 @@ def _item(record: Mapping[str, Any], where: str) -> Item:
 
 def _read_jsonl(path: Path) -> list[Item]:
     items = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise UsageError(f"{path}:{lineno}: expected a JSON object")
-            items.append(_item(record, f"{path}:{lineno}"))
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{path}:{lineno}: not UTF-8 text (bad byte at column "
+                             f"{exc.start + 1})") from None
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise UsageError(f"{path}:{lineno}: JSON nested too deeply") from None
+        if not isinstance(record, dict):
+            raise UsageError(f"{path}:{lineno}: expected a JSON object")
+        items.append(_item(record, f"{path}:{lineno}"))
     return items
 
 
@@ -56,10 +66,12 @@ def _read_parquet(path: Path) -> list[Item]:
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        # converting to Python is part of reading: a damaged file can decode cleanly as
+        # parquet and still hold a string column that is not UTF-8
+        rows = pq.read_table(path).to_pylist()
     except Exception as exc:  # pyarrow raises several types for a bad file
-        raise UsageError(f"{path}: cannot read parquet ({exc})") from None
-    return [_item(rec, f"{path}:row {i}") for i, rec in enumerate(table.to_pylist(), 1)]
+        raise UsageError(f"{path}: cannot read parquet ({one_line(exc)})") from None
+    return [_item(rec, f"{path}:row {i}") for i, rec in enumerate(rows, 1)]
 
 
 def _dedupe(items: Iterable[Item], source: str) -> tuple[Item, ...]:

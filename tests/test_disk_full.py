@@ -1,0 +1,76 @@
+"""A disk that fills up during ``abgate run``: a clear one-line error, the samples
+already written kept, and ``--resume`` (once there is space again) finishes the run
+with every (item, seed) exactly once.
+
+The full disk is simulated in the CLI process (a ``sitecustomize`` on PYTHONPATH): from
+the (N+1)-th sample on, every ``fsync`` fails with ENOSPC (the sample's own, and those
+of every record written atomically: run.json, summary.json); N = -1 fails the first
+write of run.json. The tests run as root here, so a read-only directory cannot be
+simulated with permissions; it fails the same writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import abgate, read_lines
+from tests.fault_server import FaultServer
+
+INJECT = '''
+import errno, os
+from abgate.runner import records
+
+_after = int(os.environ["ABGATE_TEST_DISK_FULL_AFTER"])
+_tried = [0]
+_append, _fsync = records.SampleWriter.append, os.fsync
+
+
+def append(self, record):
+    _tried[0] += 1
+    _append(self, record)
+
+
+def fsync(fd):  # from the (after + 1)-th sample on, the disk is full
+    if _tried[0] > _after:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    _fsync(fd)
+
+
+records.SampleWriter.append = append
+os.fsync = fsync
+'''
+
+
+@pytest.mark.parametrize("after", [-1, 0, 5])
+def test_disk_full_mid_run_is_one_line_and_keeps_the_samples(tmp_path: Path,
+                                                              after: int) -> None:
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(INJECT)
+    out = tmp_path / "R"
+    with FaultServer() as fs:
+        args = ["run", "--engine", "openai", "--endpoint", fs.url, "--suite", "synthetic",
+                "--limit", "8", "--max-tokens", "6", "-o", str(out)]
+        r = abgate(*args, env={"PYTHONPATH": str(inject),
+                               "ABGATE_TEST_DISK_FULL_AFTER": str(after)}, timeout=300)
+        assert r.returncode == 1, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert "No space left on device" in lines[0] and str(out) in lines[0], lines[0]
+        assert not list(out.glob("*.tmp"))  # no partial record left
+        if after >= 0:
+            # the samples before the failure are kept (the failing one's line reached
+            # the file before its fsync failed), and run.json is its last good version
+            assert len(read_lines(out / "samples.jsonl")) in (after, after + 1)
+            assert json.loads((out / "run.json").read_text())["status"] == "running"
+        else:
+            assert not (out / "run.json").exists()
+        # space again: the resume finishes the run (a fresh start without a run.json)
+        r = abgate("run", "--resume", str(out), timeout=300) if after >= 0 else \
+            abgate(*args, "--force", timeout=300)
+        assert r.returncode == 0, r.stderr
+    samples = read_lines(out / "samples.jsonl")
+    assert len(samples) == 8 and len({s["key"] for s in samples}) == 8
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
