@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from abgate.engines import openai_chat_render as cr
 from abgate.engines import openai_stream as st
 from abgate.engines import openai_text_prompts as tp
 from abgate.engines import server as srv
@@ -152,6 +153,9 @@ class OpenAIEngine:
         self.capabilities = Capabilities(
             token_ids=self.info.probe.get("token_ids", False), logprobs=False, streaming=True,
             chat_template=True, concurrent=True, engine_timings=False)
+        self.chat = cr.choose(self.stats[0].url, self.headers, self.info.dialect.kind,
+                              self.info.model, model, self.info.probe["prompt_token_ids"],
+                              self.info.dialect.token_id_prompts)
 
     # -- load-time discovery ----------------------------------------------------------
 
@@ -230,16 +234,8 @@ class OpenAIEngine:
                           "abgate knows")
 
     def render_prompt(self, messages: Sequence[Message]) -> list[int]:
-        body = {"model": self.info.model, "messages": [dict(m) for m in messages],
-                "add_generation_prompt": True}
-        with (httpx.Client(base_url=self.stats[0].url, headers=self.headers, timeout=30) as c,
-              st.suppress_http()):
-            resp = c.post("/tokenize", json=body)
-            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
-            if isinstance(tokens, list):
-                return [int(t) for t in tokens]
-        raise AbgateError(f"{self.info.dialect.kind} server: no endpoint renders chat "
-                          "messages to token IDs (vLLM's /tokenize does)")
+        """By the server where it can, else on the client (:mod:`openai_chat_render`)."""
+        return self.chat.render_ids(self.stats[0].url, messages)
 
     def describe(self) -> EngineInfo:
         o, info = self.opts, self.info
@@ -258,6 +254,7 @@ class OpenAIEngine:
             "retry_policy": "only failures before any output; not timeouts, not HTTP 4xx",
             "api_key_env": o.api_key_env,
             "probe": info.probe,
+            "chat_prompts": self.chat.describe(),
             "token_ids": info.dialect.token_ids,
             "ignore_eos": "server parameter" if info.dialect.ignore_eos else (
                 f"logit bias {tp.EOG_BIAS:g} on end-of-generation tokens {list(self.eog_ids)}"
@@ -343,6 +340,8 @@ class OpenAIEngine:
         t_submit = time.perf_counter()
         planned = list(req.prompt_token_ids) if req.prompt_token_ids is not None else None
         try:
+            req, rendered = await self.chat.to_request(client, req, ep.url)
+            planned = rendered if rendered is not None else planned
             req = await self._as_text(client, req, ep.url)
             body = self._body(req)
         except st.RequestFailed as exc:
