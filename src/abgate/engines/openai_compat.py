@@ -76,6 +76,9 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
         raise UsageError("--engine-arg sets a launched server's flags; with --endpoint the "
                          "server is already running (configure it where it is started)")
     _check_llama_cpp_concurrency(opts, args)
+    if not model and opts.launch and "{model}" in opts.launch:
+        from abgate.engines.llamacpp import default_model_path  # as --engine llamacpp does
+        model = str(default_model_path().resolve())
     key = _api_key(opts.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     server = None
