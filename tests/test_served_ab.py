@@ -101,6 +101,7 @@ def test_served_example_ab_matched_prompts_and_cleanup(tmp_path: Path) -> None:
     eff = {a: ab["engines"][a]["effective_config"] for a in ("f16", "q8")}
     assert eff["q8"]["launch"][-6:] == ["--flash_attn", "true", "--type_k", "8", "--type_v", "8"]
     assert "--flash_attn" not in eff["f16"]["launch"]
+    assert str(default_model_path().resolve()) in eff["f16"]["launch"]  # no model: the default
     assert eff["f16"]["chat_prompts"]["sent_as"].startswith("/v1/completions, the rendered text")
     # served engines give no full-vocabulary scores: the agreement pass says why not
     assert "cannot score" in ab["scoring"]["q8"]["reason"]
