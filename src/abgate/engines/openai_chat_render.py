@@ -233,7 +233,10 @@ def hf_template(path: Path) -> tuple[ClientTemplate | None, str]:
         from transformers import AutoTokenizer
     except ImportError:
         return None, "transformers is not installed (the HF tokenizer of --model)"
-    tok = AutoTokenizer.from_pretrained(str(path))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # any failure here only rules this way out
+        return None, f"the HF tokenizer of {path} did not load ({type(exc).__name__})"
     if not getattr(tok, "chat_template", None):
         return None, f"{path} has no chat template"
 
