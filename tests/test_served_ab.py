@@ -6,6 +6,9 @@ on the same GGUF (the same template, the same tokens)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from abgate.engines.llamacpp import default_model_path
 from abgate.errors import AbgateError
 from abgate.gguf_file import token_texts
 from tests.conftest import (
+    HANG_S,
     REPO,
     abgate,
     llama_server_binary,
@@ -26,6 +30,7 @@ from tests.conftest import (
     read_lines,
     requested_threads,
     toml_engine_args,
+    wait_until,
 )
 from tests.test_openai_engine import needs_server
 
@@ -140,6 +145,43 @@ engine_args = {{ flash-attn = "on", cache-type-k = "q8_0", cache-type-v = "q8_0"
     assert eff["launch"][-6:] == ["--flash-attn", "on", "--cache-type-k", "q8_0",
                                   "--cache-type-v", "q8_0"]
     assert (out / "arms" / "q8" / "server-llama-server.log").exists()
+
+
+@needs_llama_server
+@pytest.mark.engine
+def test_llama_server_run_killed_then_resumed(tmp_path: Path) -> None:
+    """``abgate run`` against llama-server: what its stream carries, server-rendered
+    prompt SHAs, a server killed mid-run fails the run, ``--resume`` finishes it."""
+    n = requested_threads(1)
+    out = tmp_path / "R"
+    args = ["run", "--engine", "openai", "--launch", llama_server_launch(), "--suite",
+            "synthetic", "--difficulty", "trivial", "--limit", "3", "--max-tokens", "24",
+            "--engine-arg", f"threads={n}", "--engine-arg", f"threads-batch={n}",
+            "--engine-arg", "parallel=1", "--engine-arg", "ctx-size=2048", "-o", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    samples = out / "samples.jsonl"
+    wait_until(lambda: samples.exists() and samples.read_text().count("\n") >= 1, proc,
+               "a sample")
+    (leader,) = [p for p in psutil.Process(proc.pid).children()
+                 if "llama-server" in " ".join(p.cmdline())]
+    os.killpg(leader.pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 1, err
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and run["cleanup"]["server"]["exited_before_stop"]
+    assert run["cleanup"]["verified"] and run["cleanup"]["server"]["survivors"] == []
+    r = abgate("run", "--resume", str(out))
+    assert r.returncode == 0, r.stderr
+    final = read_lines(samples)
+    assert len({s["key"] for s in final}) == 3 and all(s["prompt"]["sha256"] for s in final)
+    assert all(s["finish_reason"] in ("stop", "length") for s in final)
+    run = json.loads((out / "run.json").read_text())
+    eff = run["engine"]["effective_config"]
+    assert run["status"] == "complete" and run["cleanup"]["verified"]
+    assert eff["server_kind"] == "llama.cpp" and eff["chat_prompts"]["prompt_sha"] == "server"
+    assert eff["probe"]["usage"] is True  # llama-server reports usage when streaming
+    assert (out / "server-llama-server.log").exists()
 
 
 @needs_server
