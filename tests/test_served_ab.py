@@ -184,6 +184,32 @@ def test_llama_server_run_killed_then_resumed(tmp_path: Path) -> None:
     assert (out / "server-llama-server.log").exists()
 
 
+@needs_llama_server
+@pytest.mark.engine
+def test_llama_server_bench_exact_prompts_and_lengths(tmp_path: Path) -> None:
+    """A bench prompt of exactly N token IDs goes to llama-server as those IDs (its
+    tokenizer, asked for the filler, gives the embedded engine's prompt) and exactly M
+    output tokens come back (its own ignore_eos)."""
+    n = requested_threads(1)
+    bench = ["bench", "--input-len", "64", "--output-len", "16", "--repeats", "1"]
+    r = abgate(*bench, "--engine", "openai", "--launch", llama_server_launch(),
+               "--engine-arg", f"threads={n}", "--engine-arg", f"threads-batch={n}",
+               "--engine-arg", "parallel=1", "--engine-arg", "ctx-size=2048",
+               "-o", str(tmp_path / "S"))
+    assert r.returncode == 0, r.stderr
+    r = abgate(*bench, "--engine-arg", "n_ctx=2048", "--engine-arg", f"n_threads={n}",
+               "--engine-arg", f"n_threads_batch={n}", "-o", str(tmp_path / "E"))
+    assert r.returncode == 0, r.stderr
+    served, emb = (json.loads((tmp_path / d / "summary.json").read_text())["cases"][0]
+                   for d in ("S", "E"))
+    assert served["prompt_sha256"] == emb["prompt_sha256"] and served["prompt_tokens"] == 64
+    assert [s["output"]["tokens"] for s in read_lines(tmp_path / "S" / "samples.jsonl")] \
+        == [16, 16]  # the warm-up and the measured repeat
+    run = json.loads((tmp_path / "S" / "run.json").read_text())
+    assert run["engine"]["effective_config"]["ignore_eos"] == "server parameter"
+    assert run["cleanup"]["verified"]
+
+
 @needs_server
 @pytest.mark.server
 @pytest.mark.engine

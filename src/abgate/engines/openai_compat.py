@@ -231,8 +231,8 @@ class OpenAIEngine:
                 with st.suppress_http():
                     resp = c.post(path, json=body)
                     tokens = resp.json().get("tokens") if resp.status_code == 200 else None
-                    if isinstance(tokens, list):
-                        return [int(t) for t in tokens]
+                    if isinstance(tokens, list) and (tokens or not text):  # llama-server
+                        return [int(t) for t in tokens]  # answers vLLM's body with []
         raise AbgateError(f"{self.stats[0].shown}: the server offers no tokenize endpoint "
                           "abgate knows")
 
