@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from abgate.engines import openai_compat
+from abgate.engines import llamacpp, openai_compat
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.llamacpp import default_model_path
 from abgate.errors import AbgateError
@@ -275,6 +275,35 @@ def test_no_way_to_render_is_refused_in_one_line(tmp_path: Path) -> None:
     finally:
         engine.close()
     assert engine.cleanup_evidence is not None and engine.cleanup_evidence["verified"]
+
+
+@needs_server
+@pytest.mark.server
+@pytest.mark.engine
+def test_server_that_adds_bos_gets_no_second_one(tmp_path: Path) -> None:
+    """The server's tokenizer adds BOS (forced by a GGUF override; SmolLM2's BOS is
+    <|im_start|>, the template's first text): the rendered text's BOS is dropped, so the
+    tokens hashed and sent are the embedded engine's, not BOS twice."""
+    n = requested_threads(1)
+    override = {"tokenizer.ggml.add_bos_token": True}
+    launch = (PY_LAUNCH + f" --n_threads {n} --n_threads_batch {n} --kv_overrides "
+              "tokenizer.ggml.add_bos_token=bool:true")
+    model = str(default_model_path().resolve())
+    msgs = ({"role": "user", "content": "What is 7 + 5?"},)
+    engine = openai_compat.load(model, {}, {"launch": launch, "ready_timeout": 120.0}, tmp_path)
+    try:
+        assert engine.tokenize("<|im_start|>hi")[:2] == [1, 1]  # the server adds a BOS
+        served = engine.render_prompt(msgs)
+        (res,) = engine.generate([GenerationRequest(id="0", params=SamplingParams(max_tokens=4),
+                                                    messages=msgs)])
+    finally:
+        engine.close()
+    emb = llamacpp.load(model, {"n_ctx": 512, "n_threads": n, "kv_overrides": override})
+    try:
+        assert served == emb.render_prompt(msgs) and served[:2] != [1, 1]
+    finally:
+        emb.close()
+    assert res.finish_reason != "error" and list(res.prompt_token_ids or ()) == served
 
 
 def test_gguf_token_texts() -> None:
