@@ -290,7 +290,9 @@ def test_server_that_adds_bos_gets_no_second_one(tmp_path: Path) -> None:
               "tokenizer.ggml.add_bos_token=bool:true")
     model = str(default_model_path().resolve())
     msgs = ({"role": "user", "content": "What is 7 + 5?"},)
-    engine = openai_compat.load(model, {}, {"launch": launch, "ready_timeout": 120.0}, tmp_path)
+    # --api completions: chat messages are rendered and sent there too (no refusal)
+    engine = openai_compat.load(model, {}, {"launch": launch, "ready_timeout": 120.0,
+                                            "api": "completions"}, tmp_path)
     try:
         assert engine.tokenize("<|im_start|>hi")[:2] == [1, 1]  # the server adds a BOS
         served = engine.render_prompt(msgs)
