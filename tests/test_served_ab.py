@@ -308,6 +308,27 @@ def test_server_that_adds_bos_gets_no_second_one(tmp_path: Path) -> None:
     assert res.finish_reason != "error" and list(res.prompt_token_ids or ()) == served
 
 
+@needs_server
+@pytest.mark.server
+@pytest.mark.engine
+def test_server_dead_before_rendering_fails_the_run(tmp_path: Path) -> None:
+    """A chat prompt rendered through a server that has died is the server's failure
+    (the run fails, ``--resume`` redoes it), never an error sample."""
+    n = requested_threads(1)
+    launch = PY_LAUNCH + f" --n_threads {n} --n_threads_batch {n}"
+    engine = openai_compat.load("", {}, {"launch": launch, "ready_timeout": 120.0}, tmp_path)
+    try:
+        assert engine.server is not None
+        os.killpg(engine.server.proc.pid, signal.SIGKILL)
+        engine.server.proc.wait(timeout=HANG_S)
+        with pytest.raises(openai_compat.ServerGone, match="exited with code -9"):
+            engine.generate([GenerationRequest(id="0", params=SamplingParams(max_tokens=4),
+                                               messages=({"role": "user", "content": "Hi"},))])
+    finally:
+        engine.close()
+    assert engine.cleanup_evidence is not None and engine.cleanup_evidence["verified"]
+
+
 def test_gguf_token_texts() -> None:
     """The BOS/EOS text a client-side template renders comes from the GGUF's vocabulary."""
     texts = token_texts(default_model_path(), {0, 1, 2})

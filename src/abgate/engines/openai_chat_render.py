@@ -78,7 +78,18 @@ class ChatPrompts:
 
     async def render(self, client: httpx.AsyncClient, url: str,
                      messages: Sequence[Message]) -> tuple[list[int], str | None]:
-        """The prompt's token IDs, and the text that is sent where text is sent."""
+        """The prompt's token IDs, and the text that is sent where text is sent. Any
+        failure (HTTP, an odd answer, a template that raises) is :class:`RequestFailed`."""
+        try:
+            return await self._render(client, url, messages)
+        except st.RequestFailed:
+            raise
+        except Exception as exc:  # a template's raise_exception, a missing field, ...
+            raise st.RequestFailed(f"rendering the chat prompt ({self.route}) failed: "
+                                   f"{type(exc).__name__}: {exc}") from None
+
+    async def _render(self, client: httpx.AsyncClient, url: str,
+                      messages: Sequence[Message]) -> tuple[list[int], str | None]:
         msgs = [dict(m) for m in messages]
         if self.route in ("vllm-chat", "vllm-tokenize"):
             body = {"model": self.model, "messages": msgs, "add_generation_prompt": True}
@@ -94,7 +105,7 @@ class ChatPrompts:
                 text = text[len(bos[1]):]  # the server adds BOS itself: not twice
                 ids = await self._tokenize(client, url, text)
             return ids, text
-        raise AbgateError(self.method)
+        raise st.RequestFailed(self.method)
 
     async def _tokenize(self, client: httpx.AsyncClient, url: str, text: str) -> list[int]:
         """``text`` tokenized as the server's completions API tokenizes prompt text."""
@@ -118,8 +129,7 @@ class ChatPrompts:
         try:
             return asyncio.run(once())
         except st.RequestFailed as exc:
-            raise AbgateError(f"{self.kind} server: rendering the chat prompt failed "
-                              f"({self.route}): {exc}") from None
+            raise AbgateError(f"{self.kind} server: {exc}") from None
 
     async def to_request(self, client: httpx.AsyncClient, req: GenerationRequest,
                          url: str) -> tuple[GenerationRequest, list[int] | None]:
@@ -134,12 +144,20 @@ class ChatPrompts:
 
 
 async def _post(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> Any:
+    path = httpx.URL(url).path
     try:
         resp = await client.post(url, json=body)
         resp.raise_for_status()
         return resp.json()
+    except httpx.HTTPStatusError as exc:  # (messages name the endpoint, never the URL)
+        code = exc.response.status_code
+        raise st.RequestFailed(f"{path}: HTTP {code}",
+                               transient=code in st.TRANSIENT_STATUS) from None
+    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        raise st.RequestFailed(f"{path}: {type(exc).__name__}", transient=True,
+                               connect=isinstance(exc, httpx.ConnectError)) from None
     except (httpx.HTTPError, ValueError) as exc:
-        raise st.RequestFailed(f"{url.rsplit('/', 1)[-1]}: {exc}") from None
+        raise st.RequestFailed(f"{path}: {type(exc).__name__}") from None
 
 
 def _tokens(doc: Any) -> list[int]:
@@ -190,7 +208,7 @@ def choose(url: str, headers: Mapping[str, str], kind: str, model: str, model_ar
 def _works(way: ChatPrompts, url: str) -> bool:
     try:
         return bool(way.render_ids(url, _PROBE_MSGS))
-    except (AbgateError, KeyError, TypeError, ValueError):
+    except AbgateError:
         return False
 
 

@@ -348,6 +348,7 @@ class OpenAIEngine:
             req = await self._as_text(client, req, ep.url)
             body = self._body(req)
         except st.RequestFailed as exc:
+            await self._check_alive(ep, exc, True)  # a dead server fails the run
             return _error_result(req, t_submit, str(exc), ep, 0)
         for attempt in range(self.opts.retries + 1):
             try:
