@@ -41,6 +41,7 @@ cmake -S "$SRC" -B "$WORK/build" -G "${CMAKE_GENERATOR:-Unix Makefiles}" \
 cmake --build "$WORK/build" --target llama-server -j "$JOBS" >&2
 mkdir -p "$CACHE/bin"
 cp "$WORK/build/bin/llama-server" "$BIN.tmp"
+"$BIN.tmp" --version >&2  # it runs on this machine
 mv "$BIN.tmp" "$BIN"
 echo "built llama-server $VERSION in $(( $(date +%s) - start )) s" >&2
 echo "$BIN"
