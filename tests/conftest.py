@@ -139,3 +139,15 @@ needs_llama_server = pytest.mark.skipif(
     llama_server_binary() is None,
     reason="llama.cpp's llama-server is not built (run tests/tools/build_llama_server.sh; "
            ".ci/run does)")
+
+
+def llama_server_launch() -> str:
+    """``--launch`` for the built llama-server (``{model}`` filled by abgate)."""
+    return f"{llama_server_binary()} -m {{model}} --host {{host}} --port {{port}}"
+
+
+def llama_server_args() -> str:
+    """llama-server flags as an inline TOML table: one slot, the tests' thread count."""
+    n = requested_threads(1)
+    return (f'{{ ctx-size = 2048, threads = {n}, threads-batch = {n}, parallel = 1, '
+            f'no-webui = true }}')
