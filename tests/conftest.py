@@ -117,3 +117,37 @@ def no_engine_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
         "raise ImportError('llama_cpp was imported although the input was bad')\n")
     path = os.pathsep.join(p for p in (str(poison), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path}, marker
+
+
+def llama_server_binary() -> Path | None:
+    """llama.cpp's ``llama-server`` as ``tests/tools/build_llama_server.sh`` caches it
+    (built from the llama.cpp the installed llama-cpp-python vendors), or
+    ``ABGATE_LLAMA_SERVER``; None where it is not built."""
+    given = os.environ.get("ABGATE_LLAMA_SERVER")
+    if given:
+        return Path(given) if Path(given).is_file() else None
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    cache = Path(os.environ.get("ABGATE_CACHE") or Path.home() / ".cache" / "abgate")
+    path = cache / "llama-server" / llama_cpp.__version__ / "bin" / "llama-server"
+    return path if path.is_file() else None
+
+
+needs_llama_server = pytest.mark.skipif(
+    llama_server_binary() is None,
+    reason="llama.cpp's llama-server is not built (run tests/tools/build_llama_server.sh; "
+           ".ci/run does)")
+
+
+def llama_server_launch() -> str:
+    """``--launch`` for the built llama-server (``{model}`` filled by abgate)."""
+    return f"{llama_server_binary()} -m {{model}} --host {{host}} --port {{port}}"
+
+
+def llama_server_args() -> str:
+    """llama-server flags as an inline TOML table: one slot, the tests' thread count."""
+    n = requested_threads(1)
+    return (f'{{ ctx-size = 2048, threads = {n}, threads-batch = {n}, parallel = 1, '
+            f'no-webui = true }}')

@@ -39,7 +39,7 @@ from typing import Any
 
 from abgate.errors import AbgateError
 
-__all__ = ["GGUFFile", "GGUFTensorInfo", "read_gguf"]
+__all__ = ["GGUFFile", "GGUFTensorInfo", "read_gguf", "token_texts"]
 
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 # GGUF value type -> one element (8: string and 9: array are handled apart).
@@ -163,3 +163,31 @@ def read_gguf(path: str | Path) -> GGUFFile:
     tensors = tuple(GGUFTensorInfo(name, dims, ggml_type, starts[i], ends[i] - starts[i])
                     for i, (name, dims, ggml_type, _) in enumerate(infos))
     return GGUFFile(path, version, metadata, alignment, size, tensors)
+
+
+def token_texts(path: str | Path, ids: set[int]) -> dict[int, str]:
+    """The vocabulary strings of the token IDs ``ids`` (``tokenizer.ggml.tokens``, a
+    string array :func:`read_gguf` skips): the BOS/EOS text a chat template renders."""
+    path = Path(path)
+    found: dict[int, str] = {}
+    with path.open("rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise AbgateError(f"{path}: not a GGUF file (no GGUF magic)")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            cur = _Cursor(buf, path)
+            cur.take(_U32)
+            _, n_kv = cur.take(_U64), cur.take(_U64)
+            for _ in range(n_kv):
+                key, vtype = cur.string(), cur.take(_U32)
+                if key != b"tokenizer.ggml.tokens" or vtype != _ARRAY:
+                    cur.value(vtype, keep=False)
+                    continue
+                etype, count = cur.take(_U32), cur.take(_U64)
+                if etype != _STRING:
+                    raise cur.error("tokenizer.ggml.tokens is not a string array")
+                for i in range(count):
+                    text = cur.string()
+                    if i in ids:
+                        found[i] = text.decode("utf-8", errors="replace")
+                break
+    return found

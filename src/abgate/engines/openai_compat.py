@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from abgate.engines import openai_chat_render as cr
 from abgate.engines import openai_stream as st
 from abgate.engines import openai_text_prompts as tp
 from abgate.engines import server as srv
@@ -76,6 +77,9 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
         raise UsageError("--engine-arg sets a launched server's flags; with --endpoint the "
                          "server is already running (configure it where it is started)")
     _check_llama_cpp_concurrency(opts, args)
+    if not model and opts.launch and "{model}" in opts.launch:
+        from abgate.engines.llamacpp import default_model_path  # as --engine llamacpp does
+        model = str(default_model_path().resolve())
     key = _api_key(opts.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     server = None
@@ -154,6 +158,9 @@ class OpenAIEngine:
         self.capabilities = Capabilities(
             token_ids=self.info.probe.get("token_ids", False), logprobs=False, streaming=True,
             chat_template=True, concurrent=True, engine_timings=False)
+        self.chat = cr.choose(self.stats[0].url, self.headers, self.info.dialect.kind,
+                              self.info.model, model, self.info.probe["prompt_token_ids"],
+                              self.info.dialect.token_id_prompts)
 
     # -- load-time discovery ----------------------------------------------------------
 
@@ -227,22 +234,14 @@ class OpenAIEngine:
                 with st.suppress_http():
                     resp = c.post(path, json=body)
                     tokens = resp.json().get("tokens") if resp.status_code == 200 else None
-                    if isinstance(tokens, list):
-                        return [int(t) for t in tokens]
+                    if isinstance(tokens, list) and (tokens or not text):  # llama-server
+                        return [int(t) for t in tokens]  # answers vLLM's body with []
         raise AbgateError(f"{self.stats[0].shown}: the server offers no tokenize endpoint "
                           "abgate knows")
 
     def render_prompt(self, messages: Sequence[Message]) -> list[int]:
-        body = {"model": self.info.model, "messages": [dict(m) for m in messages],
-                "add_generation_prompt": True}
-        with (httpx.Client(base_url=self.stats[0].url, headers=self.headers, timeout=30) as c,
-              st.suppress_http()):
-            resp = c.post("/tokenize", json=body)
-            tokens = resp.json().get("tokens") if resp.status_code == 200 else None
-            if isinstance(tokens, list):
-                return [int(t) for t in tokens]
-        raise AbgateError(f"{self.info.dialect.kind} server: no endpoint renders chat "
-                          "messages to token IDs (vLLM's /tokenize does)")
+        """By the server where it can, else on the client (:mod:`openai_chat_render`)."""
+        return self.chat.render_ids(self.stats[0].url, messages)
 
     def describe(self) -> EngineInfo:
         o, info = self.opts, self.info
@@ -263,6 +262,7 @@ class OpenAIEngine:
                             f"{RETRY_AFTER_CAP_S:g} s)",
             "api_key_env": o.api_key_env,
             "probe": info.probe,
+            "chat_prompts": self.chat.describe(),
             "token_ids": info.dialect.token_ids,
             "ignore_eos": "server parameter" if info.dialect.ignore_eos else (
                 f"logit bias {tp.EOG_BIAS:g} on end-of-generation tokens {list(self.eog_ids)}"
@@ -355,9 +355,12 @@ class OpenAIEngine:
         t_submit = time.perf_counter()
         planned = list(req.prompt_token_ids) if req.prompt_token_ids is not None else None
         try:
+            req, rendered = await self.chat.to_request(client, req, ep.url)
+            planned = rendered if rendered is not None else planned
             req = await self._as_text(client, req, ep.url)
             body = self._body(req)
         except st.RequestFailed as exc:
+            await self._check_alive(ep, exc, True)  # a dead server fails the run
             return _error_result(req, t_submit, str(exc), ep, 0)
         for attempt in range(self.opts.retries + 1):
             try:

@@ -126,12 +126,12 @@ def build_command(template: str, *, port: int, model: str, args: Mapping[str, An
 def server_name(argv: Sequence[str]) -> str:
     """A short name for log files: the ``-m`` module's package, the script run by
     Python, or the program name."""
-    if "-m" in argv[:-1]:
+    prog = Path(argv[0]).name
+    if prog.startswith("python") and "-m" in argv[:-1]:  # (llama-server's -m is its model)
         return argv[argv.index("-m") + 1].split(".")[0]
-    if Path(argv[0]).name.startswith("python") and len(argv) > 1 \
-            and not argv[1].startswith("-"):
+    if prog.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
         return Path(argv[1]).stem
-    return Path(argv[0]).name or "server"
+    return prog or "server"
 
 
 def _libc_prctl() -> Any:
