@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.engines import server_cleanup as srv
+from abgate.engines import transformers_determinism as det
 from abgate.engines.base import (
     Capabilities,
     EngineInfo,
@@ -67,7 +68,6 @@ from abgate.engines.base import (
     TokenScores,
 )
 from abgate.engines.llamacpp import scores_from_logits
-from abgate.engines import transformers_determinism as det
 from abgate.engines.transformers_describe import device_facts, weight_facts
 from abgate.engines.transformers_hooks import _Force, _hooks, _Watch
 from abgate.engines.transformers_options import (  # noqa: F401  (the engine module's API)
