@@ -302,6 +302,11 @@ def test_deterministic_switch_is_scoped_and_described(
     from abgate.engines import transformers_determinism as det
 
     assert engine.describe().effective_config["deterministic"] is False
+    if CUDA:  # this process started CUDA already (the module's engine): refused unless set
+        monkeypatch.delenv(det.CUBLAS_VAR, raising=False)
+        with pytest.raises(UsageError, match="CUDA has already started"):
+            hf.load(str(tiny), {"device": DEVICE, "deterministic": True})
+        monkeypatch.setenv(det.CUBLAS_VAR, ":4096:8")
     strict = hf.load(str(tiny), {"device": DEVICE, "deterministic": True})
     try:
         eff = strict.describe().effective_config
