@@ -9,15 +9,12 @@
       eager attention, and the static cache (compiled decode step). Each step's full
       logits are kept, so a divergence is explained: whether the logits were already
       different before it, and the top-2 logit gap where the argmax flipped.
-  python benchmarks/gpu_determinism.py convert --gguf FILE.gguf -o DIR
-      the GGUF dequantized to bf16 by transformers and saved as a model directory (the
-      same tensors, loaded in a second instead of ~27 s of dequantization)
-  python benchmarks/gpu_determinism.py smollm2 --model DIR --data test.jsonl -o OUT
+  python benchmarks/gpu_determinism.py smollm2 --model SmolLM2.gguf --data test.jsonl -o OUT
       ``abgate run`` twice (two processes) per cache kind with seeds 0,1 (greedy: each
       item generated twice in one process), ``abgate baseline record`` + ``check``, and
-      the token-ID comparison; run in parallel on one GPU (speeds from this step are not
-      figures)
-  python benchmarks/gpu_determinism.py lossless --model DIR --data test.jsonl -o OUT
+      the token-ID comparison (--gaps: the top-2 log-prob gap where outputs diverged);
+      the eight processes share one GPU at once, so speeds from this step are not figures
+  python benchmarks/gpu_determinism.py lossless --model SmolLM2.gguf --data test.jsonl -o OUT
       ``abgate ab`` with expect = "lossless": plain greedy against SmolLM2 as its own
       draft model (assistant_model) and against device_map = "auto"
 
@@ -211,26 +208,6 @@ def dummy(a: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- SmolLM2 (a real model) ---------------------------------------------------------------
-
-
-def convert(a: argparse.Namespace) -> dict[str, Any]:
-    import hashlib
-
-    import torch
-    import transformers as tf
-
-    t0 = time.time()
-    src = Path(a.gguf)
-    tok = tf.AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    m = tf.AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name,
-                                                dtype=torch.bfloat16)
-    load_s = time.time() - t0
-    m.save_pretrained(a.out)
-    tok.save_pretrained(a.out)
-    shas = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(a.out.glob("*.safetensors"))}
-    return {"gguf": str(src), "load_seconds": round(load_s, 1), "saved": str(a.out),
-            "safetensors_sha256": shas}
 
 
 def abgate(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[
@@ -475,7 +452,7 @@ def lossless_figures(ab_dir: Path) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("step", choices=("dummy", "_worker", "convert", "smollm2", "lossless",
+    ap.add_argument("step", choices=("dummy", "_worker", "smollm2", "lossless",
                                      "lossless-figures"))
     ap.add_argument("-o", "--out", type=Path, required=True)
     ap.add_argument("--tokenizer", type=Path, help="dummy: a tokenizer directory")
@@ -491,8 +468,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420.0)
     ap.add_argument("--mode-timeout", type=float, default=240.0)
     ap.add_argument("--keep-logits", action="store_true")
-    ap.add_argument("--gguf", help="convert: the GGUF file")
-    ap.add_argument("--model", help="smollm2 / lossless: the model directory")
+    ap.add_argument("--model", help="smollm2 / lossless: the model (GGUF file or directory)")
     ap.add_argument("--data", help="GSM8K test.jsonl")
     ap.add_argument("--limit", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -504,7 +480,7 @@ def main() -> None:
     if a.step == "_worker":
         worker(a)
         return
-    figures = {"dummy": dummy, "convert": convert, "smollm2": smollm2, "lossless": lossless,
+    figures = {"dummy": dummy, "smollm2": smollm2, "lossless": lossless,
                "lossless-figures": lambda a: lossless_figures(a.out / "ab")}[a.step](a)
     (a.out / f"figures-{a.step}.json").write_text(json.dumps(figures, indent=1, default=str))
     print(json.dumps(figures, indent=1, default=str)[:8000], flush=True)
