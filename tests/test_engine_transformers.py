@@ -120,6 +120,7 @@ def test_is_an_engine_and_describes_itself(engine: hf.TransformersEngine, tiny: 
     assert eff["torch_version"] == torch.__version__
     assert eff["transformers_version"] == transformers.__version__
     assert "cuda_version" in eff and eff["compile"] is False
+    assert eff["device_map"] is None and eff["device_map_placed"] is None
     assert eff["engine_timings_clock"] == ("cuda events" if CUDA else
                                            "host perf_counter (synchronous forward)")
     assert eff["max_position_embeddings"] == eff["max_model_len"] == 256
@@ -243,6 +244,125 @@ def test_prompt_lookup_speculation_is_lossless_for_greedy(
         spec.close()
 
 
+def test_assistant_model_speculation_is_lossless_for_greedy(
+        tiny: Path, engine: hf.TransformersEngine) -> None:
+    """The tiny model as its own draft: greedy speculative decoding keeps the plain
+    greedy tokens; several tokens can arrive per verification step."""
+    spec = hf.load(str(tiny), {"device": DEVICE, "assistant_model": str(tiny),
+                               "num_assistant_tokens": 3})
+    try:
+        eff = spec.describe().effective_config
+        assert eff["assistant_model"] == {
+            "path": str(tiny.resolve()), "num_assistant_tokens": 3,
+            "parameter_count": engine.describe().effective_config["parameter_count"]}
+        assert spec.capabilities.engine_timings is False and eff["score_mode"] == "prefill"
+        assert eff["engine_timings_clock"] is None
+        a = engine.generate([req(max_tokens=16, ignore_eos=True)])[0]
+        b = spec.generate([req(max_tokens=16, ignore_eos=True)])[0]
+        assert b.error is None and b.output_token_ids == a.output_token_ids
+        assert b.engine_timings == {} and len(b.token_times or []) == 16
+        times = b.token_times or []
+        assert times == sorted(times) and len(set(times)) < len(times)  # drafts accepted
+        prompt, out = a.prompt_token_ids or [], a.output_token_ids or []
+        assert spec.score(prompt, out).top_ids[:, 0].tolist() == out
+        short = spec.generate([req(max_tokens=5, ignore_eos=True)])[0]
+        assert short.output_token_ids == out[:5] and short.finish_reason == "length"
+    finally:
+        spec.close()
+    assert spec.cleanup_evidence is not None and spec.cleanup_evidence["verified"] is True
+
+
+def test_device_map_places_the_model(tiny: Path, engine: hf.TransformersEngine) -> None:
+    """device_map (accelerate) instead of device: "auto" on the one device there is,
+    or an explicit JSON object; the same greedy tokens as the plain engine."""
+    auto_ok = CUDA or not torch.cuda.is_available()  # "auto" picks CUDA where there is one
+    maps: list[Any] = ["auto"] if auto_ok else []
+    maps.append({"": DEVICE if not CUDA else 0})
+    a = engine.generate([req(max_tokens=16, ignore_eos=True)])[0]
+    for device_map in maps:
+        placed = hf.load(str(tiny), {"device_map": device_map})
+        try:
+            eff = placed.describe().effective_config
+            assert eff["device_map"] == device_map
+            assert eff["device"] == str(placed._model.device)
+            assert set(map(str, eff["device_map_placed"].values())) == {eff["device"]} or CUDA
+            assert torch.device(eff["device"]).type == torch.device(DEVICE).type
+            assert eff["engine_timings_clock"] == ("cuda events" if CUDA else
+                                                   "host perf_counter (synchronous forward)")
+            b = placed.generate([req(max_tokens=16, ignore_eos=True)])[0]
+            assert b.error is None and b.output_token_ids == a.output_token_ids
+            assert b.engine_timings["eval_tokens"] == 15
+        finally:
+            placed.close()
+        assert placed.cleanup_evidence is not None and placed.cleanup_evidence["verified"]
+
+
+def test_deterministic_switch_is_scoped_and_described(
+        tiny: Path, engine: hf.TransformersEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from abgate.engines import transformers_determinism as det
+
+    assert engine.describe().effective_config["deterministic"] is False
+    if CUDA:  # this process started CUDA already (the module's engine): refused unless set
+        monkeypatch.delenv(det.CUBLAS_VAR, raising=False)
+        with pytest.raises(UsageError, match="CUDA has already started"):
+            hf.load(str(tiny), {"device": DEVICE, "deterministic": True})
+        monkeypatch.setenv(det.CUBLAS_VAR, ":4096:8")
+    strict = hf.load(str(tiny), {"device": DEVICE, "deterministic": True})
+    try:
+        eff = strict.describe().effective_config
+        assert eff["deterministic"] is True
+        assert eff["cublas_workspace_config"] == (os.environ.get(det.CUBLAS_VAR) if CUDA
+                                                  else None)
+        seen: list[bool] = []
+        orig = strict._decode
+
+        def spy(*args: Any, **kw: Any) -> Any:
+            seen.append(torch.are_deterministic_algorithms_enabled())
+            return orig(*args, **kw)
+
+        monkeypatch.setattr(strict, "_decode", spy)
+        a, b = strict.generate([req(max_tokens=12, ignore_eos=True)] * 2)
+        assert seen == [True, True] and not torch.are_deterministic_algorithms_enabled()
+        assert a.output_token_ids == b.output_token_ids == \
+            engine.generate([req(max_tokens=12, ignore_eos=True)])[0].output_token_ids
+        strict.score(a.prompt_token_ids or [], a.output_token_ids or [])
+        assert not torch.are_deterministic_algorithms_enabled()  # restored after scoring
+    finally:
+        strict.close()
+
+
+def test_deterministic_needs_cublas_workspace_before_cuda(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from abgate.engines import transformers_determinism as det
+
+    class FakeCuda:
+        started = False
+
+        def is_initialized(self) -> bool:
+            return self.started
+
+    class FakeTorch:
+        cuda = FakeCuda()
+
+    monkeypatch.delenv(det.CUBLAS_VAR, raising=False)
+    det.prepare(FakeTorch, True, on_cuda=False)  # the CPU needs nothing
+    assert det.CUBLAS_VAR not in os.environ
+    det.prepare(FakeTorch, False, on_cuda=True)
+    assert det.CUBLAS_VAR not in os.environ
+    det.prepare(FakeTorch, True, on_cuda=True)  # unset, CUDA not started: set here
+    assert os.environ[det.CUBLAS_VAR] == ":4096:8"
+    monkeypatch.setenv(det.CUBLAS_VAR, ":0:0")
+    with pytest.raises(UsageError, match="CUBLAS_WORKSPACE_CONFIG=:4096:8 before CUDA"):
+        det.prepare(FakeTorch, True, on_cuda=True)
+    monkeypatch.delenv(det.CUBLAS_VAR)
+    FakeTorch.cuda.started = True
+    with pytest.raises(UsageError, match="CUDA has already started") as err:
+        det.prepare(FakeTorch, True, on_cuda=True)
+    assert "\n" not in str(err.value)
+    monkeypatch.setenv(det.CUBLAS_VAR, ":16:8")
+    det.prepare(FakeTorch, True, on_cuda=True)  # already deterministic: fine
+
+
 def test_seeded_sampling_repeats(engine: hf.TransformersEngine) -> None:
     a = engine.generate([req(temperature=1.0, seed=11, ignore_eos=True),
                          req(temperature=1.0, seed=11, ignore_eos=True),
@@ -279,6 +399,8 @@ def test_bad_engine_args_are_refused_before_load(tiny: Path) -> None:
         prep(assistant_model=str(tiny), prompt_lookup_num_tokens=3)
     with pytest.raises(UsageError, match="needs 'assistant_model'"):
         prep(num_assistant_tokens=4)
+    with pytest.raises(UsageError, match="expects bool"):
+        prep(deterministic="yes")
     with pytest.raises(UsageError, match="takes no engine options"):
         hf.load(str(tiny), {}, {"concurrency": 2})
 

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.engines import server_cleanup as srv
+from abgate.engines import transformers_determinism as det
 from abgate.engines.base import (
     Capabilities,
     EngineInfo,
@@ -151,6 +152,8 @@ class TransformersEngine:
         device = r.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         self._device = torch.device(device) if r.get("device_map") is None else None
         self._on_cuda = self._uses_cuda(device)
+        self._deterministic = bool(r["deterministic"])
+        det.prepare(torch, self._deterministic, self._on_cuda)
         if self._on_cuda:
             torch.cuda.init()  # context and BLAS handles exist before the "before" reading
             x = torch.ones(8, 8, device=self._device or "cuda")
@@ -302,7 +305,8 @@ class TransformersEngine:
                  on_result: OnResult | None = None) -> list[GenerationResult]:
         results = []
         for r in requests:
-            results.append(self._generate_one(r))
+            with det.scope(self._torch, self._deterministic):
+                results.append(self._generate_one(r))
             if on_result is not None:
                 on_result(results[-1])
         return results
@@ -334,10 +338,11 @@ class TransformersEngine:
             raise ValueError(f"prompt + continuation ({len(prompt) + len(cont)} tokens) "
                              f"exceeds the context (max_position_embeddings="
                              f"{self._max_len()})")
-        if self._score_mode() == "decode":
-            logits = self._decode_logits(prompt, cont)
-        else:
-            logits = self._prefill_logits(prompt, cont)
+        with det.scope(self._torch, self._deterministic):
+            if self._score_mode() == "decode":
+                logits = self._decode_logits(prompt, cont)
+            else:
+                logits = self._prefill_logits(prompt, cont)
         return scores_from_logits(logits, cont, top_k)
 
     def _score_mode(self) -> str:
@@ -516,12 +521,16 @@ class TransformersEngine:
             "compile": compiled,
             "compile_mode": (r.get("compile_mode") or "transformers default") if compiled
             else None,
-            "device_map": getattr(m, "hf_device_map", None),
+            "device_map": r.get("device_map"),
+            # accelerate's placement; transformers sets none when all sits on one device
+            "device_map_placed": (getattr(m, "hf_device_map", None) or {"": device})
+            if r.get("device_map") is not None else None,
             "torch_version": str(torch.__version__),
             "transformers_version": str(tf.__version__),
             "cuda_version": torch.version.cuda,
             "torch_num_threads": torch.get_num_threads(),
             "seed": int(r["seed"]),
+            **det.facts(torch, self._deterministic, self._on_cuda),
             "model_type": getattr(cfg, "model_type", None),
             "architecture": type(m).__name__,
             "max_position_embeddings": self._max_len(),

@@ -53,6 +53,9 @@ _SPECS = [
     ArgSpec("num_assistant_tokens", int, "draft tokens per step with assistant_model",
             nullable=True),
     ArgSpec("seed", int, "seed for random weights (per-request seeds drive sampling)"),
+    ArgSpec("deterministic", bool, "torch's deterministic algorithms for each request, and "
+            "on CUDA cuBLAS's fixed workspace (CUBLAS_WORKSPACE_CONFIG=:4096:8, set "
+            "where unset before CUDA starts)"),
     ArgSpec("load_format", str, "auto: the checkpoint's weights; dummy: random weights "
             "from the model's config (speed only)", choices={f: f for f in LOAD_FORMATS}),
     ArgSpec("score_mode", str, "teacher-forced scoring: decode (through generate's own "
@@ -62,7 +65,8 @@ _SPECS = [
 ]
 ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
 DEFAULTS: Mapping[str, Any] = {"dtype": "auto", "cache_implementation": "dynamic", "seed": 0,
-                               "load_format": "auto", "score_mode": "decode"}
+                               "load_format": "auto", "score_mode": "decode",
+                               "deterministic": False}
 
 
 # -- checks that need no torch ------------------------------------------------------------
