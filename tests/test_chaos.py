@@ -175,3 +175,39 @@ def test_kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
             assert not list(out.rglob("*.tmp")), list(out.rglob("*"))
         print(f"{command}: kills landed at (complete samples of {w.total}):", kills)
         assert kills  # the trials did interrupt something
+
+
+@pytest.mark.engine
+def test_baseline_record_killed_anywhere_leaves_no_corrupt_file(tmp_path: Path) -> None:
+    """``abgate baseline record`` on the embedded engine, SIGKILLed at random moments
+    (loading, measuring, writing): the directory holds either no ``baseline.json`` or a
+    complete, valid one, never a partial file; recording again with --force completes
+    and the baseline then checks (same tokens)."""
+    from abgate.runner.documents import read_record
+    from tests.conftest import abgate, thread_flags
+
+    rng = random.Random(SEED)
+    out = tmp_path / "B"
+    args = [sys.executable, "-m", "abgate", "baseline", "record", "--input-len", "16",
+            "--output-len", "8", "--repeats", "1", "--warmup", "0", "--no-probes",
+            *thread_flags(1), "-o", str(out), "--force"]
+    t0 = time.monotonic()
+    full = subprocess.run(args, capture_output=True, text=True, timeout=HANG_S)
+    assert full.returncode == 0, full.stderr
+    duration = time.monotonic() - t0
+    killed = 0
+    for _ in range(max(TRIALS, 3)):
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.0, duration))
+        if proc.poll() is None:
+            proc.kill()
+            killed += 1
+        proc.wait(timeout=HANG_S)
+        assert not list(out.rglob("*.tmp")), list(out.rglob("*"))
+        if (out / "baseline.json").exists():  # the old one, or a new one written whole
+            assert read_record(out / "baseline.json", "baseline")["cases"]
+    assert killed
+    r = subprocess.run(args, capture_output=True, text=True, timeout=HANG_S)
+    assert r.returncode == 0, r.stderr
+    check = abgate("baseline", "check", str(out), *thread_flags(1))
+    assert check.returncode == 0, check.stdout + check.stderr

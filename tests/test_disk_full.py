@@ -10,7 +10,9 @@ simulated with permissions; it fails the same writes."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ import errno, os
 from abgate.runner import records
 
 _after = int(os.environ["ABGATE_TEST_DISK_FULL_AFTER"])
+_errno = getattr(errno, os.environ.get("ABGATE_TEST_DISK_ERRNO", "ENOSPC"))
 _tried = [0]
 _append, _fsync = records.SampleWriter.append, os.fsync
 
@@ -34,7 +37,7 @@ def append(self, record):
 
 def fsync(fd):  # from the (after + 1)-th sample on, the disk is full
     if _tried[0] > _after:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise OSError(_errno, os.strerror(_errno))
     _fsync(fd)
 
 
@@ -43,9 +46,12 @@ os.fsync = fsync
 '''
 
 
-@pytest.mark.parametrize("after", [-1, 0, 5])
-def test_disk_full_mid_run_is_one_line_and_keeps_the_samples(tmp_path: Path,
-                                                              after: int) -> None:
+@pytest.mark.parametrize(("after", "err"), [(-1, "ENOSPC"), (0, "ENOSPC"), (5, "ENOSPC"),
+                                          (3, "EROFS")])
+def test_disk_full_mid_run_is_one_line_and_keeps_the_samples(tmp_path: Path, after: int,
+                                                              err: str) -> None:
+    """ENOSPC: the disk fills up; EROFS: the file system turns read-only mid-run (what a
+    read-only directory does to the writes; root ignores permission bits)."""
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(INJECT)
@@ -54,11 +60,12 @@ def test_disk_full_mid_run_is_one_line_and_keeps_the_samples(tmp_path: Path,
         args = ["run", "--engine", "openai", "--endpoint", fs.url, "--suite", "synthetic",
                 "--limit", "8", "--max-tokens", "6", "-o", str(out)]
         r = abgate(*args, env={"PYTHONPATH": str(inject),
-                               "ABGATE_TEST_DISK_FULL_AFTER": str(after)}, timeout=300)
+                               "ABGATE_TEST_DISK_FULL_AFTER": str(after),
+                               "ABGATE_TEST_DISK_ERRNO": err}, timeout=300)
         assert r.returncode == 1, r.stderr
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-        assert "No space left on device" in lines[0] and str(out) in lines[0], lines[0]
+        assert os.strerror(getattr(errno, err)) in lines[0] and str(out) in lines[0], lines[0]
         assert not list(out.glob("*.tmp"))  # no partial record left
         if after >= 0:
             # the samples before the failure are kept (the failing one's line reached
