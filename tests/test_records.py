@@ -93,3 +93,25 @@ def test_record_documents_are_typed_per_kind(tmp_path: Path) -> None:
                                           r"'interleave' or 'blocks'"):
         write_record(tmp_path / "ab.json", ab)
     assert not (tmp_path / "ab.json").exists()
+
+
+def test_a_signal_interrupts_between_samples_and_a_second_at_once() -> None:
+    """The first Ctrl-C/SIGTERM only notes itself (raising from a handler that Python
+    may run inside a ctypes callback would be dropped); the run loop's
+    check_interrupted raises it; a second signal raises at once."""
+    import os
+    import signal
+
+    from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
+
+    with _interrupts():
+        os.kill(os.getpid(), signal.SIGINT)
+        assert _PENDING == [signal.SIGINT]  # noted, nothing raised
+        with pytest.raises(Interrupted):
+            check_interrupted()
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs at the next bytecode boundary
+                pass
+    assert _PENDING == [] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    check_interrupted()  # outside a tracked run: nothing pending

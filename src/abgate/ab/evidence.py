@@ -29,6 +29,7 @@ from abgate.bench.probes import default_probes, run_probes
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
+from abgate.runner.execute import check_interrupted
 from abgate.runner.samples import ids_sha256
 from abgate.runner.session import EngineSession
 
@@ -117,6 +118,7 @@ def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
     writers = {a: rec.SampleWriter(p) for a, p in paths.items()}
     try:
         for sample in samples:
+            check_interrupted()
             todo = [a for a in cands if sample["key"] not in done[a]]
             if not todo:
                 continue

@@ -31,7 +31,7 @@ from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, write_record
-from abgate.runner.execute import Status, tracked
+from abgate.runner.execute import Status, check_interrupted, tracked
 from abgate.runner.session import (
     EngineSession,
     EngineSpec,
@@ -197,6 +197,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
             writer.append(sample)
             if progress is not None:
                 progress.on_sample(sample)
+            check_interrupted()
 
         parts["result"] = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
                                        on_sample=record)

@@ -36,8 +36,11 @@ OnSample = Callable[[dict[str, Any]], None]
 
 
 class Interrupted(BaseException):
-    """SIGTERM during a run. A BaseException, like KeyboardInterrupt, so that an
-    engine's per-request ``except Exception`` cannot turn it into an error sample."""
+    """Ctrl-C or SIGTERM during a run. A BaseException, like KeyboardInterrupt, so that
+    an engine's per-request ``except Exception`` cannot turn it into an error sample."""
+
+
+_PENDING: list[int] = []  # signals received during a tracked run, not yet acted on
 
 
 @dataclass(frozen=True)
@@ -50,15 +53,35 @@ class RunOutcome:
 
 
 @contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
+def _interrupts() -> Iterator[None]:
+    """SIGINT and SIGTERM interrupt a run between samples: the first one is noted, the
+    request in flight finishes and is recorded, and the next :func:`check_interrupted`
+    raises :class:`Interrupted`; a second signal raises at once. The handler does not
+    raise on the first signal because Python may run it inside a ctypes callback
+    (llama.cpp's log callback), where an exception is printed and dropped, and the
+    run would go on as if nothing had been asked."""
     def handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(f"signal {signum}")
+        _PENDING.append(signum)
+        if len(_PENDING) > 1:
+            raise Interrupted(f"signal {signum}")
+        log.warning("signal %d: stopping after the request in flight (again to stop now)",
+                    signum)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    _PENDING.clear()
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
+        _PENDING.clear()
+
+
+def check_interrupted() -> None:
+    """Raise :class:`Interrupted` if a signal came since the tracked run began (called
+    by the run loops between samples)."""
+    if _PENDING:
+        raise Interrupted(f"signal {_PENDING[0]}")
 
 
 class RedactingFormatter(logging.Formatter):
@@ -140,6 +163,7 @@ class RunRecorder:
         if warmup:
             sample["key"] = "warmup:" + sample["key"]
         self._writer.append(sample)
+        check_interrupted()
         self.done.add(sample["key"])
         if result.finish_reason == "error":
             log.warning("%s sample %s: engine error: %s", self.out.name, sample["key"],
@@ -175,7 +199,7 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
     interruption, the final status, and ``finish`` (close engines, write records) on
     every way out. Unexpected errors become one-line AbgateErrors; records are kept."""
     status = Status()
-    with _run_log(out), _sigterm_interrupts():
+    with _run_log(out), _interrupts():
         try:
             yield status
             status.value = "complete"
