@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,7 @@ import pytest
 from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
 
 
 def test_torn_last_line_is_dropped_and_repaired(tmp_path: Path) -> None:
@@ -98,21 +101,23 @@ def test_record_documents_are_typed_per_kind(tmp_path: Path) -> None:
 def test_a_signal_interrupts_between_samples_and_a_second_at_once() -> None:
     """The first Ctrl-C/SIGTERM only notes itself (raising from a handler that Python
     may run inside a ctypes callback would be dropped); the run loop's
-    check_interrupted raises it; a second signal raises at once."""
-    import signal
-    import time
-
-    from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
-
-    before = signal.getsignal(signal.SIGINT)
-    with _interrupts():
-        signal.raise_signal(signal.SIGINT)  # the handler has run when this returns
-        time.sleep(0.01)
-        assert _PENDING == [signal.SIGINT]  # noted, nothing raised
-        with pytest.raises(Interrupted):
-            check_interrupted()
-        with pytest.raises(Interrupted):
-            signal.raise_signal(signal.SIGTERM)
+    check_interrupted raises it; a second signal raises at once. A SIGINT ignored on
+    entry (nohup, a background job) stays ignored."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with _interrupts():
+            signal.raise_signal(signal.SIGINT)  # the handler has run when this returns
             time.sleep(0.01)
-    assert _PENDING == [] and signal.getsignal(signal.SIGINT) is before
-    check_interrupted()  # outside a tracked run: nothing pending
+            assert _PENDING == [signal.SIGINT]  # noted, nothing raised
+            with pytest.raises(Interrupted):
+                check_interrupted()
+            with pytest.raises(Interrupted):
+                signal.raise_signal(signal.SIGTERM)
+                time.sleep(0.01)
+        assert _PENDING == [] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        check_interrupted()  # outside a tracked run: nothing pending
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with _interrupts():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

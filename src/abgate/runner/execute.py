@@ -68,7 +68,10 @@ def _interrupts() -> Iterator[None]:
                     signum)
 
     _PENDING.clear()
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    # A signal ignored when abgate started (SIGINT of a background job, nohup) stays so.
+    wanted = [s for s in (signal.SIGINT, signal.SIGTERM)
+              if signal.getsignal(s) is not signal.SIG_IGN]
+    previous = {s: signal.signal(s, handler) for s in wanted}
     try:
         yield
     finally:
