@@ -9,6 +9,7 @@ timestamps (TTFT, steady decode, TPOT) lives in :mod:`abgate.metrics`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -199,3 +200,24 @@ class Engine(Protocol):
         """Release everything. Engines that start processes verify the cleanup and
         leave the evidence in a ``cleanup_evidence`` dict attribute."""
         ...
+
+
+def one_at_a_time(requests: Sequence[GenerationRequest], on_result: OnResult | None,
+                  prompt_ids: Callable[[GenerationRequest], list[int]],
+                  decode: Callable[[GenerationRequest, list[int], float], GenerationResult]
+                  ) -> list[GenerationResult]:
+    """``generate`` for an in-process engine that serves one request at a time: each
+    request's clock starts at submit, its prompt is resolved and decoded, and a failure
+    becomes that request's error sample (one failed request must not end the run);
+    ``on_result`` gets each result as it finishes."""
+    results = []
+    for req in requests:
+        t_submit = time.perf_counter()
+        try:
+            result = decode(req, prompt_ids(req), t_submit)
+        except Exception as exc:
+            result = GenerationResult.failed(req.id, t_submit, f"{type(exc).__name__}: {exc}")
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results

@@ -30,6 +30,7 @@ from abgate.engines.base import (
     Message,
     OnResult,
     TokenScores,
+    one_at_a_time,
 )
 from abgate.engines.llamacpp_state import DEFAULT_BUDGET_BYTES, PromptStates
 from abgate.errors import AbgateError, UsageError
@@ -172,12 +173,7 @@ class LlamaCppEngine:
 
     def generate(self, requests: Sequence[GenerationRequest],
                  on_result: OnResult | None = None) -> list[GenerationResult]:
-        results = []
-        for r in requests:
-            results.append(self._generate_one(r))
-            if on_result is not None:
-                on_result(results[-1])
-        return results
+        return one_at_a_time(requests, on_result, self._prompt_ids, self._decode)
 
     def describe(self) -> EngineInfo:
         llm, lc = self._llm, self._lc
@@ -229,14 +225,6 @@ class LlamaCppEngine:
             return self.render_prompt(req.messages)
         assert req.prompt is not None
         return list(self._llm.tokenize(req.prompt.encode("utf-8"), add_bos=True, special=True))
-
-    def _generate_one(self, req: GenerationRequest) -> GenerationResult:
-        t_submit = time.perf_counter()
-        try:
-            prompt_ids = self._prompt_ids(req)
-            return self._decode(req, prompt_ids, t_submit)
-        except Exception as exc:  # one failed request must not end the run
-            return GenerationResult.failed(req.id, t_submit, f"{type(exc).__name__}: {exc}")
 
     def _decode(self, req: GenerationRequest, prompt_ids: list[int],
                 t_submit: float) -> GenerationResult:

@@ -66,6 +66,7 @@ from abgate.engines.base import (
     OnResult,
     SamplingParams,
     TokenScores,
+    one_at_a_time,
 )
 from abgate.engines.llamacpp import scores_from_logits
 from abgate.engines.transformers_describe import device_facts, weight_facts
@@ -303,13 +304,12 @@ class TransformersEngine:
 
     def generate(self, requests: Sequence[GenerationRequest],
                  on_result: OnResult | None = None) -> list[GenerationResult]:
-        results = []
-        for r in requests:
-            with det.scope(self._torch, self._deterministic):
-                results.append(self._generate_one(r))
-            if on_result is not None:
-                on_result(results[-1])
-        return results
+        return one_at_a_time(requests, on_result, self._prompt_ids, self._scoped_decode)
+
+    def _scoped_decode(self, req: GenerationRequest, prompt_ids: list[int],
+                       t_submit: float) -> GenerationResult:
+        with det.scope(self._torch, self._deterministic):
+            return self._decode(req, prompt_ids, t_submit)
 
     def describe(self) -> EngineInfo:
         return EngineInfo(name=NAME, version=str(self._tf.__version__), model=self.model_path,
@@ -460,14 +460,6 @@ class TransformersEngine:
         if r.get("prompt_lookup_num_tokens"):
             kw["prompt_lookup_num_tokens"] = int(r["prompt_lookup_num_tokens"])
         return self._tf.GenerationConfig(**kw)
-
-    def _generate_one(self, req: GenerationRequest) -> GenerationResult:
-        t_submit = time.perf_counter()
-        try:
-            prompt_ids = self._prompt_ids(req)
-            return self._decode(req, prompt_ids, t_submit)
-        except Exception as exc:  # one failed request must not end the run
-            return GenerationResult.failed(req.id, t_submit, f"{type(exc).__name__}: {exc}")
 
     def _decode(self, req: GenerationRequest, prompt_ids: list[int],
                 t_submit: float) -> GenerationResult:
