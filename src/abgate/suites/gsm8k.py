@@ -6,13 +6,13 @@ in ``#### N``. Errors name the file and line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError, one_line
 from abgate.identity import DEFAULT_CACHE
+from abgate.jsonl import json_objects
 from abgate.suites.base import Item, Suite, content_id
 
 HUB_PREFIX = "hf:"
@@ -37,29 +37,7 @@ def _item(record: Mapping[str, Any], where: str) -> Item:
 
 
 def _read_jsonl(path: Path) -> list[Item]:
-    items = []
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    for lineno, raw in enumerate(data.split(b"\n"), 1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UsageError(f"{path}:{lineno}: not UTF-8 text (bad byte at column "
-                             f"{exc.start + 1})") from None
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        except RecursionError:
-            raise UsageError(f"{path}:{lineno}: JSON nested too deeply") from None
-        if not isinstance(record, dict):
-            raise UsageError(f"{path}:{lineno}: expected a JSON object")
-        items.append(_item(record, f"{path}:{lineno}"))
-    return items
+    return [_item(record, f"{path}:{lineno}") for lineno, record in json_objects(path)]
 
 
 def _read_parquet(path: Path) -> list[Item]:

@@ -29,6 +29,7 @@ from typing import Any
 from abgate.compare.stats import clustered_mean
 from abgate.errors import UsageError
 from abgate.identity import digest_json, sha256_file
+from abgate.jsonl import json_objects
 from abgate.ledger.entries import Entry, Unit, metric, sample_metrics
 from abgate.scoring.extract import extract_integer, reference_answer
 from abgate.scoring.health import sample_health
@@ -40,18 +41,8 @@ _TIMING = {"ttft_s": None, "prefill_tps": None, "decode_s": None, "steady_decode
 
 def _lines(path: Path) -> list[dict[str, Any]]:
     out = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: unreadable ({exc})") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{n}: not JSON ({exc.msg})") from None
-        if not isinstance(doc, dict) or "doc_id" not in doc or "resps" not in doc:
+    for n, doc in json_objects(path):
+        if "doc_id" not in doc or "resps" not in doc:
             raise UsageError(f"{path}:{n}: not an lm-eval sample (no doc_id / resps)")
         out.append(doc)
     if not out:
