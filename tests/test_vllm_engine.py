@@ -184,6 +184,19 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
         def get_tokenizer(self) -> _Tok:
             return _Tok()
 
+        def generate(self, prompts: list[dict[str, list[int]]], params: Any,
+                     use_tqdm: bool = True) -> list[Any]:
+            """Prompt log-probs as vLLM returns them: None, then {id: Logprob} with the
+            top-k (ranks 1..k) and the prompt token itself."""
+            ids, k = prompts[0]["prompt_token_ids"], params.kw["prompt_logprobs"]
+            rows: list[Any] = [None]
+            for tok in ids[1:]:
+                row = {50 + r: types.SimpleNamespace(logprob=-0.5 * (r + 1), rank=r + 1)
+                       for r in range(k)}
+                row.setdefault(tok, types.SimpleNamespace(logprob=-6.0, rank=999))
+                rows.append(row)
+            return [types.SimpleNamespace(prompt_logprobs=rows, outputs=[])]
+
     class SP:
         def __init__(self, **kw: Any) -> None:
             self.kw = kw
@@ -246,3 +259,14 @@ def test_real_generation_and_cleanup(tmp_path: Path) -> None:
     finally:
         engine.close()
     assert engine.cleanup_evidence is not None and engine.cleanup_evidence["survivors"] == []
+
+
+def test_score_reads_prompt_logprobs(fake_vllm: types.ModuleType) -> None:
+    engine = ve.load("some/model", {}, {})
+    assert engine.capabilities.scoring == "top_k"
+    s = engine.score([1, 2, 3], [51, 7], 4)
+    assert s.method == "top_k" and s.tokens == (51, 7)
+    assert s.top_ids.tolist() == [[50, 51, 52, 53]] * 2
+    assert s.token_logprobs.tolist() == [-1.0, -6.0]  # 51 is rank 2; 7 is outside the top-k
+    with pytest.raises(ValueError, match="non-empty"):
+        engine.score([1], [], 4)

@@ -17,15 +17,18 @@ the pass (seconds per arm) goes to ``ab.json["scoring"]``.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE
 from abgate.bench.probes import default_probes, run_probes
+from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
@@ -34,7 +37,9 @@ from abgate.runner.samples import ids_sha256
 from abgate.runner.session import EngineSession
 
 log = logging.getLogger("abgate.ab")
-TOP_N = 5
+TOP_N = 5  # top tokens kept per position in agreement.jsonl (for the report)
+# log-probs asked of each arm per position: a top-k engine's bound is over these cells
+SCORE_K = 20
 Prompt = Callable[[dict[str, Any]], list[int]]  # sample -> the prompt token IDs it had
 
 
@@ -43,23 +48,67 @@ def _top(scores: TokenScores, detok: Callable[[list[int]], str] | None) -> list[
     for ids, lps in zip(scores.top_ids[:, :TOP_N].tolist(),
                         scores.top_logprobs[:, :TOP_N].tolist(), strict=True):
         out.append([[i, round(lp, 5), *([detok([i])] if detok else [])]
-                    for i, lp in zip(ids, lps, strict=True)])
+                    for i, lp in zip(ids, lps, strict=True) if i >= 0 and math.isfinite(lp)])
     return out
+
+
+def _reported(scores: TokenScores, j: int, also: Sequence[int] = ()) -> dict[int, float]:
+    """Token -> log-prob as one arm reported it at position ``j``: its top-k and the
+    scored token, plus ``also`` where the arm has the full distribution."""
+    out = {int(i): float(lp) for i, lp in zip(scores.top_ids[j].tolist(),
+                                               scores.top_logprobs[j].tolist(), strict=True)
+           if i >= 0 and math.isfinite(lp)}
+    own = float(scores.token_logprobs[j])
+    if math.isfinite(own):
+        out[scores.tokens[j]] = own
+    if scores.logprobs is not None:
+        out |= {int(i): float(scores.logprobs[j, i]) for i in also}
+    return out
+
+
+def _cap(scores: TokenScores, j: int, reported: Mapping[int, float]) -> float:
+    """The most probability a token the arm did not report can have at ``j``."""
+    if scores.logprobs is not None:
+        return 0.0  # nothing is unreported
+    listed = scores.top_logprobs[j][np.isfinite(scores.top_logprobs[j])]
+    kth = math.exp(float(listed.min())) if listed.size == scores.top_ids.shape[1] else 1.0
+    return min(kth, max(0.0, 1.0 - math.fsum(math.exp(v) for v in reported.values())))
+
+
+def _kl_top_k(base: TokenScores, cand: TokenScores) -> list[float]:
+    """Per position, the lower bound of KL(baseline || candidate) from what both arms
+    reported (:func:`abgate.compare.topk_kl.kl_lower_bound`)."""
+    out = []
+    for j in range(len(base.tokens)):
+        b = _reported(base, j)
+        c = _reported(cand, j, also=list(b))
+        out.append(kl_lower_bound(b, c, _cap(cand, j, c)))
+    return out
+
+
+def _logps(values: npt.NDArray[np.float32]) -> list[float | None]:
+    return [round(float(x), 6) if math.isfinite(x) else None for x in values.tolist()]
 
 
 def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScores,
                   detok: Callable[[list[int]], str] | None = None) -> dict[str, Any]:
-    """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence."""
-    if base.logprobs is None or cand.logprobs is None:
-        raise AbgateError("distribution agreement needs full-vocabulary scores from both arms")
-    la, lb = base.logprobs, cand.logprobs  # float32; the sums in float64
-    kl = np.maximum((np.exp(la) * (la - lb)).sum(axis=1, dtype=np.float64), 0.0)
+    """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence.
+    Both arms scored over the full vocabulary: the exact KL ("full"); else the lower
+    bound from the top-k both reported ("top_k", with the smaller k)."""
+    if base.tokens != cand.tokens:
+        raise AbgateError("the two arms scored different token sequences")
+    if base.logprobs is not None and cand.logprobs is not None:
+        la, lb = base.logprobs, cand.logprobs  # float32; the sums in float64
+        kl = np.maximum((np.exp(la) * (la - lb)).sum(axis=1, dtype=np.float64), 0.0).tolist()
+        method, k = "full", None
+    else:
+        kl = _kl_top_k(base, cand)
+        method, k = "top_k", min(base.top_ids.shape[1], cand.top_ids.shape[1])
     return {"key": sample["key"], "item_id": sample["item_id"], "seed": sample["seed"],
-            "source": "baseline_output", "method": "full", "k": None,
+            "source": "baseline_output", "method": method, "k": k,
             "tokens": list(base.tokens), "kl": [float(f"{x:.6g}") for x in kl],
             "top1_base": base.top_ids[:, 0].tolist(), "top1_cand": cand.top_ids[:, 0].tolist(),
-            "logp_base": [round(x, 6) for x in base.token_logprobs.tolist()],
-            "logp_cand": [round(x, 6) for x in cand.token_logprobs.tolist()],
+            "logp_base": _logps(base.token_logprobs), "logp_cand": _logps(cand.token_logprobs),
             "top_base": _top(base, detok), "top_cand": _top(cand, detok)}
 
 
@@ -78,7 +127,7 @@ def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
                  cost: dict[str, Any]) -> TokenScores:
     t0 = time.perf_counter()
     with session.env():
-        scores = session.engine.score(prompt, tokens, TOP_N)
+        scores = session.engine.score(prompt, tokens, SCORE_K)
     cost["seconds"] = cost.get("seconds", 0.0) + time.perf_counter() - t0
     cost["n_tokens"] = cost.get("n_tokens", 0) + len(tokens)
     cost["method"] = scores.method
@@ -90,11 +139,16 @@ def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
 
 
 def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
-    """Arms whose engine cannot give full-vocabulary scores, with the reason."""
-    return {arm: f"engine {s.info['name']!r} cannot score teacher-forced sequences over the "
-                 "full vocabulary (capabilities.scoring = "
-                 f"{s.info['capabilities'].get('scoring')!r})"
-            for arm, s in sessions.items() if s.info["capabilities"].get("scoring") != "full"}
+    """Arms whose engine cannot score teacher-forced sequences, with the reason."""
+    out = {}
+    for arm, s in sessions.items():
+        if s.info["capabilities"].get("scoring") in ("full", "top_k"):
+            continue
+        why = (s.info.get("effective_config") or {}).get("scoring", {})
+        out[arm] = (f"engine {s.info['name']!r} cannot score teacher-forced sequences"
+                    + (f": {why['why_not']}" if isinstance(why, Mapping)
+                       and why.get("why_not") else " (capabilities.scoring = None)"))
+    return out
 
 
 def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,

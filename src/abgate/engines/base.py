@@ -137,6 +137,27 @@ class TokenScores:
     top_logprobs: npt.NDArray[np.float32]
     logprobs: npt.NDArray[np.float32] | None = None
 
+    @classmethod
+    def from_top_k(cls, tokens: Sequence[int], tops: Sequence[Sequence[tuple[int, float]]],
+                   token_logprobs: Sequence[float | None], k: int) -> TokenScores:
+        """Scores from what a server reports per position: its top-``k`` ``(id,
+        logprob)`` pairs and the scored token's log-prob (None where it was not
+        reported: NaN here). Positions with fewer than ``k`` pairs are padded with ID
+        -1 and log-prob -inf."""
+        if not (len(tokens) == len(tops) == len(token_logprobs)):
+            raise ValueError(f"{len(tokens)} tokens but {len(tops)} top-k lists and "
+                             f"{len(token_logprobs)} token log-probs")
+        ids = np.full((len(tokens), k), -1, dtype=np.int64)
+        lps = np.full((len(tokens), k), -np.inf, dtype=np.float32)
+        for row, pairs in enumerate(tops):
+            ranked = sorted(pairs, key=lambda pair: (-pair[1], pair[0]))[:k]
+            for col, (token, logprob) in enumerate(ranked):
+                ids[row, col], lps[row, col] = token, logprob
+        own = np.array([np.nan if lp is None else lp for lp in token_logprobs],
+                       dtype=np.float32)
+        return cls(method="top_k", tokens=tuple(int(t) for t in tokens), token_logprobs=own,
+                   top_ids=ids, top_logprobs=lps)
+
 
 @dataclass(frozen=True)
 class EngineInfo:

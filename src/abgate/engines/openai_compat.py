@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 
 from abgate.engines import openai_chat_render as cr
+from abgate.engines import openai_scoring as sc
 from abgate.engines import openai_stream as st
 from abgate.engines import openai_text_prompts as tp
 from abgate.engines import server as srv
@@ -155,9 +156,12 @@ class OpenAIEngine:
         self._rr = 0
         self.info = self._discover(model)
         self.eog_ids = tp.eog_ids(model)
+        self.scorer = sc.Scorer(self.info.dialect.kind, self.stats[0].url, self.headers,
+                                self.info.model, opts.request_timeout)
         self.capabilities = Capabilities(
             token_ids=self.info.probe.get("token_ids", False), logprobs=False, streaming=True,
-            chat_template=True, concurrent=True, engine_timings=False)
+            chat_template=True, concurrent=True, engine_timings=False,
+            scoring=self.scorer.route.method)
         self.chat = cr.choose(self.stats[0].url, self.headers, self.info.dialect.kind,
                               self.info.model, model, self.info.probe["prompt_token_ids"],
                               self.info.dialect.token_id_prompts)
@@ -263,6 +267,7 @@ class OpenAIEngine:
             "api_key_env": o.api_key_env,
             "probe": info.probe,
             "chat_prompts": self.chat.describe(),
+            "scoring": self.scorer.route.to_dict(),
             "token_ids": info.dialect.token_ids,
             "ignore_eos": "server parameter" if info.dialect.ignore_eos else (
                 f"logit bias {tp.EOG_BIAS:g} on end-of-generation tokens {list(self.eog_ids)}"
@@ -279,8 +284,9 @@ class OpenAIEngine:
 
     def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
               top_k: int = 5) -> TokenScores:
-        raise AbgateError("teacher-forced scoring is not implemented for served engines yet"
-                          " (capabilities.scoring is None)")
+        """Top-k teacher-forced log-probs, asked of the server in its own terms
+        (:mod:`openai_scoring`); servers with no way to do it raise AbgateError."""
+        return self.scorer.score(prompt_token_ids, continuation, top_k)
 
     def processes(self) -> list[int]:
         """A launched server's process tree; none for a remote endpoint (its processes
@@ -291,6 +297,7 @@ class OpenAIEngine:
         """Stop a launched server (verified) and leave the evidence; idempotent."""
         if self.cleanup_evidence is not None:
             return
+        self.scorer.close()
         server = self.server.stop() if self.server else None
         self.cleanup_evidence = {
             "launched": server is not None,

@@ -39,6 +39,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
+from abgate.engines.vllm_logprobs import scores_from_rows
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
 NAME = "vllm"
@@ -229,7 +230,8 @@ class VllmEngine:
     """vLLM, resident in this process."""
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
-                                chat_template=True, concurrent=True, engine_timings=False)
+                                chat_template=True, concurrent=True, engine_timings=False,
+                                scoring="top_k")
 
     def __init__(self, model: str, args: Mapping[str, Any], concurrency: int = 1) -> None:
         try:
@@ -293,8 +295,17 @@ class VllmEngine:
 
     def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
               top_k: int = 5) -> TokenScores:
-        raise AbgateError("teacher-forced scoring is not implemented for the vllm engine yet"
-                          " (capabilities.scoring is None)")
+        """Top-k teacher-forced log-probs from vLLM's ``prompt_logprobs`` over the
+        prompt and continuation (one request; ``top_k`` at most the engine's
+        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.vllm_logprobs`."""
+        prompt, cont = [int(t) for t in prompt_token_ids], [int(t) for t in continuation]
+        if not prompt or not cont:
+            raise ValueError("scoring needs a non-empty prompt and continuation")
+        params = self._vllm.SamplingParams(max_tokens=1, temperature=0.0,
+                                           prompt_logprobs=top_k, detokenize=False)
+        (out,) = self._llm.generate([{"prompt_token_ids": prompt + cont}], params,
+                                    use_tqdm=False)
+        return scores_from_rows(list(out.prompt_logprobs or ()), prompt, cont, top_k)
 
     def processes(self) -> list[int]:
         """This process and the workers vLLM started (multiprocessing executors)."""
