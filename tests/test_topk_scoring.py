@@ -55,6 +55,10 @@ def test_the_bound_sees_disjoint_top_tokens_and_is_zero_for_equal_reports() -> N
     # the baseline's 0.9 token has at most 0.05 under the candidate
     assert kl_lower_bound(base, cand, 0.05) > 0.9 * math.log(0.9 / 0.05) - 0.2
     assert kl_lower_bound(base, dict(base), 0.05) == pytest.approx(0.0, abs=1e-12)
+    # a candidate whose rounded top-k sums past 1 leaves a remainder of "about 0", not 0
+    rounded = kl_lower_bound({1: math.log(1 - 1e-6), 2: math.log(9e-7)},
+                             {1: math.log(1 - 1e-6), 2: math.log(1.2e-6)}, 1e-9)
+    assert 0.0 <= rounded < 1e-5
     # the baseline's mass is all reported and the candidate's unknown: cap bounds it
     assert kl_lower_bound({1: 0.0}, {2: math.log(0.5)}, 0.5) == pytest.approx(math.log(2))
 
@@ -88,6 +92,11 @@ def test_agreement_rows_for_every_mix_of_full_and_top_k() -> None:
         assert all(lo <= hi + 1e-5 for lo, hi in zip(row["kl"], full["kl"], strict=True))
         assert row["top1_base"] == full["top1_base"] and row["top1_cand"] == full["top1_cand"]
         json.dumps(row, allow_nan=False)  # unknown token log-probs are null, not NaN
+    # a server's rounded top-k may sum past 1: the token it left out is still possible
+    over = TokenScores.from_top_k([1], [[(1, 1e-7), (2, -20.0)]], [1e-7], 2)
+    under = TokenScores.from_top_k([1], [[(1, math.log(1 - 1e-6)), (3, math.log(1e-6))]],
+                                   [math.log(1 - 1e-6)], 2)
+    assert agreement_row(sample | {"key": "y#0"}, under, over)["kl"][0] < 1e-4
     both = agreement_row(sample, ka, kb)
     assert None in both["logp_cand"] or None in both["logp_base"]
     assert agreement_row(sample, ka, ka)["kl"] == [0.0] * 12

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE
 from abgate.bench.probes import default_probes, run_probes
-from abgate.compare.topk_kl import kl_lower_bound
+from abgate.compare.topk_kl import ROUNDING, kl_lower_bound
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
@@ -72,7 +72,8 @@ def _cap(scores: TokenScores, j: int, reported: Mapping[int, float]) -> float:
         return 0.0  # nothing is unreported
     listed = scores.top_logprobs[j][np.isfinite(scores.top_logprobs[j])]
     kth = math.exp(float(listed.min())) if listed.size == scores.top_ids.shape[1] else 1.0
-    return min(kth, max(0.0, 1.0 - math.fsum(math.exp(v) for v in reported.values())))
+    unreported = 1.0 - math.fsum(math.exp(v) for v in reported.values())
+    return min(kth, max(ROUNDING, unreported))  # rounded reports can sum past 1
 
 
 def _kl_top_k(base: TokenScores, cand: TokenScores) -> list[float]:
@@ -91,7 +92,8 @@ def _logps(values: npt.NDArray[np.float32]) -> list[float | None]:
 
 
 def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScores,
-                  detok: Callable[[list[int]], str] | None = None) -> dict[str, Any]:
+                  detok: Callable[[list[int]], str] | None = None,
+                  source: str = "baseline_output") -> dict[str, Any]:
     """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence.
     Both arms scored over the full vocabulary: the exact KL ("full"); else the lower
     bound from the top-k both reported ("top_k", with the smaller k)."""
@@ -105,7 +107,7 @@ def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScore
         kl = _kl_top_k(base, cand)
         method, k = "top_k", min(base.top_ids.shape[1], cand.top_ids.shape[1])
     return {"key": sample["key"], "item_id": sample["item_id"], "seed": sample["seed"],
-            "source": "baseline_output", "method": method, "k": k,
+            "source": source, "method": method, "k": k,
             "tokens": list(base.tokens), "kl": [float(f"{x:.6g}") for x in kl],
             "top1_base": base.top_ids[:, 0].tolist(), "top1_cand": cand.top_ids[:, 0].tolist(),
             "logp_base": _logps(base.token_logprobs), "logp_cand": _logps(cand.token_logprobs),
@@ -115,7 +117,18 @@ def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScore
 def scorable(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Baseline samples with an output to score (errors and empty outputs carry none)."""
     return [s for s in samples if not s.get("warmup") and s.get("finish_reason") != "error"
-            and s.get("output", {}).get("token_ids")]
+            and (s.get("output", {}).get("token_ids") or s.get("output", {}).get("text"))]
+
+
+def continuation(sample: Mapping[str, Any], session: EngineSession) -> tuple[list[int], str]:
+    """The token IDs to score for a baseline sample and where they came from: the IDs it
+    generated, or (servers whose API returns none, e.g. llama-server) its output text
+    tokenized by the baseline engine, a sequence with the same text."""
+    ids = sample.get("output", {}).get("token_ids")
+    if ids:
+        return [int(t) for t in ids], "baseline_output"
+    with session.env():
+        return session.engine.tokenize(sample["output"]["text"]), "baseline_output_retokenized"
 
 
 def _detok(session: EngineSession) -> Callable[[list[int]], str] | None:
@@ -176,14 +189,18 @@ def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
             todo = [a for a in cands if sample["key"] not in done[a]]
             if not todo:
                 continue
-            prompt, tokens = prompt_of(dict(sample)), list(sample["output"]["token_ids"])
+            prompt, (tokens, source) = prompt_of(dict(sample)), continuation(
+                sample, sessions[baseline])
             tokens = tokens[:max_tokens] if max_tokens else tokens
+            if not tokens:
+                continue
             for arm in (baseline, *todo):
                 scoring.setdefault(arm, {})["max_tokens_per_sequence"] = max_tokens or None
             base = _timed_score(sessions[baseline], prompt, tokens, scoring[baseline])
             for arm in todo:
                 cand = _timed_score(sessions[arm], prompt, tokens, scoring[arm])
-                writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm])))
+                writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm]),
+                                                  source))
     finally:
         for w in writers.values():
             w.close()

@@ -17,7 +17,10 @@ steps give a bound that is never above the full KL:
    unknown ``q`` with their sum fixed puts ``q`` proportional to ``p`` clipped to the
    bounds (water-filling), found by bisection on the proportionality constant.
 
-With both distributions known in full, use the exact KL instead; with k equal to the
+Reported probabilities are rounded, so the mass they leave unreported is taken to be
+at least ``ROUNDING`` (else a top-k summing to 1.0000001 would leave the candidate's
+remainder at 0 against a baseline's 1e-7, an infinite KL). With both distributions
+known in full, use the exact KL instead; with k equal to the
 vocabulary the bound is exact. Where the two top-k sets are disjoint the bound is still
 large: the baseline's likely tokens can have at most ``cap`` under the candidate.
 """
@@ -30,9 +33,10 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["kl_lower_bound"]
+__all__ = ["ROUNDING", "kl_lower_bound"]
 
 _BISECT_STEPS = 80
+ROUNDING = 1e-5  # the mass a sum of rounded reported probabilities can be off by
 
 
 def _fill(p: NDArray[np.float64], lo: NDArray[np.float64], hi: NDArray[np.float64],
@@ -74,7 +78,9 @@ def kl_lower_bound(base: Mapping[int, float], cand: Mapping[int, float],
     q_known = np.exp(np.array([cand[i] for i in ids if i in cand], dtype=np.float64))
     outside = float(np.exp(np.array([v for i, v in cand.items() if i not in base],
                                     dtype=np.float64)).sum())
-    free_mass = max(0.0, 1.0 - float(q_known.sum()))
+    # reported probabilities are rounded (float32 on the server, a few digits in JSON),
+    # so what they leave over is known only to within ROUNDING: never less than that
+    free_mass = max(ROUNDING, 1.0 - float(q_known.sum()))
     cap = min(max(cand_cap, 0.0), 1.0)
     # the free cells: the baseline's tokens the candidate did not report, and the rest
     p_free = np.append(p[~known], p_rest)
