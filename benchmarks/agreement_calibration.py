@@ -11,6 +11,8 @@ RoPE base, a wrong RoPE scale, a corrupted tensor).
         --threads 1 --data ../shared/data/gsm8k/test.jsonl \
         --out benchmarks/results/agreement_calibration.json
 
+``--top-k K`` (default 20, as ``abgate ab`` asks served engines) also judges every arm as
+a top-k server would report both arms: the KL lower bound of served scoring.
 ``--score-tokens`` is ``abgate ab``'s ``[evidence] agreement_tokens`` (the first N
 output tokens of each sample are scored; 0: all).
 
@@ -28,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from abgate.ab.evidence import agreement_row
+from abgate.ab.evidence import SCORE_K, agreement_row
 from abgate.compare.agreement import summarize_agreement
 from abgate.compare.agreement_gates import agreement_gates
 from abgate.compare.policy import load_policy
@@ -90,6 +92,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--score-tokens", type=int, default=64)
+    ap.add_argument("--top-k", type=int, default=20,
+                    help="also judge each arm as a top-k server would report it (0: off)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     threads = {"n_threads": a.threads, "n_threads_batch": a.threads} if a.threads else {}
@@ -108,24 +112,33 @@ def main() -> None:
                         out[: a.score_tokens] if a.score_tokens else out))
     policy = load_policy()
     t0 = time.perf_counter()
-    base_scores = [base.score(p, o) for _, p, o in samples]
+    base_scores = [base.score(p, o, SCORE_K) for _, p, o in samples]
     base_score_s = time.perf_counter() - t0
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, (path, args, expect) in arms(model, Path(tmp)).items():
             eng = load(path, {**threads, **args})
             t0 = time.perf_counter()
-            rows = [agreement_row({"key": f"{i}#0", "item_id": i, "seed": 0}, bs,
-                                  eng.score(p, o))
-                    for (i, p, o), bs in zip(samples, base_scores, strict=True)]
+            keys = [{"key": f"{i}#0", "item_id": i, "seed": 0} for i, *_ in samples]
+            cand = [eng.score(p, o, SCORE_K) for _, p, o in samples]
             score_s = time.perf_counter() - t0
             eng.close()
+            rows = [agreement_row(key, bs, cs)
+                    for key, bs, cs in zip(keys, base_scores, cand, strict=True)]
             summary = summarize_agreement(rows, confidence=0.95)
             gates = {g.name: g.outcome for g in agreement_gates({"agreement": summary}, policy)}
             results.append({"arm": name, "expect": expect, "args": args,
                             "mean_kld": summary["mean_kld"], "kl_percentiles":
                             summary["kl_percentiles"], "top1": summary["top1_agreement"],
                             "gates": gates, "score_seconds": score_s})
+            if a.top_k:  # both arms as a top-k server reports them: the KL lower bound
+                rows = [agreement_row(key, bs.as_top_k(a.top_k), cs.as_top_k(a.top_k))
+                        for key, bs, cs in zip(keys, base_scores, cand, strict=True)]
+                top = summarize_agreement(rows, confidence=0.95)
+                results[-1]["top_k"] = {
+                    "k": a.top_k, "mean_kld": top["mean_kld"],
+                    "gates": {g.name: g.outcome
+                              for g in agreement_gates({"agreement": top}, policy)}}
             print(f"{name}: {json.dumps(results[-1]['gates'])}", flush=True)
     n_tok = sum(len(o) for *_, o in samples)
     print(f"\n{len(items)} items, {n_tok} scored tokens; baseline generation {gen_s:.1f} s, "
@@ -138,6 +151,16 @@ def main() -> None:
               f"{r['kl_percentiles']['p99']:.3g} | {t['estimate']:.3f} "
               f"({t['ci'][0]:.3f}–{t['ci'][1]:.3f}) | "
               f"{', '.join(f'{k} {v}' for k, v in r['gates'].items())} | {r['expect']} |")
+    if a.top_k:
+        print(f"\nAs top-{a.top_k} servers report it (KL lower bound):\n")
+        print("| arm | full mean KLD | top-k bound (95% CI) | bound / full | gates |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in results:
+            full, m = r["mean_kld"]["estimate"], r["top_k"]["mean_kld"]
+            ratio = f"{m['estimate'] / full:.3f}" if full else "–"
+            print(f"| {r['arm']} | {full:.4g} | {m['estimate']:.4g} ({m['ci'][0]:.3g}–"
+                  f"{m['ci'][1]:.3g}) | {ratio} | "
+                  f"{', '.join(f'{k} {v}' for k, v in r['top_k']['gates'].items())} |")
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps({"items": len(items), "max_tokens": a.max_tokens,

@@ -163,8 +163,14 @@ class FaultServer:
 
     async def _post(self, w: asyncio.StreamWriter, path: str, body: dict[str, Any]) -> None:
         if path == "/tokenize":  # as vLLM's: chat messages or a prompt to token IDs
-            text = json.dumps(body.get("messages") or body.get("prompt"))
+            if body.get("messages"):  # the IDs its streams report for any chat prompt
+                return _json(w, 200, {"tokens": PROMPT_IDS})
+            text = json.dumps(body.get("prompt"))
             return _json(w, 200, {"tokens": [b % 251 for b in text.encode()[:64]]})
+        if "prompt_logprobs" in body:  # as vLLM's: scoring, not generation (no faults)
+            self.seen.append(Seen(path, "score", time.perf_counter()))
+            return _json(w, 200, {"choices": [{"index": 0, "text": "x", "prompt_logprobs":
+                                               _prompt_logprobs(body)}]})
         label, fault = self._fault_for(body)
         seen = Seen(path, label, time.perf_counter())
         self.seen.append(seen)
@@ -273,3 +279,15 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _prompt_logprobs(body: dict[str, Any]) -> list[Any]:
+    """vLLM's ``prompt_logprobs`` for a prompt of token IDs: null first, then per
+    position the top-k (a fixed, made-up distribution) and the prompt token itself."""
+    ids, k = body["prompt"], int(body["prompt_logprobs"])
+    rows: list[Any] = [None]
+    for token in ids[1:]:
+        row = {str(1000 + r): {"logprob": -0.5 - r, "rank": r + 1} for r in range(k)}
+        row.setdefault(str(token), {"logprob": -9.0, "rank": 5000})
+        rows.append(row)
+    return rows

@@ -97,8 +97,10 @@ def test_served_example_ab_matched_prompts_and_cleanup(tmp_path: Path) -> None:
     assert "--flash_attn" not in eff["f16"]["launch"]
     assert str(default_model_path().resolve()) in eff["f16"]["launch"]  # no model: the default
     assert eff["f16"]["chat_prompts"]["sent_as"].startswith("/v1/completions, the rendered text")
-    # served engines give no full-vocabulary scores: the agreement pass says why not
+    # llama-cpp-python's server cannot be made to score given token IDs: the A/B says why
     assert "cannot score" in ab["scoring"]["q8"]["reason"]
+    assert "text prompts only" in ab["scoring"]["q8"]["reason"]
+    assert eff["q8"]["scoring"]["method"] is None
 
 
 @needs_server

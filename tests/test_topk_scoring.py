@@ -68,21 +68,12 @@ def _seq(rng: np.random.Generator, n: int, vocab: int, noise: float) -> tuple[An
     return a.astype(np.float32), (a + rng.normal(size=(n, vocab)) * noise).astype(np.float32)
 
 
-def _as_top_k(s: TokenScores, k: int) -> TokenScores:
-    """What a server would report of a full distribution: its top-k and the token."""
-    tops = [list(zip(s.top_ids[j, :k].tolist(), s.top_logprobs[j, :k].tolist(), strict=True))
-            for j in range(len(s.tokens))]
-    own = [float(x) if int(s.tokens[j]) in s.top_ids[j, :k] else None
-           for j, x in enumerate(s.token_logprobs.tolist())]
-    return TokenScores.from_top_k(s.tokens, tops, own, k)
-
-
 def test_agreement_rows_for_every_mix_of_full_and_top_k() -> None:
     rng = np.random.default_rng(3)
     a, b = _seq(rng, 12, 60, 1.0)
     tokens = rng.integers(0, 60, size=12).tolist()
     fa, fb = scores_from_logits(a, tokens, 20), scores_from_logits(b, tokens, 20)
-    ka, kb = _as_top_k(fa, 20), _as_top_k(fb, 20)
+    ka, kb = fa.as_top_k(20), fb.as_top_k(20)
     sample = {"key": "x#0", "item_id": "x", "seed": 0}
     full = agreement_row(sample, fa, fb)
     assert full["method"] == "full" and full["k"] is None
@@ -104,7 +95,7 @@ def test_agreement_rows_for_every_mix_of_full_and_top_k() -> None:
     assert section["measured"] and section["approximate"] and section["k"] == 20
     assert section["mean_kld"]["estimate"] <= summarize_agreement([full])["mean_kld"]["estimate"]
     with pytest.raises(AbgateError, match="different token sequences"):
-        agreement_row(sample, ka, _as_top_k(scores_from_logits(b, tokens[::-1], 20), 20))
+        agreement_row(sample, ka, scores_from_logits(b, tokens[::-1], 20).as_top_k(20))
 
 
 def test_from_top_k_pads_and_orders() -> None:

@@ -158,6 +158,19 @@ class TokenScores:
         return cls(method="top_k", tokens=tuple(int(t) for t in tokens), token_logprobs=own,
                    top_ids=ids, top_logprobs=lps)
 
+    def as_top_k(self, k: int) -> TokenScores:
+        """What a top-``k`` server would report of these scores: the ``k`` most likely
+        tokens, and the scored token's log-prob only where it is among them."""
+        k = min(k, self.top_ids.shape[1])
+        ids, lps = self.top_ids[:, :k], self.top_logprobs[:, :k]
+        own = [float(lp) if tok in row else None
+               for tok, lp, row in zip(self.tokens, self.token_logprobs.tolist(), ids.tolist(),
+                                       strict=True)]
+        return TokenScores.from_top_k(
+            self.tokens, [list(zip(i, lp, strict=True)) for i, lp in zip(ids.tolist(),
+                                                                        lps.tolist(), strict=True)],
+            own, k)
+
 
 @dataclass(frozen=True)
 class EngineInfo:

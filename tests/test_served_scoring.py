@@ -1,0 +1,179 @@
+"""Teacher-forced top-k scoring on a real server (llama.cpp's llama-server, built by
+tests/tools/build_llama_server.sh): the scores agree with the embedded engine on the
+same GGUF, an A/A is exactly zero, and a served A/B rejects a broken-RoPE arm on the
+distribution gates (a lower bound of the KL) while a q8_0 KV arm is not rejected.
+Skipped where llama-server is not built. The vLLM path is in tests/test_topk_scoring.py
+(no vLLM here)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from abgate.ab.evidence import SCORE_K, agreement_row
+from abgate.engines import llamacpp, openai_compat
+from abgate.engines.base import GenerationRequest, SamplingParams
+from tests.conftest import (
+    abgate,
+    llama_server_args,
+    llama_server_launch,
+    needs_llama_server,
+    requested_threads,
+    toml_engine_args,
+)
+
+QUESTION = ({"role": "user", "content": "Tom has 3 apples and buys 4 more. How many apples "
+                                        "does he have? Explain step by step."},)
+
+
+def _served(tmp_path: Path, **flags: Any) -> openai_compat.OpenAIEngine:
+    n = requested_threads(1)
+    args = {"ctx-size": 2048, "threads": n, "threads-batch": n, "parallel": 1,
+            "no-webui": True, **flags}
+    return openai_compat.load("", args, {"launch": llama_server_launch(),
+                                         "ready_timeout": 120.0}, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def embedded() -> Iterator[llamacpp.LlamaCppEngine]:
+    engine = llamacpp.load(str(llamacpp.default_model_path()),
+                           {"n_ctx": 2048, "n_threads": requested_threads(1) or 1})
+    yield engine
+    engine.close()
+
+
+@needs_llama_server
+@pytest.mark.engine
+def test_llama_server_scores_agree_with_the_embedded_engine(
+        tmp_path: Path, embedded: llamacpp.LlamaCppEngine) -> None:
+    prompt = embedded.render_prompt(QUESTION)
+    (out,) = embedded.generate([GenerationRequest(id="0", prompt_token_ids=tuple(prompt),
+                                                  params=SamplingParams(max_tokens=32))])
+    cont = list(out.output_token_ids or ())
+    full = embedded.score(prompt, cont, SCORE_K)
+    sample = {"key": "q#0", "item_id": "q", "seed": 0}
+    served = _served(tmp_path)
+    broken = _served(tmp_path / "rope", **{"rope-freq-base": 1.0})
+    try:
+        assert served.capabilities.scoring == "top_k"
+        assert served.describe().effective_config["scoring"]["method"] == "top_k"
+        topk = served.score(prompt, cont, SCORE_K)
+        again = served.score(prompt, cont, SCORE_K)
+        bad = broken.score(prompt, cont, SCORE_K)
+    finally:
+        served.close()
+        broken.close()
+    assert served.cleanup_evidence and served.cleanup_evidence["verified"]
+    assert topk.method == "top_k" and topk.tokens == tuple(cont)
+    assert topk.top_ids.shape == (len(cont), SCORE_K)
+    # the same GGUF and llama.cpp, another batch shape: the same greedy choices (a
+    # near-tie may flip on another CPU, hence a share) and close log-probs
+    same_top1 = np.mean(topk.top_ids[:, 0] == full.top_ids[:, 0])
+    assert same_top1 >= 0.9, same_top1
+    known = np.isfinite(topk.token_logprobs)
+    assert known.mean() >= 0.9  # greedy tokens are in the top-20
+    assert np.max(np.abs(topk.token_logprobs[known] - full.token_logprobs[known])) < 0.5
+    # served A/A: the same requests, the same numbers; embedded vs served: small;
+    # a wrong RoPE base: a lower bound far above both
+    assert agreement_row(sample, topk, again)["kl"] == [0.0] * len(cont)
+    close = np.mean(agreement_row(sample, full, topk)["kl"])
+    damaged = np.mean(agreement_row(sample, full, bad)["kl"])
+    assert damaged > 0.5 and damaged > 20 * close, (close, damaged)
+
+
+@needs_llama_server
+@pytest.mark.engine
+def test_served_ab_rejects_broken_rope_on_top_k_agreement(tmp_path: Path,
+                                                           gsm8k_path: Path) -> None:
+    """Three llama-server arms on 30 zero-shot GSM8K items: f16 KV, q8_0 KV + flash
+    attention, a wrong RoPE base. Accuracy is at the model's floor; the KL bound decides."""
+    (tmp_path / "policy.toml").write_text("[speed]\nmax_slowdown = 0.9\n")
+    exp = tmp_path / "exp.toml"
+    exp.write_text(f"""
+name = "served-agreement"
+baseline = "f16"
+policy = "{tmp_path / 'policy.toml'}"
+[shared]
+engine = "openai"
+suite = "gsm8k"
+data = "{gsm8k_path}"
+limit = 30
+max_tokens = 24
+engine_args = {llama_server_args()}
+engine_options = {{ launch = "{llama_server_launch()}", ready_timeout = 120.0 }}
+[schedule]
+mode = "interleave"
+warmup = 0
+[evidence]
+probes = false
+agreement_tokens = 24
+[arms.f16]
+[arms.q8]
+engine_args = {{ flash-attn = "on", cache-type-k = "q8_0", cache-type-v = "q8_0" }}
+[arms.rope]
+engine_args = {{ rope-freq-base = 1.0 }}
+""")
+    out = tmp_path / "AB"
+    r = abgate("ab", str(exp), "-o", str(out), timeout=1200)
+    assert r.returncode == 1, r.stdout + r.stderr  # REJECT: the broken arm
+    comp = json.loads((out / "comparison.json").read_text())["comparisons"]
+    rope, q8 = comp["rope"], comp["q8"]
+    failing = {g["name"] for g in rope["verdict"]["gates"] if g["outcome"] == "fail"}
+    assert rope["verdict"]["decision"] == "REJECT" and "mean_kld" in failing, failing
+    assert q8["verdict"]["decision"] != "REJECT", q8["verdict"]["reasons"]
+    for c in (rope, q8):
+        agreement = c["comparison"]["agreement"]
+        assert agreement["method"] == "top_k" and agreement["approximate"]
+        assert agreement["k"] == SCORE_K and agreement["n_items"] == 30
+        assert agreement["source"] == "baseline_output_retokenized"  # no IDs from the server
+        assert agreement["n_nonfinite_kl"] == 0
+    assert (rope["comparison"]["agreement"]["mean_kld"]["estimate"]
+            > 50 * q8["comparison"]["agreement"]["mean_kld"]["estimate"])
+    scoring = json.loads((out / "ab.json").read_text())["scoring"]
+    assert {a: s["method"] for a, s in scoring.items()} == {"f16": "top_k", "q8": "top_k",
+                                                            "rope": "top_k"}
+    assert "approximate" in (out / "report.md").read_text()
+
+
+@needs_llama_server
+@pytest.mark.engine
+def test_embedded_baseline_against_a_served_candidate(tmp_path: Path) -> None:
+    """A full-vocabulary baseline and a top-k candidate: rows on the top-k method,
+    scored on the baseline's own output token IDs."""
+    exp = tmp_path / "mixed.toml"
+    exp.write_text(f"""
+name = "embedded-vs-llama-server"
+baseline = "emb"
+[shared]
+suite = "synthetic"
+difficulty = "trivial"
+limit = 4
+max_tokens = 16
+[schedule]
+mode = "interleave"
+warmup = 0
+[evidence]
+probes = false
+[arms.emb]
+engine = "llamacpp"
+engine_args = {toml_engine_args({"n_ctx": 2048}, 1)}
+[arms.cpp]
+engine = "openai"
+engine_args = {llama_server_args()}
+engine_options = {{ launch = "{llama_server_launch()}", ready_timeout = 120.0 }}
+""")
+    out = tmp_path / "AB"
+    r = abgate("ab", str(exp), "-o", str(out))
+    assert r.returncode in (0, 2, 3), r.stderr
+    rows = [json.loads(line) for line in
+            (out / "arms" / "cpp" / "agreement.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    assert {(row["method"], row["k"], row["source"]) for row in rows} == {
+        ("top_k", SCORE_K, "baseline_output")}
+    scoring = json.loads((out / "ab.json").read_text())["scoring"]
+    assert scoring["emb"]["method"] == "full" and scoring["cpp"]["method"] == "top_k"
