@@ -5,7 +5,10 @@
   candidate), both arms' top tokens and the scored token's log-prob in each. One line
   per (item, seed) goes to ``arms/<candidate>/agreement.jsonl``, appended and fsynced
   as it is computed, so an interrupted pass resumes where it stopped. This sees numeric
-  damage where accuracy cannot (a small model at its accuracy floor).
+  damage where accuracy cannot (a small model at its accuracy floor). Engines with the
+  full distribution give the exact KL; served engines report their top-k (``SCORE_K``),
+  and a row with one such arm carries a lower bound of the KL
+  (:mod:`abgate.compare.topk_kl`).
 - **Health probes** (arithmetic, copy, mid-context retrieval; :mod:`abgate.bench.probes`)
   per arm into ``arms/<arm>/probes.json``; a probe the baseline passes and a candidate
   fails is a failing gate.

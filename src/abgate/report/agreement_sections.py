@@ -60,7 +60,8 @@ def _tops(entries: Any) -> str:
 def _method_text(section: Mapping[str, Any]) -> str:
     if section.get("approximate"):
         return (f"top-k approximation (k = {section.get('k', NA)}): KL over the baseline's "
-                "top-k tokens plus one remainder bucket, a lower bound of the full KL")
+                "reported tokens plus one remainder bucket, the least any distribution "
+                "consistent with the candidate's report gives: a lower bound of the full KL")
     return "full distributions over the vocabulary"
 
 
@@ -79,7 +80,8 @@ def evidence_line(comparison: Mapping[str, Any], arm: str) -> str | None:
     ratio = as_float(dig(section, "cost", arm, "scoring_over_generation"))
     if ratio is not None:
         text += f"; scoring took {ratio:.2f}x this arm's generation time"
-    return text + ("; approximate (top-k)" if section.get("approximate") else "")
+    return text + (f"; approximate (top-{section.get('k')}: the KLD is a lower bound)"
+                   if section.get("approximate") else "")
 
 
 def _stats_rows(section: Mapping[str, Any]) -> list[tuple[str, ...]]:
