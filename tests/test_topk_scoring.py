@@ -166,12 +166,51 @@ def test_openai_scorer_asks_vllm_for_prompt_logprobs_over_the_exact_ids() -> Non
     scorer.close()
 
 
+def test_openai_scorer_asks_sglang_generate_and_checks_the_alignment() -> None:
+    """SGLang's native /generate (python/sglang/srt/managers/io_struct.py: input_ids,
+    return_logprob, logprob_start_len, top_logprobs_num; meta_info rows are [logprob,
+    token_id, text]), one entry per input position from logprob_start_len on."""
+    seen: list[dict[str, Any]] = []
+    shift = {"by": 0}
+
+    def sglang(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        ids, start, k = body["input_ids"], body["logprob_start_len"], body["top_logprobs_num"]
+        positions = range(start + shift["by"], len(ids))
+        own = [[None if i == 0 else -0.25, ids[i], None] for i in positions]
+        top = [None if i == 0 else [[-0.1 * (r + 1), 200 + r, None] for r in range(k)]
+               for i in positions]
+        if shift.get("extra"):  # e.g. the generated token counted as an input position
+            own.append([-1.0, 999, None])
+            top.append([[-1.0, 999, None]])
+        return httpx.Response(200, json={"text": "x", "meta_info": {
+            "input_token_logprobs": own, "input_top_logprobs": top}})
+
+    scorer = sc.Scorer("sglang", "http://sglang.invalid", {}, "m", 5.0)
+    scorer._client = httpx.Client(base_url="http://sglang.invalid",
+                                  transport=httpx.MockTransport(sglang))
+    s = scorer.score([1, 2, 3], [7, 8], 4)
+    assert seen[0] == {"input_ids": [1, 2, 3, 7, 8], "return_logprob": True,
+                       "top_logprobs_num": 4, "logprob_start_len": 2,
+                       "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+    assert s.top_ids.tolist() == [[200, 201, 202, 203]] * 2
+    assert s.token_logprobs.tolist() == [-0.25, -0.25]
+    shift["extra"] = 1
+    with pytest.raises(AbgateError, match="do not line up"):
+        scorer.score([1, 2, 3], [7, 8], 4)
+    shift["extra"], shift["by"] = 0, 3  # fewer positions than the continuation has
+    with pytest.raises(AbgateError, match="covering the 2 continuation tokens"):
+        scorer.score([1, 2, 3], [7, 8], 4)
+    scorer.close()
+
+
 def test_servers_that_cannot_score_say_why() -> None:
-    for kind in ("llama-cpp-python", "sglang", "unknown"):
+    for kind in ("llama-cpp-python", "unknown"):
         r = sc.route(kind)
         assert r.method is None and r.why_not
         scorer = sc.Scorer(kind, "http://x.invalid", {}, "m", 5.0)
         with pytest.raises(AbgateError, match="cannot score on this server"):
             scorer.score([1], [2], 5)
         scorer.close()
-    assert sc.route("vllm").method == sc.route("llama.cpp").method == "top_k"
+    assert {sc.route(k).method for k in ("vllm", "llama.cpp", "sglang")} == {"top_k"}

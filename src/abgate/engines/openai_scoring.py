@@ -12,9 +12,11 @@ in its own terms, always with the exact token IDs (never re-tokenized text):
   first ``j`` continuation tokens, with ``n_probs = k`` (pre-sampling probabilities:
   a softmax of the raw logits) and ``cache_prompt``, so each request evaluates one new
   token. The scored token's own log-prob is known only when it is in the top-k.
+- **SGLang**: its native ``/generate`` with ``input_ids``, ``return_logprob`` and
+  ``top_logprobs_num = k`` from the last prompt position on (one request per sequence);
+  the token IDs it returns for those positions are checked against the continuation.
 - llama-cpp-python's server accepts text prompts only and keys its log-probs by token
-  text; SGLang's ``/generate`` input log-probs are not wired in: no scoring (the A/B
-  says why).
+  text: no scoring (the A/B says why).
 
 The result is a :class:`~abgate.engines.base.TokenScores` with method ``top_k``; the
 A/B turns two of them into a lower bound of the KL (:mod:`abgate.compare.topk_kl`).
@@ -57,8 +59,9 @@ ROUTES: Mapping[str, Route] = {
         "llama-cpp-python's server takes text prompts only and reports log-probs keyed by "
         "token text, so the baseline's token IDs cannot be forced; serve the model with "
         "llama.cpp's llama-server or vLLM to score it")),
-    "sglang": Route(None, why_not="scoring through SGLang's /generate input log-probs is "
-                                  "not implemented"),
+    "sglang": Route("top_k", "/generate with input_ids, return_logprob and top_logprobs_num "
+                             "from the last prompt position (one request per sequence; the "
+                             "returned input token IDs are checked against the continuation)"),
 }
 
 
@@ -89,6 +92,8 @@ class Scorer:
             raise AbgateError(f"cannot score on this server: {self.route.why_not}")
         if self.kind == "vllm":
             return self._vllm(prompt, cont, k)
+        if self.kind == "sglang":
+            return self._sglang(prompt, cont, k)
         return self._llama_server(prompt, cont, k)
 
     def _post(self, path: str, body: Mapping[str, Any]) -> Any:
@@ -116,6 +121,35 @@ class Scorer:
             raise AbgateError("scoring: the vLLM answer has no choices[0].prompt_logprobs") \
                 from None
         return scores_from_rows(rows, prompt, cont, k)
+
+    def _sglang(self, prompt: list[int], cont: list[int], k: int) -> TokenScores:
+        """SGLang's native ``/generate``: ``meta_info.input_token_logprobs`` holds
+        ``[logprob, token_id, text]`` and ``input_top_logprobs`` a list of those per input
+        position from ``logprob_start_len`` on. The last ``len(cont)`` positions are the
+        continuation's, and their token IDs must be the continuation's."""
+        body = {"input_ids": prompt + cont, "return_logprob": True, "top_logprobs_num": k,
+                "logprob_start_len": len(prompt) - 1,
+                "sampling_params": {"max_new_tokens": 1, "temperature": 0.0}}
+        answer = self._post("/generate", body)
+        try:
+            meta = answer["meta_info"]
+            own_rows, top_rows = meta["input_token_logprobs"], meta["input_top_logprobs"]
+            if len(own_rows) < len(cont) or len(top_rows) < len(cont):
+                raise ValueError
+            own_rows, top_rows = own_rows[-len(cont):], top_rows[-len(cont):]
+            ids = [int(row[1]) for row in own_rows]
+            own = [None if row[0] is None else number(row[0], "input_token_logprobs")
+                   for row in own_rows]
+            tops = [[(int(e[1]), number(e[0], "input_top_logprobs")) for e in row or ()]
+                    for row in top_rows]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise AbgateError("scoring: the SGLang answer has no meta_info.input_token_logprobs"
+                              f" / input_top_logprobs covering the {len(cont)} continuation "
+                              "tokens") from None
+        if ids != cont:
+            raise AbgateError("scoring: SGLang's input log-probs do not line up with the "
+                              "continuation's token IDs")
+        return TokenScores.from_top_k(cont, tops, own, k)
 
     def _llama_server(self, prompt: list[int], cont: list[int], k: int) -> TokenScores:
         tops, own = [], []
