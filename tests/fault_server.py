@@ -54,8 +54,9 @@ class _Died(Exception):
 class FaultServer:
     def __init__(self, default: str = "ok", script: list[str] | None = None,
                  owned_by: str = "vllm", retry_after: str = "1", port: int = 0,
-                 vary: bool = False) -> None:
+                 vary: bool = False, max_logprobs: int = 20) -> None:
         self.default, self.script, self.vary = default, list(script or []), vary
+        self.max_logprobs = max_logprobs  # as vLLM's --max-logprobs
         self.owned_by, self.retry_after, self.port = owned_by, retry_after, port
         self.seen: list[Seen] = []
         self.attempts: dict[str, int] = {}
@@ -169,6 +170,10 @@ class FaultServer:
             return _json(w, 200, {"tokens": [b % 251 for b in text.encode()[:64]]})
         if "prompt_logprobs" in body:  # as vLLM's: scoring, not generation (no faults)
             self.seen.append(Seen(path, "score", time.perf_counter()))
+            if int(body["prompt_logprobs"]) > self.max_logprobs:  # vLLM's words
+                return _json(w, 400, {"object": "error", "message": (
+                    f"Requested prompt logprobs of {body['prompt_logprobs']}, which is "
+                    f"greater than max allowed: {self.max_logprobs}")})
             return _json(w, 200, {"choices": [{"index": 0, "text": "x", "prompt_logprobs":
                                                _prompt_logprobs(body)}]})
         label, fault = self._fault_for(body)

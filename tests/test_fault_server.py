@@ -206,3 +206,48 @@ def test_cli_killed_server_fails_the_run_and_counts_the_request(tmp_path: Path) 
     assert run["status"] == "failed" and len(kept) == 1 and kept[0]["finish_reason"] != "error"
     stats = run["cleanup"]["endpoint_stats"][0]
     assert stats["errors"] >= 1 and stats["cut_off"] >= 1, stats
+
+
+def test_a_server_that_cannot_score_after_all_is_refused_before_generating(
+        tmp_path: Path) -> None:
+    """A "vLLM" started with --max-logprobs 5 declares top-k scoring but refuses k = 20:
+    the A/B says so in one line at load, before any sample; --no-agreement runs it; the
+    same server with the default cap is scored through prompt_logprobs (A/A: KL 0)."""
+    def experiment(url: str) -> Path:
+        exp = tmp_path / "exp.toml"
+        exp.write_text(f"""name = "scoring-preflight"
+baseline = "a"
+[shared]
+engine = "openai"
+suite = "synthetic"
+limit = 3
+max_tokens = 4
+engine_options = {{ endpoints = ["{url}"], request_timeout = 60.0 }}
+[schedule]
+warmup = 0
+[evidence]
+probes = false
+[arms.a]
+[arms.b]
+""")
+        return exp
+
+    with FaultServer(max_logprobs=5) as capped:
+        r = abgate("ab", str(experiment(capped.url)), "-o", str(tmp_path / "AB"), timeout=300)
+        assert r.returncode == 2  # the server's setup is the user's to fix (1 is REJECT)
+        line = r.stderr.strip().splitlines()[-1]
+        assert "arm 'a'" in line and "test score at load failed" in line, r.stderr
+        assert "greater than max allowed: 5" in line and "--max-logprobs" in line
+        # refused before any sample was generated: the one request was the test score
+        assert [s.fault for s in capped.completions] == ["score"]
+        assert not (tmp_path / "AB" / "arms" / "a" / "samples.jsonl").exists() or not \
+            read_lines(tmp_path / "AB" / "arms" / "a" / "samples.jsonl")
+        r = abgate("ab", str(experiment(capped.url)), "-o", str(tmp_path / "AB2"),
+                   "--no-agreement", timeout=300)
+        assert r.returncode in (0, 3), r.stderr
+    with FaultServer() as fs:
+        r = abgate("ab", str(experiment(fs.url)), "-o", str(tmp_path / "AB3"), timeout=300)
+        assert r.returncode in (0, 3), r.stderr
+        rows = read_lines(tmp_path / "AB3" / "arms" / "b" / "agreement.jsonl")
+        assert len(rows) == 3 and all(row["method"] == "top_k" and row["k"] == 20
+                                      and set(row["kl"]) == {0.0} for row in rows)

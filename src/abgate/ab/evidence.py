@@ -33,7 +33,7 @@ from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE
 from abgate.bench.probes import default_probes, run_probes
 from abgate.compare.topk_kl import ROUNDING, kl_lower_bound
 from abgate.engines.base import TokenScores
-from abgate.errors import AbgateError
+from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
 from abgate.runner.execute import check_interrupted
 from abgate.runner.samples import ids_sha256
@@ -165,6 +165,26 @@ def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
                     + (f": {why['why_not']}" if isinstance(why, Mapping)
                        and why.get("why_not") else " (capabilities.scoring = None)"))
     return out
+
+
+def scoring_preflight(arm: str, session: EngineSession) -> None:
+    """Score a few tokens once, at load, on an engine that declares it can: a server
+    that cannot after all (vLLM started with ``--max-logprobs`` below ``SCORE_K``, a
+    llama-server too old for ``n_probs`` log-probs) is refused before any sample is
+    generated, not after the whole run."""
+    method = session.info["capabilities"].get("scoring")
+    if method is None:
+        return
+    with session.env():
+        ids = session.engine.tokenize("The answer is 4.")
+        if len(ids) < 2:
+            return
+        try:
+            session.engine.score(ids[:1], ids[1:4], SCORE_K)
+        except (AbgateError, ValueError) as exc:
+            raise UsageError(f"arm {arm!r}: its engine declares {method} scoring, but a "
+                              f"test score at load failed: {exc} (fix the server, or run "
+                              "without distribution agreement: --no-agreement)") from None
 
 
 def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,

@@ -175,6 +175,8 @@ class AbRunner:
         finally:
             rec_.save()
         self.check_prompt(arm, session)
+        if self.exp.evidence.agreement:
+            evidence.scoring_preflight(arm, session)
         keep = getattr(session.engine, "keep_prompt_states", None)
         if self.exp.evidence.agreement and callable(keep):
             keep()  # the scoring pass then restores each prompt instead of prefilling it
