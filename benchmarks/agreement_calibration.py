@@ -33,8 +33,8 @@ import numpy as np
 from abgate.ab.evidence import SCORE_K, agreement_row
 from abgate.compare.agreement import summarize_agreement
 from abgate.compare.agreement_gates import agreement_gates
-from abgate.compare.policy import load_policy
-from abgate.engines.base import GenerationRequest, SamplingParams
+from abgate.compare.policy import Policy, load_policy
+from abgate.engines.base import GenerationRequest, SamplingParams, TokenScores
 from abgate.engines.llamacpp import load, resolve_model
 from abgate.suites import load_suite
 from abgate.suites.prompts import PromptConfig, build_messages
@@ -85,6 +85,37 @@ def arms(model: str, tmp: Path) -> dict[str, tuple[str, dict[str, Any], str]]:
     }
 
 
+def judge(keys: list[dict[str, Any]], base: list[TokenScores], cand: list[TokenScores],
+          policy: Policy) -> tuple[dict[str, Any], dict[str, str]]:
+    """The agreement section and the gate outcomes, as a verdict computes them."""
+    rows = [agreement_row(key, b, c) for key, b, c in zip(keys, base, cand, strict=True)]
+    summary = summarize_agreement(rows, confidence=0.95)
+    return summary, {g.name: g.outcome
+                     for g in agreement_gates({"agreement": summary}, policy)}
+
+
+def print_tables(results: list[dict[str, Any]], top_k: int) -> None:
+    """The Markdown tables of docs/statistics.md, "Calibration"."""
+    print("| arm | mean KLD (95% CI) | KLD p99 | top-1 agreement (95% CI) | gates | expected |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        m, t = r["mean_kld"], r["top1"]
+        print(f"| {r['arm']} | {m['estimate']:.4g} ({m['ci'][0]:.3g}–{m['ci'][1]:.3g}) | "
+              f"{r['kl_percentiles']['p99']:.3g} | {t['estimate']:.3f} "
+              f"({t['ci'][0]:.3f}–{t['ci'][1]:.3f}) | "
+              f"{', '.join(f'{k} {v}' for k, v in r['gates'].items())} | {r['expect']} |")
+    if top_k:
+        print(f"\nAs top-{top_k} servers report it (KL lower bound):\n")
+        print("| arm | full mean KLD | top-k bound (95% CI) | bound / full | gates |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in results:
+            full, m = r["mean_kld"]["estimate"], r["top_k"]["mean_kld"]
+            ratio = f"{m['estimate'] / full:.3f}" if full else "–"
+            print(f"| {r['arm']} | {full:.4g} | {m['estimate']:.4g} ({m['ci'][0]:.3g}–"
+                  f"{m['ci'][1]:.3g}) | {ratio} | "
+                  f"{', '.join(f'{k} {v}' for k, v in r['top_k']['gates'].items())} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="../shared/data/gsm8k/test.jsonl")
@@ -123,44 +154,21 @@ def main() -> None:
             cand = [eng.score(p, o, SCORE_K) for _, p, o in samples]
             score_s = time.perf_counter() - t0
             eng.close()
-            rows = [agreement_row(key, bs, cs)
-                    for key, bs, cs in zip(keys, base_scores, cand, strict=True)]
-            summary = summarize_agreement(rows, confidence=0.95)
-            gates = {g.name: g.outcome for g in agreement_gates({"agreement": summary}, policy)}
+            summary, gates = judge(keys, base_scores, cand, policy)
             results.append({"arm": name, "expect": expect, "args": args,
                             "mean_kld": summary["mean_kld"], "kl_percentiles":
                             summary["kl_percentiles"], "top1": summary["top1_agreement"],
                             "gates": gates, "score_seconds": score_s})
             if a.top_k:  # both arms as a top-k server reports them: the KL lower bound
-                rows = [agreement_row(key, bs.as_top_k(a.top_k), cs.as_top_k(a.top_k))
-                        for key, bs, cs in zip(keys, base_scores, cand, strict=True)]
-                top = summarize_agreement(rows, confidence=0.95)
-                results[-1]["top_k"] = {
-                    "k": a.top_k, "mean_kld": top["mean_kld"],
-                    "gates": {g.name: g.outcome
-                              for g in agreement_gates({"agreement": top}, policy)}}
+                top, top_gates = judge(keys, [s.as_top_k(a.top_k) for s in base_scores],
+                                       [s.as_top_k(a.top_k) for s in cand], policy)
+                results[-1]["top_k"] = {"k": a.top_k, "mean_kld": top["mean_kld"],
+                                        "gates": top_gates}
             print(f"{name}: {json.dumps(results[-1]['gates'])}", flush=True)
     n_tok = sum(len(o) for *_, o in samples)
     print(f"\n{len(items)} items, {n_tok} scored tokens; baseline generation {gen_s:.1f} s, "
           f"baseline scoring {base_score_s:.1f} s\n")
-    print("| arm | mean KLD (95% CI) | KLD p99 | top-1 agreement (95% CI) | gates | expected |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for r in results:
-        m, t = r["mean_kld"], r["top1"]
-        print(f"| {r['arm']} | {m['estimate']:.4g} ({m['ci'][0]:.3g}–{m['ci'][1]:.3g}) | "
-              f"{r['kl_percentiles']['p99']:.3g} | {t['estimate']:.3f} "
-              f"({t['ci'][0]:.3f}–{t['ci'][1]:.3f}) | "
-              f"{', '.join(f'{k} {v}' for k, v in r['gates'].items())} | {r['expect']} |")
-    if a.top_k:
-        print(f"\nAs top-{a.top_k} servers report it (KL lower bound):\n")
-        print("| arm | full mean KLD | top-k bound (95% CI) | bound / full | gates |")
-        print("| --- | --- | --- | --- | --- |")
-        for r in results:
-            full, m = r["mean_kld"]["estimate"], r["top_k"]["mean_kld"]
-            ratio = f"{m['estimate'] / full:.3f}" if full else "–"
-            print(f"| {r['arm']} | {full:.4g} | {m['estimate']:.4g} ({m['ci'][0]:.3g}–"
-                  f"{m['ci'][1]:.3g}) | {ratio} | "
-                  f"{', '.join(f'{k} {v}' for k, v in r['top_k']['gates'].items())} |")
+    print_tables(results, a.top_k)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps({"items": len(items), "max_tokens": a.max_tokens,

@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE
 from abgate.bench.probes import default_probes, run_probes
-from abgate.compare.topk_kl import ROUNDING, kl_lower_bound
+from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
@@ -69,14 +69,13 @@ def _reported(scores: TokenScores, j: int, also: Sequence[int] = ()) -> dict[int
     return out
 
 
-def _cap(scores: TokenScores, j: int, reported: Mapping[int, float]) -> float:
-    """The most probability a token the arm did not report can have at ``j``."""
+def _kth(scores: TokenScores, j: int) -> float:
+    """The most probability a token the arm did not list at ``j`` can have: its k-th
+    listed probability (1 when the list is short; 0 with the full distribution)."""
     if scores.logprobs is not None:
         return 0.0  # nothing is unreported
     listed = scores.top_logprobs[j][np.isfinite(scores.top_logprobs[j])]
-    kth = math.exp(float(listed.min())) if listed.size == scores.top_ids.shape[1] else 1.0
-    unreported = 1.0 - math.fsum(math.exp(v) for v in reported.values())
-    return min(kth, max(ROUNDING, unreported))  # rounded reports can sum past 1
+    return math.exp(float(listed.min())) if listed.size == scores.top_ids.shape[1] else 1.0
 
 
 def _kl_top_k(base: TokenScores, cand: TokenScores) -> list[float]:
@@ -86,7 +85,7 @@ def _kl_top_k(base: TokenScores, cand: TokenScores) -> list[float]:
     for j in range(len(base.tokens)):
         b = _reported(base, j)
         c = _reported(cand, j, also=list(b))
-        out.append(kl_lower_bound(b, c, _cap(cand, j, c)))
+        out.append(kl_lower_bound(b, c, _kth(cand, j)))
     return out
 
 

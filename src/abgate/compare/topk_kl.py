@@ -33,7 +33,7 @@ from collections.abc import Mapping
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["ROUNDING", "kl_lower_bound"]
+__all__ = ["kl_lower_bound"]
 
 _BISECT_STEPS = 80
 ROUNDING = 1e-5  # the mass a sum of rounded reported probabilities can be off by
@@ -63,13 +63,14 @@ def _kl_terms(p: NDArray[np.float64], q: NDArray[np.float64]) -> float:
 
 
 def kl_lower_bound(base: Mapping[int, float], cand: Mapping[int, float],
-                   cand_cap: float) -> float:
+                   cand_kth: float) -> float:
     """A lower bound of KL(baseline || candidate) at one position.
 
     ``base``/``cand``: token ID -> natural-log probability, for the tokens each arm
-    reported; ``cand_cap``: the largest probability a token missing from ``cand`` can
-    have under the candidate (its smallest reported probability, or the mass it left
-    unreported if that is smaller). Never negative.
+    reported; ``cand_kth``: the smallest probability in the candidate's top-k list when
+    that list is full (no unreported token can be more likely), else 1. A token missing
+    from ``cand`` has at most that, and at most the mass ``cand`` leaves unreported
+    (never taken below ``ROUNDING``). Never negative.
     """
     ids = list(base)
     p = np.exp(np.array([base[i] for i in ids], dtype=np.float64))
@@ -81,7 +82,8 @@ def kl_lower_bound(base: Mapping[int, float], cand: Mapping[int, float],
     # reported probabilities are rounded (float32 on the server, a few digits in JSON),
     # so what they leave over is known only to within ROUNDING: never less than that
     free_mass = max(ROUNDING, 1.0 - float(q_known.sum()))
-    cap = min(max(cand_cap, 0.0), 1.0)
+    unreported = 1.0 - math.fsum(math.exp(v) for v in cand.values())
+    cap = min(max(cand_kth, 0.0), max(ROUNDING, unreported), 1.0)
     # the free cells: the baseline's tokens the candidate did not report, and the rest
     p_free = np.append(p[~known], p_rest)
     lo = np.append(np.zeros(int((~known).sum())), min(outside, free_mass))
