@@ -68,7 +68,8 @@ def test_llama_server_scores_agree_with_the_embedded_engine(
     finally:
         served.close()
         broken.close()
-    assert served.cleanup_evidence and served.cleanup_evidence["verified"]
+    for engine in (served, broken):
+        assert engine.cleanup_evidence and engine.cleanup_evidence["verified"]
     assert topk.method == "top_k" and topk.tokens == tuple(cont)
     assert topk.top_ids.shape == (len(cont), SCORE_K)
     # the same GGUF and llama.cpp, another batch shape: the same greedy choices (a
@@ -78,9 +79,11 @@ def test_llama_server_scores_agree_with_the_embedded_engine(
     known = np.isfinite(topk.token_logprobs)
     assert known.mean() >= 0.9  # greedy tokens are in the top-20
     assert np.max(np.abs(topk.token_logprobs[known] - full.token_logprobs[known])) < 0.5
-    # served A/A: the same requests, the same numbers; embedded vs served: small;
-    # a wrong RoPE base: a lower bound far above both
-    assert agreement_row(sample, topk, again)["kl"] == [0.0] * len(cont)
+    # served A/A: the same requests, the same numbers up to a batch-shape wobble (the
+    # second pass finds the whole prompt cached; on some CPUs a one-token batch rounds
+    # differently), far below the lossless limit; embedded vs served: small; a wrong
+    # RoPE base: a lower bound far above both
+    assert max(agreement_row(sample, topk, again)["kl"]) < 1e-4
     close = np.mean(agreement_row(sample, full, topk)["kl"])
     damaged = np.mean(agreement_row(sample, full, bad)["kl"])
     assert damaged > 0.5 and damaged > 20 * close, (close, damaged)
