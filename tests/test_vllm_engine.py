@@ -23,7 +23,7 @@ import pytest
 from abgate.engines import vllm as ve
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
-from abgate.errors import UsageError
+from abgate.errors import AbgateError, UsageError
 
 VLLM_MISSING = ("vLLM is not installed (it needs a supported GPU platform): "
                 "pip install 'abgate[vllm]'")
@@ -229,6 +229,59 @@ def test_step_loop_window_timestamps_and_errors(fake_vllm: types.ModuleType) -> 
     engine.close()  # idempotent
     ev = engine.cleanup_evidence
     assert ev is not None and ev["verified"] and ev["survivors"] == [] and ev["workers_seen"] == 0
+
+
+# -- the adapter's tokenizer code on a real transformers tokenizer -------------------------
+# The stand-in tokenizer above returns a list; transformers 5 returns a BatchEncoding from
+# apply_chat_template(tokenize=True), which broke render_prompt against real vLLM. These
+# tests run the adapter's own code on the real tokenizer (SmolLM2's, from its GGUF).
+
+
+@pytest.fixture(scope="module")
+def real_tokenizer() -> Any:
+    transformers = pytest.importorskip("transformers", reason="needs abgate[transformers]")
+    pytest.importorskip("gguf", reason="needs gguf to read the tokenizer from the GGUF")
+    from abgate.engines.llamacpp import default_model_path
+
+    path = Path(default_model_path())
+    return transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+MESSAGES = ({"role": "system", "content": "Answer briefly."},
+            {"role": "user", "content": "What is 2 + 3?"})
+
+
+def test_chat_prompt_ids_on_a_real_tokenizer(real_tokenizer: Any) -> None:
+    ids = ve.chat_prompt_ids(real_tokenizer, MESSAGES)
+    assert ids and all(type(i) is int for i in ids)
+    text = real_tokenizer.apply_chat_template([dict(m) for m in MESSAGES],
+                                              add_generation_prompt=True, tokenize=False)
+    assert text.endswith("<|im_start|>assistant\n") and "What is 2 + 3?" in text
+    assert ids == real_tokenizer.encode(text, add_special_tokens=False)
+    assert real_tokenizer.decode(ids) == text
+
+
+def test_render_prompt_and_requests_use_the_real_tokenizer(
+        fake_vllm: types.ModuleType, real_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fake_vllm.LLM, "get_tokenizer", lambda self: real_tokenizer)
+    engine = ve.load("some/model", {}, {})
+    expected = ve.chat_prompt_ids(real_tokenizer, MESSAGES)
+    assert engine.render_prompt(MESSAGES) == expected
+    assert engine.tokenize("2 + 3") == real_tokenizer.encode("2 + 3", add_special_tokens=False)
+    (res,) = engine.generate([GenerationRequest(id="r", messages=MESSAGES,
+                                                params=SamplingParams(max_tokens=2))])
+    assert res.error is None and res.prompt_token_ids == expected
+    engine.close()
+
+
+def test_token_id_list_shapes() -> None:
+    assert ve.token_id_list([1, 2], "t") == [1, 2]
+    assert ve.token_id_list({"input_ids": [3, 4], "attention_mask": [1, 1]}, "t") == [3, 4]
+    assert ve.token_id_list([[5, 6]], "t") == [5, 6]
+    with pytest.raises(AbgateError, match="t returned str"):
+        ve.token_id_list("input_ids", "t")
+    with pytest.raises(AbgateError, match="not a list of token IDs"):
+        ve.token_id_list(["input_ids", "attention_mask"], "t")
 
 
 # -- for real (needs vLLM) ----------------------------------------------------------------

@@ -198,6 +198,34 @@ def effective_config(engine: Any) -> dict[str, Any]:
     return out
 
 
+def chat_prompt_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """The token IDs of ``messages`` rendered with the tokenizer's chat template and the
+    generation prompt, as vLLM's own chat path renders them (template, then the text
+    tokenized without adding special tokens again).
+
+    ``apply_chat_template(..., tokenize=True)`` returns a list of IDs in transformers 4
+    and a ``BatchEncoding`` (a mapping holding ``input_ids``) in transformers 5; both
+    are accepted, and anything else is an error naming what came back."""
+    out = tokenizer.apply_chat_template([dict(m) for m in messages],
+                                        add_generation_prompt=True, tokenize=True)
+    return token_id_list(out, "apply_chat_template")
+
+
+def token_id_list(value: Any, where: str) -> list[int]:
+    """A flat list of token IDs from what a tokenizer returned: a list, a mapping with
+    ``input_ids`` (``BatchEncoding``), or a batch of one."""
+    if isinstance(value, Mapping) or hasattr(value, "keys") and "input_ids" in value:
+        value = value["input_ids"]
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list | tuple) and len(value) == 1 and isinstance(value[0], list | tuple):
+        value = value[0]
+    if not isinstance(value, list | tuple) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise AbgateError(f"{where} returned {type(value).__name__}, not a list of token IDs")
+    return [int(i) for i in value]
+
+
 # -- the module API -----------------------------------------------------------------------
 
 
@@ -256,9 +284,7 @@ class VllmEngine:
         return list(self._tokenizer.encode(text, add_special_tokens=False))
 
     def render_prompt(self, messages: Sequence[Message]) -> list[int]:
-        ids = self._tokenizer.apply_chat_template([dict(m) for m in messages],
-                                                  add_generation_prompt=True, tokenize=True)
-        return [int(i) for i in ids]
+        return chat_prompt_ids(self._tokenizer, messages)
 
     def generate(self, requests: Sequence[GenerationRequest],
                  on_result: OnResult | None = None) -> list[GenerationResult]:
