@@ -172,6 +172,10 @@ def test_stream_usage_token_ids_and_explicit_sampling(
                        "return_token_ids": True, "model": "fake-model"}.items():
         assert body[key] == value, key
     assert body["stream_options"] == {"include_usage": True}
+    # every request to vLLM has its own prefix-cache salt: no TTFT is a cache hit
+    salts = [b["cache_salt"] for b in bodies if "cache_salt" in b]
+    assert len(salts) == len(bodies) and len(set(salts)) == len(salts)
+    assert eff["prefix_cache"] == "isolated per request (cache_salt)"
 
 
 def test_retry_before_first_token_is_bounded_and_recorded(

@@ -105,10 +105,39 @@ def test_effective_config_is_read_back() -> None:
     assert legacy == {"enforce_eager": True, "graph_mode": "eager"}
 
 
-def test_bad_model_and_options() -> None:
+class Mode(enum.IntEnum):  # vLLM's CompilationMode is an IntEnum
+    VLLM_COMPILE = 3
+
+
+def test_effective_config_names_modes_and_reads_new_sections() -> None:
+    ns = types.SimpleNamespace
+    cfg = ns(compilation_config=ns(mode=Mode.VLLM_COMPILE, cudagraph_mode=Backend.RAY,
+                                   backend="inductor"),
+             scheduler_config=ns(max_num_seqs=8, enable_chunked_prefill=True),
+             attention_config=ns(backend=None, flash_attn_version=3),
+             load_config=ns(load_format="dummy"),
+             speculative_config=ns(method="ngram", num_speculative_tokens=4, model=None))
+    eff = ve.effective_config(ns(vllm_config=cfg))
+    assert eff["compilation_mode"] == "VLLM_COMPILE" and eff["compilation_backend"] == "inductor"
+    assert eff["max_num_seqs"] == 8 and eff["enable_chunked_prefill"] is True
+    assert eff["attention_backend"] == "auto" and eff["flash_attn_version"] == 3
+    assert eff["load_format"] == "dummy"
+    assert eff["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4,
+                                         "model": None}
+
+
+def test_bad_model_and_options(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="needs --model"):
         ve.resolve_model(None)
     assert ve.resolve_model("Qwen/Qwen2.5-0.5B-Instruct") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert ve.resolve_model("gpt2") == "gpt2"
+    assert ve.resolve_model(str(tmp_path)) == str(tmp_path.resolve())
+    for missing in (str(tmp_path / "nope"), "./nope", "~/nope-abgate", "/root/m/x/"):
+        with pytest.raises(UsageError, match="no such model directory"):
+            ve.resolve_model(missing)
+    (tmp_path / "f.gguf").write_bytes(b"GGUF")
+    with pytest.raises(UsageError, match="not a file"):
+        ve.resolve_model(str(tmp_path / "f.gguf"))
     with pytest.raises(UsageError, match="only --concurrency"):
         ve.load("m", {}, {"endpoints": ["http://x"]})
     with pytest.raises(UsageError, match="--concurrency must be"):
@@ -178,6 +207,10 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
         def __init__(self, model: str, **kw: Any) -> None:
             self.kw = kw
             self.llm_engine = _Core()
+            if kw.get("start_worker"):  # a child like vLLM's EngineCore, gone at shutdown
+                worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+                self.llm_engine.engine_core = types.SimpleNamespace(  # type: ignore[attr-defined]
+                    shutdown=lambda: (worker.terminate(), worker.wait()))
             self.llm_engine.vllm_config = types.SimpleNamespace(  # type: ignore[attr-defined]
                 parallel_config=types.SimpleNamespace(tensor_parallel_size=1))
 
@@ -224,7 +257,8 @@ def test_step_loop_window_timestamps_and_errors(fake_vllm: types.ModuleType) -> 
     assert r3.output_tokens == 6
     info = engine.describe()
     assert info.version == "0.0-fake" and info.effective_config["tensor_parallel_size"] == 1
-    assert info.effective_config["requested_engine_args"] == {"seed": 0, "tensor_parallel_size": 1}
+    assert info.effective_config["requested_engine_args"] == {
+        "seed": 0, "enable_prefix_caching": False, "tensor_parallel_size": 1}
     engine.close()
     engine.close()  # idempotent
     ev = engine.cleanup_evidence
@@ -284,6 +318,16 @@ def test_token_id_list_shapes() -> None:
         ve.token_id_list(["input_ids", "attention_mask"], "t")
 
 
+def test_workers_seen_even_when_gone_before_the_check(fake_vllm: types.ModuleType) -> None:
+    engine = ve.load("some/model", {"start_worker": True}, {})
+    pids = engine.processes()
+    assert len(pids) == 2 and pids[0] == os.getpid()
+    engine.close()  # shutdown() ends the worker before the check looks
+    ev = engine.cleanup_evidence
+    assert ev is not None and ev["verified"] and ev["workers_seen"] == 1
+    assert [w["pid"] for w in ev["workers"]] == pids[1:] and "sleep" in ev["workers"][0]["cmd"]
+
+
 # -- for real (needs vLLM) ----------------------------------------------------------------
 
 
@@ -323,3 +367,55 @@ def test_score_reads_prompt_logprobs(fake_vllm: types.ModuleType) -> None:
     assert s.token_logprobs.tolist() == [-1.0, -6.0]  # 51 is rank 2; 7 is outside the top-k
     with pytest.raises(ValueError, match="non-empty"):
         engine.score([1], [], 4)
+
+
+# -- roofline figures from the model's parameters (dummy weights included) ----------------
+
+
+def test_model_bytes_count_parameters_on_the_meta_device() -> None:
+    torch = pytest.importorskip("torch", reason="needs abgate[transformers]")
+    transformers = pytest.importorskip("transformers", reason="needs abgate[transformers]")
+    from abgate.engines.vllm_weights import model_bytes
+
+    cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, tie_word_embeddings=False)
+    real = transformers.LlamaForCausalLM(cfg)
+    n_params = sum(p.numel() for p in real.parameters())
+    emb = 1000 * 64
+    mc = types.SimpleNamespace(hf_config=cfg, dtype=torch.bfloat16, quantization=None)
+    got = model_bytes(mc, "auto")
+    assert got["parameter_count"] == n_params and got["tied_embedding"] is False
+    assert got["weights_bytes_per_token"] == 2 * (n_params - emb)
+    assert got["kv_bytes_per_position"] == 2 * 2 * 2 * 16 * 2  # K+V, layers, kv heads, dim, bf16
+    linear = sum(m.weight.numel() for m in real.model.layers.modules()
+                 if isinstance(m, torch.nn.Linear))
+    fp8 = model_bytes(types.SimpleNamespace(hf_config=cfg, dtype="bfloat16",
+                                            quantization="fp8"), "fp8")
+    assert fp8["weights_bytes_per_token"] == 2 * (n_params - emb) - linear
+    assert fp8["kv_bytes_per_position"] == got["kv_bytes_per_position"] // 2
+    broken = model_bytes(types.SimpleNamespace(hf_config=None, dtype="bfloat16"), None)
+    assert broken["weights_bytes_source"].startswith("unknown")
+
+
+def test_gpu_engines_never_get_the_cpu_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
+    from abgate.bench import session
+    from abgate.bench.roofline import measure_gpu_bandwidth, runs_on_gpu
+
+    assert runs_on_gpu({"name": "vllm", "effective_config": {}})
+    assert runs_on_gpu({"name": "transformers", "effective_config": {"device": "cuda:0"}})
+    assert not runs_on_gpu({"name": "llamacpp", "effective_config": {}})
+    monkeypatch.setattr(session, "measure_peak_bandwidth",
+                        lambda *a: pytest.fail("the CPU probe ran for a GPU engine"))
+    monkeypatch.setattr(session, "measure_gpu_bandwidth",
+                        lambda: {"gbps": None, "source": "unknown: no CUDA device"})
+    got = session.peak_bandwidth(session.BenchConfig(engine="vllm"), {"name": "vllm"})
+    assert got["gbps"] is None and got["source"].startswith("unknown")
+    declared = session.peak_bandwidth(session.BenchConfig(peak_bw_gbps=4800.0), {"name": "vllm"})
+    assert declared == {"gbps": 4800.0, "source": "declared (--peak-bw)"}
+    try:
+        import torch
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        assert measure_gpu_bandwidth()["gbps"] is None

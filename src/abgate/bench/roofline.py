@@ -15,9 +15,13 @@ Bytes per token (first-order; see docs/metrics.md):
 - **KV cache**: per decoded token, K and V of every earlier position in every layer,
   taken at the mean context length of the decode.
 
-Peak bandwidth is ``--peak-bw`` when declared, otherwise a short probe: numpy sums a
-large float64 array split over the process's cores, best of a few repeats. It is a
-probe estimate (a read-only streaming lower bound on the vendor figure).
+Peak bandwidth is ``--peak-bw`` when declared, otherwise a short probe of the memory
+the engine decodes from: for an engine on a GPU (vLLM, transformers on CUDA) a
+device-to-device copy timed with CUDA events (read + write counted); for a CPU engine
+numpy sums a large float64 array split over the process's cores, best of a few
+repeats. Either is a probe estimate (a streaming lower bound on the vendor figure); a
+GPU engine whose device cannot be probed gets no peak (and no fraction), never the
+CPU's figure.
 """
 
 from __future__ import annotations
@@ -97,7 +101,8 @@ def engine_model_bytes(eff: dict[str, Any]) -> ModelBytes | None:
     kv = eff.get("kv_bytes_per_position")
     emb = eff.get("embedding_bytes")
     tied = eff.get("tied_embedding")
-    return ModelBytes(w, "engine (in-memory tensors)", emb if isinstance(emb, int) else None,
+    source = str(eff.get("weights_bytes_source") or "engine (in-memory tensors)")
+    return ModelBytes(w, source, emb if isinstance(emb, int) else None,
                       tied if isinstance(tied, bool) else None,
                       float(kv) if isinstance(kv, int | float) else None)
 
@@ -141,6 +146,45 @@ def measure_peak_bandwidth(size_mib: int = 512, repeats: int = 5,
             best = max(best, data.nbytes / (time.perf_counter() - t0) / 1e9)
     return {"gbps": best, "source": "probe estimate", "method": "numpy float64 sum",
             "size_mib": size_mib, "threads": threads, "repeats": repeats}
+
+
+def measure_gpu_bandwidth(size_mib: int = 1024, repeats: int = 20) -> dict[str, Any]:
+    """Device-to-device copy bandwidth of CUDA device 0 (GB/s, read + write counted),
+    timed with CUDA events: the GPU's own probe estimate for engines that run there.
+    ``{"gbps": None, "source": "unknown: <why>"}`` where no CUDA device can be used."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return {"gbps": None, "source": "unknown: no CUDA device visible to this process"}
+        a = torch.empty(size_mib << 20, dtype=torch.uint8, device="cuda")
+        b = torch.empty_like(a)
+        for _ in range(3):
+            b.copy_(a)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start.record()
+        for _ in range(repeats):
+            b.copy_(a)
+        end.record()
+        torch.cuda.synchronize()
+        seconds = start.elapsed_time(end) / 1e3
+        name = torch.cuda.get_device_name(0)
+        del a, b
+        torch.cuda.empty_cache()
+    except Exception as exc:  # no torch, a driver error, out of memory, ...
+        return {"gbps": None, "source": f"unknown: {type(exc).__name__}: {exc}"[:300]}
+    return {"gbps": 2 * (size_mib << 20) * repeats / seconds / 1e9,
+            "source": "probe estimate (GPU)", "method": "torch device-to-device copy",
+            "device": name, "size_mib": size_mib, "repeats": repeats}
+
+
+def runs_on_gpu(describe: dict[str, Any]) -> bool:
+    """Whether an engine's ``describe()`` says it runs on a GPU (vLLM; transformers on
+    CUDA), so that its roofline needs the GPU's bandwidth, never the CPU's."""
+    eff = describe.get("effective_config") or {}
+    device = str(eff.get("device") or "")
+    return describe.get("name") == "vllm" or device.startswith("cuda")
 
 
 def roofline(mb: ModelBytes, decode_tps: float | None, mean_context: float | None,

@@ -23,7 +23,14 @@ from typing import Any
 
 from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
 from abgate.bench.resources import engine_resources
-from abgate.bench.roofline import ModelBytes, measure_peak_bandwidth, model_bytes_for, roofline
+from abgate.bench.roofline import (
+    ModelBytes,
+    measure_gpu_bandwidth,
+    measure_peak_bandwidth,
+    model_bytes_for,
+    roofline,
+    runs_on_gpu,
+)
 from abgate.bench.run import BenchCase, BenchPlan, BenchResult, execute_plan, plan_bench
 from abgate.engines.base import Engine
 from abgate.errors import UsageError
@@ -206,9 +213,13 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
         parts["resources"] = engine_resources(session.processes)
 
 
-def peak_bandwidth(c: BenchConfig) -> dict[str, Any]:
+def peak_bandwidth(c: BenchConfig, engine: dict[str, Any]) -> dict[str, Any]:
+    """The declared peak, else a probe of the memory the engine decodes from (the GPU's
+    for an engine on a GPU, never the CPU's)."""
     if c.peak_bw_gbps is not None:
         return {"gbps": c.peak_bw_gbps, "source": "declared (--peak-bw)"}
+    if runs_on_gpu(engine):
+        return measure_gpu_bandwidth()
     return measure_peak_bandwidth(c.bw_probe_mib)
 
 
@@ -229,7 +240,7 @@ def build_summary(p: PreparedBench, doc: dict[str, Any], plan: BenchPlan,
     mb = ModelBytes(None, "unknown")
     if doc.get("status") == "complete":
         mb = model_bytes_for(doc.get("engine", {}), c.weights_bytes)
-        bandwidth = peak_bandwidth(c)
+        bandwidth = peak_bandwidth(c, doc.get("engine", {}))
         for case in cases:
             case["roofline"] = case_roofline(case, mb, bandwidth.get("gbps"))
     return {

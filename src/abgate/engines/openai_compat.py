@@ -269,6 +269,8 @@ class OpenAIEngine:
             "chat_prompts": self.chat.describe(),
             "scoring": self.scorer.route.to_dict(),
             "token_ids": info.dialect.token_ids,
+            "prefix_cache": (f"isolated per request ({info.dialect.cache_salt})"
+                             if info.dialect.cache_salt else "the server's setting"),
             "ignore_eos": "server parameter" if info.dialect.ignore_eos else (
                 f"logit bias {tp.EOG_BIAS:g} on end-of-generation tokens {list(self.eog_ids)}"
                 if self.eog_ids else "not possible"),

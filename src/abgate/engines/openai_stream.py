@@ -16,6 +16,7 @@ import functools
 import json
 import ssl
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,11 +40,14 @@ class Dialect:
     extra: Mapping[str, Any] = field(default_factory=dict)  # sent with every request
     ignore_eos: bool = True  # honours ignore_eos
     token_id_prompts: bool = True  # /v1/completions takes a prompt of token IDs
+    # a request field that isolates each request's prefix cache (a fresh value per
+    # request), so no measured TTFT is a cache hit on an earlier request's prompt
+    cache_salt: str | None = None
 
 
 DIALECTS: Mapping[str, Dialect] = {
     "vllm": Dialect("vllm", -1, "return_token_ids (vLLM >= 0.10.2; older versions omit them)",
-                    {"return_token_ids": True}),
+                    {"return_token_ids": True}, cache_salt="cache_salt"),
     "sglang": Dialect("sglang", -1, "not returned by its OpenAI API"),
     "llama.cpp": Dialect("llama.cpp", 0, "not returned by its OpenAI API"),
     "llama-cpp-python": Dialect("llama-cpp-python", 0, "not returned (no such field)",
@@ -101,6 +105,8 @@ def request_body(req: GenerationRequest, api: str, model: str,
         body["prompt"] = req.prompt if req.prompt is not None else list(req.prompt_token_ids or ())
     body |= sampling_body(req.params, dialect)
     body |= {"stream": True, "stream_options": {"include_usage": True}, **dialect.extra}
+    if dialect.cache_salt:
+        body[dialect.cache_salt] = uuid.uuid4().hex
     return body
 
 

@@ -141,10 +141,35 @@ def running(p: psutil.Process) -> bool:
         return False
 
 
-def verify_children_gone(before: set[int]) -> dict[str, Any]:
-    """Worker processes vLLM started (engine core, TP workers) must be gone after close;
-    stragglers get SIGTERM, then SIGKILL, and are reported."""
-    spawned = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+def new_children(before: set[int], seen: dict[int, tuple[float, str]]) -> None:
+    """Add to ``seen`` (pid -> start time, command) every descendant of this process
+    that is not in ``before``: an engine's workers, noted while they live so that the
+    cleanup check knows them even after they exited or were re-parented."""
+    for p in psutil.Process().children(recursive=True):
+        if p.pid in before or p.pid in seen:
+            continue
+        with contextlib.suppress(psutil.Error):
+            seen[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200] or p.name())
+
+
+def _seen_processes(seen: Mapping[int, tuple[float, str]]) -> list[psutil.Process]:
+    found = []
+    for pid, (created, _) in seen.items():
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(pid)
+            if p.create_time() == created:
+                found.append(p)
+    return found
+
+
+def verify_children_gone(before: set[int],
+                         seen: Mapping[int, tuple[float, str]] | None = None) -> dict[str, Any]:
+    """Worker processes vLLM started (engine core, TP workers) must be gone after close:
+    those in ``seen`` (noted while they ran) and any other new descendant. Stragglers
+    get SIGTERM, then SIGKILL, and are reported."""
+    seen = dict(seen or {})
+    new_children(before, seen)
+    spawned = _seen_processes(seen)
     deadline = time.monotonic() + 10.0
     while any(running(p) for p in spawned) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -156,5 +181,6 @@ def verify_children_gone(before: set[int]) -> dict[str, Any]:
             with contextlib.suppress(psutil.Error):
                 getattr(p, sig)()
         psutil.wait_procs(alive, timeout=5.0)
-    return {"kind": "in_process", "pid": os.getpid(), "workers_seen": len(spawned),
+    return {"kind": "in_process", "pid": os.getpid(), "workers_seen": len(seen),
+            "workers": [{"pid": pid, "cmd": cmd} for pid, (_, cmd) in sorted(seen.items())],
             "signals": signals, "survivors": [p.pid for p in spawned if running(p)]}

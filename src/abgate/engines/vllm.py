@@ -40,13 +40,16 @@ from abgate.engines.base import (
     TokenScores,
 )
 from abgate.engines.vllm_logprobs import scores_from_rows
+from abgate.engines.vllm_weights import model_bytes
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
 NAME = "vllm"
 INSTALL_HINT = "the vllm engine needs vLLM: pip install 'abgate[vllm]' (on a machine vLLM supports)"
 _EXCLUDED = frozenset({"model"})  # given with --model
 _OPTIONS = frozenset({"concurrency"})
-DEFAULTS: Mapping[str, Any] = {"seed": 0}
+# Prefix caching off unless asked (as the llamacpp engine clears its KV cache per
+# request): a bench repeats one prompt, and a cache hit would be measured as prefill.
+DEFAULTS: Mapping[str, Any] = {"seed": 0, "enable_prefix_caching": False}
 
 
 # -- engine-arg specs from vLLM's EngineArgs dataclass ---------------------------------
@@ -170,16 +173,24 @@ _EFFECTIVE = (  # (record key, config section, attribute)
     ("compilation_level", "compilation_config", "level"),
     ("compilation_mode", "compilation_config", "mode"),
     ("cudagraph_mode", "compilation_config", "cudagraph_mode"),
+    ("compilation_backend", "compilation_config", "backend"),
     ("max_num_seqs", "scheduler_config", "max_num_seqs"),
     ("max_num_batched_tokens", "scheduler_config", "max_num_batched_tokens"),
+    ("enable_chunked_prefill", "scheduler_config", "enable_chunked_prefill"),
+    ("attention_backend", "attention_config", "backend"),
+    ("flash_attn_version", "attention_config", "flash_attn_version"),
+    ("load_format", "load_config", "load_format"),
+    ("device", "device_config", "device_type"),
 )
 
 
 def jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
+    """A JSON value for a config field: enums by name (vLLM's ``CompilationMode`` is an
+    ``IntEnum``, so this comes before the number check), other objects as text."""
     if isinstance(value, enum.Enum):
         return value.name
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     return str(value)  # torch.dtype and other objects
@@ -195,6 +206,13 @@ def effective_config(engine: Any) -> dict[str, Any]:
             out[key] = jsonable(getattr(obj, attr))
     eager = out.get("enforce_eager")
     out["graph_mode"] = "eager" if eager else (out.get("cudagraph_mode") or "cuda graphs")
+    if "attention_backend" in out and out["attention_backend"] is None:
+        out["attention_backend"] = "auto"  # chosen per layer in the worker (its log says which)
+    if cfg is not None:
+        spec = getattr(cfg, "speculative_config", None)
+        out["speculative_config"] = None if spec is None else {
+            k: jsonable(getattr(spec, k, None))
+            for k in ("method", "num_speculative_tokens", "model")}
     return out
 
 
@@ -230,11 +248,28 @@ def token_id_list(value: Any, where: str) -> list[int]:
 
 
 def resolve_model(model: str | None) -> str:
+    """A local model directory (resolved) or a Hugging Face model id, as given. What is
+    written as a path (absolute, ``./``, ``~``, more than one ``/``) must exist: vLLM
+    would otherwise take it for a hub id and fail late with an unrelated message."""
     if not model:
         raise UsageError("the vllm engine needs --model (a Hugging Face model id or a local "
                          "model directory)")
     path = Path(model).expanduser()
-    return str(path.resolve()) if path.exists() else model
+    if path.exists():
+        if not path.is_dir():
+            raise UsageError(f"--model {model}: the vllm engine takes a model directory or a "
+                             "hub id, not a file")
+        return str(path.resolve())
+    if looks_like_path(model):
+        raise UsageError(f"--model {model}: no such model directory")
+    return model
+
+
+def looks_like_path(model: str) -> bool:
+    """Whether ``model`` is written as a file-system path rather than a hub id
+    (``org/name`` or ``name``)."""
+    return (model.startswith(("/", "./", "../", "~", ".\\")) or model in (".", "..")
+            or model.count("/") > 1 or model.endswith("/"))
 
 
 def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -275,8 +310,11 @@ class VllmEngine:
             self._llm: Any = vllm.LLM(model=model, **self.requested)
         except (ValueError, RuntimeError, OSError) as exc:
             raise AbgateError(f"vLLM could not load {model}: {exc}") from None
+        self._workers: dict[int, tuple[float, str]] = {}  # pid -> (start time, command)
+        srv.new_children(self._children_before, self._workers)
         self._tokenizer = self._llm.get_tokenizer()
         self._seq = 0
+        self._weights: dict[str, Any] | None = None  # roofline figures, counted once
 
     # -- the protocol -------------------------------------------------------------------
 
@@ -315,6 +353,10 @@ class VllmEngine:
         effective = {"requested_engine_args": {k: jsonable(v) for k, v in self.requested.items()},
                      "concurrency": self.concurrency,
                      **effective_config(self._llm.llm_engine)}
+        if self._weights is None:
+            self._weights = model_bytes(getattr(self._llm.llm_engine, "model_config", None),
+                                        effective.get("kv_cache_dtype"))
+        effective.update(self._weights)
         return EngineInfo(name=NAME, version=str(getattr(self._vllm, "__version__", "unknown")),
                           model=self.model, effective_config=effective,
                           capabilities=self.capabilities)
@@ -334,13 +376,16 @@ class VllmEngine:
         return scores_from_rows(list(out.prompt_logprobs or ()), prompt, cont, top_k)
 
     def processes(self) -> list[int]:
-        """This process and the workers vLLM started (multiprocessing executors)."""
+        """This process and the workers vLLM started (the EngineCore process, and one
+        worker per rank with multiprocessing executors)."""
+        srv.new_children(self._children_before, self._workers)
         return [os.getpid(), *sorted(srv.child_pids() - self._children_before)]
 
     def close(self) -> None:
         """Free the engine, its workers and GPU memory; record what was checked."""
         if self.cleanup_evidence is not None:
             return
+        srv.new_children(self._children_before, self._workers)
         llm, self._llm = getattr(self, "_llm", None), None
         shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None),
                            "shutdown", None)
@@ -349,7 +394,7 @@ class VllmEngine:
         del llm
         gc.collect()
         _release_distributed()
-        self.cleanup_evidence = srv.verify_children_gone(self._children_before)
+        self.cleanup_evidence = srv.verify_children_gone(self._children_before, self._workers)
         # this process keeps its CUDA context until it exits, hence the wider tolerance
         self.cleanup_evidence["gpu"] = srv.gpu_returned(self._gpu_before,
                                                         tolerance=2 << 30, wait_s=15.0)
