@@ -69,9 +69,9 @@ baseline = "{baseline}"
 {f'expect = "{expect}"' if expect else ""}
 
 [shared]
-{shared}
 seeds = [0]
 temperature = 0.0
+{shared}
 
 [schedule]
 mode = "interleave"
