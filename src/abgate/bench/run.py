@@ -5,7 +5,9 @@ token-level timings beside the engine's own counters, and a greedy reference cap
 returns a :class:`BenchResult` whose ``to_dict()`` is plain JSON: per case the prompt
 SHA, the output token IDs and their SHA, every request's timings (warm-up ones marked),
 the engine's timings and the fidelity ratios, and the per-case distributions.
-Requests run one at a time, in order, so no request waits behind another.
+Requests run one at a time, in order, so no request waits behind another, unless a
+concurrency is asked for (served engines, vLLM): then each repeat is a batch of that many
+requests in flight together, and the case also reports its throughput.
 """
 
 from __future__ import annotations
@@ -196,23 +198,47 @@ def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int =
 
 
 def execute_plan(engine: Engine, plan: BenchPlan, *, warmup: int = 1, repeats: int = 3,
-                 seed: int = 0, on_sample: OnSample | None = None) -> BenchResult:
+                 seed: int = 0, on_sample: OnSample | None = None,
+                 concurrency: int = 1) -> BenchResult:
     """Run every case ``warmup + repeats`` times (warm-up requests are measured, recorded
     with ``warmup: true`` and left out of the summaries). ``on_sample`` gets each
     request's record the moment it finishes. A request that fails, or returns other
-    token counts than asked for, raises ``AbgateError`` after being recorded."""
-    if warmup < 0 or repeats < 1:
-        raise UsageError(f"need --warmup >= 0 and --repeats >= 1 (got {warmup}, {repeats})")
+    token counts than asked for, raises ``AbgateError`` after being recorded.
+
+    At ``concurrency`` > 1 each repeat is a batch of that many requests handed to the
+    engine at once (its own ``concurrency`` option keeps them in flight together); each
+    request is a sample (``key`` ``LABEL#i.j``) that also carries the batch's wall time
+    and output tokens, from which the case's throughput (output tok/s) is computed."""
+    if warmup < 0 or repeats < 1 or concurrency < 1:
+        raise UsageError(f"need --warmup >= 0, --repeats >= 1 and --concurrency >= 1 (got "
+                         f"{warmup}, {repeats}, {concurrency})")
     for cr in plan.cases:
         for i in range(warmup + repeats):
-            req = bench_request(f"{cr.case.label}#{i}", cr.prompt_ids, cr.case.output_len, seed)
-            result = engine.generate([req])[0]
-            sample = bench_sample(cr.case, i, i < warmup, result)
-            cr.samples.append(sample)
-            if on_sample is not None:
-                on_sample(sample)
-            _check_result(cr.case, result)
+            ids = [f"{cr.case.label}#{i}" + (f".{j}" if concurrency > 1 else "")
+                   for j in range(concurrency)]
+            results = engine.generate([bench_request(rid, cr.prompt_ids, cr.case.output_len,
+                                                     seed) for rid in ids])
+            batch = batch_facts(i, results) if concurrency > 1 else None
+            for rid, result in zip(ids, results, strict=True):
+                sample = bench_sample(cr.case, i, i < warmup, result)
+                if batch is not None:
+                    sample["key"], sample["batch"] = rid, batch
+                cr.samples.append(sample)
+                if on_sample is not None:
+                    on_sample(sample)
+            for result in results:
+                _check_result(cr.case, result)
     return BenchResult(plan.cases, plan.n_ctx, warmup, repeats, plan.prompt_seed)
+
+
+def batch_facts(index: int, results: Sequence[GenerationResult]) -> dict[str, Any]:
+    """One concurrent batch: its size, wall time (first submit to last token) and the
+    output tokens of all its requests."""
+    last = [r.t_last_token for r in results if r.t_last_token is not None]
+    wall = max(last) - min(r.t_submit for r in results) if last else None
+    tokens = sum(r.output_tokens for r in results)
+    return {"index": index, "size": len(results), "wall_s": wall, "output_tokens": tokens,
+            "output_tps": tokens / wall if wall else None}
 
 
 def run_bench(engine: Engine, cases: Sequence[BenchCase], *, warmup: int = 1,
@@ -248,8 +274,12 @@ def case_summary(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for s in measured:
         times = s.get("token_times_ms") or []
         itl.extend(b - a for a, b in zip(times, times[1:], strict=False))
+    batches = {s["batch"]["index"]: s["batch"] for s in measured if s.get("batch")}
     return {
         "n": len(measured),
+        "concurrency": max((b["size"] for b in batches.values()), default=1),
+        "throughput_tps": distribution([b["output_tps"] for b in batches.values()
+                                        if b["output_tps"] is not None]) if batches else None,
         "speed": {f: distribution([s["timing"][f] for s in measured]) for f in SPEED_FIELDS},
         "itl_ms": distribution(itl),
         "fidelity": {f: distribution([s["fidelity"][f] for s in measured])

@@ -174,7 +174,9 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
                                      spec_digest=p.spec_digest), **doc})
             write_record(out / rec.RUN_FILE, doc)
             if progress is not None:
-                total = len(plan.cases) * (p.config.warmup + p.config.repeats) + len(probes)
+                batch = int(p.config.engine_options.get("concurrency", 1))
+                total = (len(plan.cases) * (p.config.warmup + p.config.repeats) * batch
+                         + len(probes))
                 progress.on_start(0, total)
             _measure(p, session, plan, probes, out, doc, summary, progress)
     finally:
@@ -207,7 +209,8 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
             check_interrupted()
 
         parts["result"] = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
-                                       on_sample=record)
+                                       on_sample=record,
+                                       concurrency=int(c.engine_options.get("concurrency", 1)))
         if probes:
             parts["probes"] = run_probes(engine, probes, plan.n_ctx, record)
         parts["resources"] = engine_resources(session.processes)

@@ -111,6 +111,11 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
         console.print(f"prompt sha256: {case['prompt_sha256']}")
         console.print(f"output sha256: {case['output_sha256']}  ({same})")
         console.print(_roofline_line(case, summary.get("peak_bandwidth") or {}))
+        tp = case.get("throughput_tps") or {}
+        if case.get("concurrency", 1) > 1 and tp.get("median") is not None:
+            console.print(f"throughput at concurrency {case['concurrency']}: "
+                          f"{tp['median']:,.1f} output tok/s median over {tp.get('n')} batches "
+                          f"(min {_f(tp.get('min'), ',.1f')}, max {_f(tp.get('max'), ',.1f')})")
         console.print()
     if summary.get("probes"):
         console.print(probes_table(summary["probes"]))
