@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from abgate.runner.integrity import seal
 from tests.conftest import abgate, engine_threads, thread_flags
 
 pytestmark = pytest.mark.engine
 
-RECORD = ["baseline", "record", "--input-len", "32,64", "--output-len", "24", "--repeats", "1",
-          "--warmup", "0", "--probe-len", "128", "--engine-arg", "n_ctx=512", *thread_flags()]
+RECORD = ["baseline", "record", "--input-len", "32,64", "--output-len", "24", "--repeats", "2",
+          "--warmup", "1", "--probe-len", "128", "--engine-arg", "n_ctx=512", *thread_flags()]
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,10 @@ def test_record_holds_references(recorded: Path) -> None:
         # greedy: the chosen token is the engine's top-1
         assert [t[0] for t in case["top_k"]] == case["output_token_ids"]
         assert case["speed"]["steady_decode_tps"]["median"] > 0
+        # the record's own warm-up and repeats reproduce its reference
+        assert case["repeat_agreement"]["summary"] == "2/2 repeats and the warm-up match"
+        assert [r["request"] for r in case["requests"]] == ["warm-up 1", "repeat 1", "repeat 2"]
+    assert doc["status"] == "complete" and doc["integrity"]["digest"].startswith("sha256:")
     assert {p["name"] for p in doc["probes"]} >= {"arithmetic", "copy"}
     assert doc["provenance"]["libraries"] and doc["engine"]["effective_config"]["n_ctx"] == 512
     for key, value in engine_threads().items():  # the check re-runs at the recorded count
@@ -48,6 +53,10 @@ def test_check_reproduces(recorded: Path, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(report.read_text())
     assert doc["passed"] and all(c["tokens_match"] for c in doc["cases"])
+    for case in doc["cases"]:  # every current request is compared, warm-up included
+        assert case["repeats"]["summary"] == "2/2 repeats and the warm-up match"
+        assert case["repeats"]["measured_match"] == 2 and case["repeats"]["warmup_match"] == 1
+    assert "2/2 repeats and the warm-up match" in r.stdout
 
 
 def test_changed_engine_arg_diverges_with_position(recorded: Path, tmp_path: Path) -> None:
@@ -61,33 +70,58 @@ def test_changed_engine_arg_diverges_with_position(recorded: Path, tmp_path: Pat
     assert div and all(isinstance(d["position"], int) and d["position"] < 24 for d in div)
     assert all(d["reference_token"] != d["current_token"] for d in div)
     assert all("reference_in_current_top_k" in d for d in div)
-    assert "DIFFER" in r.stdout
+    # the warm-up runs first, so it is the first divergence named; every request counted
+    assert all(d["request"] == "warm-up 1" for d in div)
+    bad = [c["repeats"] for c in doc["cases"] if not c["tokens_match"]]
+    assert all(a["warmup_match"] == 0 and a["measured"] == 2 for a in bad)
+    assert "DIFFER" in r.stdout and "warm-up 1" in r.stdout
 
 
 @pytest.mark.parametrize("old_format", [False, True])
 def test_speed_regression_fails_the_check(recorded: Path, tmp_path: Path,
                                           old_format: bool) -> None:
     doc = json.loads((recorded / "baseline.json").read_text())
-    for case in doc["cases"]:  # pretend the baseline build was 100x faster
+    for case in doc["cases"]:  # a baseline recorded on a build 100x faster
         case["speed"]["steady_decode_tps"]["median"] *= 100
         values = case.pop("decode_tps_values")
-        assert len(values) == 1 and values[0] > 0  # one value per measured repeat
+        assert len(values) == 2 and min(values) > 0  # one value per measured repeat
         if not old_format:  # (a baseline from before per-repeat values: its median only)
             case["decode_tps_values"] = [v * 100 for v in values]
     assert doc["host_load"]["before"]["cpus"] >= 1
     fake = tmp_path / "B"
     fake.mkdir()
-    (fake / "baseline.json").write_text(json.dumps(doc))
+    (fake / "baseline.json").write_text(json.dumps(seal(doc)))  # sealed as recorded
     report = tmp_path / "check.json"
-    # two repeats: the check has a spread of its own, so an interval
+    # two repeats: on a loaded host their t-interval (one degree of freedom) may span
+    # 0 to hundreds; the slowdown is gross, so it is SLOWER whatever the interval
     r = abgate("baseline", "check", str(fake), "--repeats", "2", "--json", str(report))
     assert r.returncode == 1 and "SLOWER" in r.stdout, r.stdout + r.stderr
     out = json.loads(report.read_text())
     rows = out["cases"]
     assert all(c["tokens_match"] and not c["speed"]["ok"] for c in rows)
     assert all(c["speed"]["outcome"] == "slower" and len(c["speed"]["current_values"]) == 2
-               and c["speed"]["high"] < 0.9 for c in rows)
+               and "every current repeat" in c["speed"]["reason"] for c in rows)
     assert out["host_load"]["current"]["after"]["cpus"] >= 1 and not out["speed_inconclusive"]
+
+
+def test_hand_edited_baseline_is_refused_before_loading(recorded: Path, tmp_path: Path) -> None:
+    """An injected engine arg and one changed reference token: exit 2 naming both parts,
+    before any engine loads (the injected n_ctx would fail the load otherwise)."""
+    doc = json.loads((recorded / "baseline.json").read_text())
+    doc["config"]["engine_args"]["n_ctx"] = 10 ** 9
+    doc["cases"][1]["output_token_ids"][5] += 1
+    edited = tmp_path / "E"
+    edited.mkdir()
+    (edited / "baseline.json").write_text(json.dumps(doc))
+    r = abgate("baseline", "check", str(edited), "--tolerance", "1")
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert "does not match its 'integrity' digest" in line
+    assert "config.engine_args" in line and "cases[1]" in line and "cases[0]" not in line
+    del doc["integrity"]  # an incomplete one (no seal) is refused too
+    (edited / "baseline.json").write_text(json.dumps(doc))
+    r = abgate("baseline", "check", str(edited), "--tolerance", "1")
+    assert r.returncode == 2 and "no 'integrity' digest" in r.stderr
 
 
 def test_check_without_baseline_is_a_usage_error(tmp_path: Path) -> None:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from abgate.baseline.agreement import agreement, request_label
 from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
-from abgate.errors import UsageError, one_line
+from abgate.errors import AbgateError, UsageError, one_line
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner.integrity import seal, verify_seal
 from abgate.runner.provenance import ProvenanceOptions, record_after_load
 from abgate.runner.session import loaded
 
@@ -29,7 +30,9 @@ def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[l
     return trace(prompt, output, TOP_K)  # type: ignore[no-any-return]
 
 
-def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
+def _cases(engine: Engine, c: BenchConfig) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+    """Each case's record (the reference is its first measured repeat) and every request's
+    sample, warm-ups first, for the agreement counts."""
     result = run_bench(engine, c.cases, warmup=c.warmup, repeats=c.repeats,
                        prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha)
     out = []
@@ -39,8 +42,10 @@ def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
         d["prompt_ids"] = cr.prompt_ids
         # per repeat, for the noise-aware speed check (compare/speed_check.py)
         d["decode_tps_values"] = [s["timing"]["steady_decode_tps"] for s in cr.measured]
+        d["requests"] = [{"request": request_label(s, c.warmup), "warmup": s["warmup"],
+                          "output_sha256": s["output"]["sha256"]} for s in cr.samples]
         out.append(d)
-    return out
+    return out, [cr.samples for cr in result.cases]
 
 
 def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
@@ -53,6 +58,9 @@ def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
 
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                     provenance: ProvenanceOptions | None = None) -> dict[str, Any]:
+    """Record and seal ``baseline.json``. A case whose own warm-up or repeats disagree
+    with its first measured repeat is no reference: the baseline is written ``failed``
+    (a check refuses it) and an ``AbgateError`` names the first divergence."""
     p = prepare_bench(c)
     rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
     doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
@@ -60,12 +68,29 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     with loaded(p.engine, out, doc) as session, session.env():
         record_after_load(provenance or ProvenanceOptions(), None, session, doc)
         load_before = host_load()
-        doc["cases"] = _cases(session.engine, c)
+        doc["cases"], samples = _cases(session.engine, c)
         doc["host_load"] = {"before": load_before, "after": host_load()}
         doc["probes"] = _probes(session.engine, c)
-    doc["status"], doc["ended_at"] = "complete", time.time()
-    write_record(out / BASELINE_FILE, doc)
+    problems = []
+    for case, case_samples in zip(doc["cases"], samples, strict=True):
+        case["repeat_agreement"] = agreement(case["output_token_ids"], case["output_text"],
+                                             case_samples)
+        if not case["repeat_agreement"]["all_match"]:
+            problems.append(_disagreement(case))
+    doc["status"], doc["ended_at"] = ("failed" if problems else "complete"), time.time()
+    doc["error"] = "; ".join(problems) or None
+    write_record(out / BASELINE_FILE, seal(doc))
+    if problems:
+        raise AbgateError(f"{out / BASELINE_FILE}: not a reference: {doc['error']}")
     return doc
+
+
+def _disagreement(case: dict[str, Any]) -> str:
+    a = case["repeat_agreement"]
+    d = a["first_divergence"]
+    return (f"case {case['input_len']}/{case['output_len']}: {a['summary']}; {d['request']} "
+            f"leaves the first repeat at {d['unit']} {d['position']} (greedy decoding is "
+            "not repeatable on this build)")
 
 
 def config_from_record(doc: dict[str, Any]) -> BenchConfig:
@@ -86,6 +111,10 @@ def read_baseline(path: Path) -> tuple[dict[str, Any], BenchConfig]:
     """``baseline.json`` and its bench config, with what the check relies on checked:
     a damaged file is a one-line UsageError naming it, not a traceback mid-check."""
     doc = read_record(path, "baseline")
+    verify_seal(path, doc)
+    if doc.get("status") != "complete":
+        raise UsageError(f"{path}: status {doc.get('status')!r}, not 'complete': "
+                         f"{doc.get('error') or 'an incomplete baseline'}; record it again")
     try:
         c = config_from_record(doc)
         for key, kind in _CONFIG.items():
@@ -139,40 +168,26 @@ class CheckReport:
                 "cases": self.cases, "probes": self.probes, "host_load": self.host_load}
 
 
-def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
-    for i, (a, b) in enumerate(zip(ref, cur, strict=False)):
-        if a != b:
-            return i
-    return None if len(ref) == len(cur) else min(len(ref), len(cur))
-
-
 def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
-                  tolerance: float) -> dict[str, Any]:
+                  samples: list[Any]) -> dict[str, Any]:
+    """The current warm-up(s) and every measured repeat against the recorded output."""
     row: dict[str, Any] = {"case": f"{ref['input_len']}/{ref['output_len']}",
                            "prompt_sha256": cur["prompt_sha256"]}
-    if ref["output_token_ids"] is None or cur["output_token_ids"] is None:
-        # the engine returns no output token IDs (some servers): the text must match
-        same = ref.get("output_text") == cur.get("output_text") is not None
-        row |= {"compared_by": "text (the engine returns no output token IDs)",
-                "tokens_match": same}
-        pos = None if same else first_divergence(list(ref.get("output_text") or ""),
-                                                 list(cur.get("output_text") or ""))
-        if pos is not None:
-            row["divergence"] = {"position": pos, "unit": "character",
-                                 "reference_token": None, "current_token": None}
-        return _speed_row(row, ref, cur, tolerance)
-    ref_ids, cur_ids = ref["output_token_ids"], cur["output_token_ids"]
-    pos = first_divergence(ref_ids, cur_ids)
-    row |= {"compared_by": "token IDs", "tokens_match": pos is None}
-    if pos is not None:
-        ref_tok = ref_ids[pos] if pos < len(ref_ids) else None
-        cur_tok = cur_ids[pos] if pos < len(cur_ids) else None
-        row["divergence"] = {"position": pos, "reference_token": ref_tok, "current_token": cur_tok}
-        cur_topk = _topk(engine, ref["prompt_ids"], ref_ids)
-        if ref.get("top_k") and cur_topk and pos < len(ref_ids):
+    by_ids = ref["output_token_ids"] is not None and cur["output_token_ids"] is not None
+    row["compared_by"] = ("token IDs" if by_ids
+                          else "text (the engine returns no output token IDs)")
+    ref_ids = ref["output_token_ids"] if by_ids else None
+    found = agreement(ref_ids, ref.get("output_text"), samples)
+    row |= {"tokens_match": found["all_match"], "repeats": found}
+    div = found["first_divergence"]
+    if div is not None:
+        row["divergence"] = dict(div)
+        pos, ref_tok, cur_tok = div["position"], div["reference_token"], div["current_token"]
+        cur_topk = _topk(engine, ref["prompt_ids"], ref_ids) if by_ids else None
+        if by_ids and ref.get("top_k") and cur_topk and pos < len(ref_ids or ()):
             row["divergence"]["reference_in_current_top_k"] = ref_tok in cur_topk[pos]
             row["divergence"]["current_in_reference_top_k"] = cur_tok in ref["top_k"][pos]
-    return _speed_row(row, ref, cur, tolerance)
+    return row
 
 
 def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
@@ -208,11 +223,12 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     with loaded(p.engine) as session, session.env():
         engine = session.engine
         load_before = host_load()
-        current = _cases(engine, c)
+        current, samples = _cases(engine, c)
         report.host_load = {"recorded": doc.get("host_load"),
                             "current": {"before": load_before, "after": host_load()}}
-        for ref, cur in zip(doc["cases"], current, strict=True):
-            row = _compare_case(engine, ref, cur, tolerance)
+        for ref, cur, case_samples in zip(doc["cases"], current, samples, strict=True):
+            row = _speed_row(_compare_case(engine, ref, cur, case_samples), ref, cur,
+                             tolerance)
             report.cases.append(row)
             report.passed &= row["passed"]
         for old, new in zip(doc["probes"], _probes(engine, c), strict=True):

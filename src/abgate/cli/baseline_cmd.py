@@ -60,7 +60,8 @@ def record_command(
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
                    f"{case['prompt_sha256'][:16]} output "
                    f"{(case['output_sha256'] or 'text ' + case['output_text_sha256'])[:16]} "
-                   f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s")
+                   f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s; "
+                   f"{case['repeat_agreement']['summary']}")
     for p in doc["probes"]:
         typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
     typer.echo(f"baseline written to {out / 'baseline.json'}")
@@ -92,7 +93,8 @@ def check_command(
     for row in report.cases:
         div = row.get("divergence")
         where = "-" if div is None else (
-            f"pos {div['position']}: {div['reference_token']} -> {div['current_token']}"
+            f"{div['request']}, {div['unit']} {div['position']}: {div['reference_token']} -> "
+            f"{div['current_token']}"
             + ("" if "reference_in_current_top_k" not in div else
                f" (in each other's top-5: {div['reference_in_current_top_k']} / "
                f"{div['current_in_reference_top_k']})"))
@@ -103,6 +105,11 @@ def check_command(
                       {"ok": "ok", "slower": "SLOWER", "inconclusive": "inconclusive",
                        "unmeasured": "UNMEASURED"}[s["outcome"]] + interval)
     Console().print(table)
+    for row in report.cases:
+        div = row.get("divergence")
+        typer.echo(f"tokens {row['case']}: {row['repeats']['summary']}" + (
+            "" if div is None else f"; first divergence: {div['request']} at {div['unit']} "
+            f"{div['position']}"))
     for row in report.cases:
         if row["speed"]["outcome"] != "ok":
             typer.echo(f"speed {row['case']}: {row['speed']['outcome']}: "

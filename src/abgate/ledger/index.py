@@ -30,6 +30,7 @@ from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record
+from abgate.runner.integrity import verify_seal
 
 log = logging.getLogger("abgate.ledger")
 RUN_WORKLOAD = ("suite", "selection", "item_ids", "seeds", "sampling", "prompt")
@@ -127,6 +128,7 @@ def _ab_dir(path: Path) -> Entry:
 
 def _baseline_dir(path: Path) -> Entry:
     doc = read_record(path / "baseline.json")
+    verify_seal(path / "baseline.json", doc)
     entry = _header(doc, "baseline", path, doc.get("spec_digest"))
     entry.units = _cases(doc, doc.get("cases"))
     return entry
