@@ -57,6 +57,28 @@ def test_check_reproduces(recorded: Path, tmp_path: Path) -> None:
         assert case["repeats"]["summary"] == "2/2 repeats and the warm-up match"
         assert case["repeats"]["measured_match"] == 2 and case["repeats"]["warmup_match"] == 1
     assert "2/2 repeats and the warm-up match" in r.stdout
+    # same host, same build, same env: the configuration is an exact match
+    assert doc["configuration"]["summary"] == "exact match" and doc["configuration"]["passed"]
+    assert "configuration: exact match" in r.stdout
+
+
+def test_undeclared_env_drift_fails_and_an_allowed_one_passes(recorded: Path,
+                                                               tmp_path: Path) -> None:
+    report = tmp_path / "check.json"
+    drifted = {"GGML_ABGATE_TEST_DRIFT": "1"}  # a variable of a recorded class (GGML_*)
+    r = abgate("baseline", "check", str(recorded), "--tolerance", "1", "--json", str(report),
+               env=drifted)
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(report.read_text())
+    assert all(c["tokens_match"] for c in doc["cases"])  # it fails on the drift alone
+    assert doc["configuration"]["unexplained"] == ["env.GGML_ABGATE_TEST_DRIFT"]
+    assert "differs beyond --allow-diff: env.GGML_ABGATE_TEST_DRIFT" in r.stdout
+    r = abgate("baseline", "check", str(recorded), "--tolerance", "1", "--json", str(report),
+               "--allow-diff", "host.*,env.GGML_ABGATE_*", env=drifted)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(report.read_text())["configuration"]
+    assert doc["passed"] and doc["allow"] == ["host.*", "env.GGML_ABGATE_*"]
+    assert doc["summary"] == "exact match except env.GGML_ABGATE_TEST_DRIFT (allowed)"
 
 
 def test_changed_engine_arg_diverges_with_position(recorded: Path, tmp_path: Path) -> None:
@@ -75,6 +97,7 @@ def test_changed_engine_arg_diverges_with_position(recorded: Path, tmp_path: Pat
     bad = [c["repeats"] for c in doc["cases"] if not c["tokens_match"]]
     assert all(a["warmup_match"] == 0 and a["measured"] == 2 for a in bad)
     assert "DIFFER" in r.stdout and "warm-up 1" in r.stdout
+    assert "engine_args.rope_freq_base" in doc["configuration"]["unexplained"]
 
 
 @pytest.mark.parametrize("old_format", [False, True])

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from abgate.baseline.agreement import agreement, request_label
 from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
+from abgate.compare.drift import configuration, drift
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError, one_line
+from abgate.host import host_info
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.integrity import seal, verify_seal
-from abgate.runner.provenance import ProvenanceOptions, record_after_load
+from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded
 
 BASELINE_FILE = "baseline.json"
@@ -62,11 +65,13 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     with its first measured repeat is no reference: the baseline is written ``failed``
     (a check refuses it) and an ``AbgateError`` names the first divergence."""
     p = prepare_bench(c)
+    prov = provenance or ProvenanceOptions()
+    contract = check_before_load(prov, p.engine)  # a refusal: exit 2, nothing written
     rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
     doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
                      recorded_at=time.time())
     with loaded(p.engine, out, doc) as session, session.env():
-        record_after_load(provenance or ProvenanceOptions(), None, session, doc)
+        record_after_load(prov, contract, session, doc)
         load_before = host_load()
         doc["cases"], samples = _cases(session.engine, c)
         doc["host_load"] = {"before": load_before, "after": host_load()}
@@ -158,6 +163,8 @@ class CheckReport:
     cases: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
     host_load: dict[str, Any] = field(default_factory=dict)
+    configuration: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
     def speed_inconclusive(self) -> bool:
@@ -165,7 +172,9 @@ class CheckReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
-                "cases": self.cases, "probes": self.probes, "host_load": self.host_load}
+                "configuration": self.configuration, "cases": self.cases,
+                "probes": self.probes, "host_load": self.host_load,
+                "provenance": self.provenance}
 
 
 def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
@@ -205,7 +214,12 @@ def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
 
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
-                   tolerance: float = 0.10, repeats: int | None = None) -> CheckReport:
+                   tolerance: float = 0.10, repeats: int | None = None,
+                   allow_diff: Sequence[str] = (),
+                   provenance: ProvenanceOptions | None = None) -> CheckReport:
+    """Re-run the recorded cases: tokens (every warm-up and repeat), speed, probes, and
+    the configuration against the recorded one (``compare/drift.py``: a difference
+    outside ``allow_diff`` fails the check, naming the keys)."""
     path = base_dir / BASELINE_FILE
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
@@ -219,22 +233,32 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
             raise UsageError(f"--repeats must be >= 1, got {repeats}")
         c = replace(c, repeats=repeats)
     p = prepare_bench(c)
+    prov = provenance or ProvenanceOptions()
+    contract = check_before_load(prov, p.engine)
     report = CheckReport()
-    with loaded(p.engine) as session, session.env():
-        engine = session.engine
-        load_before = host_load()
-        current, samples = _cases(engine, c)
-        report.host_load = {"recorded": doc.get("host_load"),
-                            "current": {"before": load_before, "after": host_load()}}
-        for ref, cur, case_samples in zip(doc["cases"], current, samples, strict=True):
-            row = _speed_row(_compare_case(engine, ref, cur, case_samples), ref, cur,
-                             tolerance)
-            report.cases.append(row)
-            report.passed &= row["passed"]
-        for old, new in zip(doc["probes"], _probes(engine, c), strict=True):
-            ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
-            report.probes.append({"name": new["name"], "recorded": old["passed"],
-                                  "current": new["passed"], "reason": new["reason"],
-                                  "ok": ok})
-            report.passed &= ok
+    now: dict[str, Any] = {"spec": p.spec, "host": host_info()}
+    with loaded(p.engine, None, now) as session, session.env():
+        record_after_load(prov, contract, session, now)
+        found = drift(configuration(doc), configuration(now), allow_diff)
+        report.configuration = found.to_dict()
+        report.provenance = now["provenance"]
+        report.passed &= found.passed
+        _check_cases(session.engine, c, doc, tolerance, report)
     return report
+
+
+def _check_cases(engine: Engine, c: BenchConfig, doc: dict[str, Any], tolerance: float,
+                 report: CheckReport) -> None:
+    load_before = host_load()
+    current, samples = _cases(engine, c)
+    report.host_load = {"recorded": doc.get("host_load"),
+                        "current": {"before": load_before, "after": host_load()}}
+    for ref, cur, case_samples in zip(doc["cases"], current, samples, strict=True):
+        row = _speed_row(_compare_case(engine, ref, cur, case_samples), ref, cur, tolerance)
+        report.cases.append(row)
+        report.passed &= row["passed"]
+    for old, new in zip(doc["probes"], _probes(engine, c), strict=True):
+        ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
+        report.probes.append({"name": new["name"], "recorded": old["passed"],
+                              "current": new["passed"], "reason": new["reason"], "ok": ok})
+        report.passed &= ok

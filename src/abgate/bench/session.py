@@ -26,12 +26,14 @@ from abgate.bench.resources import engine_resources
 from abgate.bench.roofline import ModelBytes, measure_peak_bandwidth, model_bytes_for, roofline
 from abgate.bench.run import BenchCase, BenchPlan, BenchResult, execute_plan, plan_bench
 from abgate.engines.base import Engine
-from abgate.errors import UsageError
+from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.progress import Reporter
+from abgate.provenance import ContractOutcome
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, write_record
 from abgate.runner.execute import Status, check_interrupted, tracked
+from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import (
     EngineSession,
     EngineSpec,
@@ -152,9 +154,15 @@ def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
 
 
 def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
-                  progress: Reporter | None = None) -> BenchOutcome:
+                  progress: Reporter | None = None,
+                  provenance: ProvenanceOptions | None = None) -> BenchOutcome:
     """Load the engine, plan (a refused plan writes nothing), then run the bench and
-    probes under the shared run bookkeeping (run.log, SIGTERM, final status)."""
+    probes under the shared run bookkeeping (run.log, SIGTERM, final status). A
+    contract is checked on the request before the load (exit 2, nothing written) and on
+    the engine as loaded (the directory is written ``failed`` with the violation); the
+    provenance (environment, mapped libraries, manifest, contract) is recorded."""
+    prov = provenance or ProvenanceOptions()
+    contract = check_before_load(prov, p.engine)
     check_out_dir(out, force)
     doc: dict[str, Any] = {}  # filled by loaded() (engine, processes, cleanup) and below
     summary: dict[str, Any] = {}
@@ -165,6 +173,7 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
             rec.prepare_new_dir(out, force)
             doc.update({**new_record("bench", config=p.config.to_dict(), spec=p.spec,
                                      spec_digest=p.spec_digest), **doc})
+            _record_provenance(prov, contract, session, doc)
             write_record(out / rec.RUN_FILE, doc)
             if progress is not None:
                 total = len(plan.cases) * (p.config.warmup + p.config.repeats) + len(probes)
@@ -174,6 +183,15 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
         if doc.get("kind") == "bench":  # the directory was written: keep it complete
             write_record(out / rec.RUN_FILE, doc)
     return BenchOutcome(out, doc["status"], summary)
+
+
+def _record_provenance(prov: ProvenanceOptions, contract: ContractOutcome | None,
+                       session: EngineSession, doc: dict[str, Any]) -> None:
+    try:
+        record_after_load(prov, contract, session, doc)
+    except AbgateError as exc:  # (the directory is written: its run.json says why)
+        doc["status"], doc["error"], doc["ended_at"] = "failed", str(exc), time.time()
+        raise
 
 
 def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,

@@ -15,10 +15,12 @@ from abgate.bench.prompts import parse_input_lens
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.compare.drift import CLASSES, parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.runner.provenance import ProvenanceOptions
 
+_CLASSES = ", ".join(CLASSES)
 baseline_app = typer.Typer(help="Record reference outputs and check a build against them.",
                            no_args_is_help=True)
 app.add_typer(baseline_app, name="baseline")
@@ -44,7 +46,9 @@ def record_command(
     request_timeout: eo.RequestTimeout = None,
     api_key_env: eo.ApiKeyEnv = None,
     ready_timeout: eo.ReadyTimeout = None,
-    manifest: str = typer.Option(None, help="Manifest JSON whose digest is embedded."),
+    contract: eo.Contract = None,
+    manifest: eo.Manifest = None,
+    allow_stale_manifest: eo.AllowStaleManifest = False,
     force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
 ) -> None:
     """Record greedy reference outputs, speed and probe health for the current build."""
@@ -55,7 +59,8 @@ def record_command(
                          input_lens=tuple(parse_input_lens(input_len)), output_len=output_len,
                          warmup=warmup, repeats=repeats, probes=probes, probe_len=probe_len)
     doc = record_baseline(config, out, force=force,
-                          provenance=ProvenanceOptions(manifest=manifest))
+                          provenance=ProvenanceOptions(contract, manifest,
+                                                       allow_stale_manifest))
     for case in doc["cases"]:
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
                    f"{case['prompt_sha256'][:16]} output "
@@ -76,6 +81,11 @@ def check_command(
                                     "checks tokens and probes only)."),
     repeats: int = typer.Option(None, help="Measured requests per case (default: as "
                                 "recorded); more narrow the speed interval."),
+    allow_diff: list[str] = typer.Option(
+        [], "--allow-diff", help="Configuration keys that may differ from the recorded "
+        "ones: patterns by class, comma-separated, repeatable ('host.*,env.CUDA_VISIBLE_"
+        "DEVICES'; classes: " + _CLASSES + ")."),
+    contract: eo.Contract = None,
     json_out: Path = typer.Option(None, "--json", help="Write the check report here."),
 ) -> None:
     """Re-run the recorded cases on this build. Exit 0 only when every check passes; a
@@ -83,7 +93,9 @@ def check_command(
     if not 0 <= tolerance <= 1:
         raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
     report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
-                            tolerance=tolerance, repeats=repeats)
+                            tolerance=tolerance, repeats=repeats,
+                            allow_diff=parse_allow(allow_diff),
+                            provenance=ProvenanceOptions(contract=contract))
     verdict = "PASS" if report.passed else "FAIL"
     if report.passed and report.speed_inconclusive:
         verdict += " (speed inconclusive)"
@@ -105,6 +117,9 @@ def check_command(
                       {"ok": "ok", "slower": "SLOWER", "inconclusive": "inconclusive",
                        "unmeasured": "UNMEASURED"}[s["outcome"]] + interval)
     Console().print(table)
+    drift = report.configuration
+    typer.echo(f"configuration: {drift['summary']}" + ("" if drift["passed"] else
+                                                       "  <- not allowed"))
     for row in report.cases:
         div = row.get("divergence")
         typer.echo(f"tokens {row['case']}: {row['repeats']['summary']}" + (

@@ -17,6 +17,7 @@ from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
 from abgate.progress import reporter
+from abgate.runner.provenance import ProvenanceOptions
 
 # (label, speed field, scale, format, engine counterpart, engine scale)
 _ROWS: tuple[tuple[str, str, float, str, str | None, float], ...] = (
@@ -158,6 +159,9 @@ def bench_command(
     out: Annotated[Path | None, typer.Option(
         "-o", "--out", help="Run directory (default: runs/bench-<timestamp>).")] = None,
     force: bool = typer.Option(False, help="Overwrite an existing run directory."),
+    contract: eo.Contract = None,
+    manifest: eo.Manifest = None,
+    allow_stale_manifest: eo.AllowStaleManifest = False,
 ) -> None:
     """Measure prefill, TTFT, steady decode and TPOT on fixed-length prompts."""
     config = BenchConfig(
@@ -174,7 +178,9 @@ def bench_command(
     if out is None:
         out = Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
     with reporter(f"bench {out.name}") as rep:
-        outcome = execute_bench(prepared, out, force=force, progress=rep)
+        outcome = execute_bench(prepared, out, force=force, progress=rep,
+                                provenance=ProvenanceOptions(contract, manifest,
+                                                             allow_stale_manifest))
     print_bench(outcome.out_dir, outcome.status, outcome.summary, engine)
     index_finished(outcome.out_dir)
     if outcome.status == "interrupted":
