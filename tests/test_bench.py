@@ -98,8 +98,10 @@ def test_context_boundary(engine: llamacpp.LlamaCppEngine) -> None:
     assert resolve_cases([BenchCase(240, 16)], n_ctx) == [BenchCase(240, 16)]
     with pytest.raises(UsageError, match=r"n_ctx=256.*largest input is 240"):
         plan_bench(engine, [BenchCase(241, 16)])
+    # one output token (the n_ctx - 1 + 1 boundary) is a case; none is refused
+    assert resolve_cases([BenchCase(None, 1)], n_ctx) == [BenchCase(255, 1)]
     with pytest.raises(UsageError, match="output-len"):
-        resolve_cases([BenchCase(8, 1)], n_ctx)
+        resolve_cases([BenchCase(8, 0)], n_ctx)
 
 
 @pytest.mark.engine

@@ -76,7 +76,8 @@ def test_bad_options_fail_fast(tmp_path: Path) -> None:
     # "fast" is a behaviour, not a wall-clock bound: each is refused before llama.cpp is
     # even imported (a poisoned llama_cpp on the path would leave its marker).
     env, imported = no_engine_env(tmp_path)
-    for args in (("--input-len", "12k"), ("--output-len", "1"), ("--repeats", "0"),
+    for args in (("--input-len", "12k"), ("--output-len", "0"), ("--repeats", "0"),
+                 ("--prompt-file", str(tmp_path / "missing.json")),
                  ("--engine-arg", "n_ctxx=5"), ("--probes", "--probe-depth", "2")):
         r = abgate("bench", *args, "-o", str(tmp_path / "B"), env=env)
         assert r.returncode == 2, (args, r.stderr)

@@ -37,7 +37,8 @@ def _cases(engine: Engine, c: BenchConfig) -> tuple[list[dict[str, Any]], list[l
     """Each case's record (the reference is its first measured repeat) and every request's
     sample, warm-ups first, for the agreement counts."""
     result = run_bench(engine, c.cases, warmup=c.warmup, repeats=c.repeats,
-                       prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha)
+                       prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha,
+                       prompt=c.prompt)
     out = []
     for cr in result.cases:
         d = cr.to_dict(samples=False)
@@ -45,6 +46,7 @@ def _cases(engine: Engine, c: BenchConfig) -> tuple[list[dict[str, Any]], list[l
         d["prompt_ids"] = cr.prompt_ids
         # per repeat, for the noise-aware speed check (compare/speed_check.py)
         d["decode_tps_values"] = [s["timing"]["steady_decode_tps"] for s in cr.measured]
+        d["prefill_tps_values"] = [s["timing"]["prefill_tps"] for s in cr.measured]
         d["requests"] = [{"request": request_label(s, c.warmup), "warmup": s["warmup"],
                           "output_sha256": s["output"]["sha256"]} for s in cr.samples]
         out.append(d)
@@ -201,13 +203,17 @@ def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
 
 def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
                tolerance: float) -> dict[str, Any]:
-    old = ref["speed"]["steady_decode_tps"].get("median")
-    new = cur["speed"]["steady_decode_tps"].get("median")
+    """Steady decode against the recorded repeats; with one output token (the context
+    boundary case) decode is undefined and prefill tok/s is compared instead."""
+    metric, values = (("steady_decode_tps", "decode_tps_values") if ref["output_len"] >= 2
+                      else ("prefill_tps", "prefill_tps_values"))
+    old = ref["speed"][metric].get("median")
+    new = cur["speed"][metric].get("median")
     # a baseline recorded before per-repeat values were kept has its median only
-    recorded = ref.get("decode_tps_values") or [old]
-    check = compare_speed(recorded, cur["decode_tps_values"], tolerance)
-    row["speed"] = {"recorded_decode_tps": old, "current_decode_tps": new,
-                    "recorded_values": recorded, "current_values": cur["decode_tps_values"],
+    recorded = ref.get(values) or [old]
+    check = compare_speed(recorded, cur[values], tolerance)
+    row["speed"] = {"metric": metric, "recorded_median": old, "current_median": new,
+                    "recorded_values": recorded, "current_values": cur[values],
                     "tolerance": tolerance, **check.to_dict()}
     row["passed"] = row["tokens_match"] and check.ok
     return row

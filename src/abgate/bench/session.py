@@ -24,7 +24,14 @@ from typing import Any
 from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
 from abgate.bench.resources import engine_resources
 from abgate.bench.roofline import ModelBytes, measure_peak_bandwidth, model_bytes_for, roofline
-from abgate.bench.run import BenchCase, BenchPlan, BenchResult, execute_plan, plan_bench
+from abgate.bench.run import (
+    WHOLE_PROMPT,
+    BenchCase,
+    BenchPlan,
+    BenchResult,
+    execute_plan,
+    plan_bench,
+)
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
@@ -60,6 +67,7 @@ class BenchConfig:
     repeats: int = 3
     prompt_seed: int = 0
     expect_prompt_sha: tuple[str, ...] = ()
+    prompt: dict[str, Any] | None = None  # a read --prompt-file (bench/prompt_file.py)
     probes: bool = False
     probe_len: int = 1024
     probe_depth: float = 0.5
@@ -76,6 +84,8 @@ class BenchConfig:
 
     @property
     def cases(self) -> list[BenchCase]:
+        if self.prompt is not None and not self.input_lens:
+            return [BenchCase(WHOLE_PROMPT, self.output_len)]
         return [BenchCase(n, self.output_len) for n in self.input_lens]
 
     @property
@@ -100,14 +110,16 @@ class BenchOutcome:
 
 
 def _check_config(c: BenchConfig) -> None:
-    if c.output_len < 2:
-        raise UsageError(f"--output-len must be >= 2 (steady decode is measured over tokens "
-                         f"2..N), got {c.output_len}")
+    if c.output_len < 1:
+        raise UsageError(f"--output-len must be >= 1 (1: prefill and TTFT only, steady "
+                         f"decode is measured over tokens 2..N), got {c.output_len}")
     if c.warmup < 0 or c.repeats < 1:
         raise UsageError(f"need --warmup >= 0 and --repeats >= 1 (got {c.warmup}, {c.repeats})")
-    if c.expect_prompt_sha and len(c.expect_prompt_sha) not in (1, len(c.input_lens)):
+    if not c.cases:
+        raise UsageError("--input-len needs at least one length")
+    if c.expect_prompt_sha and len(c.expect_prompt_sha) not in (1, len(c.cases)):
         raise UsageError(f"--expect-prompt-sha has {len(c.expect_prompt_sha)} SHAs for "
-                         f"{len(c.input_lens)} input lengths (give one per length, in order)")
+                         f"{len(c.cases)} input lengths (give one per length, in order)")
     if c.probes and not (0.0 <= c.probe_depth <= 1.0):
         raise UsageError(f"--probe-depth must be within 0..1, got {c.probe_depth}")
     if c.probes and c.probe_len < 64:
@@ -144,7 +156,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
     c = p.config
     plan = plan_bench(engine, c.cases, prompt_seed=c.prompt_seed,
-                      expect_prompt_sha=c.expect_prompt_sha)
+                      expect_prompt_sha=c.expect_prompt_sha, prompt=c.prompt)
     probes: list[Probe] = []
     if c.probes:
         probes = default_probes(engine.tokenize, needle_len=c.probe_len,

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from abgate.baseline import check_baseline, record_baseline
 from abgate.bench import BenchConfig
-from abgate.bench.prompts import parse_input_lens
+from abgate.bench.prompt_file import read_prompt_file
+from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
@@ -29,7 +30,12 @@ app.add_typer(baseline_app, name="baseline")
 @baseline_app.command("record")
 def record_command(
     out: Path = typer.Option(..., "-o", "--out", help="Baseline directory to write."),
-    input_len: str = typer.Option("128,512", help="Prompt lengths in tokens (or 'max')."),
+    input_len: str = typer.Option(None, help="Prompt lengths in tokens, or 'max' (default "
+                                  "128,512; with --prompt-file: the whole prompt)."),
+    prompt_file: str = typer.Option(None, help="Your own prompt: token IDs as JSON, or text "
+                                    "(each --input-len N takes its first N tokens)."),
+    expect_prompt_sha: str = typer.Option(
+        None, help="Refuse to record unless the prompt SHA-256s match (one per length)."),
     output_len: int = typer.Option(64, help="Greedy output tokens per case (EOS ignored)."),
     repeats: int = typer.Option(3, help="Measured requests per case."),
     warmup: int = typer.Option(1, help="Warm-up requests per case."),
@@ -56,8 +62,11 @@ def record_command(
                          engine_args=parse_pairs(engine_arg, "--engine-arg"),
                          env=parse_pairs(env, "--env", coerce=False),
                          engine_options=eo.engine_options(locals()),
-                         input_lens=tuple(parse_input_lens(input_len)), output_len=output_len,
-                         warmup=warmup, repeats=repeats, probes=probes, probe_len=probe_len)
+                         input_lens=input_lens(input_len, prompt_file, "128,512"),
+                         prompt=read_prompt_file(prompt_file) if prompt_file else None,
+                         expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)),
+                         output_len=output_len, warmup=warmup, repeats=repeats,
+                         probes=probes, probe_len=probe_len)
     doc = record_baseline(config, out, force=force,
                           provenance=ProvenanceOptions(contract, manifest,
                                                        allow_stale_manifest))
@@ -100,7 +109,7 @@ def check_command(
     if report.passed and report.speed_inconclusive:
         verdict += " (speed inconclusive)"
     table = Table(title=f"baseline check: {verdict}")
-    for col in ("case", "tokens", "first divergence", "decode tok/s (rec -> now)", "speed"):
+    for col in ("case", "tokens", "first divergence", "tok/s (rec -> now)", "speed"):
         table.add_column(col)
     for row in report.cases:
         div = row.get("divergence")
@@ -113,7 +122,8 @@ def check_command(
         s = row["speed"]
         interval = "" if s["low"] is None else f" [{s['low']:.2f}-{s['high']:.2f}]"
         table.add_row(row["case"], "match" if row["tokens_match"] else "DIFFER", where,
-                      f"{s['recorded_decode_tps'] or 0:.1f} -> {s['current_decode_tps'] or 0:.1f}",
+                      f"{s['recorded_median'] or 0:.1f} -> {s['current_median'] or 0:.1f}"
+                      + (" prefill" if s.get("metric") == "prefill_tps" else " decode"),
                       {"ok": "ok", "slower": "SLOWER", "inconclusive": "inconclusive",
                        "unmeasured": "UNMEASURED"}[s["outcome"]] + interval)
     Console().print(table)

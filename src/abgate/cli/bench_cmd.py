@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from abgate.bench.prompts import parse_input_lens, parse_shas
+from abgate.bench.prompt_file import read_prompt_file
+from abgate.bench.prompts import input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
@@ -127,8 +128,11 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
 
 @app.command("bench")
 def bench_command(
-    input_len: str = typer.Option("512", help="Prompt lengths in tokens, comma-separated; "
-                                  "'max' fills the context (n_ctx - output len)."),
+    input_len: str = typer.Option(None, help="Prompt lengths in tokens, comma-separated; "
+                                  "'max' fills the context (n_ctx - output len). Default "
+                                  "512; with --prompt-file, the whole prompt."),
+    prompt_file: str = typer.Option(None, help="Your own prompt: token IDs as JSON, or text "
+                                    "(each --input-len N takes its first N tokens)."),
     output_len: int = typer.Option(128, help="Decoded tokens per request (EOS ignored)."),
     warmup: int = typer.Option(1, help="Warm-up requests per length (recorded, excluded)."),
     repeats: int = typer.Option(3, help="Measured requests per length."),
@@ -169,7 +173,9 @@ def bench_command(
         engine_args=parse_pairs(engine_arg or [], "--engine-arg"),
         env=parse_pairs(env or [], "--env", coerce=False),
         engine_options=eo.engine_options(locals()),
-        input_lens=tuple(parse_input_lens(input_len)), output_len=output_len, warmup=warmup,
+        input_lens=input_lens(input_len, prompt_file, "512"),
+        prompt=read_prompt_file(prompt_file) if prompt_file else None,
+        output_len=output_len, warmup=warmup,
         repeats=repeats, prompt_seed=prompt_seed,
         expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)), probes=probes,
         probe_len=probe_len, probe_depth=probe_depth, probe_seed=probe_seed,
