@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from abgate.runner.integrity import seal
+from abgate.integrity import seal
 from tests.conftest import abgate, engine_threads, thread_flags
 
 pytestmark = pytest.mark.engine
@@ -60,6 +60,8 @@ def test_check_reproduces(recorded: Path, tmp_path: Path) -> None:
     # same host, same build, same env: the configuration is an exact match
     assert doc["configuration"]["summary"] == "exact match" and doc["configuration"]["passed"]
     assert "configuration: exact match" in r.stdout
+    assert "This does not certify:" in r.stdout and "accuracy: " in r.stdout
+    assert any(x.startswith("other hosts or thread counts") for x in doc["not_certified"])
 
 
 def test_undeclared_env_drift_fails_and_an_allowed_one_passes(recorded: Path,

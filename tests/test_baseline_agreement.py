@@ -12,7 +12,7 @@ import pytest
 from abgate.baseline.agreement import agreement, first_divergence
 from abgate.baseline.core import read_baseline
 from abgate.errors import UsageError
-from abgate.runner.integrity import changed_parts, seal, verify_seal
+from abgate.integrity import changed_parts, seal, verify_seal
 from tests.test_fuzz_loaders import BASELINE
 
 

@@ -103,3 +103,26 @@ def test_a_stale_manifest_is_refused_or_recorded_stale(tmp_path: Path) -> None:
     recorded = json.loads((stale / "run.json").read_text())["provenance"]["manifest"]
     assert recorded["stale"] is True and any(d.startswith("tree ")
                                              for d in recorded["freshness"]["differences"])
+
+
+def test_baseline_and_bench_directories_attach_to_a_commit_with_the_same_tree(
+        tmp_path: Path) -> None:
+    repo = tmp_path / "src"
+    repo.mkdir()
+    (repo / "a.c").write_text("int main(){}\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "a.c")
+    git(repo, "commit", "-qm", "measured")
+    base, bench = tmp_path / "BL", tmp_path / "B"  # outside the checkout: it stays clean
+    assert abgate(*BASELINE, "-o", str(base), cwd=repo).returncode == 0
+    assert abgate(*BENCH, "-o", str(bench), cwd=repo).returncode == 0
+    git(repo, "commit", "-q", "--allow-empty", "-m", "merge: same tree")
+    for result in (base, bench):
+        r = abgate("attach", str(result), "--commit", "HEAD", "--repo", str(repo))
+        assert r.returncode == 0 and "identical tree" in r.stdout, r.stdout + r.stderr
+        (line,) = (result / "attachments.jsonl").read_text().splitlines()
+        assert json.loads(line)["tested_commit_from"].endswith("git.commit")
+    (repo / "a.c").write_text("int main(){return 2;}\n")
+    git(repo, "commit", "-qam", "another tree")
+    r = abgate("attach", str(base), "--commit", "HEAD", "--repo", str(repo))
+    assert r.returncode == 1 and "a.c" in r.stdout + r.stderr

@@ -27,12 +27,12 @@ from abgate.bench import BenchConfig
 from abgate.compare.policy import load_policy
 from abgate.engines.args import parse_pairs, validate_args
 from abgate.engines.llamacpp import ARG_SPECS
+from abgate.integrity import seal
 from abgate.provenance.contract_toml import load_contract
 from abgate.provenance.loading import load_manifest
 from abgate.provenance.manifest import build_manifest, write_manifest
 from abgate.report.load import load_ab
 from abgate.runner.documents import read_record
-from abgate.runner.integrity import seal
 from abgate.runner.records import read_samples
 from abgate.runner.spec import RunConfig
 from abgate.suites import gsm8k

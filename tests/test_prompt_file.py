@@ -86,8 +86,11 @@ def test_context_boundary_one_output_token(tmp_path: Path) -> None:
     r = abgate("bench", "--prompt-file", str(ids), "--input-len", "max", "--output-len", "1",
                *FLAGS, "--expect-prompt-sha", sha(IDS[:63]), "-o", str(out))
     assert r.returncode == 0, r.stderr
-    (case,) = json.loads((out / "summary.json").read_text())["cases"]
+    summary = json.loads((out / "summary.json").read_text())
+    (case,) = summary["cases"]
     assert (case["input_len"], case["output_len"], case["prompt_tokens"]) == (63, 1, 63)
+    assert any(x.startswith("output quality") for x in summary["not_certified"])
+    assert "This does not certify:" in r.stdout
     assert case["speed"]["prefill_tps"]["median"] > 0 and case["speed"]["ttft_s"]["n"] == 1
     assert case["speed"]["steady_decode_tps"] == {"n": 0}
     assert case["speed"]["tpot_ms"] == {"n": 0}

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from abgate.baseline.agreement import agreement, request_label
-from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
+from abgate.bench import BenchConfig, default_probes, limits, prepare_bench, run_bench, run_probes
 from abgate.compare.drift import configuration, drift
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.host import host_info
+from abgate.integrity import seal, verify_seal
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
-from abgate.runner.integrity import seal, verify_seal
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded
 
@@ -71,7 +71,7 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     contract = check_before_load(prov, p.engine)  # a refusal: exit 2, nothing written
     rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
     doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
-                     recorded_at=time.time())
+                     recorded_at=time.time(), not_certified=list(limits.BASELINE))
     with loaded(p.engine, out, doc) as session, session.env():
         record_after_load(prov, contract, session, doc)
         load_before = host_load()
@@ -176,7 +176,7 @@ class CheckReport:
         return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
                 "configuration": self.configuration, "cases": self.cases,
                 "probes": self.probes, "host_load": self.host_load,
-                "provenance": self.provenance}
+                "provenance": self.provenance, "not_certified": list(limits.BASELINE)}
 
 
 def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from abgate.bench import limits
 from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
 from abgate.bench.resources import engine_resources
 from abgate.bench.roofline import ModelBytes, measure_peak_bandwidth, model_bytes_for, roofline
@@ -270,4 +271,5 @@ def build_summary(p: PreparedBench, doc: dict[str, Any], plan: BenchPlan,
             "n": len(probes), "n_passed": sum(r.passed for r in probes),
             "results": [r.to_dict() for r in probes]},
         "resources": resources, "model_bytes": mb.to_dict(), "peak_bandwidth": bandwidth,
+        "not_certified": list(limits.BENCH),
     }

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abgate.baseline import check_baseline, record_baseline
-from abgate.bench import BenchConfig
+from abgate.bench import BenchConfig, limits
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
@@ -78,6 +78,7 @@ def record_command(
                    f"{case['repeat_agreement']['summary']}")
     for p in doc["probes"]:
         typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
+    _not_certified(limits.BASELINE)
     typer.echo(f"baseline written to {out / 'baseline.json'}")
     index_finished(out)
 
@@ -143,6 +144,13 @@ def check_command(
         typer.echo(f"probe {p['name']}: recorded {'pass' if p['recorded'] else 'fail'}, now "
                    f"{'pass' if p['current'] else 'fail'} ({p['reason']})"
                    + ("" if p["ok"] else "  <- regression"))
+    _not_certified(limits.BASELINE)
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _not_certified(items: tuple[str, ...]) -> None:
+    typer.echo("This does not certify:")
+    for item in items:
+        typer.echo(f"  - {item}")

@@ -124,6 +124,9 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
                          for g in res.get("gpus", []))
         console.print(f"peak RSS: {res['peak_rss_bytes'] / 2**20:,.1f} MiB ({where})"
                       + (f"; {gpus}" if gpus else ""))
+    console.print("This does not certify:", highlight=False)
+    for item in summary.get("not_certified") or []:
+        console.print(f"  - {item}", highlight=False, markup=False)
 
 
 @app.command("bench")

@@ -17,6 +17,7 @@ from typing import Any
 
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
+from abgate.integrity import verify_seal
 from abgate.ledger.entries import (
     Entry,
     Unit,
@@ -30,7 +31,6 @@ from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record
-from abgate.runner.integrity import verify_seal
 
 log = logging.getLogger("abgate.ledger")
 RUN_WORKLOAD = ("suite", "selection", "item_ids", "seeds", "sampling", "prompt")

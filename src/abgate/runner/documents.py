@@ -112,7 +112,7 @@ class BenchRecord(_Spec):
 
 class BaselineRecord(_Spec):
     """``baseline.json``: the reference outputs a later build must reproduce, sealed by
-    ``integrity`` (``runner/integrity.py``: checked on every read of a baseline)."""
+    ``integrity`` (``integrity.py``: checked on every read of a baseline)."""
 
     recorded_at: float
     integrity: dict[str, Any] | None = None
