@@ -60,3 +60,15 @@ def test_an_unknown_class_is_a_usage_error_with_a_close_match() -> None:
     with pytest.raises(UsageError, match=r"unknown class 'hots'.*did you mean 'host'"):
         parse_allow("hots.*")
     assert parse_allow(None) == () and parse_allow(" , ") == ()
+
+
+def test_a_launch_s_port_log_and_ready_time_are_not_configuration() -> None:
+    a, b = copy.deepcopy(DOC), copy.deepcopy(DOC)
+    for doc, port in ((a, 4001), (b, 4002)):
+        doc["engine"]["effective_config"] |= {
+            "endpoints": [f"http://127.0.0.1:{port}"], "server_ready_s": port / 1000,
+            "launch": ["python", "-m", "llama_cpp.server", "--port", str(port)],
+            "server_log": f"/runs/{port}/server.log"}
+    found = drift(configuration(a), configuration(b))
+    assert found.passed and found.summary == "exact match"
+    assert "effective.server_ready_s" in found.not_compared

@@ -19,7 +19,8 @@ classes:
 :func:`drift` compares two such views. An allow-list of patterns (``host.*``,
 ``env.CUDA_VISIBLE_DEVICES``; shell-style, each starting with a class name) says which
 keys may differ; any other difference is *unexplained*, and a check that uses the
-result fails naming those keys. Pure: no I/O.
+result fails naming those keys. The facts of one server launch (:data:`PER_LAUNCH`: its
+port, log path, readiness time) are listed as not compared. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from abgate.errors import UsageError, did_you_mean
 
 CLASSES = ("env", "engine_args", "engine_options", "effective", "engine", "library",
            "mapped", "model", "host")
+# Facts of one launch, not configuration: a launched server's free port (in its endpoint
+# URL and its filled command line; the requested command is engine_options.launch), the
+# log path in the run directory and the measured readiness time. Listed, not compared.
+PER_LAUNCH = ("effective.endpoints", "effective.endpoints.*", "effective.launch",
+              "effective.server_log", "effective.server_ready_s")
 _MISSING = "<absent>"
 
 
@@ -109,6 +115,7 @@ class Difference:
 class Drift:
     allow: tuple[str, ...]
     differences: list[Difference] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)
 
     @property
     def unexplained(self) -> list[str]:
@@ -132,7 +139,8 @@ class Drift:
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "summary": self.summary, "allow": list(self.allow),
                 "unexplained": self.unexplained,
-                "differences": [asdict(d) for d in self.differences]}
+                "differences": [asdict(d) for d in self.differences],
+                "not_compared": self.not_compared}
 
 
 def _keys(keys: Sequence[str], limit: int = 12) -> str:
@@ -150,6 +158,9 @@ def drift(recorded: Mapping[str, Any], current: Mapping[str, Any],
     """Every key whose value differs (or exists on one side only), allowed or not."""
     out = Drift(tuple(allow))
     for key in sorted(recorded.keys() | current.keys()):
+        if any(fnmatch.fnmatchcase(key, p) for p in PER_LAUNCH):
+            out.not_compared.append(key)
+            continue
         a, b = recorded.get(key, _MISSING), current.get(key, _MISSING)
         if not _same(a, b):
             ok = any(fnmatch.fnmatchcase(key, p) for p in allow)
