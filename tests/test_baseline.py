@@ -152,3 +152,34 @@ def test_hand_edited_baseline_is_refused_before_loading(recorded: Path, tmp_path
 def test_check_without_baseline_is_a_usage_error(tmp_path: Path) -> None:
     r = abgate("baseline", "check", str(tmp_path))
     assert r.returncode == 2 and "no baseline.json" in r.stderr
+
+
+def test_record_refuses_a_reference_its_own_warmup_contradicts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build whose greedy warm-up differs from its repeats is no reference. The fault
+    is injected into the real engine's result (a non-repeatable build cannot be made on
+    demand): the baseline is written ``failed`` naming the divergence, and refused."""
+    from abgate.baseline import core
+    from abgate.bench import BenchConfig
+    from abgate.errors import AbgateError, UsageError
+
+    real = core.run_bench
+
+    def warmup_differs(*args: object, **kwargs: object) -> object:
+        result = real(*args, **kwargs)  # type: ignore[arg-type]
+        warm = result.cases[0].samples[0]
+        assert warm["warmup"]
+        warm["output"]["token_ids"] = [warm["output"]["token_ids"][0], -1,
+                                       *warm["output"]["token_ids"][2:]]
+        return result
+
+    monkeypatch.setattr(core, "run_bench", warmup_differs)
+    config = BenchConfig(input_lens=(16,), output_len=4, warmup=1, repeats=2, probes=False,
+                         engine_args={"n_ctx": 256, **engine_threads()})
+    with pytest.raises(AbgateError, match=r"2/2 repeats match, the warm-up differs; "
+                       r"warm-up 1 leaves the first repeat at token 1"):
+        core.record_baseline(config, tmp_path / "B")
+    doc = json.loads((tmp_path / "B" / "baseline.json").read_text())
+    assert doc["status"] == "failed" and "warm-up 1" in doc["error"]
+    with pytest.raises(UsageError, match="status 'failed'"):
+        core.read_baseline(tmp_path / "B" / "baseline.json")

@@ -71,7 +71,7 @@ def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None
     assert case["prompt_tokens"] == 64 and len(case["prompt_sha256"]) == 64
     assert len(case["output_token_ids"]) == 16
     assert case["output_sha256"] == ids_sha256(case["output_token_ids"])
-    assert case["outputs_identical"] is True
+    assert case["outputs_identical"] is True and case["warmup_identical"] is True
     assert [s["warmup"] for s in case["samples"]] == [True, False, False] == [
         s["warmup"] for s in seen]
     assert case["n"] == 2 and case["n_warmup"] == 1

@@ -32,6 +32,7 @@ def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:
     case = summary["cases"][0]
     assert summary["kind"] == "bench" and summary["status"] == "complete"
     assert case["n"] == 2 and case["outputs_identical"] and len(case["output_token_ids"]) == 16
+    assert case["warmup_identical"] and "the warm-up too" in r.stdout
     roof = case["roofline"]
     assert roof["peak_gbps"] == 10 and roof["achieved_gbps"] > 0
     assert summary["peak_bandwidth"]["source"].startswith("declared")

@@ -61,7 +61,8 @@ class CaseResult:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         d = {"input_len": self.case.input_len, "output_len": self.case.output_len,
              "prompt_tokens": len(self.prompt_ids), "prompt_sha256": self.prompt_sha256,
-             **reference(self.measured), "n_warmup": len(self.samples) - len(self.measured),
+             **reference(self.measured, [s for s in self.samples if s["warmup"]]),
+             "n_warmup": len(self.samples) - len(self.measured),
              **case_summary(self.measured)}
         if samples:
             d["samples"] = self.samples
@@ -249,14 +250,22 @@ def run_bench(engine: Engine, cases: Sequence[BenchCase], *, warmup: int = 1,
                         on_sample=on_sample)
 
 
-def reference(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def reference(measured: Sequence[dict[str, Any]],
+              warmups: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Greedy reference capture: the output token IDs and SHA of the first measured
-    request, and whether every measured repeat produced the same tokens."""
-    shas = [s["output"]["sha256"] or _text_sha(s["output"].get("text")) for s in measured]
+    request, whether every measured repeat produced the same tokens, and whether the
+    warm-ups did too (None without warm-ups)."""
+    shas = [_output_sha(s) for s in measured]
     first = measured[0]["output"] if measured else {"token_ids": None, "sha256": None}
+    warm = [_output_sha(s) for s in warmups]
     return {"output_token_ids": first["token_ids"], "output_sha256": first["sha256"],
             "output_text": first.get("text"), "output_text_sha256": _text_sha(first.get("text")),
-            "outputs_identical": len(set(shas)) <= 1}
+            "outputs_identical": len(set(shas)) <= 1,
+            "warmup_identical": all(w == shas[0] for w in warm) if warm and shas else None}
+
+
+def _output_sha(sample: dict[str, Any]) -> str | None:
+    return sample["output"]["sha256"] or _text_sha(sample["output"].get("text"))
 
 
 def _text_sha(text: str | None) -> str | None:

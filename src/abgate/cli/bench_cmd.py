@@ -110,6 +110,9 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
         console.print(case_table(case, engine_name))
         same = "identical over all repeats" if case["outputs_identical"] else \
             "DIFFERS between repeats (non-deterministic greedy output)"
+        warm = case.get("warmup_identical")
+        same += "" if warm is None else ("; the warm-up too" if warm else
+                                         "; the warm-up DIFFERS")
         console.print(f"prompt sha256: {case['prompt_sha256']}")
         console.print(f"output sha256: {case['output_sha256']}  ({same})")
         console.print(_roofline_line(case, summary.get("peak_bandwidth") or {}))
