@@ -7,11 +7,12 @@ it widens with the spread the two runs themselves showed and with few repeats. W
 ``floor = 1 - tolerance``:
 
 - ``ok``: the ratio is at or above the floor;
-- ``slower``: every current repeat is below ``floor`` times the slowest recorded one
-  (the two runs' ranges are separated by more than the tolerance: no interval is
-  needed, and none at tiny n can overrule it), or the whole interval is below the
-  floor: a slowdown beyond the tolerance that the runs' own noise cannot explain (the
-  check fails);
+- ``slower``: every current repeat is below ``floor`` times the slowest recorded one,
+  by more than the largest spread either run showed (:func:`separated`: the two runs'
+  ranges are apart beyond the tolerance and their own noise; no interval is needed,
+  and none at tiny n can overrule it), or the whole interval is below the floor: a
+  slowdown beyond the tolerance that the runs' own noise cannot explain (the check
+  fails);
 - ``inconclusive``: the ratio is below the floor but the interval reaches above it:
   the runs are too noisy to tell a tolerance-sized slowdown from noise (not a failure;
   more ``--repeats`` or a quieter host narrow the interval);
@@ -74,8 +75,13 @@ def spread(values: Sequence[float]) -> float | None:
 
 def separated(recorded: Sequence[float], current: Sequence[float], floor: float) -> bool:
     """Whether the fastest current repeat is below ``floor`` times the slowest recorded
-    one: the runs' ranges do not overlap, even widened by the tolerance."""
-    return bool(recorded and current and max(current) < floor * min(recorded))
+    one, with that gap also wider than the largest spread either run showed within
+    itself (``max / min <= floor / (1 + spread)``): the runs' ranges are apart by more
+    than the tolerance and their own noise, however few the repeats."""
+    if not recorded or not current:
+        return False
+    noise = max((s for s in (spread(recorded), spread(current)) if s is not None), default=0.0)
+    return bool(max(current) * (1.0 + noise) < floor * min(recorded))
 
 
 def ratio_interval(recorded: Sequence[float], current: Sequence[float],
@@ -126,8 +132,9 @@ def compare_speed(recorded: Sequence[float | None], current: Sequence[float | No
     if separated(ref, cur, floor):
         return SpeedCheck("slower", ratio, low, high, s_ref, s_cur,
                           f"{pct}; every current repeat (fastest {max(cur):.4g}) is below "
-                          f"{floor:.2f} x the slowest recorded one ({min(ref):.4g}): beyond "
-                          f"the {tolerance:.0%} tolerance whatever the {interval_text}")
+                          f"{floor:.2f} x the slowest recorded one ({min(ref):.4g}), by more "
+                          f"than the runs' own spread: beyond the {tolerance:.0%} tolerance "
+                          f"whatever the {interval_text}")
     if high < floor:
         return SpeedCheck("slower", ratio, low, high, s_ref, s_cur,
                           f"{pct}; the {interval_text} is below {floor:.2f}: beyond the "
