@@ -167,6 +167,7 @@ class CheckReport:
     host_load: dict[str, Any] = field(default_factory=dict)
     configuration: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    cleanup: dict[str, Any] | None = None
 
     @property
     def speed_inconclusive(self) -> bool:
@@ -176,7 +177,8 @@ class CheckReport:
         return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
                 "configuration": self.configuration, "cases": self.cases,
                 "probes": self.probes, "host_load": self.host_load,
-                "provenance": self.provenance, "not_certified": list(limits.BASELINE)}
+                "provenance": self.provenance, "cleanup": self.cleanup,
+                "not_certified": list(limits.BASELINE)}
 
 
 def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
@@ -250,6 +252,7 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
         report.provenance = now["provenance"]
         report.passed &= found.passed
         _check_cases(session.engine, c, doc, tolerance, report)
+    report.cleanup = now.get("cleanup")  # a launched server's stop, verified (or not)
     return report
 
 
