@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
 from abgate.cli.app import app
 from abgate.errors import UsageError
+from abgate.integrity import seal
 from abgate.provenance.attach import ATTACHMENTS_FILE, AttachRefused, attach
 from abgate.provenance.manifest import build_manifest, write_manifest
 
@@ -124,3 +125,21 @@ def test_torn_last_line_is_kept_separate(repo: Path, tmp_path: Path) -> None:
     attach(out, "HEAD", repo)
     lines = (out / ATTACHMENTS_FILE).read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[1])["attached_commit"]
+
+
+def test_a_sealed_baseline_attaches_and_an_edited_one_is_refused(repo: Path,
+                                                                 tmp_path: Path) -> None:
+    head = git(repo, "rev-parse", "HEAD")
+    out = tmp_path / "baseline"
+    out.mkdir()
+    doc = seal({"kind": "baseline", "git": {"commit": head, "tree": git(repo, "rev-parse",
+                                                                        "HEAD^{tree}"),
+                                            "dirty": False}, "cases": [{"output": [1, 2]}]})
+    (out / "baseline.json").write_text(json.dumps(doc))
+    git(repo, "commit", "-q", "--allow-empty", "-m", "merged, same tree")
+    done = attach(out, "HEAD", repo)
+    assert done.origin == "baseline.json git.commit" and done.tested_commit == head
+    doc["cases"][0]["output"][1] = 3  # a reference token edited by hand
+    (out / "baseline.json").write_text(json.dumps(doc))
+    with pytest.raises(AttachRefused, match=r"cases\[0\].*cannot vouch for a commit"):
+        attach(out, "HEAD", repo)

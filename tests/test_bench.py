@@ -71,7 +71,7 @@ def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None
     assert case["prompt_tokens"] == 64 and len(case["prompt_sha256"]) == 64
     assert len(case["output_token_ids"]) == 16
     assert case["output_sha256"] == ids_sha256(case["output_token_ids"])
-    assert case["outputs_identical"] is True
+    assert case["outputs_identical"] is True and case["warmup_identical"] is True
     assert [s["warmup"] for s in case["samples"]] == [True, False, False] == [
         s["warmup"] for s in seen]
     assert case["n"] == 2 and case["n_warmup"] == 1
@@ -98,8 +98,10 @@ def test_context_boundary(engine: llamacpp.LlamaCppEngine) -> None:
     assert resolve_cases([BenchCase(240, 16)], n_ctx) == [BenchCase(240, 16)]
     with pytest.raises(UsageError, match=r"n_ctx=256.*largest input is 240"):
         plan_bench(engine, [BenchCase(241, 16)])
+    # one output token (the n_ctx - 1 + 1 boundary) is a case; none is refused
+    assert resolve_cases([BenchCase(None, 1)], n_ctx) == [BenchCase(255, 1)]
     with pytest.raises(UsageError, match="output-len"):
-        resolve_cases([BenchCase(8, 1)], n_ctx)
+        resolve_cases([BenchCase(8, 0)], n_ctx)
 
 
 @pytest.mark.engine

@@ -32,6 +32,7 @@ def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:
     case = summary["cases"][0]
     assert summary["kind"] == "bench" and summary["status"] == "complete"
     assert case["n"] == 2 and case["outputs_identical"] and len(case["output_token_ids"]) == 16
+    assert case["warmup_identical"] and "the warm-up too" in r.stdout
     roof = case["roofline"]
     assert roof["peak_gbps"] == 10 and roof["achieved_gbps"] > 0
     assert summary["peak_bandwidth"]["source"].startswith("declared")
@@ -76,7 +77,8 @@ def test_bad_options_fail_fast(tmp_path: Path) -> None:
     # "fast" is a behaviour, not a wall-clock bound: each is refused before llama.cpp is
     # even imported (a poisoned llama_cpp on the path would leave its marker).
     env, imported = no_engine_env(tmp_path)
-    for args in (("--input-len", "12k"), ("--output-len", "1"), ("--repeats", "0"),
+    for args in (("--input-len", "12k"), ("--output-len", "0"), ("--repeats", "0"),
+                 ("--prompt-file", str(tmp_path / "missing.json")),
                  ("--engine-arg", "n_ctxx=5"), ("--probes", "--probe-depth", "2")):
         r = abgate("bench", *args, "-o", str(tmp_path / "B"), env=env)
         assert r.returncode == 2, (args, r.stderr)

@@ -176,8 +176,17 @@ def test_bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path
     assert r.returncode == 0, r.stderr
     doc = json.loads((tmp_path / "BL" / "baseline.json").read_text())
     assert doc["engine"]["name"] == "openai" and doc["cleanup"]["verified"]
-    r = abgate("baseline", "check", str(tmp_path / "BL"), "--tolerance", "1")
+    report = tmp_path / "check.json"
+    r = abgate("baseline", "check", str(tmp_path / "BL"), "--tolerance", "1", "--json",
+               str(report))
     assert r.returncode == 0, r.stdout + r.stderr
+    # a fresh launch on another port: the same configuration (the port, log and ready
+    # time are facts of the launch), and the check's own server stopped and verified
+    checked = json.loads(report.read_text())
+    conf = checked["configuration"]
+    assert conf["passed"] and conf["summary"] == "exact match"
+    assert checked["cleanup"]["verified"] and checked["cleanup"]["server"]["survivors"] == []
+    assert "effective.server_ready_s" in conf["not_compared"]
 
 
 # -- the shared bookkeeping: SIGTERM during a bench -------------------------------------------

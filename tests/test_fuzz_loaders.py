@@ -7,6 +7,7 @@ message names the file, never a traceback; and nothing is written where it fails
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
@@ -26,6 +27,7 @@ from abgate.bench import BenchConfig
 from abgate.compare.policy import load_policy
 from abgate.engines.args import parse_pairs, validate_args
 from abgate.engines.llamacpp import ARG_SPECS
+from abgate.integrity import seal
 from abgate.provenance.contract_toml import load_contract
 from abgate.provenance.loading import load_manifest
 from abgate.provenance.manifest import build_manifest, write_manifest
@@ -167,7 +169,7 @@ def test_run_json_config_for_resume(ab_dir: Path, data: st.DataObject, tmp_path:
 
 # -- baseline.json (abgate baseline check) -------------------------------------------
 
-BASELINE: dict[str, Any] = {
+BASELINE: dict[str, Any] = seal({
     "schema_version": 1, "kind": "baseline", "status": "complete", "abgate_version": "0.1.0",
     "git": None, "host": {"hostname": "h"}, "started_at": 1.0, "recorded_at": 1.0,
     "spec": {"engine": "llamacpp"}, "spec_digest": "d" * 64,
@@ -176,7 +178,7 @@ BASELINE: dict[str, Any] = {
                "prompt_ids": list(range(32)), "output_token_ids": list(range(8)),
                "speed": {"steady_decode_tps": {"median": 100.0}},
                "decode_tps_values": [100.0, 101.0, 99.0]}],
-    "probes": [{"name": "copy", "passed": True, "reason": "ok"}]}
+    "probes": [{"name": "copy", "passed": True, "reason": "ok"}]})
 
 
 @FUZZ
@@ -185,8 +187,12 @@ def test_baseline_json(data: st.DataObject, tmp_path: Path) -> None:
     raw = json.dumps(BASELINE, indent=1).encode()
     if data.draw(st.booleans()):
         raw = data.draw(broken_text(raw))
-    else:
-        raw = json.dumps(data.draw(broken_doc(BASELINE, JSON_VALUES))).encode()
+    else:  # resealed half the time, so that the checks behind the seal are fuzzed too
+        broken = data.draw(broken_doc(BASELINE, JSON_VALUES))
+        if isinstance(broken, dict) and data.draw(st.booleans()):
+            with contextlib.suppress(ValueError):  # (NaN cannot be sealed)
+                broken = seal(broken)
+        raw = json.dumps(broken).encode()
     path = fresh(tmp_path, "baseline.json", raw)
     check_clean(lambda: read_baseline(path), path)
 

@@ -113,6 +113,16 @@ def test_compare_two_arms_reproduces_the_ab_comparison(recorded: dict[str, Path]
         assert got["verdict"] == expected["verdict"]
         assert got["warning"] is None and got["interleaved"].startswith("yes")
         assert "NOT INTERLEAVED" not in r.stderr
+        # the one switch flipped is the configuration's only difference
+        conf = got["configuration"]
+        assert conf["available"] and conf["unexplained"] == ["effective.flash_attn",
+                                                             "engine_args.flash_attn"]
+        assert "differs beyond --allow-diff: effective.flash_attn" in r.stdout
+    r = abgate("compare", f"{ab}:A", f"{ab}:B", "-o", str(out),
+               "--allow-diff", "engine_args.flash_attn,effective.*")
+    conf = json.loads(out.read_text())["configuration"]
+    assert conf["unexplained"] == [] and conf["summary"] == (
+        "exact match except effective.flash_attn, engine_args.flash_attn (allowed)")
 
 
 def test_compare_arms_reversed_and_unmatched(recorded: dict[str, Path], tmp_path: Path) -> None:
@@ -136,3 +146,4 @@ def test_compare_separate_runs_warns(recorded: dict[str, Path]) -> None:
     r = abgate("compare", str(recorded["run0"]), str(recorded["run1"]))
     assert r.returncode in (0, 1, 3), r.stderr
     assert "WARNING: NOT INTERLEAVED" in r.stderr and "3.7-5.4%" in r.stderr
+    assert "configuration: exact match\n" in r.stdout  # one configuration, run twice

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from abgate.compare.speed_check import compare_speed, ratio_interval, spread
+from abgate.compare.speed_check import compare_speed, ratio_interval, separated, spread
 from tests.fuzz_support import FUZZ
 
 # the issue's case: 136.5 tok/s recorded, 115.8 at the check (15% slower), 10% tolerance
@@ -36,6 +36,29 @@ def test_within_tolerance_is_ok_whatever_the_noise() -> None:
 def test_a_large_slowdown_fails_even_when_noisy() -> None:
     check = compare_speed([13650.0, 12000.0, 15000.0], [115.8, 139.0, 104.0], 0.10)
     assert check.outcome == "slower"
+
+
+def test_a_gross_slowdown_at_two_repeats_is_slower_whatever_the_interval() -> None:
+    # the issue's case: a loaded host makes the two current repeats 10x apart, so the
+    # t-interval on about one degree of freedom spans zero to hundreds
+    check = compare_speed([13650.0, 13400.0], [52.0, 530.0], 0.10)
+    assert check.high is not None and check.high > 0.9  # the interval alone cannot tell
+    assert check.outcome == "slower" and not check.ok
+    assert "every current repeat" in check.reason and "whatever the" in check.reason
+    # one recorded value (an old baseline's median) and two current repeats alike
+    assert compare_speed([13650.0], [52.0, 530.0], 0.10).outcome == "slower"
+
+
+def test_separation_must_exceed_the_tolerance_and_the_runs_own_spread() -> None:
+    assert separated([100.0, 101.0], [80.0, 81.0], 0.9)  # spreads ~1%: 81 < 90 / 1.01
+    assert not separated([100.0, 101.0], [80.0, 91.0], 0.9)  # overlaps the tolerance
+    # apart by more than the tolerance, but not by more than the 20% either run spreads:
+    # the interval decides (here: inconclusive), not the separation rule
+    assert not separated([100.0, 120.0], [80.0, 89.0], 0.9)
+    assert compare_speed([100.0, 120.0], [80.0, 89.0], 0.10).outcome == "inconclusive"
+    # one recorded value and two noisy current ones, 27% slower on a loaded host
+    assert compare_speed([31.84], [25.71, 21.0], 0.10).outcome == "inconclusive"
+    assert not separated([], [1.0], 0.9) and not separated([1.0], [], 0.9)
 
 
 def test_one_repeat_has_no_spread_and_the_ratio_decides() -> None:
@@ -75,7 +98,9 @@ def test_units_do_not_matter(ref: list[float], cur: list[float], k: float, tol: 
     a = compare_speed(ref, cur, tol)
     b = compare_speed([x * k for x in ref], [x * k for x in cur], tol)
     assert a.ratio == pytest.approx(b.ratio)
-    if a.ratio is not None and abs(a.ratio - (1 - tol)) > 1e-9 \
+    noise = max((x for x in (spread(ref), spread(cur)) if x is not None), default=0.0)
+    edge = max(cur) * (1 + noise) / min(ref) - (1 - tol)  # the separation rule's boundary
+    if a.ratio is not None and abs(a.ratio - (1 - tol)) > 1e-9 and abs(edge) > 1e-9 \
             and (a.high is None or abs(a.high - (1 - tol)) > 1e-9):
         assert a.outcome == b.outcome
 
@@ -87,3 +112,13 @@ def test_a_faster_build_never_fares_worse(ref: list[float], cur: list[float],
     rank = {"ok": 0, "inconclusive": 1, "slower": 2, "unmeasured": 3}
     slow, fast = compare_speed(ref, cur, tol), compare_speed(ref, [x * 2 for x in cur], tol)
     assert rank[fast.outcome] <= rank[slow.outcome]
+
+
+@FUZZ
+@given(ref=speeds, cur=speeds, tol=st.floats(min_value=0.0, max_value=0.9))
+def test_separated_ranges_are_always_slower(ref: list[float], cur: list[float],
+                                            tol: float) -> None:
+    """However few the repeats and however noisy each side, a current run whose every
+    repeat is beyond the tolerance below every recorded one is ``slower``."""
+    if separated(ref, cur, 1 - tol):
+        assert compare_speed(ref, cur, tol).outcome == "slower"

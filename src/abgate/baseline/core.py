@@ -9,13 +9,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
+from abgate.baseline.agreement import agreement, request_label
+from abgate.bench import BenchConfig, default_probes, limits, prepare_bench, run_bench, run_probes
+from abgate.compare.drift import configuration, drift
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
-from abgate.errors import UsageError, one_line
+from abgate.errors import AbgateError, UsageError, one_line
+from abgate.host import host_info
+from abgate.integrity import seal, verify_seal
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
-from abgate.runner.provenance import ProvenanceOptions, record_after_load
+from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded
 
 BASELINE_FILE = "baseline.json"
@@ -29,9 +33,12 @@ def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[l
     return trace(prompt, output, TOP_K)  # type: ignore[no-any-return]
 
 
-def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
+def _cases(engine: Engine, c: BenchConfig) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+    """Each case's record (the reference is its first measured repeat) and every request's
+    sample, warm-ups first, for the agreement counts."""
     result = run_bench(engine, c.cases, warmup=c.warmup, repeats=c.repeats,
-                       prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha)
+                       prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha,
+                       prompt=c.prompt)
     out = []
     for cr in result.cases:
         d = cr.to_dict(samples=False)
@@ -39,8 +46,11 @@ def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
         d["prompt_ids"] = cr.prompt_ids
         # per repeat, for the noise-aware speed check (compare/speed_check.py)
         d["decode_tps_values"] = [s["timing"]["steady_decode_tps"] for s in cr.measured]
+        d["prefill_tps_values"] = [s["timing"]["prefill_tps"] for s in cr.measured]
+        d["requests"] = [{"request": request_label(s, c.warmup), "warmup": s["warmup"],
+                          "output_sha256": s["output"]["sha256"]} for s in cr.samples]
         out.append(d)
-    return out
+    return out, [cr.samples for cr in result.cases]
 
 
 def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
@@ -53,19 +63,41 @@ def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
 
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                     provenance: ProvenanceOptions | None = None) -> dict[str, Any]:
+    """Record and seal ``baseline.json``. A case whose own warm-up or repeats disagree
+    with its first measured repeat is no reference: the baseline is written ``failed``
+    (a check refuses it) and an ``AbgateError`` names the first divergence."""
     p = prepare_bench(c)
+    prov = provenance or ProvenanceOptions()
+    contract = check_before_load(prov, p.engine)  # a refusal: exit 2, nothing written
     rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
     doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
-                     recorded_at=time.time())
+                     recorded_at=time.time(), not_certified=list(limits.BASELINE))
     with loaded(p.engine, out, doc) as session, session.env():
-        record_after_load(provenance or ProvenanceOptions(), None, session, doc)
+        record_after_load(prov, contract, session, doc)
         load_before = host_load()
-        doc["cases"] = _cases(session.engine, c)
+        doc["cases"], samples = _cases(session.engine, c)
         doc["host_load"] = {"before": load_before, "after": host_load()}
         doc["probes"] = _probes(session.engine, c)
-    doc["status"], doc["ended_at"] = "complete", time.time()
-    write_record(out / BASELINE_FILE, doc)
+    problems = []
+    for case, case_samples in zip(doc["cases"], samples, strict=True):
+        case["repeat_agreement"] = agreement(case["output_token_ids"], case["output_text"],
+                                             case_samples)
+        if not case["repeat_agreement"]["all_match"]:
+            problems.append(_disagreement(case))
+    doc["status"], doc["ended_at"] = ("failed" if problems else "complete"), time.time()
+    doc["error"] = "; ".join(problems) or None
+    write_record(out / BASELINE_FILE, seal(doc))
+    if problems:
+        raise AbgateError(f"{out / BASELINE_FILE}: not a reference: {doc['error']}")
     return doc
+
+
+def _disagreement(case: dict[str, Any]) -> str:
+    a = case["repeat_agreement"]
+    d = a["first_divergence"]
+    return (f"case {case['input_len']}/{case['output_len']}: {a['summary']}; {d['request']} "
+            f"leaves the first repeat at {d['unit']} {d['position']} (greedy decoding is "
+            "not repeatable on this build)")
 
 
 def config_from_record(doc: dict[str, Any]) -> BenchConfig:
@@ -86,6 +118,10 @@ def read_baseline(path: Path) -> tuple[dict[str, Any], BenchConfig]:
     """``baseline.json`` and its bench config, with what the check relies on checked:
     a damaged file is a one-line UsageError naming it, not a traceback mid-check."""
     doc = read_record(path, "baseline")
+    verify_seal(path, doc)
+    if doc.get("status") != "complete":
+        raise UsageError(f"{path}: status {doc.get('status')!r}, not 'complete': "
+                         f"{doc.get('error') or 'an incomplete baseline'}; record it again")
     try:
         c = config_from_record(doc)
         for key, kind in _CONFIG.items():
@@ -129,6 +165,9 @@ class CheckReport:
     cases: list[dict[str, Any]] = field(default_factory=list)
     probes: list[dict[str, Any]] = field(default_factory=list)
     host_load: dict[str, Any] = field(default_factory=dict)
+    configuration: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    cleanup: dict[str, Any] | None = None
 
     @property
     def speed_inconclusive(self) -> bool:
@@ -136,61 +175,59 @@ class CheckReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
-                "cases": self.cases, "probes": self.probes, "host_load": self.host_load}
-
-
-def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
-    for i, (a, b) in enumerate(zip(ref, cur, strict=False)):
-        if a != b:
-            return i
-    return None if len(ref) == len(cur) else min(len(ref), len(cur))
+                "configuration": self.configuration, "cases": self.cases,
+                "probes": self.probes, "host_load": self.host_load,
+                "provenance": self.provenance, "cleanup": self.cleanup,
+                "not_certified": list(limits.BASELINE)}
 
 
 def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
-                  tolerance: float) -> dict[str, Any]:
+                  samples: list[Any]) -> dict[str, Any]:
+    """The current warm-up(s) and every measured repeat against the recorded output."""
     row: dict[str, Any] = {"case": f"{ref['input_len']}/{ref['output_len']}",
                            "prompt_sha256": cur["prompt_sha256"]}
-    if ref["output_token_ids"] is None or cur["output_token_ids"] is None:
-        # the engine returns no output token IDs (some servers): the text must match
-        same = ref.get("output_text") == cur.get("output_text") is not None
-        row |= {"compared_by": "text (the engine returns no output token IDs)",
-                "tokens_match": same}
-        pos = None if same else first_divergence(list(ref.get("output_text") or ""),
-                                                 list(cur.get("output_text") or ""))
-        if pos is not None:
-            row["divergence"] = {"position": pos, "unit": "character",
-                                 "reference_token": None, "current_token": None}
-        return _speed_row(row, ref, cur, tolerance)
-    ref_ids, cur_ids = ref["output_token_ids"], cur["output_token_ids"]
-    pos = first_divergence(ref_ids, cur_ids)
-    row |= {"compared_by": "token IDs", "tokens_match": pos is None}
-    if pos is not None:
-        ref_tok = ref_ids[pos] if pos < len(ref_ids) else None
-        cur_tok = cur_ids[pos] if pos < len(cur_ids) else None
-        row["divergence"] = {"position": pos, "reference_token": ref_tok, "current_token": cur_tok}
-        cur_topk = _topk(engine, ref["prompt_ids"], ref_ids)
-        if ref.get("top_k") and cur_topk and pos < len(ref_ids):
+    by_ids = ref["output_token_ids"] is not None and cur["output_token_ids"] is not None
+    row["compared_by"] = ("token IDs" if by_ids
+                          else "text (the engine returns no output token IDs)")
+    ref_ids = ref["output_token_ids"] if by_ids else None
+    found = agreement(ref_ids, ref.get("output_text"), samples)
+    row |= {"tokens_match": found["all_match"], "repeats": found}
+    div = found["first_divergence"]
+    if div is not None:
+        row["divergence"] = dict(div)
+        pos, ref_tok, cur_tok = div["position"], div["reference_token"], div["current_token"]
+        cur_topk = _topk(engine, ref["prompt_ids"], ref_ids) if by_ids else None
+        if by_ids and ref.get("top_k") and cur_topk and pos < len(ref_ids or ()):
             row["divergence"]["reference_in_current_top_k"] = ref_tok in cur_topk[pos]
             row["divergence"]["current_in_reference_top_k"] = cur_tok in ref["top_k"][pos]
-    return _speed_row(row, ref, cur, tolerance)
+    return row
 
 
 def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
                tolerance: float) -> dict[str, Any]:
-    old = ref["speed"]["steady_decode_tps"].get("median")
-    new = cur["speed"]["steady_decode_tps"].get("median")
+    """Steady decode against the recorded repeats; with one output token (the context
+    boundary case) decode is undefined and prefill tok/s is compared instead."""
+    metric, values = (("steady_decode_tps", "decode_tps_values") if ref["output_len"] >= 2
+                      else ("prefill_tps", "prefill_tps_values"))
+    old = ref["speed"][metric].get("median")
+    new = cur["speed"][metric].get("median")
     # a baseline recorded before per-repeat values were kept has its median only
-    recorded = ref.get("decode_tps_values") or [old]
-    check = compare_speed(recorded, cur["decode_tps_values"], tolerance)
-    row["speed"] = {"recorded_decode_tps": old, "current_decode_tps": new,
-                    "recorded_values": recorded, "current_values": cur["decode_tps_values"],
+    recorded = ref.get(values) or [old]
+    check = compare_speed(recorded, cur[values], tolerance)
+    row["speed"] = {"metric": metric, "recorded_median": old, "current_median": new,
+                    "recorded_values": recorded, "current_values": cur[values],
                     "tolerance": tolerance, **check.to_dict()}
     row["passed"] = row["tokens_match"] and check.ok
     return row
 
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
-                   tolerance: float = 0.10, repeats: int | None = None) -> CheckReport:
+                   tolerance: float = 0.10, repeats: int | None = None,
+                   allow_diff: Sequence[str] = (),
+                   provenance: ProvenanceOptions | None = None) -> CheckReport:
+    """Re-run the recorded cases: tokens (every warm-up and repeat), speed, probes, and
+    the configuration against the recorded one (``compare/drift.py``: a difference
+    outside ``allow_diff`` fails the check, naming the keys)."""
     path = base_dir / BASELINE_FILE
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
@@ -204,21 +241,33 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
             raise UsageError(f"--repeats must be >= 1, got {repeats}")
         c = replace(c, repeats=repeats)
     p = prepare_bench(c)
+    prov = provenance or ProvenanceOptions()
+    contract = check_before_load(prov, p.engine)
     report = CheckReport()
-    with loaded(p.engine) as session, session.env():
-        engine = session.engine
-        load_before = host_load()
-        current = _cases(engine, c)
-        report.host_load = {"recorded": doc.get("host_load"),
-                            "current": {"before": load_before, "after": host_load()}}
-        for ref, cur in zip(doc["cases"], current, strict=True):
-            row = _compare_case(engine, ref, cur, tolerance)
-            report.cases.append(row)
-            report.passed &= row["passed"]
-        for old, new in zip(doc["probes"], _probes(engine, c), strict=True):
-            ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
-            report.probes.append({"name": new["name"], "recorded": old["passed"],
-                                  "current": new["passed"], "reason": new["reason"],
-                                  "ok": ok})
-            report.passed &= ok
+    now: dict[str, Any] = {"spec": p.spec, "host": host_info()}
+    with loaded(p.engine, None, now) as session, session.env():
+        record_after_load(prov, contract, session, now)
+        found = drift(configuration(doc), configuration(now), allow_diff)
+        report.configuration = found.to_dict()
+        report.provenance = now["provenance"]
+        report.passed &= found.passed
+        _check_cases(session.engine, c, doc, tolerance, report)
+    report.cleanup = now.get("cleanup")  # a launched server's stop, verified (or not)
     return report
+
+
+def _check_cases(engine: Engine, c: BenchConfig, doc: dict[str, Any], tolerance: float,
+                 report: CheckReport) -> None:
+    load_before = host_load()
+    current, samples = _cases(engine, c)
+    report.host_load = {"recorded": doc.get("host_load"),
+                        "current": {"before": load_before, "after": host_load()}}
+    for ref, cur, case_samples in zip(doc["cases"], current, samples, strict=True):
+        row = _speed_row(_compare_case(engine, ref, cur, case_samples), ref, cur, tolerance)
+        report.cases.append(row)
+        report.passed &= row["passed"]
+    for old, new in zip(doc["probes"], _probes(engine, c), strict=True):
+        ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
+        report.probes.append({"name": new["name"], "recorded": old["passed"],
+                              "current": new["passed"], "reason": new["reason"], "ok": ok})
+        report.passed &= ok

@@ -125,6 +125,15 @@ def parse_input_lens(text: str) -> list[int | None]:
     return out
 
 
+def input_lens(text: str | None, prompt_file: str | None,
+               default: str) -> tuple[int | None, ...]:
+    """``--input-len`` as given; unset: ``default``, or with a ``--prompt-file`` none
+    (the whole prompt is one case)."""
+    if text is None:
+        return () if prompt_file else tuple(parse_input_lens(default))
+    return tuple(parse_input_lens(text))
+
+
 def parse_shas(text: str | None) -> list[str]:
     """``--expect-prompt-sha``: comma-separated SHA-256 hex digests."""
     if not text:

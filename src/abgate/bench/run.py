@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abgate.bench.fidelity import FIDELITY_FIELDS, fidelity
+from abgate.bench.prompt_file import prompt_ids
 from abgate.bench.prompts import fixed_length_prompt, prompt_sha256
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
@@ -29,17 +30,23 @@ from abgate.runner.summary import SPEED_FIELDS
 OnSample = Callable[[dict[str, Any]], None]
 
 
+WHOLE_PROMPT = 0  # input_len of a --prompt-file case without --input-len: all its tokens
+
+
 @dataclass(frozen=True)
 class BenchCase:
     """One prompt length and decode length. ``input_len=None`` means "fill the context":
-    ``n_ctx - output_len`` (see :func:`resolve_cases`)."""
+    ``n_ctx - output_len``; :data:`WHOLE_PROMPT`, the whole ``--prompt-file`` (see
+    :func:`resolve_cases`). One output token measures prefill and TTFT only: steady
+    decode and TPOT are undefined (``docs/metrics.md``)."""
 
     input_len: int | None
     output_len: int
 
     @property
     def label(self) -> str:
-        return f"{'max' if self.input_len is None else self.input_len}/{self.output_len}"
+        n = {None: "max", WHOLE_PROMPT: "prompt"}.get(self.input_len, self.input_len)
+        return f"{n}/{self.output_len}"
 
 
 @dataclass
@@ -56,7 +63,8 @@ class CaseResult:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         d = {"input_len": self.case.input_len, "output_len": self.case.output_len,
              "prompt_tokens": len(self.prompt_ids), "prompt_sha256": self.prompt_sha256,
-             **reference(self.measured), "n_warmup": len(self.samples) - len(self.measured),
+             **reference(self.measured, [s for s in self.samples if s["warmup"]]),
+             "n_warmup": len(self.samples) - len(self.measured),
              **case_summary(self.measured)}
         if samples:
             d["samples"] = self.samples
@@ -87,14 +95,15 @@ def context_length(engine: Engine) -> int | None:
     return None
 
 
-def resolve_cases(cases: Sequence[BenchCase], n_ctx: int | None) -> list[BenchCase]:
-    """Fill in ``max`` lengths and refuse any case past the context, naming ``n_ctx``."""
+def resolve_cases(cases: Sequence[BenchCase], n_ctx: int | None,
+                  prompt_len: int | None = None) -> list[BenchCase]:
+    """Fill in ``max`` (and whole-prompt) lengths and refuse any case past the context,
+    naming ``n_ctx``, or past a ``--prompt-file``'s length."""
     out = []
     for c in cases:
-        if c.output_len < 2:
-            raise UsageError(f"--output-len must be >= 2 (steady decode is measured over "
-                             f"tokens 2..N), got {c.output_len}")
-        input_len = c.input_len
+        if c.output_len < 1:
+            raise UsageError(f"--output-len must be >= 1, got {c.output_len}")
+        input_len = prompt_len if c.input_len == WHOLE_PROMPT else c.input_len
         if input_len is None:
             if n_ctx is None:
                 raise UsageError("--input-len max needs the engine's context length, "
@@ -109,6 +118,9 @@ def resolve_cases(cases: Sequence[BenchCase], n_ctx: int | None) -> list[BenchCa
                 f"{input_len + c.output_len} exceeds the context (n_ctx={n_ctx}) by "
                 f"{input_len + c.output_len - n_ctx}; the largest input is "
                 f"{n_ctx - c.output_len} (--input-len max)")
+        if prompt_len is not None and input_len > prompt_len:
+            raise UsageError(f"input {input_len} tokens: the --prompt-file has only "
+                             f"{prompt_len} tokens in this engine's vocabulary")
         out.append(BenchCase(input_len, c.output_len))
     return out
 
@@ -183,15 +195,27 @@ class BenchPlan:
 
 
 def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int = 0,
-               expect_prompt_sha: Sequence[str] = ()) -> BenchPlan:
+               expect_prompt_sha: Sequence[str] = (),
+               prompt: dict[str, Any] | None = None) -> BenchPlan:
     """Resolve lengths against the context (``UsageError`` naming ``n_ctx`` past it),
-    build the prompts and check their SHAs against ``expect_prompt_sha``."""
+    build the prompts (the filler, or the first N tokens of ``prompt``, a read
+    ``--prompt-file``) and check their SHAs against ``expect_prompt_sha``."""
     n_ctx = context_length(engine)
+    text_stable = getattr(engine, "text_stable", None)
+    source = None
+    if prompt is not None:
+        vocab = engine.describe().effective_config.get("n_vocab")
+        source = prompt_ids(prompt, engine.tokenize, vocab if isinstance(vocab, int) else None)
     results = []
-    for c in resolve_cases(cases, n_ctx):
+    for c in resolve_cases(cases, n_ctx, None if source is None else len(source)):
         assert c.input_len is not None
-        ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed,
-                                  getattr(engine, "text_stable", None))
+        if source is None:
+            ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed, text_stable)
+        else:
+            ids = source[:c.input_len]
+            if text_stable is not None and not text_stable(ids):
+                raise UsageError(f"--prompt-file: its first {c.input_len} tokens do not "
+                                 "survive this engine's text round trip (it is sent text)")
         results.append(CaseResult(c, ids, prompt_sha256(ids)))
     check_prompt_shas(results, expect_prompt_sha)
     return BenchPlan(results, n_ctx, prompt_seed)
@@ -243,23 +267,31 @@ def batch_facts(index: int, results: Sequence[GenerationResult]) -> dict[str, An
 
 def run_bench(engine: Engine, cases: Sequence[BenchCase], *, warmup: int = 1,
               repeats: int = 3, prompt_seed: int = 0, seed: int = 0,
-              expect_prompt_sha: Sequence[str] = (),
+              expect_prompt_sha: Sequence[str] = (), prompt: dict[str, Any] | None = None,
               on_sample: OnSample | None = None) -> BenchResult:
     """:func:`plan_bench` then :func:`execute_plan` on an already-loaded engine."""
     plan = plan_bench(engine, cases, prompt_seed=prompt_seed,
-                      expect_prompt_sha=expect_prompt_sha)
+                      expect_prompt_sha=expect_prompt_sha, prompt=prompt)
     return execute_plan(engine, plan, warmup=warmup, repeats=repeats, seed=seed,
                         on_sample=on_sample)
 
 
-def reference(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def reference(measured: Sequence[dict[str, Any]],
+              warmups: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Greedy reference capture: the output token IDs and SHA of the first measured
-    request, and whether every measured repeat produced the same tokens."""
-    shas = [s["output"]["sha256"] or _text_sha(s["output"].get("text")) for s in measured]
+    request, whether every measured repeat produced the same tokens, and whether the
+    warm-ups did too (None without warm-ups)."""
+    shas = [_output_sha(s) for s in measured]
     first = measured[0]["output"] if measured else {"token_ids": None, "sha256": None}
+    warm = [_output_sha(s) for s in warmups]
     return {"output_token_ids": first["token_ids"], "output_sha256": first["sha256"],
             "output_text": first.get("text"), "output_text_sha256": _text_sha(first.get("text")),
-            "outputs_identical": len(set(shas)) <= 1}
+            "outputs_identical": len(set(shas)) <= 1,
+            "warmup_identical": all(w == shas[0] for w in warm) if warm and shas else None}
+
+
+def _output_sha(sample: dict[str, Any]) -> str | None:
+    return sample["output"]["sha256"] or _text_sha(sample["output"].get("text"))
 
 
 def _text_sha(text: str | None) -> str | None:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from abgate.bench import limits
 from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
 from abgate.bench.resources import engine_resources
 from abgate.bench.roofline import (
@@ -31,14 +32,23 @@ from abgate.bench.roofline import (
     roofline,
     runs_on_gpu,
 )
-from abgate.bench.run import BenchCase, BenchPlan, BenchResult, execute_plan, plan_bench
+from abgate.bench.run import (
+    WHOLE_PROMPT,
+    BenchCase,
+    BenchPlan,
+    BenchResult,
+    execute_plan,
+    plan_bench,
+)
 from abgate.engines.base import Engine
-from abgate.errors import UsageError
+from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.progress import Reporter
+from abgate.provenance import ContractOutcome
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, write_record
 from abgate.runner.execute import Status, check_interrupted, tracked
+from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import (
     EngineSession,
     EngineSpec,
@@ -65,6 +75,7 @@ class BenchConfig:
     repeats: int = 3
     prompt_seed: int = 0
     expect_prompt_sha: tuple[str, ...] = ()
+    prompt: dict[str, Any] | None = None  # a read --prompt-file (bench/prompt_file.py)
     probes: bool = False
     probe_len: int = 1024
     probe_depth: float = 0.5
@@ -81,6 +92,8 @@ class BenchConfig:
 
     @property
     def cases(self) -> list[BenchCase]:
+        if self.prompt is not None and not self.input_lens:
+            return [BenchCase(WHOLE_PROMPT, self.output_len)]
         return [BenchCase(n, self.output_len) for n in self.input_lens]
 
     @property
@@ -105,14 +118,16 @@ class BenchOutcome:
 
 
 def _check_config(c: BenchConfig) -> None:
-    if c.output_len < 2:
-        raise UsageError(f"--output-len must be >= 2 (steady decode is measured over tokens "
-                         f"2..N), got {c.output_len}")
+    if c.output_len < 1:
+        raise UsageError(f"--output-len must be >= 1 (1: prefill and TTFT only, steady "
+                         f"decode is measured over tokens 2..N), got {c.output_len}")
     if c.warmup < 0 or c.repeats < 1:
         raise UsageError(f"need --warmup >= 0 and --repeats >= 1 (got {c.warmup}, {c.repeats})")
-    if c.expect_prompt_sha and len(c.expect_prompt_sha) not in (1, len(c.input_lens)):
+    if not c.cases:
+        raise UsageError("--input-len needs at least one length")
+    if c.expect_prompt_sha and len(c.expect_prompt_sha) not in (1, len(c.cases)):
         raise UsageError(f"--expect-prompt-sha has {len(c.expect_prompt_sha)} SHAs for "
-                         f"{len(c.input_lens)} input lengths (give one per length, in order)")
+                         f"{len(c.cases)} input lengths (give one per length, in order)")
     if c.probes and not (0.0 <= c.probe_depth <= 1.0):
         raise UsageError(f"--probe-depth must be within 0..1, got {c.probe_depth}")
     if c.probes and c.probe_len < 64:
@@ -149,7 +164,7 @@ def check_out_dir(out: Path, force: bool) -> None:
 def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
     c = p.config
     plan = plan_bench(engine, c.cases, prompt_seed=c.prompt_seed,
-                      expect_prompt_sha=c.expect_prompt_sha)
+                      expect_prompt_sha=c.expect_prompt_sha, prompt=c.prompt)
     probes: list[Probe] = []
     if c.probes:
         probes = default_probes(engine.tokenize, needle_len=c.probe_len,
@@ -159,9 +174,15 @@ def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
 
 
 def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
-                  progress: Reporter | None = None) -> BenchOutcome:
+                  progress: Reporter | None = None,
+                  provenance: ProvenanceOptions | None = None) -> BenchOutcome:
     """Load the engine, plan (a refused plan writes nothing), then run the bench and
-    probes under the shared run bookkeeping (run.log, SIGTERM, final status)."""
+    probes under the shared run bookkeeping (run.log, SIGTERM, final status). A
+    contract is checked on the request before the load (exit 2, nothing written) and on
+    the engine as loaded (the directory is written ``failed`` with the violation); the
+    provenance (environment, mapped libraries, manifest, contract) is recorded."""
+    prov = provenance or ProvenanceOptions()
+    contract = check_before_load(prov, p.engine)
     check_out_dir(out, force)
     doc: dict[str, Any] = {}  # filled by loaded() (engine, processes, cleanup) and below
     summary: dict[str, Any] = {}
@@ -172,6 +193,7 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
             rec.prepare_new_dir(out, force)
             doc.update({**new_record("bench", config=p.config.to_dict(), spec=p.spec,
                                      spec_digest=p.spec_digest), **doc})
+            _record_provenance(prov, contract, session, doc)
             write_record(out / rec.RUN_FILE, doc)
             if progress is not None:
                 batch = int(p.config.engine_options.get("concurrency", 1))
@@ -183,6 +205,15 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
         if doc.get("kind") == "bench":  # the directory was written: keep it complete
             write_record(out / rec.RUN_FILE, doc)
     return BenchOutcome(out, doc["status"], summary)
+
+
+def _record_provenance(prov: ProvenanceOptions, contract: ContractOutcome | None,
+                       session: EngineSession, doc: dict[str, Any]) -> None:
+    try:
+        record_after_load(prov, contract, session, doc)
+    except AbgateError as exc:  # (the directory is written: its run.json says why)
+        doc["status"], doc["error"], doc["ended_at"] = "failed", str(exc), time.time()
+        raise
 
 
 def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
@@ -254,4 +285,5 @@ def build_summary(p: PreparedBench, doc: dict[str, Any], plan: BenchPlan,
             "n": len(probes), "n_passed": sum(r.passed for r in probes),
             "results": [r.to_dict() for r in probes]},
         "resources": resources, "model_bytes": mb.to_dict(), "peak_bandwidth": bandwidth,
+        "not_certified": list(limits.BENCH),
     }

@@ -14,6 +14,7 @@ from abgate.ab import Experiment, load_experiment
 from abgate.ab.experiment import Schedule
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import run_experiment
+from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
@@ -129,6 +130,7 @@ def ab_command(
     b_env: list[str] = typer.Option([], "--b-env", help="Arm B env: KEY=VALUE."),
     contract: str = typer.Option(None, help="Contract TOML for the baseline arm."),
     manifest: str = typer.Option(None, help="Manifest JSON whose digest each arm embeds."),
+    allow_stale_manifest: eo.AllowStaleManifest = False,
     agreement: bool = typer.Option(None, "--agreement/--no-agreement", help="Distribution "
                                    "agreement per arm (default: the file's [evidence], on)."),
     probes: bool = typer.Option(None, "--probes/--no-probes", help="Health probes per arm "
@@ -155,7 +157,8 @@ def ab_command(
     with reporter(f"ab {out.name}") as rep:
         result = run_experiment(exp, out, resume=resume is not None, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
-                                provenance=ProvenanceOptions(contract, manifest),
+                                provenance=ProvenanceOptions(contract, manifest,
+                                                             allow_stale_manifest),
                                 weights_diff=weights_diff)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
     index_finished(out)

@@ -10,15 +10,18 @@ from rich.console import Console
 from rich.table import Table
 
 from abgate.baseline import check_baseline, record_baseline
-from abgate.bench import BenchConfig
-from abgate.bench.prompts import parse_input_lens
+from abgate.bench import BenchConfig, limits
+from abgate.bench.prompt_file import read_prompt_file
+from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.compare.drift import CLASSES, parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.runner.provenance import ProvenanceOptions
 
+_CLASSES = ", ".join(CLASSES)
 baseline_app = typer.Typer(help="Record reference outputs and check a build against them.",
                            no_args_is_help=True)
 app.add_typer(baseline_app, name="baseline")
@@ -27,7 +30,12 @@ app.add_typer(baseline_app, name="baseline")
 @baseline_app.command("record")
 def record_command(
     out: Path = typer.Option(..., "-o", "--out", help="Baseline directory to write."),
-    input_len: str = typer.Option("128,512", help="Prompt lengths in tokens (or 'max')."),
+    input_len: str = typer.Option(None, help="Prompt lengths in tokens, or 'max' (default "
+                                  "128,512; with --prompt-file: the whole prompt)."),
+    prompt_file: str = typer.Option(None, help="Your own prompt: token IDs as JSON, or text "
+                                    "(each --input-len N takes its first N tokens)."),
+    expect_prompt_sha: str = typer.Option(
+        None, help="Refuse to record unless the prompt SHA-256s match (one per length)."),
     output_len: int = typer.Option(64, help="Greedy output tokens per case (EOS ignored)."),
     repeats: int = typer.Option(3, help="Measured requests per case."),
     warmup: int = typer.Option(1, help="Warm-up requests per case."),
@@ -44,7 +52,9 @@ def record_command(
     request_timeout: eo.RequestTimeout = None,
     api_key_env: eo.ApiKeyEnv = None,
     ready_timeout: eo.ReadyTimeout = None,
-    manifest: str = typer.Option(None, help="Manifest JSON whose digest is embedded."),
+    contract: eo.Contract = None,
+    manifest: eo.Manifest = None,
+    allow_stale_manifest: eo.AllowStaleManifest = False,
     force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
 ) -> None:
     """Record greedy reference outputs, speed and probe health for the current build."""
@@ -52,17 +62,23 @@ def record_command(
                          engine_args=parse_pairs(engine_arg, "--engine-arg"),
                          env=parse_pairs(env, "--env", coerce=False),
                          engine_options=eo.engine_options(locals()),
-                         input_lens=tuple(parse_input_lens(input_len)), output_len=output_len,
-                         warmup=warmup, repeats=repeats, probes=probes, probe_len=probe_len)
+                         input_lens=input_lens(input_len, prompt_file, "128,512"),
+                         prompt=read_prompt_file(prompt_file) if prompt_file else None,
+                         expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)),
+                         output_len=output_len, warmup=warmup, repeats=repeats,
+                         probes=probes, probe_len=probe_len)
     doc = record_baseline(config, out, force=force,
-                          provenance=ProvenanceOptions(manifest=manifest))
+                          provenance=ProvenanceOptions(contract, manifest,
+                                                       allow_stale_manifest))
     for case in doc["cases"]:
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
                    f"{case['prompt_sha256'][:16]} output "
                    f"{(case['output_sha256'] or 'text ' + case['output_text_sha256'])[:16]} "
-                   f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s")
+                   f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s; "
+                   f"{case['repeat_agreement']['summary']}")
     for p in doc["probes"]:
         typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
+    _not_certified(limits.BASELINE)
     typer.echo(f"baseline written to {out / 'baseline.json'}")
     index_finished(out)
 
@@ -75,6 +91,11 @@ def check_command(
                                     "checks tokens and probes only)."),
     repeats: int = typer.Option(None, help="Measured requests per case (default: as "
                                 "recorded); more narrow the speed interval."),
+    allow_diff: list[str] = typer.Option(
+        [], "--allow-diff", help="Configuration keys that may differ from the recorded "
+        "ones: patterns by class, comma-separated, repeatable ('host.*,env.CUDA_VISIBLE_"
+        "DEVICES'; classes: " + _CLASSES + ")."),
+    contract: eo.Contract = None,
     json_out: Path = typer.Option(None, "--json", help="Write the check report here."),
 ) -> None:
     """Re-run the recorded cases on this build. Exit 0 only when every check passes; a
@@ -82,27 +103,39 @@ def check_command(
     if not 0 <= tolerance <= 1:
         raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
     report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
-                            tolerance=tolerance, repeats=repeats)
+                            tolerance=tolerance, repeats=repeats,
+                            allow_diff=parse_allow(allow_diff),
+                            provenance=ProvenanceOptions(contract=contract))
     verdict = "PASS" if report.passed else "FAIL"
     if report.passed and report.speed_inconclusive:
         verdict += " (speed inconclusive)"
     table = Table(title=f"baseline check: {verdict}")
-    for col in ("case", "tokens", "first divergence", "decode tok/s (rec -> now)", "speed"):
+    for col in ("case", "tokens", "first divergence", "tok/s (rec -> now)", "speed"):
         table.add_column(col)
     for row in report.cases:
         div = row.get("divergence")
         where = "-" if div is None else (
-            f"pos {div['position']}: {div['reference_token']} -> {div['current_token']}"
+            f"{div['request']}, {div['unit']} {div['position']}: {div['reference_token']} -> "
+            f"{div['current_token']}"
             + ("" if "reference_in_current_top_k" not in div else
                f" (in each other's top-5: {div['reference_in_current_top_k']} / "
                f"{div['current_in_reference_top_k']})"))
         s = row["speed"]
         interval = "" if s["low"] is None else f" [{s['low']:.2f}-{s['high']:.2f}]"
         table.add_row(row["case"], "match" if row["tokens_match"] else "DIFFER", where,
-                      f"{s['recorded_decode_tps'] or 0:.1f} -> {s['current_decode_tps'] or 0:.1f}",
+                      f"{s['recorded_median'] or 0:.1f} -> {s['current_median'] or 0:.1f}"
+                      + (" prefill" if s.get("metric") == "prefill_tps" else " decode"),
                       {"ok": "ok", "slower": "SLOWER", "inconclusive": "inconclusive",
                        "unmeasured": "UNMEASURED"}[s["outcome"]] + interval)
     Console().print(table)
+    drift = report.configuration
+    typer.echo(f"configuration: {drift['summary']}" + ("" if drift["passed"] else
+                                                       "  <- not allowed"))
+    for row in report.cases:
+        div = row.get("divergence")
+        typer.echo(f"tokens {row['case']}: {row['repeats']['summary']}" + (
+            "" if div is None else f"; first divergence: {div['request']} at {div['unit']} "
+            f"{div['position']}"))
     for row in report.cases:
         if row["speed"]["outcome"] != "ok":
             typer.echo(f"speed {row['case']}: {row['speed']['outcome']}: "
@@ -111,6 +144,13 @@ def check_command(
         typer.echo(f"probe {p['name']}: recorded {'pass' if p['recorded'] else 'fail'}, now "
                    f"{'pass' if p['current'] else 'fail'} ({p['reason']})"
                    + ("" if p["ok"] else "  <- regression"))
+    _not_certified(limits.BASELINE)
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _not_certified(items: tuple[str, ...]) -> None:
+    typer.echo("This does not certify:")
+    for item in items:
+        typer.echo(f"  - {item}")

@@ -10,13 +10,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from abgate.bench.prompts import parse_input_lens, parse_shas
+from abgate.bench.prompt_file import read_prompt_file
+from abgate.bench.prompts import input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
 from abgate.progress import reporter
+from abgate.runner.provenance import ProvenanceOptions
 
 # (label, speed field, scale, format, engine counterpart, engine scale)
 _ROWS: tuple[tuple[str, str, float, str, str | None, float], ...] = (
@@ -108,6 +110,9 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
         console.print(case_table(case, engine_name))
         same = "identical over all repeats" if case["outputs_identical"] else \
             "DIFFERS between repeats (non-deterministic greedy output)"
+        warm = case.get("warmup_identical")
+        same += "" if warm is None else ("; the warm-up too" if warm else
+                                         "; the warm-up DIFFERS")
         console.print(f"prompt sha256: {case['prompt_sha256']}")
         console.print(f"output sha256: {case['output_sha256']}  ({same})")
         console.print(_roofline_line(case, summary.get("peak_bandwidth") or {}))
@@ -127,12 +132,18 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
                          for g in res.get("gpus", []))
         console.print(f"peak RSS: {res['peak_rss_bytes'] / 2**20:,.1f} MiB ({where})"
                       + (f"; {gpus}" if gpus else ""))
+    console.print("This does not certify:", highlight=False)
+    for item in summary.get("not_certified") or []:
+        console.print(f"  - {item}", highlight=False, markup=False)
 
 
 @app.command("bench")
 def bench_command(
-    input_len: str = typer.Option("512", help="Prompt lengths in tokens, comma-separated; "
-                                  "'max' fills the context (n_ctx - output len)."),
+    input_len: str = typer.Option(None, help="Prompt lengths in tokens, comma-separated; "
+                                  "'max' fills the context (n_ctx - output len). Default "
+                                  "512; with --prompt-file, the whole prompt."),
+    prompt_file: str = typer.Option(None, help="Your own prompt: token IDs as JSON, or text "
+                                    "(each --input-len N takes its first N tokens)."),
     output_len: int = typer.Option(128, help="Decoded tokens per request (EOS ignored)."),
     warmup: int = typer.Option(1, help="Warm-up requests per length (recorded, excluded)."),
     repeats: int = typer.Option(3, help="Measured requests per length."),
@@ -163,6 +174,9 @@ def bench_command(
     out: Annotated[Path | None, typer.Option(
         "-o", "--out", help="Run directory (default: runs/bench-<timestamp>).")] = None,
     force: bool = typer.Option(False, help="Overwrite an existing run directory."),
+    contract: eo.Contract = None,
+    manifest: eo.Manifest = None,
+    allow_stale_manifest: eo.AllowStaleManifest = False,
 ) -> None:
     """Measure prefill, TTFT, steady decode and TPOT on fixed-length prompts."""
     config = BenchConfig(
@@ -170,7 +184,9 @@ def bench_command(
         engine_args=parse_pairs(engine_arg or [], "--engine-arg"),
         env=parse_pairs(env or [], "--env", coerce=False),
         engine_options=eo.engine_options(locals()),
-        input_lens=tuple(parse_input_lens(input_len)), output_len=output_len, warmup=warmup,
+        input_lens=input_lens(input_len, prompt_file, "512"),
+        prompt=read_prompt_file(prompt_file) if prompt_file else None,
+        output_len=output_len, warmup=warmup,
         repeats=repeats, prompt_seed=prompt_seed,
         expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)), probes=probes,
         probe_len=probe_len, probe_depth=probe_depth, probe_seed=probe_seed,
@@ -179,7 +195,9 @@ def bench_command(
     if out is None:
         out = Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
     with reporter(f"bench {out.name}") as rep:
-        outcome = execute_bench(prepared, out, force=force, progress=rep)
+        outcome = execute_bench(prepared, out, force=force, progress=rep,
+                                provenance=ProvenanceOptions(contract, manifest,
+                                                             allow_stale_manifest))
     print_bench(outcome.out_dir, outcome.status, outcome.summary, engine)
     index_finished(outcome.out_dir)
     if outcome.status == "interrupted":

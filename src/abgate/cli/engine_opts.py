@@ -21,6 +21,15 @@ ApiKeyEnv = Annotated[str | None, typer.Option(
 ReadyTimeout = Annotated[float | None, typer.Option(
     help="--launch: seconds to wait for the server.")]
 
+# provenance flags, shared by run, ab, bench and baseline record
+Contract = Annotated[str | None, typer.Option(
+    help="Contract TOML checked before and after load.")]
+Manifest = Annotated[str | None, typer.Option(
+    help="Manifest JSON whose digest is embedded; refused when stale (made at another "
+    "tree or with other uncommitted edits).")]
+AllowStaleManifest = Annotated[bool, typer.Option(
+    "--allow-stale-manifest", help="Record a stale --manifest as stale instead of refusing.")]
+
 # CLI parameter name -> key in engine_options; unset ones are left out.
 ENGINE_OPTIONS = {"endpoint": "endpoints", "launch": "launch", "concurrency": "concurrency",
                   "api": "api", "request_timeout": "request_timeout",

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abgate.cli.app import app
+from abgate.compare.drift import parse_allow
 from abgate.errors import UsageError
 from abgate.ledger.compare import compare, resolve
 from abgate.ledger.history import DEFAULT_MIN_CHANGE, history
@@ -153,22 +154,29 @@ def compare_command(
     b: str = typer.Argument(..., help="Candidate, the same forms."),
     policy: str = typer.Option(None, help="Policy TOML (default: the A/B's, else shipped)."),
     out: Path = typer.Option(None, "-o", "--out", help="Write the comparison JSON here."),
+    allow_diff: list[str] = typer.Option(
+        [], "--allow-diff", help="Configuration keys expected to differ (patterns by class, "
+        "comma-separated, repeatable: 'host.*,env.CUDA_VISIBLE_DEVICES'); the rest are "
+        "listed as unexplained."),
     ledger: Path = LedgerOpt,
 ) -> None:
-    """Compare two recorded runs or arms with abgate ab's statistics and policy.
-    Exit 0 ACCEPT, 1 REJECT, 3 INCONCLUSIVE."""
+    """Compare two recorded runs or arms with abgate ab's statistics and policy, and
+    their recorded configurations. Exit 0 ACCEPT, 1 REJECT, 3 INCONCLUSIVE."""
+    allow = parse_allow(allow_diff)
     if a.startswith("@") or b.startswith("@"):
         with opened(ledger_path(ledger)) as db:
             ref_a, ref_b = resolve(a, db), resolve(b, db)
     else:
         ref_a, ref_b = resolve(a), resolve(b)
-    result = compare(ref_a, ref_b, policy)
+    result = compare(ref_a, ref_b, policy, allow_diff=allow)
     if result["warning"]:
         print(f"WARNING: {result['warning']}", file=sys.stderr)
     v = result["verdict"]
     typer.echo(f"{b} vs {a}: {v['decision']}  (interleaved: {result['interleaved']})")
     for reason in v.get("reasons", []):
         typer.echo(f"  - {reason}")
+    conf = result["configuration"]
+    typer.echo("configuration: " + (conf["summary"] if conf["available"] else conf["reason"]))
     if out is not None:
         write_json_atomic(out, result)
         typer.echo(f"wrote {out}")

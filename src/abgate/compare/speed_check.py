@@ -7,15 +7,22 @@ it widens with the spread the two runs themselves showed and with few repeats. W
 ``floor = 1 - tolerance``:
 
 - ``ok``: the ratio is at or above the floor;
-- ``slower``: the whole interval is below the floor: a slowdown beyond the tolerance
-  that the runs' own noise cannot explain (the check fails);
+- ``slower``: every current repeat is below ``floor`` times the slowest recorded one,
+  by more than the largest spread either run showed (:func:`separated`: the two runs'
+  ranges are apart beyond the tolerance and their own noise; no interval is needed,
+  and none at tiny n can overrule it), or the whole interval is below the floor: a
+  slowdown beyond the tolerance that the runs' own noise cannot explain (the check
+  fails);
 - ``inconclusive``: the ratio is below the floor but the interval reaches above it:
   the runs are too noisy to tell a tolerance-sized slowdown from noise (not a failure;
   more ``--repeats`` or a quieter host narrow the interval);
 - ``unmeasured``: a side has no decode speed (fails unless the tolerance is 1).
 
 With a single repeat on the current side there is no spread to judge the noise by,
-and the ratio alone decides (``slower`` below the floor), as before. A recorded side
+and the ratio alone decides (``slower`` below the floor), as before. The separation rule
+matters at tiny n: two repeats give a t-interval on one degree of freedom (t = 12.7),
+so on a loaded host a 96% slowdown could read 0.000-557 and, without the rule, pass
+as inconclusive. A recorded side
 with one value (or a baseline recorded before per-repeat values were kept: its median)
 is taken as exact. The interval covers the noise within each run, not a change of
 the host between them (another job starting): the runs' spreads and the hosts' load
@@ -66,6 +73,17 @@ def spread(values: Sequence[float]) -> float | None:
     return float((max(values) - min(values)) / np.median(values))
 
 
+def separated(recorded: Sequence[float], current: Sequence[float], floor: float) -> bool:
+    """Whether the fastest current repeat is below ``floor`` times the slowest recorded
+    one, with that gap also wider than the largest spread either run showed within
+    itself (``max / min <= floor / (1 + spread)``): the runs' ranges are apart by more
+    than the tolerance and their own noise, however few the repeats."""
+    if not recorded or not current:
+        return False
+    noise = max((s for s in (spread(recorded), spread(current)) if s is not None), default=0.0)
+    return bool(max(current) * (1.0 + noise) < floor * min(recorded))
+
+
 def ratio_interval(recorded: Sequence[float], current: Sequence[float],
                    confidence: float = 0.95) -> tuple[float, float] | None:
     """The Welch interval of ``exp(mean log current - mean log recorded)``; None when
@@ -111,6 +129,12 @@ def compare_speed(recorded: Sequence[float | None], current: Sequence[float | No
                           f"{pct}, beyond the {tolerance:.0%} tolerance (one repeat: no "
                           "spread to judge the noise by)")
     interval_text = f"{confidence:.0%} interval {low:.3f}-{high:.3f}"
+    if separated(ref, cur, floor):
+        return SpeedCheck("slower", ratio, low, high, s_ref, s_cur,
+                          f"{pct}; every current repeat (fastest {max(cur):.4g}) is below "
+                          f"{floor:.2f} x the slowest recorded one ({min(ref):.4g}), by more "
+                          f"than the runs' own spread: beyond the {tolerance:.0%} tolerance "
+                          f"whatever the {interval_text}")
     if high < floor:
         return SpeedCheck("slower", ratio, low, high, s_ref, s_cur,
                           f"{pct}; the {interval_text} is below {floor:.2f}: beyond the "

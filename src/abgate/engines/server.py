@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +35,7 @@ import psutil
 
 from abgate.engines.server_cleanup import (
     HOST,
+    MARKER_ENV,
     ProcessTracker,
     free_port,
     gpu_memory,
@@ -173,15 +175,18 @@ class ManagedServer:
         self._log.write(f"# abgate {stamp}: launching {shlex.join(self.shown)}\n".encode())
         self._log.flush()
         self._t_start = time.monotonic()
+        # inherited by every process the server starts: found even re-parented outside
+        # its group (server_cleanup.ProcessTracker)
+        self.marker = uuid.uuid4().hex
         try:
             self.proc = subprocess.Popen(
                 self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                start_new_session=True, env={**os.environ, MARKER_ENV: self.marker},
                 preexec_fn=_set_pdeathsig if _PRCTL is not None else None)
         except OSError as exc:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
-        self.tracker = ProcessTracker(self.proc.pid, self.proc.pid)
+        self.tracker = ProcessTracker(self.proc.pid, self.proc.pid, self.marker)
         self.tracker.refresh()
         atexit.register(self.stop)
 
@@ -240,8 +245,12 @@ class ManagedServer:
     def wait_ready(self, timeout: float, headers: Mapping[str, str] | None = None) -> float:
         """Wait until the server answers; returns the seconds it took."""
         deadline = time.monotonic() + timeout
+        seen_at = 0.0
         with httpx.Client(base_url=self.base_url, timeout=5.0, headers=headers) as client:
             while True:
+                if time.monotonic() - seen_at >= 1.0:  # workers seen while they start
+                    self.tracker.refresh()
+                    seen_at = time.monotonic()
                 code = self.proc.poll()
                 if code is not None:
                     raise self.failure(f"the launched server exited with code {code} "
@@ -266,6 +275,7 @@ class ManagedServer:
         exit_before = self.proc.poll()
         signals: list[dict[str, Any]] = []
         for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 10.0)):
+            self.tracker.refresh()  # (a process started since is stopped too)
             if not self.tracker.survivors():
                 break
             self.tracker.kill_all(sig)
@@ -302,6 +312,8 @@ class ManagedServer:
             "grace_s": self.grace_s,
             "stop_s": round(time.monotonic() - t0, 3),
             "processes_tracked": len(self.tracker.seen),
+            "tracked_by": f"process tree, process group {self.proc.pid} and {MARKER_ENV}",
+            "ready": self.ready_s is not None,
             "survivors": survivors,
             "port_free": free,
             "gpu": gpu,

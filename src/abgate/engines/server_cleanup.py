@@ -2,10 +2,13 @@
 behind: processes, listening ports, GPU memory.
 
 :class:`ProcessTracker` remembers every process seen in a server's tree or process
-group, so survivors are found even after their parent died and they were re-parented
-(or left the group with ``setsid``). Ports are checked by binding them (TIME_WAIT
-leftovers do not count). GPU memory is read through NVML (``pynvml`` from
-``nvidia-ml-py``) where it is installed and a driver is present; otherwise the
+group, or carrying the server's environment marker (``ABGATE_SERVER_ID``, set for the
+launched leader and inherited by everything it starts), so survivors are found even
+after their parent died and they were re-parented *and* left the group with ``setsid``
+(a worker started through a short-lived intermediate). A process that clears its own
+environment and leaves the group while its parent is gone is out of reach. Ports are
+checked by binding them (TIME_WAIT leftovers do not count). GPU memory is read through
+NVML (``pynvml`` from ``nvidia-ml-py``) where it is installed and a driver is present; otherwise the
 evidence says why it was not checked.
 """
 
@@ -23,6 +26,7 @@ import psutil
 from abgate.host import NvmlUnavailable, nvml
 
 HOST = "127.0.0.1"
+MARKER_ENV = "ABGATE_SERVER_ID"
 GPU_TOLERANCE_BYTES = 256 << 20
 
 
@@ -57,20 +61,26 @@ class ProcessTracker:
     """Remembers every process seen in a tree or process group, so that survivors can
     be found even after their parent died and they were re-parented."""
 
-    def __init__(self, root_pid: int, pgid: int | None) -> None:
-        self.root_pid, self.pgid = root_pid, pgid
+    def __init__(self, root_pid: int, pgid: int | None, marker: str | None = None) -> None:
+        self.root_pid, self.pgid, self.marker = root_pid, pgid, marker
         self.seen: dict[int, tuple[float, str]] = {}
+
+    def _ours(self, p: psutil.Process) -> bool:
+        with contextlib.suppress(OSError, psutil.Error):
+            if self.pgid is not None and os.getpgid(p.pid) == self.pgid:
+                return True
+        if self.marker is not None and p.pid != os.getpid():
+            with contextlib.suppress(OSError, psutil.Error):
+                return bool(p.environ().get(MARKER_ENV) == self.marker)
+        return False
 
     def refresh(self) -> None:
         found: list[psutil.Process] = []
         with contextlib.suppress(psutil.Error):
             root = psutil.Process(self.root_pid)
             found += [root, *root.children(recursive=True)]
-        if self.pgid is not None:
-            for p in psutil.process_iter():
-                with contextlib.suppress(OSError, psutil.Error):
-                    if os.getpgid(p.pid) == self.pgid:
-                        found.append(p)
+        if self.pgid is not None or self.marker is not None:
+            found += [p for p in psutil.process_iter() if self._ours(p)]
         for p in found:
             with contextlib.suppress(psutil.Error):
                 if p.pid not in self.seen:

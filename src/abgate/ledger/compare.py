@@ -21,6 +21,7 @@ from typing import Any
 from abgate.ab.analyze import arm_extras, arm_samples, compare_arm, random_weights
 from abgate.compare import load_policy
 from abgate.compare.agreement import not_measured
+from abgate.compare.drift import configuration, drift
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.imports import import_samples, read_import
@@ -56,6 +57,7 @@ class Ref:
     samples: list[dict[str, Any]] = field(default_factory=list)
     started_at: float | None = None
     ended_at: float | None = None
+    record: dict[str, Any] | None = None  # run.json (a run's, an arm's): its configuration
 
 
 def _split(text: str) -> tuple[str, str | None]:
@@ -92,7 +94,7 @@ def resolve(text: str, ledger: Ledger | None = None) -> Ref:
                              + ", ".join(f"{head}:{a}" for a in arms))
         doc = read_record(path / "arms" / arm / rec.RUN_FILE)
         return Ref(text, path, arm, ab, arm_samples(path, arm), doc.get("started_at"),
-                   doc.get("ended_at"))
+                   doc.get("ended_at"), doc)
     if (path / rec.RUN_FILE).exists():
         if arm is not None:
             raise UsageError(f"{text}: {path} is a run, not an A/B; drop ':{arm}'")
@@ -102,7 +104,7 @@ def resolve(text: str, ledger: Ledger | None = None) -> Ref:
                              "compare (compare runs, A/B arms or imported samples)")
         samples = [s for s in rec.read_samples(path / rec.SAMPLES_FILE) if not s.get("warmup")]
         return Ref(text, path, samples=samples, started_at=doc.get("started_at"),
-                   ended_at=doc.get("ended_at"))
+                   ended_at=doc.get("ended_at"), record=doc)
     raise UsageError(f"{text}: not a run directory, ABDIR:ARM, lm-eval samples file or "
                      "vllm bench result")
 
@@ -135,9 +137,21 @@ def _same_ab(a: Ref, b: Ref) -> bool:
             and a.path.resolve() == b.path.resolve())
 
 
+def configuration_drift(a: Ref, b: Ref, allow: Sequence[str] = ()) -> dict[str, Any]:
+    """B's recorded configuration against A's ("exact match except ..."), or why it
+    cannot be compared (an imported file records none)."""
+    if a.record is None or b.record is None:
+        which = a.label if a.record is None else b.label
+        return {"available": False, "reason": f"{which} is an imported file: it records no "
+                "engine configuration", "allow": list(allow)}
+    return {"available": True, **drift(configuration(a.record), configuration(b.record),
+                                       allow).to_dict()}
+
+
 def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
-            n_boot: int = 2000) -> dict[str, Any]:
-    """B against A (A is the baseline): paired statistics and a verdict."""
+            n_boot: int = 2000, allow_diff: Sequence[str] = ()) -> dict[str, Any]:
+    """B against A (A is the baseline): paired statistics, a verdict, and the
+    configuration drift between them (reported; the verdict is the statistics')."""
     bad = _prompt_mismatches(a.samples, b.samples)
     if bad:
         raise UsageError(f"{a.label} and {b.label} ran different prompts under the same key "
@@ -178,4 +192,5 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
     decision = result["verdict"]["decision"]
     return {"kind": "ledger-compare", "a": a.label, "b": b.label, "arm_names": list(names),
             "interleaved": interleaved, "warning": warning, "policy": policy.to_dict(),
+            "configuration": configuration_drift(a, b, allow_diff),
             **result, "decision": decision, "exit_code": EXIT_CODES[decision]}

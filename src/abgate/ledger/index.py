@@ -17,6 +17,7 @@ from typing import Any
 
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
+from abgate.integrity import verify_seal
 from abgate.ledger.entries import (
     Entry,
     Unit,
@@ -127,6 +128,7 @@ def _ab_dir(path: Path) -> Entry:
 
 def _baseline_dir(path: Path) -> Entry:
     doc = read_record(path / "baseline.json")
+    verify_seal(path / "baseline.json", doc)
     entry = _header(doc, "baseline", path, doc.get("spec_digest"))
     entry.units = _cases(doc, doc.get("cases"))
     return entry

@@ -1,10 +1,11 @@
 """Tree-identity attachment: results measured on one commit also hold for another
 only when both commits have the identical tree hash.
 
-The tested commit comes from ``RESULT_DIR/run.json`` (``git.commit`` or
-``host.git.commit``) or, failing that, ``RESULT_DIR/manifest.json``
-(``source.git.commit``). Results measured on a dirty tree belong to no commit and
-are never attached. A success appends one JSON line to
+The tested commit comes from ``RESULT_DIR/run.json`` (a run's or a bench's:
+``git.commit`` or ``host.git.commit``), ``RESULT_DIR/baseline.json`` (``git.commit``,
+its seal verified first: an edited baseline vouches for nothing) or, failing those,
+``RESULT_DIR/manifest.json`` (``source.git.commit``). Results measured on a dirty tree
+belong to no commit and are never attached. A success appends one JSON line to
 ``RESULT_DIR/attachments.jsonl`` (flushed and fsynced).
 """
 
@@ -18,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
+from abgate.integrity import verify_seal
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import digest_matches, load_manifest
 
 RUN_FILE = "run.json"
+BASELINE_FILE = "baseline.json"
 MANIFEST_FILE = "manifest.json"
 ATTACHMENTS_FILE = "attachments.jsonl"
 _RUN_KEYS = (("git",), ("host", "git"))
@@ -71,6 +74,13 @@ def _read_json(path: Path) -> Any:
 
 def _from_run(path: Path) -> MeasuredSource | None:
     data = _read_json(path)
+    if path.name == BASELINE_FILE:
+        if not isinstance(data, dict):
+            raise AttachRefused(f"{path}: not a baseline record")
+        try:
+            verify_seal(path, data)
+        except UsageError as exc:
+            raise AttachRefused(f"{exc}; it cannot vouch for a commit") from None
     for keys in _RUN_KEYS:
         node: Any = data
         for key in keys:
@@ -80,7 +90,7 @@ def _from_run(path: Path) -> MeasuredSource | None:
             dirty = node.get("dirty")
             return MeasuredSource(node["commit"], tree if isinstance(tree, str) else None,
                                 dirty if isinstance(dirty, bool) else None,
-                                f"{RUN_FILE} {'.'.join(keys)}.commit")
+                                f"{path.name} {'.'.join(keys)}.commit")
     return None
 
 
@@ -99,14 +109,15 @@ def _from_manifest(path: Path) -> MeasuredSource | None:
 def tested_source(result_dir: Path) -> MeasuredSource:
     """The commit the results in ``result_dir`` were measured on."""
     found: MeasuredSource | None = None
-    if (result_dir / RUN_FILE).is_file():
-        found = _from_run(result_dir / RUN_FILE)
+    for name in (RUN_FILE, BASELINE_FILE):
+        if found is None and (result_dir / name).is_file():
+            found = _from_run(result_dir / name)
     if found is None and (result_dir / MANIFEST_FILE).is_file():
         found = _from_manifest(result_dir / MANIFEST_FILE)
     if found is None:
         raise AttachRefused(f"cannot tell which commit {result_dir} was measured on: no "
-                            f"git.commit in {RUN_FILE} and no source.git.commit in "
-                            f"{MANIFEST_FILE}")
+                            f"git.commit in {RUN_FILE} or {BASELINE_FILE} and no "
+                            f"source.git.commit in {MANIFEST_FILE}")
     if found.dirty:
         raise AttachRefused(f"{result_dir} was measured on a dirty tree (uncommitted changes, "
                             f"per {found.origin.split()[0]}); its results belong to no commit")

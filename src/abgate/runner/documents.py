@@ -111,9 +111,11 @@ class BenchRecord(_Spec):
 
 
 class BaselineRecord(_Spec):
-    """``baseline.json``: the reference outputs a later build must reproduce."""
+    """``baseline.json``: the reference outputs a later build must reproduce, sealed by
+    ``integrity`` (``integrity.py``: checked on every read of a baseline)."""
 
     recorded_at: float
+    integrity: dict[str, Any] | None = None
     cases: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
 

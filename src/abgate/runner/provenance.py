@@ -2,7 +2,10 @@
 
 Every run embeds the environment snapshot and the shared libraries each engine
 process actually mapped (with hashes); with ``--manifest FILE`` the manifest's
-digest and path; with ``--contract FILE`` the contract, checked on the request before
+digest and path, and whether it describes the source tree abgate runs from (a stale
+manifest, made at another tree or with other uncommitted edits, is refused before the
+load unless ``allow_stale_manifest``, and then recorded as stale); with
+``--contract FILE`` the contract, checked on the request before
 the load (fail fast, nothing written) and on the effective configuration and the
 mapped libraries after it.
 """
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from abgate.errors import UsageError
 from abgate.provenance import (
     ContractOutcome,
     check_effective,
@@ -23,6 +27,7 @@ from abgate.provenance import (
     load_contract,
     load_manifest,
 )
+from abgate.provenance.gitinfo import git_state
 from abgate.provenance.libmaps import snapshot_pids
 from abgate.redact import redact_argv
 from abgate.runner.session import EngineSession, PreparedEngine
@@ -32,13 +37,47 @@ from abgate.runner.session import EngineSession, PreparedEngine
 class ProvenanceOptions:
     contract: str | None = None
     manifest: str | None = None
+    allow_stale_manifest: bool = False
+
+
+def manifest_freshness(manifest: dict[str, Any], path: str) -> dict[str, Any]:
+    """Whether ``manifest`` describes the checkout abgate runs from: its git tree, dirty
+    flag and diff hash against this one's (the manifest file itself ignored)."""
+    want = (manifest.get("source") or {}).get("git")
+    here = git_state(Path.cwd(), ignore=[Path(path)])
+    if not isinstance(want, dict) or here is None:
+        why = ("the manifest records no git state" if not isinstance(want, dict)
+               else "abgate runs outside a git checkout")
+        return {"checked": False, "stale": False, "reason": why}
+    diffs = [f"{k} {want.get(k)!r} -> {here.get(k)!r}" for k in ("tree", "dirty", "diff_sha256")
+             if want.get(k) != here.get(k)]
+    return {"checked": True, "stale": bool(diffs), "manifest_commit": want.get("commit"),
+            "current_commit": here.get("commit"), "differences": diffs}
+
+
+# The freshness found at the start, by manifest path: the record states what was checked
+# before the load, not a tree the run's own output has since made dirty.
+_FRESHNESS: dict[str, dict[str, Any]] = {}
+
+
+def _check_manifest(opts: ProvenanceOptions) -> dict[str, Any] | None:
+    if opts.manifest is None:
+        return None
+    fresh = manifest_freshness(load_manifest(opts.manifest), opts.manifest)
+    _FRESHNESS[opts.manifest] = fresh
+    if fresh["stale"] and not opts.allow_stale_manifest:
+        raise UsageError(f"--manifest {opts.manifest}: stale: made at commit "
+                         f"{str(fresh['manifest_commit'])[:12]}, this checkout is at "
+                         f"{str(fresh['current_commit'])[:12]} ({'; '.join(fresh['differences'])}"
+                         "); rebuild it with 'abgate manifest build', or pass "
+                         "--allow-stale-manifest to record it as stale")
+    return fresh
 
 
 def check_before_load(opts: ProvenanceOptions, p: PreparedEngine) -> ContractOutcome | None:
     """Raise ContractViolation (exit 2: nothing loaded, nothing written) on a bad
     request; a manifest that cannot be read is refused here too, not after the load."""
-    if opts.manifest is not None:
-        load_manifest(opts.manifest)
+    _check_manifest(opts)
     if opts.contract is None:
         return None
     outcome = ContractOutcome(load_contract(Path(opts.contract)))
@@ -63,8 +102,10 @@ def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
     }
     if opts.manifest is not None:
         manifest = load_manifest(opts.manifest)
+        fresh = _FRESHNESS.get(opts.manifest) or manifest_freshness(manifest, opts.manifest)
         prov["manifest"] = {"path": str(Path(opts.manifest).resolve()),
-                            "digest": manifest.get("digest")}
+                            "digest": manifest.get("digest"), "stale": fresh["stale"],
+                            "freshness": fresh}
     if outcome is not None:
         info = session.info
         outcome.record("effective", check_effective(outcome.contract, info["name"],

@@ -148,8 +148,13 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
     way out, ``cleanup`` (the engine's verified-cleanup evidence, where it starts
     processes)."""
     with applied_env(p.spec.env):
-        engine: Engine = p.module.load(p.model, p.resolved_args, p.spec.options or None,
-                                       run_dir)
+        try:
+            engine: Engine = p.module.load(p.model, p.resolved_args, p.spec.options or None,
+                                           run_dir)
+        except BaseException as exc:  # a launched server that never became ready: its
+            if doc is not None:       # stop was verified (or not): say so in the record
+                _failed_start_cleanup(doc, exc)
+            raise
     try:
         session = EngineSession(p, engine)
         if doc is not None:
@@ -161,3 +166,12 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
             engine.close()
         if doc is not None:
             doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
+
+
+def _failed_start_cleanup(doc: dict[str, Any], exc: BaseException) -> None:
+    """The cleanup evidence an engine attached to its load failure (a launched server's
+    whole tree stopped and checked), in the shape a closed engine leaves."""
+    server = getattr(exc, "cleanup_evidence", None)
+    if isinstance(server, dict):
+        doc["cleanup"] = {"launched": True, "ready": False, "server": server,
+                          "verified": bool(server.get("verified"))}

@@ -1,0 +1,82 @@
+"""Every request of a case against its greedy reference: the warm-up(s) and each
+measured repeat, counted, with the first divergence named.
+
+At ``baseline record`` the reference is the first measured repeat, and the record is
+refused when its own warm-up or repeats disagree with it (greedy decoding that is not
+repeatable on one build is no reference). At ``baseline check`` the reference is the
+recorded output and every current request must reproduce it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
+    """The first position where ``cur`` differs from ``ref`` (a length difference counts
+    at the shorter length); None when they are equal."""
+    for i, (a, b) in enumerate(zip(ref, cur, strict=False)):
+        if a != b:
+            return i
+    return None if len(ref) == len(cur) else min(len(ref), len(cur))
+
+
+def request_label(sample: dict[str, Any], warmup: int) -> str:
+    i = int(sample["index"])
+    return f"warm-up {i + 1}" if sample["warmup"] else f"repeat {i - warmup + 1}"
+
+
+def divergence(ref_ids: Sequence[int] | None, ref_text: str | None,
+               sample: dict[str, Any]) -> dict[str, Any] | None:
+    """Where one request's output leaves the reference: by token ID where both sides
+    have them, else by character of the text; None when it matches."""
+    out = sample["output"]
+    if ref_ids is not None and out.get("token_ids") is not None:
+        ids = out["token_ids"]
+        pos = first_divergence(ref_ids, ids)
+        if pos is None:
+            return None
+        return {"position": pos, "unit": "token",
+                "reference_token": ref_ids[pos] if pos < len(ref_ids) else None,
+                "current_token": ids[pos] if pos < len(ids) else None}
+    text = out.get("text")
+    if ref_text is not None and ref_text == text:
+        return None
+    pos = first_divergence(list(ref_text or ""), list(text or ""))
+    return {"position": pos or 0, "unit": "character", "reference_token": None,
+            "current_token": None}
+
+
+def agreement(ref_ids: Sequence[int] | None, ref_text: str | None,
+              samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How many of the warm-up and measured requests reproduce the reference, and the
+    first one that does not (in the order they ran)."""
+    n_warm = sum(1 for s in samples if s["warmup"])
+    counts = {"warmup": [0, 0], "measured": [0, 0]}
+    first: dict[str, Any] | None = None
+    for s in samples:
+        side = counts["warmup" if s["warmup"] else "measured"]
+        side[1] += 1
+        div = divergence(ref_ids, ref_text, s)
+        if div is None:
+            side[0] += 1
+        elif first is None:
+            first = {"request": request_label(s, n_warm), **div}
+    (wm, wn), (mm, mn) = counts["warmup"], counts["measured"]
+    return {"measured": mn, "measured_match": mm, "warmup": wn, "warmup_match": wm,
+            "all_match": first is None, "first_divergence": first,
+            "summary": summary(mm, mn, wm, wn)}
+
+
+def summary(mm: int, mn: int, wm: int, wn: int) -> str:
+    """``3/3 repeats and the warm-up match`` / ``2/3 repeats match, the warm-up differs``."""
+    repeats = f"{mm}/{mn} repeat{'s' if mn != 1 else ''}"
+    if wn == 0:
+        return f"{repeats} match (no warm-up)"
+    warm = "the warm-up" if wn == 1 else f"{wm}/{wn} warm-ups"
+    if wm == wn:
+        return f"{repeats} and {warm} match"
+    if wn == 1:
+        return f"{repeats} match, the warm-up differs"
+    return f"{repeats} and {warm} match"

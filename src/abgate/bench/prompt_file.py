@@ -1,0 +1,75 @@
+"""Your own fixed prompt for ``bench`` and ``baseline``: ``--prompt-file FILE``.
+
+A prompt file is either token IDs as JSON (a list of integers, or an object with a
+``token_ids`` list: the form another tool's prompt SHA is taken over) or UTF-8 text,
+tokenized by the engine under test without special tokens (as the filler is). It is
+read once, before anything loads, and its content is kept in the recorded config (a
+baseline check re-runs it without the file). The prompt's identity is the SHA-256 of
+its token IDs, as for the filler (:func:`abgate.bench.prompts.prompt_sha256`), and
+``--expect-prompt-sha`` refuses a run whose prompt does not have the expected SHA.
+
+Each ``--input-len N`` benches the first N tokens; ``max`` the first ``n_ctx - output``;
+no ``--input-len`` the whole prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from abgate.errors import UsageError
+
+
+def read_prompt_file(path: str) -> dict[str, Any]:
+    """The recorded form: ``{"file", "file_sha256", "token_ids"}`` or ``{..., "text"}``."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--prompt-file {path}: cannot read it ({exc.strerror or exc})") from None
+    out: dict[str, Any] = {"file": str(p), "file_sha256": hashlib.sha256(raw).hexdigest()}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"--prompt-file {path}: not UTF-8 text (bad byte at offset "
+                         f"{exc.start})") from None
+    stripped = text.lstrip()
+    if p.suffix.lower() == ".json" or stripped.startswith(("[", "{")):
+        out["token_ids"] = _token_ids(path, text)
+    elif not text:
+        raise UsageError(f"--prompt-file {path}: empty")
+    else:
+        out["text"] = text
+    return out
+
+
+def _token_ids(path: str, text: str) -> list[int]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--prompt-file {path}:{exc.lineno}: not valid JSON ({exc.msg}); "
+                         "token IDs are a JSON list of integers") from None
+    ids = doc.get("token_ids") if isinstance(doc, dict) else doc
+    if not isinstance(ids, list) or not ids:
+        raise UsageError(f"--prompt-file {path}: expected a non-empty JSON list of token IDs "
+                         "(or an object with a 'token_ids' list)")
+    for i, t in enumerate(ids):
+        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
+            raise UsageError(f"--prompt-file {path}: token_ids[{i}] is {t!r}, not a "
+                             "non-negative integer")
+    return list(ids)
+
+
+def prompt_ids(prompt: dict[str, Any], tokenize: Callable[[str], list[int]],
+               n_vocab: int | None = None) -> list[int]:
+    """The prompt's token IDs in this engine's vocabulary (an ID past it is refused)."""
+    ids = list(prompt["token_ids"]) if "token_ids" in prompt else tokenize(prompt["text"])
+    if not ids:
+        raise UsageError(f"--prompt-file {prompt.get('file')}: tokenizes to no tokens")
+    if n_vocab is not None and max(ids) >= n_vocab:
+        raise UsageError(f"--prompt-file {prompt.get('file')}: token ID {max(ids)} is past "
+                         f"this model's vocabulary ({n_vocab} tokens)")
+    return ids

@@ -1,0 +1,168 @@
+"""Configuration drift between an accepted record and the current one: "exact match
+except ...".
+
+:func:`configuration` flattens what a record document (``baseline.json``, a run's or a
+bench's ``run.json``, an A/B arm's) says about how it ran into dotted keys, in named
+classes:
+
+| class | from the record |
+| --- | --- |
+| ``env.NAME`` | the environment snapshot's variables, with the ``--env`` overrides |
+| ``engine_args.KEY`` / ``engine_options.KEY`` | what was requested |
+| ``effective.KEY`` | the engine's effective configuration after load |
+| ``engine.name`` / ``engine.version`` | the engine as loaded |
+| ``library.NAME`` | the installed package versions of the environment snapshot |
+| ``mapped.FILE`` | the SHA-256 of each shared library the engine's processes mapped |
+| ``model.KEY`` | the model's identity (path, size, SHA-256) |
+| ``host.KEY`` | the host (hostname, OS, Python, CPU, cores, memory, GPUs) |
+
+:func:`drift` compares two such views. An allow-list of patterns (``host.*``,
+``env.CUDA_VISIBLE_DEVICES``; shell-style, each starting with a class name) says which
+keys may differ; any other difference is *unexplained*, and a check that uses the
+result fails naming those keys. The facts of one server launch (:data:`PER_LAUNCH`: its
+port, log path, readiness time) are listed as not compared. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from abgate.errors import UsageError, did_you_mean
+
+CLASSES = ("env", "engine_args", "engine_options", "effective", "engine", "library",
+           "mapped", "model", "host")
+# Facts of one launch, not configuration: a launched server's free port (in its endpoint
+# URL and its filled command line; the requested command is engine_options.launch), the
+# log path in the run directory and the measured readiness time. Listed, not compared.
+PER_LAUNCH = ("effective.endpoints", "effective.endpoints.*", "effective.launch",
+              "effective.server_log", "effective.server_ready_s")
+_MISSING = "<absent>"
+
+
+def _get(doc: Mapping[str, Any], *path: str) -> Any:
+    cur: Any = doc
+    for key in path:
+        cur = cur.get(key) if isinstance(cur, Mapping) else None
+    return cur
+
+
+def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}", v, out)
+    else:
+        out[prefix] = value
+
+
+def _mapped(doc: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for proc in _get(doc, "provenance", "libraries") or []:
+        for lib in (proc.get("libs") or []) if isinstance(proc, Mapping) else []:
+            if isinstance(lib, Mapping) and lib.get("path"):
+                out[str(lib["path"]).rsplit("/", 1)[-1]] = lib.get("sha256")
+    return out
+
+
+def configuration(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc``'s configuration as flat ``class.key`` entries (module doc)."""
+    spec = doc.get("spec") or {}
+    env = {**(_get(doc, "provenance", "environment", "env") or {}), **(spec.get("env") or {})}
+    engine = doc.get("engine") or {}
+    parts: dict[str, Any] = {
+        "env": env, "engine_args": spec.get("engine_args") or {},
+        "engine_options": spec.get("engine_options") or {},
+        "effective": engine.get("effective_config") or {},
+        "engine": {"name": engine.get("name"), "version": engine.get("version")},
+        "library": _get(doc, "provenance", "environment", "packages") or {},
+        "mapped": _mapped(doc), "model": spec.get("model") or {}, "host": doc.get("host") or {},
+    }
+    out: dict[str, Any] = {}
+    for cls, value in parts.items():
+        if isinstance(value, Mapping):
+            for k, v in value.items():
+                _flat(f"{cls}.{k}", v, out)
+        else:
+            out[cls] = value
+    return out
+
+
+def parse_allow(text: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``--allow-diff 'host.*,env.CUDA_VISIBLE_DEVICES'`` (repeatable): patterns that
+    each start with a known class, else a UsageError naming the pattern."""
+    items = [text] if isinstance(text, str) else list(text or [])
+    patterns = tuple(p.strip() for item in items for p in item.split(",") if p.strip())
+    for p in patterns:
+        cls = p.split(".", 1)[0]
+        if cls not in CLASSES and cls != "*":
+            raise UsageError(f"--allow-diff {p!r}: unknown class {cls!r}"
+                             f"{did_you_mean(cls, CLASSES)}; classes: {', '.join(CLASSES)}")
+    return patterns
+
+
+@dataclass(frozen=True)
+class Difference:
+    key: str
+    recorded: Any
+    current: Any
+    allowed: bool
+
+
+@dataclass
+class Drift:
+    allow: tuple[str, ...]
+    differences: list[Difference] = field(default_factory=list)
+    not_compared: list[str] = field(default_factory=list)
+
+    @property
+    def unexplained(self) -> list[str]:
+        return [d.key for d in self.differences if not d.allowed]
+
+    @property
+    def passed(self) -> bool:
+        return not self.unexplained
+
+    @property
+    def summary(self) -> str:
+        if not self.differences:
+            return "exact match"
+        allowed = [d.key for d in self.differences if d.allowed]
+        text = "exact match except " + _keys(allowed) + " (allowed)" if allowed else ""
+        if self.unexplained:
+            text = (text + "; " if text else "") + "differs beyond --allow-diff: " + _keys(
+                self.unexplained)
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "summary": self.summary, "allow": list(self.allow),
+                "unexplained": self.unexplained,
+                "differences": [asdict(d) for d in self.differences],
+                "not_compared": self.not_compared}
+
+
+def _keys(keys: Sequence[str], limit: int = 12) -> str:
+    shown = ", ".join(keys[:limit])
+    return shown + (f" (+{len(keys) - limit} more)" if len(keys) > limit else "")
+
+
+def _same(a: Any, b: Any) -> bool:
+    return bool(json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                          default=str))
+
+
+def drift(recorded: Mapping[str, Any], current: Mapping[str, Any],
+          allow: Sequence[str] = ()) -> Drift:
+    """Every key whose value differs (or exists on one side only), allowed or not."""
+    out = Drift(tuple(allow))
+    for key in sorted(recorded.keys() | current.keys()):
+        if any(fnmatch.fnmatchcase(key, p) for p in PER_LAUNCH):
+            out.not_compared.append(key)
+            continue
+        a, b = recorded.get(key, _MISSING), current.get(key, _MISSING)
+        if not _same(a, b):
+            ok = any(fnmatch.fnmatchcase(key, p) for p in allow)
+            out.differences.append(Difference(key, a, b, ok))
+    return out
