@@ -189,7 +189,7 @@ def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int =
     for c in resolve_cases(cases, n_ctx):
         assert c.input_len is not None
         ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed,
-                                  getattr(engine, "text_stable", None))
+                                  engine.text_stable)
         results.append(CaseResult(c, ids, prompt_sha256(ids)))
     check_prompt_shas(results, expect_prompt_sha)
     return BenchPlan(results, n_ctx, prompt_seed)

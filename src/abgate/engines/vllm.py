@@ -31,6 +31,7 @@ from abgate.engines import server_cleanup as srv
 from abgate.engines.args import ArgSpec
 from abgate.engines.base import (
     Capabilities,
+    Engine,
     EngineInfo,
     GenerationRequest,
     GenerationResult,
@@ -226,7 +227,7 @@ def check_options(options: Mapping[str, Any]) -> int:
     return concurrency
 
 
-class VllmEngine:
+class VllmEngine(Engine):
     """vLLM, resident in this process."""
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
