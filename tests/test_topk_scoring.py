@@ -19,7 +19,7 @@ from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines import openai_scoring as sc
 from abgate.engines.base import TokenScores
 from abgate.engines.logits import scores_from_logits
-from abgate.engines.vllm_logprobs import prompt_position, scores_from_rows
+from abgate.engines.prompt_logprobs import prompt_position, scores_from_rows
 from abgate.errors import AbgateError
 
 

@@ -40,7 +40,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
-from abgate.engines.vllm_logprobs import scores_from_rows
+from abgate.engines.prompt_logprobs import scores_from_rows
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
 NAME = "vllm"
@@ -298,7 +298,7 @@ class VllmEngine(Engine):
               top_k: int = 5) -> TokenScores:
         """Top-k teacher-forced log-probs from vLLM's ``prompt_logprobs`` over the
         prompt and continuation (one request; ``top_k`` at most the engine's
-        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.vllm_logprobs`."""
+        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.prompt_logprobs`."""
         prompt, cont = [int(t) for t in prompt_token_ids], [int(t) for t in continuation]
         if not prompt or not cont:
             raise ValueError("scoring needs a non-empty prompt and continuation")
