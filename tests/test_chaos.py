@@ -137,6 +137,7 @@ def _quality(w: Workload, out: Path) -> Any:
             for arm, c in comparison["comparisons"].items()}
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("command", ["run", "ab"])
 def test_kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
     rng = random.Random(SEED)

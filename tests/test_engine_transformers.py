@@ -37,6 +37,8 @@ from abgate.metrics import request_timing
 from abgate.runner.session import EngineSpec, prepare_engine
 from tests.conftest import abgate, read_lines
 
+pytestmark = pytest.mark.engine  # every test here loads a real engine
+
 DEVICE = os.environ.get("ABGATE_TEST_DEVICE", "cpu")
 CUDA = DEVICE.startswith("cuda")
 MSGS = ({"role": "user", "content": "What is 7 + 5? Answer with a number."},)
