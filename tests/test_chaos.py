@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import HANG_S, read_lines
-from tests.fault_server import FaultServer
+from tests.support.fault_server import FaultServer
 
 TRIALS = int(os.environ.get("ABGATE_CHAOS_TRIALS", "2"))
 SEED = int(os.environ.get("ABGATE_CHAOS_SEED", "13"))
