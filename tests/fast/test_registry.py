@@ -15,9 +15,8 @@ from abgate.engines.registry import EngineAdapter
 from abgate.errors import UsageError
 
 ENGINES = Path(__file__).resolve().parents[2] / "src" / "abgate" / "engines"
-# each adapter's own modules (an adapter may import only these, its own, and the shared ones)
-ADAPTERS = {"llamacpp": "llamacpp", "openai": "openai", "transformers": "transformers",
-            "vllm": "vllm", "fake": "fake"}
+# an adapter's modules may import its own, the seam's and the shared ones, never another's
+ADAPTERS = {"llamacpp", "openai", "transformers", "vllm", "fake"}
 
 
 def test_names_and_close_matches() -> None:
@@ -50,27 +49,41 @@ def test_missing_package_is_one_line_before_load() -> None:
         adapter.validate_options({"endpoint": "x"})
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    out: set[str] = set()
-    for node in ast.walk(tree):
+def _modules() -> dict[str, Path]:
+    """Every module of abgate.engines by its dotted name below it (``openai.stream``)."""
+    out = {}
+    for path in ENGINES.rglob("*.py"):
+        parts = list(path.relative_to(ENGINES).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts) or "__init__"] = path
+    return out
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+    """The abgate.engines modules ``path`` imports (dotted, below abgate.engines)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-    return {m.removeprefix("abgate.engines.") for m in out if m.startswith("abgate.engines.")}
+            names = [a.name for a in node.names]
+        found.update(n.removeprefix("abgate.engines.") for n in names
+                     if n.startswith("abgate.engines."))
+    return found & known
 
 
 def _owner(module: str) -> str | None:
-    return next((name for name, prefix in ADAPTERS.items() if module.startswith(prefix)),
-                None)
+    """The adapter a module belongs to (``openai.stream``, ``openai_stream``: openai);
+    None for the seam and the shared modules."""
+    head = module.split(".")[0].split("_")[0]
+    return head if head in ADAPTERS else None
 
 
 def test_no_adapter_imports_another_and_no_circle() -> None:
-    graph = {p.stem: {m.split(".")[0] for m in _imports(p)} & {q.stem for q in
-                                                              ENGINES.glob("*.py")}
-             for p in ENGINES.glob("*.py")}
+    modules = _modules()
+    graph = {m: _imports(p, set(modules)) - {m} for m, p in modules.items()}
     del graph["__init__"]  # the registry's lazy factories name every adapter
     for module, deps in graph.items():
         owner = _owner(module)
@@ -79,7 +92,8 @@ def test_no_adapter_imports_another_and_no_circle() -> None:
             assert other is None or other == owner, f"{module} imports {dep} ({other})"
 
     def reach(start: str) -> set[str]:
-        seen, todo = set(), list(graph.get(start, ()))
+        seen: set[str] = set()
+        todo = list(graph.get(start, ()))
         while todo:
             m = todo.pop()
             if m not in seen:
