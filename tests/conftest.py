@@ -151,3 +151,22 @@ def llama_server_args() -> str:
     n = requested_threads(1)
     return (f'{{ ctx-size = 2048, threads = {n}, threads-batch = {n}, parallel = 1, '
             f'no-webui = true }}')
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_loads_no_real_engine(request: pytest.FixtureRequest,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked ``engine`` (the fast tier) that loads llama.cpp or transformers
+    in this process fails, naming the marker; workflow logic there runs on the fake
+    engine. (A real engine a test starts in a subprocess is caught by its time instead:
+    ``--durations``.)"""
+    if request.node.get_closest_marker("engine") is not None:
+        return
+    from abgate.engines import llamacpp, transformers
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("this test loads a real engine: mark it @pytest.mark.engine, "
+                             "or run its logic on the fake engine (--engine fake)")
+
+    monkeypatch.setattr(llamacpp.LlamaCppEngine, "__init__", refuse)
+    monkeypatch.setattr(transformers.TransformersEngine, "__init__", refuse)

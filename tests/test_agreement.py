@@ -12,7 +12,7 @@ from scipy import stats
 
 from abgate.compare.agreement import KL_CAP, summarize_agreement
 from abgate.compare.stats import cluster_ratio, wilson_clustered, wilson_interval
-from tests.test_agreement_support import aa_rows, agreement_row, broken_rows, rows_for
+from tests.support.agreement import aa_rows, agreement_row, broken_rows, rows_for
 
 
 def test_identical_arms_agree_exactly() -> None:

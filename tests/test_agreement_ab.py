@@ -20,6 +20,8 @@ import pytest
 from abgate.ab.analyze import analyze
 from tests.conftest import abgate, engine_threads
 
+pytestmark = pytest.mark.engine  # every test here loads a real engine
+
 DISTRIBUTION_GATES = {"mean_kld", "top1_agreement"}
 
 

@@ -15,14 +15,14 @@ from abgate.report.agreement_sections import evidence_line
 from abgate.report.blocks import Heading
 from abgate.report.load import load_ab
 from abgate.report.markdown import render_markdown
-from tests.test_agreement_support import (
+from tests.support.agreement import (
     aa_rows,
     broken_rows,
     write_agreement,
     write_probes,
     write_scoring,
 )
-from tests.test_report_support import N_ITEMS, SEEDS, build_ab_dir
+from tests.support.report import N_ITEMS, SEEDS, build_ab_dir
 
 N_PLOTS = 2 + 3 * 2  # as in test_report.py, before the KL histograms
 

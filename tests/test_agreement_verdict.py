@@ -15,8 +15,8 @@ from abgate.compare import Verdict, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
 from abgate.errors import UsageError
-from tests.test_agreement_support import aa_rows, broken_rows, rows_for
-from tests.test_compare_support import make_arm, make_sample
+from tests.support.agreement import aa_rows, broken_rows, rows_for
+from tests.support.compare import make_arm, make_sample
 
 
 def comparison(a: list[dict[str, Any]], b: list[dict[str, Any]], **extra: Any

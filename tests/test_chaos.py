@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import HANG_S, read_lines
-from tests.fault_server import FaultServer
+from tests.support.fault_server import FaultServer
 
 TRIALS = int(os.environ.get("ABGATE_CHAOS_TRIALS", "2"))
 SEED = int(os.environ.get("ABGATE_CHAOS_SEED", "13"))
@@ -137,6 +137,7 @@ def _quality(w: Workload, out: Path) -> Any:
             for arm, c in comparison["comparisons"].items()}
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("command", ["run", "ab"])
 def test_kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
     rng = random.Random(SEED)

@@ -23,7 +23,7 @@ from abgate.compare.stats import (
 )
 from abgate.errors import AbgateError
 from abgate.scoring.health import clustered_accuracy
-from tests.test_compare_support import make_arm, make_sample
+from tests.support.compare import make_arm, make_sample
 
 
 def test_result_is_json_without_nan() -> None:

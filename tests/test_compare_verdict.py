@@ -10,7 +10,7 @@ import pytest
 
 from abgate.compare import Policy, Verdict, compare_samples, decide, load_policy
 from abgate.errors import AbgateError
-from tests.test_compare_support import make_arm, make_sample
+from tests.support.compare import make_arm, make_sample
 
 
 def verdict(a: list[dict[str, object]], b: list[dict[str, object]],

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import abgate, read_lines
-from tests.fault_server import FaultServer
+from tests.support.fault_server import FaultServer
 
 INJECT = '''
 import errno, os

@@ -88,6 +88,7 @@ def test_run_json_and_manifest_agree_on_dirty(tmp_path: Path,
 # -- loaded(): env isolation, processes, hashing once ---------------------------------------
 
 
+@pytest.mark.engine
 def test_env_is_isolated_per_arm_in_forced_interleave_and_restored(tmp_path: Path) -> None:
     shared = RunConfig(suite="synthetic", difficulty="trivial", limit=2, max_tokens=4,
                        engine_args={"n_threads": 1})
@@ -108,6 +109,7 @@ def test_env_is_isolated_per_arm_in_forced_interleave_and_restored(tmp_path: Pat
     assert all(r["engine_processes"] == [os.getpid()] for r in runs)  # in-process engine
 
 
+@pytest.mark.engine
 def test_one_model_is_hashed_once_per_ab(tmp_path: Path, model_path: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     other = tmp_path / "copy.gguf"
@@ -136,6 +138,7 @@ def test_one_model_is_hashed_once_per_ab(tmp_path: Path, model_path: str,
 # -- served engines through the same session --------------------------------------------------
 
 
+@pytest.mark.engine
 @needs_server
 @pytest.mark.server
 def test_launched_server_records_only_its_process_tree_and_contract_holds(
@@ -157,6 +160,7 @@ def test_launched_server_records_only_its_process_tree_and_contract_holds(
     assert run["cleanup"]["verified"]
 
 
+@pytest.mark.engine
 @needs_server
 @pytest.mark.server
 def test_bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path: str) -> None:
@@ -192,6 +196,7 @@ def test_bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path
 # -- the shared bookkeeping: SIGTERM during a bench -------------------------------------------
 
 
+@pytest.mark.engine
 def test_sigterm_during_bench_is_interrupted_with_run_log(tmp_path: Path) -> None:
     out = tmp_path / "B"
     proc = subprocess.Popen([sys.executable, "-m", "abgate", "bench", "--input-len", "32",

@@ -29,13 +29,15 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from abgate.bench.fidelity import fidelity
 from abgate.bench.roofline import model_bytes_for
-from abgate.engines import engine_module
+from abgate.engines import engine_adapter
 from abgate.engines import transformers as hf
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
 from abgate.runner.session import EngineSpec, prepare_engine
 from tests.conftest import abgate, read_lines
+
+pytestmark = pytest.mark.engine  # every test here loads a real engine
 
 DEVICE = os.environ.get("ABGATE_TEST_DEVICE", "cpu")
 CUDA = DEVICE.startswith("cuda")
@@ -97,7 +99,7 @@ def req(max_tokens: int = 24, rid: str = "r", **kw: Any) -> GenerationRequest:
 
 
 def test_registered_lazily_and_torch_is_imported_only_on_load() -> None:
-    assert engine_module("transformers") is hf
+    assert engine_adapter("transformers").load is hf.load
     code = ("import sys, abgate.engines.transformers as t, abgate.runner.session; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

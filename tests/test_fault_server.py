@@ -1,4 +1,4 @@
-"""The ``openai`` engine against a fault-injecting server (tests/fault_server.py): every
+"""The ``openai`` engine against a fault-injecting server (tests/support/fault_server.py): every
 fault becomes an error sample with its reason, never a wrong answer; retries happen only
 before the first token; timeouts hold; a request cut off by a dying server is counted.
 No model anywhere: the server streams canned tokens, so these tests are cheap."""
@@ -18,7 +18,7 @@ import pytest
 from abgate.engines import openai_compat
 from abgate.engines.base import GenerationRequest, SamplingParams
 from tests.conftest import HANG_S, REPO, abgate, read_lines, wait_until
-from tests.fault_server import FaultServer
+from tests.support.fault_server import FaultServer
 
 MAX_TOKENS = 6
 
@@ -182,7 +182,7 @@ def test_cli_records_faults_as_error_samples(tmp_path: Path) -> None:
 def test_cli_killed_server_fails_the_run_and_counts_the_request(tmp_path: Path) -> None:
     """A real SIGKILL of a server process while a request streams."""
     port_file = tmp_path / "port"
-    server = subprocess.Popen([sys.executable, "-m", "tests.fault_server", "--port-file",
+    server = subprocess.Popen([sys.executable, "-m", "tests.support.fault_server", "--port-file",
                                str(port_file), "--script", "ok,stall_mid"], cwd=REPO)
     out = tmp_path / "R"
     try:

@@ -37,7 +37,7 @@ from abgate.runner.records import read_samples
 from abgate.runner.spec import RunConfig
 from abgate.suites import gsm8k
 from tests.conftest import REPO
-from tests.fuzz_support import (
+from tests.support.fuzz import (
     FUZZ,
     JSON_VALUES,
     SPECIALS,
@@ -46,8 +46,8 @@ from tests.fuzz_support import (
     check_clean,
     toml_dumps,
 )
+from tests.support.report import build_ab_dir
 from tests.test_contract import EXAMPLE as CONTRACT
-from tests.test_report_support import build_ab_dir
 
 EXPERIMENT = (REPO / "examples" / "smollm2-kv-q8.toml").read_bytes()
 POLICY = (REPO / "src" / "abgate" / "policies" / "default.toml").read_bytes()

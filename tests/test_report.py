@@ -13,7 +13,7 @@ import pytest
 
 from abgate.report import render, write_reports
 from tests.conftest import abgate
-from tests.test_report_support import build_ab_dir
+from tests.support.report import build_ab_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 N_PLOTS = 2 + 3 * 2  # speed + accuracy, then ratio/length/repetition per candidate

@@ -273,6 +273,7 @@ def _texts(root: Path) -> dict[str, str]:
     return {str(p): p.read_text(encoding="utf-8", errors="replace") for p in files}
 
 
+@pytest.mark.engine
 def test_no_secret_in_any_file_written(out: Path) -> None:
     texts = _texts(out)
     names = {Path(p).relative_to(out).as_posix() for p in texts}
@@ -302,6 +303,7 @@ def _has(seq: list[str], *words: str) -> bool:
     return any(seq[i:i + len(words)] == list(words) for i in range(len(seq)))
 
 
+@pytest.mark.engine
 def test_harmless_values_are_kept(out: Path) -> None:
     cmd = _cmdline(out / "run" / "run.json")
     assert _has(cmd, "--max-tokens", "4") and _has(cmd, "--engine-arg", "n_threads=1")
@@ -324,6 +326,7 @@ def test_harmless_values_are_kept(out: Path) -> None:
     assert _has(_cmdline(out / "baseline" / "baseline.json"), "--input-len", "16")
 
 
+@pytest.mark.engine
 def test_launched_server_records(out: Path) -> None:
     run = json.loads((out / "launched" / "run.json").read_text())
     launch = run["spec"]["engine_options"]["launch"]
@@ -340,6 +343,7 @@ def test_launched_server_records(out: Path) -> None:
     assert samples and samples[0]["error"] is None
 
 
+@pytest.mark.engine
 def test_endpoint_url_keeps_its_host(out: Path, endpoint: int) -> None:
     run = json.loads((out / "endpoint" / "run.json").read_text())
     shown = f"http://{REDACTED}@127.0.0.1:{endpoint}"
@@ -349,6 +353,7 @@ def test_endpoint_url_keeps_its_host(out: Path, endpoint: int) -> None:
     assert read_lines(out / "endpoint" / "samples.jsonl")[0]["error"] is None
 
 
+@pytest.mark.engine
 def test_manifest_and_reports(out: Path) -> None:
     env = json.loads((out / "manifest.json").read_text())["environment"]["env"]
     assert env["MY_SERVICE_PASSWORD"] == REDACTED and env["ABGATE_PLAIN"] == "visible-plain-value"
@@ -357,6 +362,7 @@ def test_manifest_and_reports(out: Path) -> None:
     assert "flash_attn" in report and REDACTED in report and "A_API_KEY" in report
 
 
+@pytest.mark.engine
 def test_resume_refuses_to_run_with_redacted_values(out: Path, tmp_path: Path) -> None:
     shutil.copytree(out / "endpoint", tmp_path / "r")
     r = abgate("run", "--resume", str(tmp_path / "r"), env=PROCESS_ENV, timeout=120)

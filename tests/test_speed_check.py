@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from abgate.compare.speed_check import compare_speed, ratio_interval, separated, spread
-from tests.fuzz_support import FUZZ
+from tests.support.fuzz import FUZZ
 
 # the case: 136.5 tok/s recorded, 115.8 at the check (15% slower), 10% tolerance
 

@@ -18,8 +18,8 @@ from abgate.compare.agreement import summarize_agreement
 from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines import openai_scoring as sc
 from abgate.engines.base import TokenScores
-from abgate.engines.llamacpp import scores_from_logits
-from abgate.engines.vllm_logprobs import prompt_position, scores_from_rows
+from abgate.engines.logits import scores_from_logits
+from abgate.engines.prompt_logprobs import prompt_position, scores_from_rows
 from abgate.errors import AbgateError
 
 

@@ -137,12 +137,16 @@ def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
 
 def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
                 policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
-                seed: int = 0, n_boot: int = 2000) -> dict[str, Any]:
+                seed: int = 0, n_boot: int = 2000,
+                allow_unmatched: bool = False) -> dict[str, Any]:
     """One candidate against the baseline: paired statistics, ``extras`` beside them, and
     the policy's verdict. ``abgate ab`` and ``abgate compare`` both call this, so the
-    two can never disagree on the same samples."""
+    two can never disagree on the same samples. ``allow_unmatched``: an unfinished A/B,
+    where an interruption may fall between the two arms' samples of one item, is
+    compared on the keys both arms have."""
     comparison = compare_samples(base, cand, seed=seed, n_boot=n_boot, arm_names=arm_names,
-                                 confidence=policy.speed.confidence)
+                                 confidence=policy.speed.confidence,
+                                 allow_unmatched=allow_unmatched)
     comparison.update(extras)
     verdict = decide(comparison, policy)
     return {"comparison": comparison, "verdict": verdict.to_dict()}
@@ -162,7 +166,8 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             continue
         extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
-                                       extras, seed=seed, n_boot=n_boot)
+                                       extras, seed=seed, n_boot=n_boot,
+                                       allow_unmatched=ab["status"] != "complete")
     decisions = [c["verdict"]["decision"] for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
     if ab["status"] != "complete" and overall == "ACCEPT":

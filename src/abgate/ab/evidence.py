@@ -44,14 +44,21 @@ TOP_N = 5  # top tokens kept per position in agreement.jsonl (for the report)
 # log-probs asked of each arm per position: a top-k engine's bound is over these cells
 SCORE_K = 20
 Prompt = Callable[[dict[str, Any]], list[int]]  # sample -> the prompt token IDs it had
+Detok = Callable[[list[int]], str | None]  # token IDs -> text, None where unknown
 
 
-def _top(scores: TokenScores, detok: Callable[[list[int]], str] | None) -> list[list[Any]]:
+def _top(scores: TokenScores, detok: Detok | None) -> list[list[Any]]:
+    """Each position's top tokens as ``[id, logprob]``, plus the token's text where the
+    engine can detokenize."""
     out = []
     for ids, lps in zip(scores.top_ids[:, :TOP_N].tolist(),
                         scores.top_logprobs[:, :TOP_N].tolist(), strict=True):
-        out.append([[i, round(lp, 5), *([detok([i])] if detok else [])]
-                    for i, lp in zip(ids, lps, strict=True) if i >= 0 and math.isfinite(lp)])
+        row = []
+        for i, lp in zip(ids, lps, strict=True):
+            if i >= 0 and math.isfinite(lp):
+                text = detok([i]) if detok else None
+                row.append([i, round(lp, 5), *([text] if text is not None else [])])
+        out.append(row)
     return out
 
 
@@ -94,7 +101,7 @@ def _logps(values: npt.NDArray[np.float32]) -> list[float | None]:
 
 
 def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScores,
-                  detok: Callable[[list[int]], str] | None = None,
+                  detok: Detok | None = None,
                   source: str = "baseline_output") -> dict[str, Any]:
     """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence.
     Both arms scored over the full vocabulary: the exact KL ("full"); else the lower
@@ -133,9 +140,8 @@ def continuation(sample: Mapping[str, Any], session: EngineSession) -> tuple[lis
         return session.engine.tokenize(sample["output"]["text"]), "baseline_output_retokenized"
 
 
-def _detok(session: EngineSession) -> Callable[[list[int]], str] | None:
-    fn = getattr(session.engine, "detokenize", None)
-    return fn if callable(fn) else None
+def _detok(session: EngineSession) -> Detok:
+    return session.engine.detokenize
 
 
 def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
@@ -147,8 +153,8 @@ def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
     cost["n_tokens"] = cost.get("n_tokens", 0) + len(tokens)
     cost["method"] = scores.method
     cost["n_sequences"] = cost.get("n_sequences", 0) + 1
-    restored = getattr(session.engine, "prompts_restored", None)  # llama.cpp keeps prompts
-    if isinstance(restored, int):
+    restored = session.engine.prompts_restored  # llama.cpp keeps prompts
+    if restored is not None:
         cost["prompts_restored"] = restored
     return scores
 

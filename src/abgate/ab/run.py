@@ -21,6 +21,7 @@ from typing import Any
 
 from abgate.ab import evidence, schedule
 from abgate.ab.experiment import Experiment
+from abgate.engines import engine_adapter
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.runner import records as rec
@@ -34,7 +35,6 @@ from abgate.suites import Item
 
 log = logging.getLogger("abgate.ab")
 AB_FILE = "ab.json"
-IN_PROCESS_ENGINES = ("llamacpp", "transformers")
 MATCHED = ("item_ids", "seeds", "sampling", "prompt", "suite")
 Progress = Callable[[dict[str, Any]], None]
 
@@ -64,7 +64,7 @@ def choose_mode(exp: Experiment) -> str:
         return exp.schedule.mode
     arms = list(exp.arms.values())
     same_env = all(a.env == arms[0].env for a in arms)
-    in_process = all(a.engine in IN_PROCESS_ENGINES for a in arms)
+    in_process = all(engine_adapter(a.engine).in_process for a in arms)
     return "interleave" if same_env and in_process else "blocks"
 
 
@@ -177,9 +177,8 @@ class AbRunner:
         self.check_prompt(arm, session)
         if self.exp.evidence.agreement:
             evidence.scoring_preflight(arm, session)
-        keep = getattr(session.engine, "keep_prompt_states", None)
-        if self.exp.evidence.agreement and callable(keep):
-            keep()  # the scoring pass then restores each prompt instead of prefilling it
+        if self.exp.evidence.agreement:  # the scoring pass then restores each prompt
+            session.engine.keep_prompt_states()  # instead of prefilling it (where it can)
         if warm:
             self.warmup(arm, session)
         return session

@@ -27,10 +27,9 @@ TOP_K = 5
 
 
 def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[list[int]] | None:
-    trace = getattr(engine, "topk_trace", None)
-    if trace is None or not output:
+    if not output:
         return None
-    return trace(prompt, output, TOP_K)  # type: ignore[no-any-return]
+    return engine.topk_trace(prompt, output, TOP_K)
 
 
 def _cases(engine: Engine, c: BenchConfig) -> tuple[list[dict[str, Any]], list[list[Any]]]:

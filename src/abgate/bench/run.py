@@ -201,7 +201,6 @@ def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int =
     build the prompts (the filler, or the first N tokens of ``prompt``, a read
     ``--prompt-file``) and check their SHAs against ``expect_prompt_sha``."""
     n_ctx = context_length(engine)
-    text_stable = getattr(engine, "text_stable", None)
     source = None
     if prompt is not None:
         vocab = engine.describe().effective_config.get("n_vocab")
@@ -210,10 +209,11 @@ def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int =
     for c in resolve_cases(cases, n_ctx, None if source is None else len(source)):
         assert c.input_len is not None
         if source is None:
-            ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed, text_stable)
+            ids = fixed_length_prompt(engine.tokenize, c.input_len, prompt_seed,
+                                      engine.text_stable)
         else:
             ids = source[:c.input_len]
-            if text_stable is not None and not text_stable(ids):
+            if engine.text_stable is not None and not engine.text_stable(ids):
                 raise UsageError(f"--prompt-file: its first {c.input_len} tokens do not "
                                  "survive this engine's text round trip (it is sent text)")
         results.append(CaseResult(c, ids, prompt_sha256(ids)))

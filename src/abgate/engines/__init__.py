@@ -1,32 +1,60 @@
-"""Engines behind one protocol, registered lazily by name.
+"""Engines behind one base class, registered lazily by name.
 
-An engine module provides ``ARG_SPECS`` (what ``--engine-arg`` accepts),
-``resolve_model(model)`` (checks the model before anything loads) and
-``load(model, args, options=None, run_dir=None)`` (returns a resident
-:class:`~abgate.engines.base.Engine`; ``options`` are engine-level settings that are not
-engine args, such as endpoints or concurrency; ``run_dir`` is where the engine may keep
-logs, e.g. a launched server's).
-Importing :mod:`abgate.engines` imports no engine library.
+Each factory below imports its adapter's module only when that engine is asked for
+(:func:`engine_adapter`), so importing :mod:`abgate.engines` imports no engine library.
+An adapter module provides ``ARG_SPECS`` (what ``--engine-arg`` accepts),
+``resolve_model(model)`` and ``load(model, args, options=None, run_dir=None)`` (a
+resident :class:`~abgate.engines.base.Engine`), and where it has them
+``check_args``/``check_options``; the factory names each of them in a typed
+:class:`~abgate.engines.registry.EngineAdapter`.
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from abgate.engines.registry import EngineAdapter, engine, engine_adapter, engine_names
 
-from abgate.errors import UsageError, did_you_mean
+__all__ = ["EngineAdapter", "engine", "engine_adapter", "engine_names"]
 
-ENGINES: dict[str, str] = {
-    "llamacpp": "abgate.engines.llamacpp",
-    "openai": "abgate.engines.openai_compat",
-    "vllm": "abgate.engines.vllm",
-    "transformers": "abgate.engines.transformers",
-}
+VLLM_HINT = "pip install 'abgate[vllm]' (on a machine vLLM supports)"
 
 
-def engine_module(name: str) -> ModuleType:
-    target = ENGINES.get(name)
-    if target is None:
-        raise UsageError(f"unknown engine {name!r}; expected one of {', '.join(ENGINES)}"
-                         + did_you_mean(name, ENGINES))
-    return importlib.import_module(target)
+@engine("llamacpp")
+def _llamacpp() -> EngineAdapter:
+    from abgate.engines import llamacpp as m
+
+    return EngineAdapter("llamacpp", m.ARG_SPECS, m.resolve_model, m.load, in_process=True,
+                         requires=(("llama_cpp", "pip install llama-cpp-python"),))
+
+
+@engine("openai")
+def _openai() -> EngineAdapter:
+    from abgate.engines import openai_compat as m
+
+    return EngineAdapter("openai", m.ARG_SPECS, m.resolve_model, m.load,
+                         check_options=m.check_options)
+
+
+@engine("vllm")
+def _vllm() -> EngineAdapter:
+    from abgate.engines import vllm as m
+
+    return EngineAdapter("vllm", m.ARG_SPECS, m.resolve_model, m.load,
+                         check_options=m.check_options, requires=(("vllm", VLLM_HINT),))
+
+
+@engine("transformers")
+def _transformers() -> EngineAdapter:
+    from abgate.engines import transformers as m
+    from abgate.engines import transformers_options as o
+
+    hint = "pip install 'abgate[transformers]'"
+    return EngineAdapter("transformers", o.ARG_SPECS, o.resolve_model, m.load,
+                         check_args=o.check_args, in_process=True,
+                         requires=(("torch", hint), ("transformers", hint)))
+
+
+@engine("fake")
+def _fake() -> EngineAdapter:
+    from abgate.engines import fake as m
+
+    return EngineAdapter("fake", m.ARG_SPECS, m.resolve_model, m.load, in_process=True)

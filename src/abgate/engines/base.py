@@ -1,4 +1,4 @@
-"""The engine seam: the one protocol every engine adapter implements.
+"""The engine seam: the one base class every engine adapter extends.
 
 An engine is loaded once, stays resident, and turns a batch of
 :class:`GenerationRequest` into :class:`GenerationResult` in the same order.
@@ -9,13 +9,17 @@ timestamps (TTFT, steady decode, TPOT) lives in :mod:`abgate.metrics`.
 
 from __future__ import annotations
 
+import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from abgate.errors import AbgateError
 
 FinishReason = Literal["stop", "length", "error"]
 ScoringMethod = Literal["full", "top_k"]
@@ -192,12 +196,21 @@ class EngineInfo:
         }
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """The protocol every engine implements. Construct = load; it stays resident."""
+class Engine(ABC):
+    """The base class every engine adapter extends. Construct = load; it stays resident.
+
+    Four members are the adapter's to write (``generate``, ``tokenize``,
+    ``render_prompt``, ``describe``); every optional feature has an answer here, so
+    callers never probe an engine for one: an engine that cannot score raises on
+    ``score`` (and says ``capabilities.scoring = None``), one that cannot turn token IDs
+    back into text answers None from ``detokenize``, and so on."""
 
     capabilities: Capabilities
+    #: Set by ``close()`` of engines that start processes: the verified-cleanup evidence
+    #: (no surviving processes, port free, GPU memory back) that the record keeps.
+    cleanup_evidence: dict[str, Any] | None = None
 
+    @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest],
                  on_result: OnResult | None = None) -> list[GenerationResult]:
         """Run a batch; results come back in request order, and ``on_result`` is called
@@ -205,35 +218,66 @@ class Engine(Protocol):
         record it at once. A request that fails returns ``finish_reason="error"`` with
         ``error`` set; it does not raise. Engines that run requests concurrently bound
         their own in-flight window."""
-        ...
 
+    @abstractmethod
     def tokenize(self, text: str) -> list[int]:
         """The engine's own tokenizer (no special tokens added)."""
-        ...
 
+    @abstractmethod
     def render_prompt(self, messages: Sequence[Message]) -> list[int]:
         """The exact prompt token IDs the engine would feed for chat ``messages``."""
-        ...
 
+    @abstractmethod
     def describe(self) -> EngineInfo: ...
 
     def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
               top_k: int = 5) -> TokenScores:
         """Teacher-forced scoring of ``continuation`` after ``prompt_token_ids`` (engines
         whose ``capabilities.scoring`` is None raise AbgateError)."""
-        ...
+        raise AbgateError(f"engine {type(self).__name__} cannot score teacher-forced "
+                          "sequences (capabilities.scoring = None)")
 
     def processes(self) -> list[int]:
         """PIDs of the processes that run this engine, root first: this process for an
-        in-process engine (plus any workers it forked), a launched server's process
-        tree, nothing for a remote endpoint. Provenance reads their mapped libraries
-        and resources from these, and only these."""
-        ...
+        in-process engine (the default; plus any workers it forked), a launched server's
+        process tree, nothing for a remote endpoint. Provenance reads their mapped
+        libraries and resources from these, and only these."""
+        return [os.getpid()]
 
     def close(self) -> None:
         """Release everything. Engines that start processes verify the cleanup and
-        leave the evidence in a ``cleanup_evidence`` dict attribute."""
-        ...
+        leave the evidence in :attr:`cleanup_evidence`. The default holds nothing."""
+        return None
+
+    def detokenize(self, ids: Sequence[int]) -> str | None:
+        """The text of token ``ids``; None where the engine cannot say (the default)."""
+        return None
+
+    def topk_trace(self, prompt_ids: Sequence[int], output_ids: Sequence[int],
+                   k: int) -> list[list[int]] | None:
+        """The engine's top-``k`` next-token IDs at every position of ``output_ids``
+        (teacher-forced); None where the engine cannot trace them (the default).
+        Baselines use it to tell a near-tie flip from a real divergence."""
+        return None
+
+    def keep_prompt_states(self, budget_bytes: int = 512 * 2**20) -> bool:
+        """Keep each request's prompt state (up to ``budget_bytes``) so that ``score``
+        restores it instead of prefilling again. True where the engine does; the
+        default keeps nothing and answers False."""
+        return False
+
+    @property
+    def prompts_restored(self) -> int | None:
+        """How many ``score`` calls restored a kept prompt; None for an engine that
+        keeps none (the default)."""
+        return None
+
+    @property
+    def text_stable(self) -> Callable[[list[int]], bool] | None:
+        """For engines that can only be sent text: the check that a token-ID prompt
+        survives the text round trip (bench prompts are chosen so that it does); None
+        where token IDs are sent as they are (the default)."""
+        return None
 
 
 def one_at_a_time(requests: Sequence[GenerationRequest], on_result: OnResult | None,

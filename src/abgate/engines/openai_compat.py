@@ -35,6 +35,7 @@ from abgate.engines import openai_text_prompts as tp
 from abgate.engines import server as srv
 from abgate.engines.base import (
     Capabilities,
+    Engine,
     EngineInfo,
     GenerationRequest,
     GenerationResult,
@@ -79,7 +80,7 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
                          "server is already running (configure it where it is started)")
     _check_llama_cpp_concurrency(opts, args)
     if not model and opts.launch and "{model}" in opts.launch:
-        from abgate.engines.llamacpp import default_model_path  # as --engine llamacpp does
+        from abgate.engines.default_model import default_model_path  # as --engine llamacpp does
         model = str(default_model_path().resolve())
     key = _api_key(opts.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -144,7 +145,7 @@ class ServerGone(AbgateError):
     """The launched server died or the endpoint stopped answering: the run fails."""
 
 
-class OpenAIEngine:
+class OpenAIEngine(Engine):
     """A served engine, reached over HTTP."""
 
     def __init__(self, model: str, opts: Options, headers: Mapping[str, str],

@@ -59,6 +59,7 @@ from abgate.engines import server_cleanup as srv
 from abgate.engines import transformers_determinism as det
 from abgate.engines.base import (
     Capabilities,
+    Engine,
     EngineInfo,
     GenerationRequest,
     GenerationResult,
@@ -68,7 +69,7 @@ from abgate.engines.base import (
     TokenScores,
     one_at_a_time,
 )
-from abgate.engines.llamacpp import scores_from_logits
+from abgate.engines.logits import scores_from_logits
 from abgate.engines.transformers_describe import device_facts, weight_facts
 from abgate.engines.transformers_hooks import _Force, _hooks, _Watch
 from abgate.engines.transformers_options import (  # noqa: F401  (the engine module's API)
@@ -133,7 +134,7 @@ class _Source:
         return kw
 
 
-class TransformersEngine:
+class TransformersEngine(Engine):
     """A transformers causal LM, resident in this process."""
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
@@ -469,7 +470,7 @@ class TransformersEngine:
         if len(prompt_ids) + p.max_tokens > self._max_len():
             raise ValueError(f"prompt ({len(prompt_ids)} tokens) + max_tokens ({p.max_tokens}) "
                              f"exceeds the context (max_position_embeddings={self._max_len()})")
-        watch = _Watch(self, p, len(prompt_ids))
+        watch = _Watch(torch, self._on_cuda, self._eos, self.detokenize, p, len(prompt_ids))
         extra: dict[str, Any] = {}
         if self._assistant is not None:
             extra["assistant_model"] = self._assistant

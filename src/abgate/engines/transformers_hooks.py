@@ -6,12 +6,10 @@ teacher-forced scoring through the decode steps."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from abgate.engines.base import SamplingParams
-
-if TYPE_CHECKING:
-    from abgate.engines.transformers import TransformersEngine
 
 
 class _Watch:
@@ -20,10 +18,11 @@ class _Watch:
     from the sequence alone (some transformers versions also ask it about speculative
     candidates); the timing marks are CUDA events or host clock readings."""
 
-    def __init__(self, engine: TransformersEngine, p: SamplingParams, prompt_len: int) -> None:
-        self.engine, self.p, self.prompt_len = engine, p, prompt_len
-        self.torch = engine._torch
-        self.cuda = engine._on_cuda
+    def __init__(self, torch: Any, cuda: bool, eos: Collection[int],
+                 detokenize: Callable[[Sequence[int]], str], p: SamplingParams,
+                 prompt_len: int) -> None:
+        self.p, self.prompt_len = p, prompt_len
+        self.torch, self.cuda, self.eos, self.detokenize = torch, cuda, eos, detokenize
         self.streamed: list[int] = []
         self.times: list[float] = []
         self.start: Any = None
@@ -55,14 +54,14 @@ class _Watch:
         """``(kept tokens, finish reason, text cut at a stop string or None)``: EOS ends
         the output and is not kept (unless ``ignore_eos``), as do a stop string and
         ``max_tokens``."""
-        p, eos = self.p, self.engine._eos
+        p, eos = self.p, self.eos
         out: list[int] = []
         for tok in generated:
             if not p.ignore_eos and tok in eos:
                 return out, "stop", None
             out.append(tok)
             if p.stop:
-                text = self.engine.detokenize(out)
+                text = self.detokenize(out)
                 hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
                 if hits:
                     return out, "stop", text[: min(hits)]

@@ -31,6 +31,7 @@ from abgate.engines import server_cleanup as srv
 from abgate.engines.args import ArgSpec
 from abgate.engines.base import (
     Capabilities,
+    Engine,
     EngineInfo,
     GenerationRequest,
     GenerationResult,
@@ -39,7 +40,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
-from abgate.engines.vllm_logprobs import scores_from_rows
+from abgate.engines.prompt_logprobs import scores_from_rows
 from abgate.engines.vllm_weights import model_bytes
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
@@ -289,7 +290,7 @@ def check_options(options: Mapping[str, Any]) -> int:
     return concurrency
 
 
-class VllmEngine:
+class VllmEngine(Engine):
     """vLLM, resident in this process."""
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
@@ -365,7 +366,7 @@ class VllmEngine:
               top_k: int = 5) -> TokenScores:
         """Top-k teacher-forced log-probs from vLLM's ``prompt_logprobs`` over the
         prompt and continuation (one request; ``top_k`` at most the engine's
-        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.vllm_logprobs`."""
+        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.prompt_logprobs`."""
         prompt, cont = [int(t) for t in prompt_token_ids], [int(t) for t in continuation]
         if not prompt or not cont:
             raise ValueError("scoring needs a non-empty prompt and continuation")

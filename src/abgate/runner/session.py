@@ -4,7 +4,7 @@ cleans up an engine.
 ``abgate run``, ``ab``, ``bench`` and ``baseline`` all go through here:
 
 1. :func:`prepare_engine` turns an :class:`EngineSpec` into a :class:`PreparedEngine`
-   before anything loads: the engine module, engine args typed and validated (close
+   before anything loads: the engine's adapter, engine args typed and validated (close
    matches for typos), engine options checked by the engine's own ``check_options``,
    the model resolved and identified (a file's or a directory's hashes, cached).
 2. :func:`loaded` loads it under its env overrides (restored right after), records
@@ -22,13 +22,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from abgate.engines import engine_module
+from abgate.engines import EngineAdapter, engine_adapter
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
-from abgate.errors import UsageError
 from abgate.identity import model_identity
 from abgate.redact import redact, redact_env
 
@@ -53,7 +51,7 @@ class PreparedEngine:
     """A validated :class:`EngineSpec`: nothing is loaded yet."""
 
     spec: EngineSpec
-    module: ModuleType
+    adapter: EngineAdapter
     model: str
     resolved_args: dict[str, Any]
     model_identity: dict[str, Any]
@@ -82,25 +80,14 @@ def recorded_engine_part(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_options(module: ModuleType, spec: EngineSpec) -> None:
-    checker = getattr(module, "check_options", None)
-    if checker is not None:
-        checker(spec.options)
-    elif spec.options:
-        raise UsageError(f"engine {spec.engine!r} takes no engine options "
-                         f"(got {', '.join(spec.options)})")
-
-
 def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     """Validate everything about the engine that needs no load, in seconds."""
-    module = engine_module(spec.engine)
-    resolved = validate_args(spec.engine, spec.args, module.ARG_SPECS)
-    check_args = getattr(module, "check_args", None)
-    if check_args is not None:  # the engine's cross-argument checks, still before load
-        check_args(resolved)
-    check_options(module, spec)
-    model = module.resolve_model(spec.model)
-    return PreparedEngine(spec, module, model, resolved, model_identity(model))
+    adapter = engine_adapter(spec.engine)
+    resolved = validate_args(spec.engine, spec.args, adapter.arg_specs)
+    adapter.check_args(resolved)  # the engine's cross-argument checks, still before load
+    adapter.validate_options(spec.options)
+    model = adapter.resolve_model(spec.model)
+    return PreparedEngine(spec, adapter, model, resolved, model_identity(model))
 
 
 @contextmanager
@@ -147,10 +134,10 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
     With ``doc``, the record gets ``engine`` (describe), ``engine_processes`` and, on the
     way out, ``cleanup`` (the engine's verified-cleanup evidence, where it starts
     processes)."""
+    p.adapter.check_packages()  # a missing package is one line, not an ImportError
     with applied_env(p.spec.env):
         try:
-            engine: Engine = p.module.load(p.model, p.resolved_args, p.spec.options or None,
-                                           run_dir)
+            engine = p.adapter.load(p.model, p.resolved_args, p.spec.options or None, run_dir)
         except BaseException as exc:  # a launched server that never became ready: its
             if doc is not None:       # stop was verified (or not): say so in the record
                 _failed_start_cleanup(doc, exc)
@@ -165,7 +152,7 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
         with applied_env(p.spec.env):
             engine.close()
         if doc is not None:
-            doc["cleanup"] = getattr(engine, "cleanup_evidence", None)
+            doc["cleanup"] = engine.cleanup_evidence
 
 
 def _failed_start_cleanup(doc: dict[str, Any], exc: BaseException) -> None:

@@ -14,7 +14,7 @@ answer streams ``max_tokens`` chunks of one token each (``t0 t1 ...``; with ``va
 fixed per prompt; token IDs 100, 101, ...), a finish chunk, a usage chunk and ``[DONE]``.
 
 In-process: ``with FaultServer(...) as fs: fs.url``. As a process (to be SIGKILLed):
-``python -m tests.fault_server --port-file F [--script ok,ok,stall_mid]``.
+``python -m tests.support.fault_server --port-file F [--script ok,ok,stall_mid]``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,311 @@
+"""An in-process fake engine (``--engine fake``) for testing workflow logic without a
+real model, the way httpx's ``MockTransport`` stands in for a network: deterministic,
+instant, and able to misbehave on request.
+
+The "model" is a function of the prompt. Tokens are the prompt's UTF-8 bytes (IDs
+0-255; 256 is BOS, 257 EOS). For each prompt there is a target reply, ``The answer is
+N.`` followed by EOS, where N solves the synthetic suite's story problems (the last
+user message; for a fraction ``1 - accuracy`` of prompts, chosen by hash, N is one
+off). The next-token logits at position ``j`` of the reply are seeded noise (from the
+engine's ``seed``, the prompt and ``j``) plus ``margin`` on the target's ``j``-th token,
+plus ``perturb`` times a second noise field: ``perturb=0`` between two arms is an A/A
+(identical outputs, KL exactly 0), a small ``perturb`` a tiny numeric change, a large
+one (past ``margin``) changed outputs and wrong answers. Generation samples from these
+logits (greedy: the argmax), and ``score`` returns the same logits, so scores and
+outputs agree.
+
+Timings run on a simulated clock: a request's first token comes ``ttft_ms`` after it
+is submitted, each further one ``tpot_ms`` later, both scaled by a seeded ``jitter``;
+nothing sleeps, so tests never depend on wall time. Faults: ``error_rate`` (a seeded
+fraction of requests end as error samples), ``crash_after`` N requests in this process
+(``crash=interrupt`` raises KeyboardInterrupt as a Ctrl-C would, ``crash=kill`` sends
+this process SIGKILL), ``hang_at`` (that request sleeps ``hang_s`` real seconds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import abgate
+from abgate.engines.args import ArgSpec
+from abgate.engines.base import (
+    Capabilities,
+    Engine,
+    EngineInfo,
+    GenerationRequest,
+    GenerationResult,
+    Message,
+    OnResult,
+    SamplingParams,
+    TokenScores,
+    one_at_a_time,
+)
+from abgate.engines.logits import scores_from_logits
+from abgate.errors import UsageError
+
+NAME = "fake"
+BOS, EOS, VOCAB = 256, 257, 258
+
+_SPECS = [
+    ArgSpec("n_ctx", int, "context length in tokens"),
+    ArgSpec("seed", int, "the fake model's weights: another seed is another model"),
+    ArgSpec("margin", float, "logit margin of the target token over the noise"),
+    ArgSpec("perturb", float, "scale of a second noise field: the numeric change"),
+    ArgSpec("accuracy", float, "fraction of prompts answered correctly (0-1)"),
+    ArgSpec("ttft_ms", float, "simulated time to first token"),
+    ArgSpec("tpot_ms", float, "simulated time per further output token"),
+    ArgSpec("jitter", float, "relative spread of the simulated times (0-1)"),
+    ArgSpec("error_rate", float, "fraction of requests that end as error samples (0-1)"),
+    ArgSpec("crash_after", int, "crash after this many requests in this process",
+            nullable=True),
+    ArgSpec("crash", str, "how to crash", choices={"interrupt": "interrupt", "kill": "kill"}),
+    ArgSpec("hang_at", int, "the request number (1-based, this process) that hangs",
+            nullable=True),
+    ArgSpec("hang_s", float, "how long the hanging request sleeps (real seconds)"),
+    ArgSpec("scoring", str, "teacher-forced scoring: full, top_k or none",
+            choices={"full": "full", "top_k": "top_k", "none": "none"}),
+]
+ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
+DEFAULTS: Mapping[str, Any] = {
+    "n_ctx": 4096, "seed": 0, "margin": 8.0, "perturb": 0.0, "accuracy": 1.0,
+    "ttft_ms": 20.0, "tpot_ms": 5.0, "jitter": 0.05, "error_rate": 0.0, "crash_after": None,
+    "crash": "interrupt", "hang_at": None, "hang_s": 3600.0, "scoring": "full"}
+_FRACTIONS = ("accuracy", "jitter", "error_rate")
+
+
+def resolve_model(model: str | None) -> str:
+    """Any name: the fake model is a function, identified by name and engine args."""
+    return model or "fake"
+
+
+def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+         run_dir: Path | None = None) -> FakeEngine:
+    if options:
+        raise UsageError(f"the fake engine takes no engine options (got {', '.join(options)})")
+    return FakeEngine(model, args)
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from ``parts``."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") / 2**64
+
+
+def _words(ids: Sequence[int]) -> list[int]:
+    """Four 32-bit words of the SHA-256 of ``ids``: a seed for numpy's generators."""
+    digest = hashlib.sha256(",".join(map(str, ids)).encode()).digest()
+    return [int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4)]
+
+
+Step = Callable[[int, re.Match[str]], int]
+_STEPS: list[tuple[re.Pattern[str], Step]] = [  # the synthetic suite's sentences
+    (re.compile(r"buys (\d+) more"), lambda t, m: t + int(m[1])),
+    (re.compile(r"gets (\d+) packs with (\d+)"), lambda t, m: t + int(m[1]) * int(m[2])),
+    (re.compile(r"gives (\d+)"), lambda t, m: t - int(m[1])),
+    (re.compile(r"collection doubles"), lambda t, m: t * 2),
+    (re.compile(r"collection triples"), lambda t, m: t * 3),
+    (re.compile(r"grows (\d+) times"), lambda t, m: t * int(m[1])),
+    (re.compile(r"among (\d+) boxes"), lambda t, m: t // int(m[1])),
+]
+
+
+def solve(question: str) -> int:
+    """The answer to a synthetic story problem (its last number for any other text, 0
+    with none): the fake model "knows" grade-school arithmetic."""
+    start = re.search(r"has (\d+) ", question)
+    if start is None:
+        numbers = re.findall(r"\d+", question)
+        return int(numbers[-1]) if numbers else 0
+    total = int(start[1])
+    for sentence in re.split(r"(?<=\.)\s+", question[start.end():]):
+        for pattern, op in _STEPS:
+            m = pattern.search(sentence)
+            if m:
+                total = op(total, m)
+                break
+    return total
+
+
+class FakeEngine(Engine):
+    """The fake model, resident in this process (see the module docstring)."""
+
+    def __init__(self, model: str, args: Mapping[str, Any]) -> None:
+        cfg = {**DEFAULTS, **args}
+        for key in _FRACTIONS:
+            if not 0.0 <= cfg[key] <= 1.0:
+                raise UsageError(f"engine arg {key!r} must be in [0, 1], got {cfg[key]!r}")
+        self.cfg, self.model = cfg, model
+        scoring = None if cfg["scoring"] == "none" else cfg["scoring"]
+        self.capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
+                                         chat_template=True, scoring=scoring)
+        self.served = 0  # requests started in this process
+        self._clock = time.perf_counter()
+        self._kept: set[tuple[int, ...]] | None = None
+        self._restored = 0
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def detokenize(self, ids: Sequence[int]) -> str:
+        return bytes(int(i) for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def render_prompt(self, messages: Sequence[Message]) -> list[int]:
+        text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
+        return [BOS, *self.tokenize(text + "<|assistant|>\n")]
+
+    def generate(self, requests: Sequence[GenerationRequest],
+                 on_result: OnResult | None = None) -> list[GenerationResult]:
+        return one_at_a_time(requests, on_result, self._prompt_ids, self._decode)
+
+    def describe(self) -> EngineInfo:
+        return EngineInfo(name=NAME, version=abgate.__version__, model=self.model,
+                          effective_config={**self.cfg, "n_vocab": VOCAB},
+                          capabilities=self.capabilities)
+
+    def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
+              top_k: int = 5) -> TokenScores:
+        if self.capabilities.scoring is None:
+            return super().score(prompt_token_ids, continuation, top_k)
+        prompt, cont = list(prompt_token_ids), list(continuation)
+        if not prompt or not cont:
+            raise ValueError("scoring needs a non-empty prompt and continuation")
+        if self._kept is not None and tuple(prompt) in self._kept:
+            self._restored += 1
+        logits = np.stack([self._logits(prompt, j) for j in range(len(cont))])
+        scores = scores_from_logits(logits, cont, max(top_k, 1))
+        return scores.as_top_k(top_k) if self.capabilities.scoring == "top_k" else scores
+
+    def topk_trace(self, prompt_ids: Sequence[int], output_ids: Sequence[int],
+                   k: int) -> list[list[int]]:
+        prompt = list(prompt_ids)
+        return [[int(t) for t in np.argsort(-self._logits(prompt, j), kind="stable")[:k]]
+                for j in range(len(output_ids))]
+
+    def keep_prompt_states(self, budget_bytes: int = 0) -> bool:
+        self._kept = set()
+        return True
+
+    @property
+    def prompts_restored(self) -> int | None:
+        return None if self._kept is None else self._restored
+
+    # -- the model ----------------------------------------------------------------------
+
+    def target(self, prompt: Sequence[int]) -> list[int]:
+        """The reply this prompt's logits peak on, EOS last."""
+        text = self.detokenize(prompt)
+        turns = text.split("<|user|>\n")
+        question = turns[-1].split("<|assistant|>")[0]
+        answer = solve(question)
+        if _unit("accuracy", self.cfg["seed"], question) >= self.cfg["accuracy"]:
+            answer += 1
+        return [*self.tokenize(f"The answer is {answer}."), EOS]
+
+    def _logits(self, prompt: list[int], j: int) -> npt.NDArray[np.float32]:
+        words = _words(prompt)
+        noise = np.random.default_rng([self.cfg["seed"], j, *words]).standard_normal(VOCAB)
+        target = self.target(prompt)
+        noise[target[j] if j < len(target) else EOS] += self.cfg["margin"]
+        if self.cfg["perturb"]:
+            extra = np.random.default_rng([self.cfg["seed"], j, 1, *words])
+            noise += self.cfg["perturb"] * extra.standard_normal(VOCAB)
+        return noise.astype(np.float32)
+
+    def _pick(self, logits: npt.NDArray[np.float32], p: SamplingParams, prompt: list[int],
+              j: int) -> int:
+        if p.ignore_eos:
+            logits = logits.copy()
+            logits[EOS] = -np.inf
+        if p.greedy:
+            return int(np.argmax(logits))
+        x = logits.astype(np.float64) / p.temperature
+        order = np.argsort(-x, kind="stable")
+        if p.top_k:
+            order = order[:p.top_k]
+        probs = np.exp(x[order] - x[order].max())
+        probs /= probs.sum()
+        if p.top_p < 1.0:
+            keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
+            order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
+        rng = np.random.default_rng([p.seed, j, *_words(prompt)])
+        return int(rng.choice(order, p=probs))
+
+    # -- requests -----------------------------------------------------------------------
+
+    def _prompt_ids(self, req: GenerationRequest) -> list[int]:
+        if req.prompt_token_ids is not None:
+            return list(req.prompt_token_ids)
+        if req.messages is not None:
+            return self.render_prompt(req.messages)
+        assert req.prompt is not None
+        return [BOS, *self.tokenize(req.prompt)]
+
+    def _faults(self, prompt: list[int], p: SamplingParams) -> str | None:
+        """Crash or hang where asked; the error of an injected error sample, or None."""
+        crash_after = self.cfg["crash_after"]
+        if crash_after is not None and self.served >= crash_after:
+            if self.cfg["crash"] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise KeyboardInterrupt(f"fake engine: crash after {crash_after} requests")
+        self.served += 1
+        if self.cfg["hang_at"] == self.served:
+            time.sleep(self.cfg["hang_s"])
+        if _unit("error", self.cfg["seed"], prompt, p.seed) < self.cfg["error_rate"]:
+            return "fake engine: injected error"
+        return None
+
+    def _decode(self, req: GenerationRequest, prompt: list[int],
+                t_submit: float) -> GenerationResult:
+        p = req.params
+        if len(prompt) + p.max_tokens > self.cfg["n_ctx"]:
+            raise ValueError(f"prompt ({len(prompt)} tokens) + max_tokens ({p.max_tokens}) "
+                             f"exceeds the context (n_ctx={self.cfg['n_ctx']})")
+        error = self._faults(prompt, p)
+        t0 = max(t_submit, self._clock)
+        if error is not None:
+            return GenerationResult.failed(req.id, t0, error)
+        out, finish, text = self._tokens(prompt, p)
+        times = self._times(t0, prompt, len(out))
+        self._clock = times[-1] if times else t0
+        if self._kept is not None:
+            self._kept.add(tuple(prompt))
+        return GenerationResult(
+            request_id=req.id, text=text, finish_reason=finish, prompt_tokens=len(prompt),
+            output_tokens=len(out), output_token_ids=out, prompt_token_ids=prompt,
+            t_submit=t0, t_first_token=times[0] if times else None,
+            t_last_token=times[-1] if times else None, token_times=times)
+
+    def _tokens(self, prompt: list[int], p: SamplingParams) -> tuple[list[int], Any, str]:
+        out: list[int] = []
+        while len(out) < p.max_tokens:
+            tok = self._pick(self._logits(prompt, len(out)), p, prompt, len(out))
+            if tok == EOS:
+                return out, "stop", self.detokenize(out)
+            out.append(tok)
+            text = self.detokenize(out)
+            hits = [i for i in (text.find(s) for s in p.stop) if i >= 0]
+            if hits:
+                return out, "stop", text[:min(hits)]
+        return out, "length", self.detokenize(out)
+
+    def _times(self, t0: float, prompt: list[int], n: int) -> list[float]:
+        """Simulated token arrival times: TTFT, then TPOT per token, seeded jitter."""
+        c, words = self.cfg, _words(prompt)
+        spread = np.random.default_rng([c["seed"], 2, *words]).uniform(-1, 1, size=max(n, 1))
+        steps = np.full(n, c["tpot_ms"], dtype=np.float64)
+        if n:
+            steps[0] = c["ttft_ms"]
+        steps = steps * (1.0 + c["jitter"] * spread[:n]) / 1000.0
+        return [float(t) for t in t0 + np.cumsum(steps)]

@@ -1,0 +1,86 @@
+"""The fast tier's kit: the real CLI run in this process (no interpreter start per
+command) against the in-process fake engine (``--engine fake``), and the A/B files
+that make its verdicts ACCEPT or REJECT."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from abgate.cli import main
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(*args: str) -> Result:
+    """``abgate ARGS`` in this process, as the console script runs it: the exit code,
+    and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["abgate", *args]
+    code: int | str | None = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main()
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.argv = argv
+    rc = code if isinstance(code, int) else (0 if code is None else 1)
+    return Result(rc, out.getvalue(), err.getvalue())
+
+
+RUN_FLAGS = ("--engine", "fake", "--suite", "synthetic", "--difficulty", "easy",
+             "--max-tokens", "24")
+
+
+def fake_run(out: Path, *extra: str, limit: int = 6, seeds: str = "0,1") -> Result:
+    """``abgate run`` on the fake engine: ``limit`` synthetic items x ``seeds``."""
+    return cli("run", *RUN_FLAGS, "--limit", str(limit), "--seeds", seeds, "-o", str(out),
+               *extra)
+
+
+def experiment(path: Path, cand_args: str = "", *, base_args: str = "", limit: int = 30,
+               agreement: bool = True, extra: str = "") -> Path:
+    """An A/B file of two fake arms, ``a`` (the baseline) and ``b``; ``*_args`` are the
+    inside of an inline TOML table of fake engine args (``perturb = 4.0``). The default
+    policy decides from 30 items on; fewer give INCONCLUSIVE."""
+    path.write_text(f"""name = "fake-ab"
+baseline = "a"
+
+[shared]
+engine = "fake"
+suite = "synthetic"
+difficulty = "easy"
+limit = {limit}
+seeds = [0]
+max_tokens = 24
+
+[schedule]
+mode = "auto"
+warmup = 1
+
+[arms.a]
+engine_args = {{ {base_args} }}
+
+[arms.b]
+engine_args = {{ {cand_args} }}
+
+[evidence]
+agreement = {str(agreement).lower()}
+{extra}""")
+    return path
+
+
+# a small numeric change that is also faster: every gate passes
+ACCEPT_ARGS = "perturb = 0.05, tpot_ms = 4.0"
+# a numeric change past the target's logit margin: answers change, quality gates fail
+REJECT_ARGS = "perturb = 4.0"
