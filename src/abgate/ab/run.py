@@ -26,6 +26,7 @@ from abgate.identity import json_sha256
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.execute import RunRecorder, Status, tracked
+from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
 from abgate.runner.session import EngineSession, loaded
@@ -73,19 +74,19 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
-        doc = read_record(out / AB_FILE, "ab") if (out / AB_FILE).exists() else None
-        if doc is None:
-            raise UsageError(f"--resume {out}: no {AB_FILE} there; nothing to resume")
+        doc = read_record(out / AB_FILE, "ab")
         if doc.get("digest") != digest:
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
         doc["resumes"].append({"at": time.time(), "from_status": doc["status"]})
         return doc
-    rec.prepare_new_dir(out, force, marker=AB_FILE)
-    return new_record("ab", experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
-                      schedule={"mode": mode, "warmup": exp.schedule.warmup,
-                                "block_size": exp.schedule.block_size, "executed": []},
-                      engines={}, resumes=[])
+    prepare_new_dir(out, force, marker=AB_FILE)
+    doc = new_record("ab", experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
+                     schedule={"mode": mode, "warmup": exp.schedule.warmup,
+                               "block_size": exp.schedule.block_size, "executed": []},
+                     engines={}, resumes=[])
+    write_record(out / AB_FILE, doc)  # before arms/: a --force later finds it abgate's
+    return doc
 
 
 class AbRunner:
@@ -99,8 +100,11 @@ class AbRunner:
         # The contract describes the baseline; candidates differ from it by design.
         self.contract = check_before_load(provenance, prepared[exp.baseline].engine)
         self.progress = progress
-        self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
-                                            force=False, kind="ab-arm")
+        # an arm without run.json yet (killed right after ab.json) starts afresh
+        self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False,
+                                            resume=resume and (out / "arms" / name /
+                                                               rec.RUN_FILE).is_file(),
+                                            kind="ab-arm")
                           for name, p in prepared.items()}
         self.prompt_sha: dict[str, str] = {}  # key -> sha seen first, across arms
         self.session = len(doc["resumes"])
@@ -281,19 +285,20 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
     prepared = prepare_arms(exp)
     check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
     mode = choose_mode(exp)
-    doc = open_ab_dir(exp, prepared, out, mode, resume, force)
-    runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
-    runner.save()
-    summaries: dict[str, dict[str, Any]] = {}
+    with claimed(out, resume=resume, force=force, marker=AB_FILE):
+        doc = open_ab_dir(exp, prepared, out, mode, resume, force)
+        runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
+        runner.save()
+        summaries: dict[str, dict[str, Any]] = {}
 
-    def finish(status: Status) -> None:
-        summaries.update(runner.finish(status.value, status.error))
+        def finish(status: Status) -> None:
+            summaries.update(runner.finish(status.value, status.error))
 
-    with tracked(out, "A/B run", finish) as status:
-        if on_start:
-            on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
-        if mode == "interleave":
-            runner.run_interleaved()
-        else:
-            runner.run_blocks()
+        with tracked(out, "A/B run", finish) as status:
+            if on_start:
+                on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
+            if mode == "interleave":
+                runner.run_interleaved()
+            else:
+                runner.run_blocks()
     return AbOutcome(out, status.value, summaries)

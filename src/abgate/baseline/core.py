@@ -13,8 +13,8 @@ from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, 
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import UsageError, one_line
-from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, record_after_load
 from abgate.runner.session import loaded
 
@@ -54,17 +54,18 @@ def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                     provenance: ProvenanceOptions | None = None) -> dict[str, Any]:
     p = prepare_bench(c)
-    rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
-    doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
-                     recorded_at=time.time())
-    with loaded(p.engine, out, doc) as session, session.env():
-        record_after_load(provenance or ProvenanceOptions(), None, session, doc)
-        load_before = host_load()
-        doc["cases"] = _cases(session.engine, c)
-        doc["host_load"] = {"before": load_before, "after": host_load()}
-        doc["probes"] = _probes(session.engine, c)
-    doc["status"], doc["ended_at"] = "complete", time.time()
-    write_record(out / BASELINE_FILE, doc)
+    with claimed(out, resume=False, force=force, marker=BASELINE_FILE):
+        prepare_new_dir(out, force, marker=BASELINE_FILE)
+        doc = new_record("baseline", config=c.to_dict(), spec=p.spec,
+                         spec_digest=p.spec_digest, recorded_at=time.time())
+        with loaded(p.engine, out, doc) as session, session.env():
+            record_after_load(provenance or ProvenanceOptions(), None, session, doc)
+            load_before = host_load()
+            doc["cases"] = _cases(session.engine, c)
+            doc["host_load"] = {"before": load_before, "after": host_load()}
+            doc["probes"] = _probes(session.engine, c)
+        doc["status"], doc["ended_at"] = "complete", time.time()
+        write_record(out / BASELINE_FILE, doc)
     return doc
 
 

@@ -21,9 +21,11 @@ from typing import Any
 
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
+from abgate.provenance import ContractOutcome
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import build_sample, sample_key
 from abgate.runner.session import loaded
@@ -112,8 +114,6 @@ def _run_log(out: Path) -> Iterator[None]:
 def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool) -> dict[str, Any]:
     """Create or reopen the run directory; returns the ``run.json`` document to update."""
     if resume:
-        if not (out / rec.RUN_FILE).exists():
-            raise UsageError(f"--resume {out}: no run.json there; nothing to resume")
         doc = read_record(out / rec.RUN_FILE, "run", "ab-arm")
         if doc.get("spec_digest") != p.spec_digest:
             diffs = list(rec.iter_diff(doc.get("spec"), p.spec))[:8]
@@ -121,7 +121,7 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool) -> dict[s
                              f"(at {', '.join(diffs) or 'spec'}); use a new directory")
         doc.setdefault("resumes", []).append({"at": time.time(), "from_status": doc["status"]})
         return doc
-    rec.prepare_new_dir(out, force)
+    prepare_new_dir(out, force)
     return new_record("run", config=p.config.to_dict(), spec=p.spec,
                       spec_digest=p.spec_digest, resumes=[])
 
@@ -242,6 +242,13 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
             provenance: ProvenanceOptions | None = None) -> RunOutcome:
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p.engine)
+    with claimed(out, resume=resume, force=force, marker=rec.RUN_FILE):
+        return _execute(p, out, resume, force, on_start, on_sample, prov, contract)
+
+
+def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
+             on_start: Callable[[int, int], None] | None, on_sample: OnSample | None,
+             prov: ProvenanceOptions, contract: ContractOutcome | None) -> RunOutcome:
     run = RunRecorder(p, out, resume=resume, force=force)
     summary: dict[str, Any] = {}
 

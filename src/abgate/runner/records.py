@@ -17,12 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import AbgateError
 from abgate.redact import redact, redact_text
 
 SCHEMA_VERSION = 1
@@ -146,32 +145,6 @@ class SampleWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def prepare_new_dir(out: Path, force: bool, marker: str = RUN_FILE) -> None:
-    """Create ``out`` for a new run, refusing a non-empty one unless ``force``; with
-    ``force`` it clears only a directory that holds abgate's ``marker`` document."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"output path {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise UsageError(f"directory {out} is not empty; use --resume to continue "
-                             "it or --force to overwrite it")
-        if not (out / marker).exists():
-            raise UsageError(f"--force refuses to clear {out}: it holds no {marker}, so it "
-                             "may not be an abgate directory")
-        for entry in out.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".abgate-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"cannot write to output directory {out}: {exc.strerror}") from None
 
 
 def iter_diff(a: Any, b: Any, path: str = "") -> Iterator[str]:
