@@ -41,7 +41,10 @@ def _holder(fd: int) -> str:
 
 
 def _note_holder(fd: int) -> None:
-    doc = {"pid": os.getpid(), "command": redact_text(shlex.join(sys.argv)),
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name in ("abgate", "__main__.py"):  # python -m abgate
+        argv[0] = "abgate"
+    doc = {"pid": os.getpid(), "command": redact_text(shlex.join(argv)),
            "since": time.time()}
     data = (json.dumps(doc) + "\n").encode()
     os.ftruncate(fd, 0)

@@ -24,8 +24,8 @@ from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, read_record, write_record
-from abgate.runner.execute import RunRecorder, Status, tracked
+from abgate.runner.documents import new_record, read_record, source_state, write_record
+from abgate.runner.execute import RunRecorder, Status, check_same_source, tracked
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
@@ -70,7 +70,7 @@ def choose_mode(exp: Experiment) -> str:
 
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
-                resume: bool, force: bool) -> dict[str, Any]:
+                resume: bool, force: bool, git: dict[str, Any] | None) -> dict[str, Any]:
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
@@ -78,10 +78,11 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
         if doc.get("digest") != digest:
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
-        doc["resumes"].append({"at": time.time(), "from_status": doc["status"]})
+        check_same_source(out, doc.get("git"), git)
+        doc["resumes"].append({"at": time.time(), "from_status": doc["status"], "git": git})
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
-    doc = new_record("ab", experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
+    doc = new_record("ab", git=git, experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
                      schedule={"mode": mode, "warmup": exp.schedule.warmup,
                                "block_size": exp.schedule.block_size, "executed": []},
                      engines={}, resumes=[])
@@ -95,13 +96,14 @@ class AbRunner:
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
                  doc: dict[str, Any], resume: bool, force: bool,
                  progress: Progress | None, provenance: ProvenanceOptions) -> None:
+        git = doc["resumes"][-1]["git"] if doc["resumes"] else doc["git"]  # one for all arms
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.provenance = provenance
         # The contract describes the baseline; candidates differ from it by design.
         self.contract = check_before_load(provenance, prepared[exp.baseline].engine)
         self.progress = progress
         # an arm without run.json yet (killed right after ab.json) starts afresh
-        self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False,
+        self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False, git=git,
                                             resume=resume and (out / "arms" / name /
                                                                rec.RUN_FILE).is_file(),
                                             kind="ab-arm")
@@ -286,7 +288,7 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
     check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
     mode = choose_mode(exp)
     with claimed(out, resume=resume, force=force, marker=AB_FILE):
-        doc = open_ab_dir(exp, prepared, out, mode, resume, force)
+        doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out))
         runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
         runner.save()
         summaries: dict[str, dict[str, Any]] = {}

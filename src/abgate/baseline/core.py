@@ -56,7 +56,7 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     p = prepare_bench(c)
     with claimed(out, resume=False, force=force, marker=BASELINE_FILE):
         prepare_new_dir(out, force, marker=BASELINE_FILE)
-        doc = new_record("baseline", config=c.to_dict(), spec=p.spec,
+        doc = new_record("baseline", out=out, config=c.to_dict(), spec=p.spec,
                          spec_digest=p.spec_digest, recorded_at=time.time())
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(provenance or ProvenanceOptions(), None, session, doc)

@@ -166,7 +166,7 @@ def _run_claimed(p: PreparedBench, out: Path, force: bool, session: EngineSessio
                  plan: BenchPlan, probes: list[Probe], doc: dict[str, Any],
                  summary: dict[str, Any], progress: Reporter | None) -> None:
     prepare_new_dir(out, force)
-    doc.update({**new_record("bench", config=p.config.to_dict(), spec=p.spec,
+    doc.update({**new_record("bench", out=out, config=p.config.to_dict(), spec=p.spec,
                              spec_digest=p.spec_digest), **doc})
     write_record(out / rec.RUN_FILE, doc)
     if progress is not None:

@@ -87,10 +87,16 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     """All complete sample lines. A torn final line is ignored (and cut off when
     ``repair``); an unreadable line before the end raises."""
+    return [rec for _, rec in read_sample_lines(path, repair)]
+
+
+def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`read_samples` with each sample's line number (for file:line errors)."""
     if not path.exists():
         return []
     data = path.read_bytes()
-    samples, pos = [], 0
+    samples: list[tuple[int, dict[str, Any]]] = []
+    pos = 0
     lines = data.split(b"\n")
     for i, raw in enumerate(lines):
         is_last = i == len(lines) - 1
@@ -110,7 +116,7 @@ def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
                         os.fsync(f.fileno())
                 break
             raise AbgateError(f"{path}:{i + 1}: corrupt sample line") from None
-        samples.append(rec)
+        samples.append((i + 1, rec))
         pos += len(raw) + 1
     return samples
 

@@ -161,9 +161,18 @@ def prepare(c: RunConfig) -> PreparedRun:
         "seeds": list(c.seeds),
         "sampling": {"max_tokens": c.max_tokens, "temperature": c.temperature,
                      "top_p": c.top_p, "top_k": c.top_k},
-        "prompt": prompt.to_dict(),
+        "prompt": _prompt_record(prompt, shots),
     }
     return PreparedRun(c, engine, suite, items, prompt, shots, spec, json_sha256(spec))
+
+
+def _prompt_record(prompt: PromptConfig, shots: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The prompt as recorded: with shots, the SHA-256 of the shots used (a shots file
+    edited between a start and a resume changes the spec, so the resume is refused)."""
+    d = prompt.to_dict()
+    if shots:
+        d["shots_sha256"] = json_sha256([list(s) for s in shots])
+    return d
 
 
 def abgate_version() -> str:
