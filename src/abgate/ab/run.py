@@ -25,7 +25,13 @@ from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, source_state, write_record
-from abgate.runner.execute import RunRecorder, Status, check_same_source, tracked
+from abgate.runner.execute import (
+    RunRecorder,
+    Status,
+    check_same_source,
+    fail_if_all_errors,
+    tracked,
+)
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
@@ -303,4 +309,6 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
                 runner.run_interleaved()
             else:
                 runner.run_blocks()
+            for arm, r in runner.recorders.items():
+                fail_if_all_errors(f"A/B arm {arm!r}", r.samples())
     return AbOutcome(out, status.value, summaries)

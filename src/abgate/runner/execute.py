@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any
 
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
@@ -222,6 +222,16 @@ class RunRecorder:
         return summary
 
 
+def fail_if_all_errors(what: str, samples: list[dict[str, Any]]) -> None:
+    """A run (an A/B arm) in which every measured sample is an engine error measured
+    nothing: it fails (exit 1) with the first error, instead of ending ``complete``."""
+    measured = [s for s in samples if not s.get("warmup")]
+    errors = [s for s in measured if s.get("finish_reason") == "error"]
+    if measured and len(errors) == len(measured):
+        raise AbgateError(f"{what}: every sample ({len(measured)}) is an engine error; the "
+                          f"first: {one_line(errors[0].get('error'))}")
+
+
 @dataclass
 class Status:
     """How a run or A/B ended: ``complete``, ``failed`` or ``interrupted``."""
@@ -308,4 +318,5 @@ def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
             with session.env():
                 session.engine.generate([run.request(i, s) for i, s in pending.values()],
                                         on_result=record)
+        fail_if_all_errors(f"run {out}", run.samples())
     return RunOutcome(out, status.value, len(run.done), run.total, summary)
