@@ -30,7 +30,7 @@ from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
 from abgate.errors import UsageError
 from abgate.identity import model_identity
-from abgate.redact import redact, redact_env
+from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
 
 
 @dataclass(frozen=True)
@@ -91,8 +91,18 @@ def check_options(module: ModuleType, spec: EngineSpec) -> None:
                          f"(got {', '.join(spec.options)})")
 
 
+def register_secrets(spec: EngineSpec) -> None:
+    """Make the secret values this engine is given known to every redaction: the key
+    ``--api-key-env`` names (whatever the variable is called) and the values of
+    secret-named variables, of ``--env`` and of the environment."""
+    key_env = spec.options.get("api_key_env")
+    add_known_secrets([os.environ.get(key_env) if isinstance(key_env, str) else None,
+                       *env_secrets(spec.env), *env_secrets(os.environ)])
+
+
 def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     """Validate everything about the engine that needs no load, in seconds."""
+    register_secrets(spec)
     module = engine_module(spec.engine)
     resolved = validate_args(spec.engine, spec.args, module.ARG_SPECS)
     check_args = getattr(module, "check_args", None)
