@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, run_probes
+from abgate.bench.probes import DEFAULT_PROBE_NAMES
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import UsageError, one_line
@@ -103,6 +104,11 @@ def read_baseline(path: Path) -> tuple[dict[str, Any], BenchConfig]:
                 _expect(f"cases[{i}].{key}", case.get(key), (list, type(None)))
         for i, probe in enumerate(probes):
             _expect(f"probes[{i}].passed", probe["passed"], bool)
+        names = tuple(probe["name"] for probe in probes)
+        if names != (DEFAULT_PROBE_NAMES if c.probes else ()):  # checked before the re-run
+            raise ValueError(f"probes are {list(names)}, not the {len(DEFAULT_PROBE_NAMES)} "
+                             "abgate records" if c.probes else "probes were recorded with "
+                             "probes off")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"{path}: not a readable baseline ({type(exc).__name__}: "
                          f"{one_line(exc)})") from None

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from abgate.errors import AbgateError
+from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact, redact_text
 
 SCHEMA_VERSION = 1
@@ -49,6 +49,24 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise AbgateError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all, no temporary file left on any error
+    (a directory of that name, a full disk): a one-line error naming ``path``."""
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory (give a file name)")
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
