@@ -9,8 +9,10 @@ visible through NVML, that device memory is back near its pre-launch level. The
 result of those checks is the *cleanup evidence* that ends up in ``run.json``.
 
 Safety nets: :meth:`ManagedServer.stop` is idempotent and also registered with
-``atexit``; on Linux the server's leader gets ``PR_SET_PDEATHSIG`` so it is told to
-stop if abgate itself is killed outright.
+``atexit``; on Linux the server runs under :mod:`abgate.engines.supervise`, a child
+subreaper whose parent-death signal ends the server's whole tree (late ``setsid``
+children and ``sh -c 'server | cat'`` pipelines included) if abgate itself is killed
+outright.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +36,7 @@ from typing import IO, Any
 import httpx
 import psutil
 
+from abgate.engines import supervise
 from abgate.engines.server_cleanup import (
     HOST,
     ProcessTracker,
@@ -152,6 +157,20 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
 
+def _set_supervisor_pdeathsig() -> None:  # the supervisor's: it ends the tree on it
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(supervise.PARENT_DIED))
+
+
+def supervised(argv: Sequence[str], grace_s: float) -> list[str] | None:
+    """``argv`` run under :mod:`abgate.engines.supervise` (a subreaper that ends the
+    server's whole tree when abgate dies, SIGKILL included); None off Linux."""
+    if sys.platform != "linux" or _PRCTL is None:
+        return None
+    return [sys.executable, "-I", supervise.__file__, "--parent", str(os.getpid()),
+            "--grace", str(grace_s), "--", *argv]
+
+
 # -- the managed server ---------------------------------------------------------------
 
 
@@ -173,11 +192,17 @@ class ManagedServer:
         self._log.write(f"# abgate {stamp}: launching {shlex.join(self.shown)}\n".encode())
         self._log.flush()
         self._t_start = time.monotonic()
+        wrapped = supervised(self.argv, grace_s)
+        self.supervised = wrapped is not None
         try:
+            if shutil.which(self.argv[0]) is None:
+                raise FileNotFoundError(errno.ENOENT, "not found (not on PATH, or not an "
+                                        "executable file)")
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_set_pdeathsig if _PRCTL is not None else None)
+                wrapped or self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=(_set_supervisor_pdeathsig if self.supervised
+                            else _set_pdeathsig if _PRCTL is not None else None))
         except OSError as exc:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
@@ -191,12 +216,13 @@ class ManagedServer:
         return self.proc.poll() is None
 
     def pids(self) -> list[int]:
-        """The server's live process tree, leader first."""
+        """The server's live process tree, leader first (the supervisor, which is
+        abgate's and not the server's, left out)."""
         self.tracker.refresh()
         tree = [self.proc.pid] if self.alive() else []
         with contextlib.suppress(psutil.Error):
             tree += [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
-        return tree
+        return tree[1:] if self.supervised else tree
 
     def died_within(self, timeout: float) -> bool:
         """Whether the leader has exited, waiting up to ``timeout`` for it to do so."""
@@ -294,6 +320,7 @@ class ManagedServer:
             "command": self.shown,
             "pid": self.proc.pid,
             "pgid": self.proc.pid,
+            "supervised": self.supervised,
             "port": self.port,
             "log": str(self.log_path),
             "exited_before_stop": exit_before is not None,
