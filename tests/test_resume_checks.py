@@ -5,14 +5,17 @@ from; an A/B's arms share one git state. Real runs on the embedded engine."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from abgate.dirlock import LOCK_FILE
-from tests.conftest import abgate, no_engine_env, read_lines, thread_flags, toml_engine_args
+from tests.conftest import HANG_S, abgate, no_engine_env, read_lines, thread_flags, toml_engine_args
 
 BASE = ["--suite", "synthetic", "--limit", "2", "--seeds", "0", "--max-tokens", "4",
         *thread_flags(1)]
@@ -156,3 +159,48 @@ probes = false
         json.loads((ab / "arms" / arm / "run.json").read_text())["git"] for arm in "ab"]
     assert all(s == states[0] for s in states), states
     assert states[0]["dirty"] is False
+
+
+def _pinned(cpus: set[int]) -> Callable[[], None]:
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+@pytest.mark.engine
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two usable CPUs")
+def test_resume_refuses_a_changed_effective_config(tmp_path: Path) -> None:
+    """The same spec under another CPU affinity loads llama.cpp with another default
+    thread count: the resume records its engine and is refused, naming n_threads."""
+    cpus = sorted(os.sched_getaffinity(0))
+    out = tmp_path / "R"
+    base = ["run", "--suite", "synthetic", "--limit", "1", "--max-tokens", "2", "-o", str(out)]
+    r = subprocess.run([sys.executable, "-m", "abgate", *base], capture_output=True, text=True,
+                       preexec_fn=_pinned({cpus[0]}), timeout=HANG_S)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "abgate", "run", "--resume", str(out)],
+                       capture_output=True, text=True, preexec_fn=_pinned(set(cpus[:2])),
+                       timeout=HANG_S)
+    assert r.returncode == 1, r.stderr
+    assert "effective configuration differs" in r.stderr and "n_threads" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    doc = json.loads((out / "run.json").read_text())
+    assert doc["engine"]["effective_config"]["n_threads"] == 1  # the first start's, kept
+    assert doc["resumes"][-1]["engine"]["effective_config"]["n_threads"] == 2
+
+
+@pytest.mark.engine
+def test_resume_refuses_a_changed_or_dropped_contract(tmp_path: Path) -> None:
+    contract = tmp_path / "contract.toml"
+    contract.write_text('name = "small"\nengine = "llamacpp"\n[settings]\nn_ctx = 512\n')
+    out = tmp_path / "R"
+    r = abgate("run", *BASE, "--engine-arg", "n_ctx=512", "--contract", str(contract),
+               "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out / "run.json").read_text())["inputs"]["contract"]
+    _refused(tmp_path, out, "--contract differs", "now")  # resumed without it
+    contract.write_text('name = "renamed"\nengine = "llamacpp"\n[settings]\nn_ctx = 512\n')
+    (tmp_path / "again").mkdir()
+    env, marker = no_engine_env(tmp_path / "again")
+    r = abgate("run", "--resume", str(out), "--contract", str(contract), env=env)
+    assert r.returncode == 2 and "--contract differs" in r.stderr, r.stderr
+    assert not marker.exists()

@@ -33,7 +33,13 @@ from abgate.runner.execute import (
     tracked,
 )
 from abgate.runner.outdir import claimed, prepare_new_dir
-from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
+from abgate.runner.provenance import (
+    ProvenanceOptions,
+    check_before_load,
+    check_same_inputs,
+    input_hashes,
+    record_after_load,
+)
 from abgate.runner.samples import ids_sha256, sample_key
 from abgate.runner.session import EngineSession, loaded
 from abgate.runner.spec import PreparedRun, prepare
@@ -76,7 +82,8 @@ def choose_mode(exp: Experiment) -> str:
 
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
-                resume: bool, force: bool, git: dict[str, Any] | None) -> dict[str, Any]:
+                resume: bool, force: bool, git: dict[str, Any] | None,
+                inputs: dict[str, str | None]) -> dict[str, Any]:
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
@@ -85,10 +92,13 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
         check_same_source(out, doc.get("git"), git)
-        doc["resumes"].append({"at": time.time(), "from_status": doc["status"], "git": git})
+        check_same_inputs(out, doc.get("inputs"), inputs)
+        doc["resumes"].append({"at": time.time(), "from_status": doc["status"], "git": git,
+                               "inputs": inputs})
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
-    doc = new_record("ab", git=git, experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
+    doc = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
+                     arm_spec_digests=specs, digest=digest,
                      schedule={"mode": mode, "warmup": exp.schedule.warmup,
                                "block_size": exp.schedule.block_size, "executed": []},
                      engines={}, resumes=[])
@@ -294,7 +304,8 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
     check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
     mode = choose_mode(exp)
     with claimed(out, resume=resume, force=force, marker=AB_FILE):
-        doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out))
+        doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out),
+                          input_hashes(prov))
         runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
         runner.save()
         summaries: dict[str, dict[str, Any]] = {}

@@ -292,6 +292,7 @@ class ManagedServer:
         exit_before = self.proc.poll()
         signals: list[dict[str, Any]] = []
         for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 10.0)):
+            self.tracker.refresh()  # a child started since (the supervisor still holds it)
             if not self.tracker.survivors():
                 break
             self.tracker.kill_all(sig)

@@ -26,7 +26,13 @@ from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, source_state, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
-from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
+from abgate.runner.provenance import (
+    ProvenanceOptions,
+    check_before_load,
+    check_same_inputs,
+    input_hashes,
+    record_after_load,
+)
 from abgate.runner.samples import build_sample, checked_samples, sample_key
 from abgate.runner.session import loaded
 from abgate.runner.spec import PreparedRun
@@ -112,10 +118,11 @@ def _run_log(out: Path) -> Iterator[None]:
 
 
 def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
-                 git: dict[str, Any] | None) -> dict[str, Any]:
+                 git: dict[str, Any] | None,
+                 inputs: dict[str, str | None] | None = None) -> dict[str, Any]:
     """Create or reopen the run directory; returns the ``run.json`` document to update.
-    ``git`` is the source state of this start, recorded with it and, on a resume,
-    compared with the first start's."""
+    ``git`` (the source state) and ``inputs`` (contract and manifest hashes) are this
+    start's, recorded with it and, on a resume, compared with the first start's."""
     if resume:
         doc = read_record(out / rec.RUN_FILE, "run", "ab-arm")
         if doc.get("spec_digest") != p.spec_digest:
@@ -123,12 +130,14 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
             raise UsageError(f"--resume {out}: the run spec differs from the recorded one "
                              f"(at {', '.join(diffs) or 'spec'}); use a new directory")
         check_same_source(out, doc.get("git"), git)
+        if inputs is not None:
+            check_same_inputs(out, doc.get("inputs"), inputs)
         doc.setdefault("resumes", []).append({"at": time.time(), "from_status": doc["status"],
-                                              "git": git})
+                                              "git": git, "inputs": inputs})
         return doc
     prepare_new_dir(out, force)
     return new_record("run", git=git, config=p.config.to_dict(), spec=p.spec,
-                      spec_digest=p.spec_digest, resumes=[])
+                      spec_digest=p.spec_digest, resumes=[], inputs=inputs)
 
 
 GIT_FACTS = ("commit", "dirty", "diff_sha256")
@@ -166,9 +175,10 @@ class RunRecorder:
     the set of finished keys. ``abgate run`` uses one; ``abgate ab`` one per arm."""
 
     def __init__(self, p: PreparedRun, out: Path, *, resume: bool, force: bool,
-                 git: dict[str, Any] | None, kind: str = "run") -> None:
+                 git: dict[str, Any] | None, kind: str = "run",
+                 inputs: dict[str, str | None] | None = None) -> None:
         self.p, self.out = p, out
-        self.doc = open_run_dir(p, out, resume, force, git)
+        self.doc = open_run_dir(p, out, resume, force, git, inputs)
         self.doc["kind"] = kind
         self.samples_path = out / rec.SAMPLES_FILE
         self.done = {s["key"] for s in self.samples(repair=True)}
@@ -293,7 +303,8 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
 def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
              on_start: Callable[[int, int], None] | None, on_sample: OnSample | None,
              prov: ProvenanceOptions, contract: ContractOutcome | None) -> RunOutcome:
-    run = RunRecorder(p, out, resume=resume, force=force, git=source_state(out))
+    run = RunRecorder(p, out, resume=resume, force=force, git=source_state(out),
+                      inputs=input_hashes(prov))
     summary: dict[str, Any] = {}
 
     def finish(status: Status) -> None:
