@@ -23,6 +23,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -130,13 +131,15 @@ def build_command(template: str, *, port: int, model: str, args: Mapping[str, An
 
 def server_name(argv: Sequence[str]) -> str:
     """A short name for log files: the ``-m`` module's package, the script run by
-    Python, or the program name."""
+    Python, or the program name; only ``[A-Za-z0-9._-]``, so the log stays in the run
+    directory whatever the command."""
     prog = Path(argv[0]).name
+    name = prog
     if prog.startswith("python") and "-m" in argv[:-1]:  # (llama-server's -m is its model)
-        return argv[argv.index("-m") + 1].split(".")[0]
-    if prog.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
-        return Path(argv[1]).stem
-    return prog or "server"
+        name = argv[argv.index("-m") + 1].split(".")[0]
+    elif prog.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
+        name = Path(argv[1]).stem
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "server"
 
 
 def _libc_prctl() -> Any:
