@@ -133,6 +133,11 @@ def test_resume_refuses_a_checkout_made_dirty(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     assert "source checkout changed" in r.stderr and "clean then, dirty now" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not marker.exists()
+    r = abgate("run", "--resume", "runs/R", "--allow-source-change", cwd=repo)  # opt-in
+    assert r.returncode == 0, r.stderr
+    resumes = json.loads((repo / "runs" / "R" / "run.json").read_text())["resumes"]
+    assert resumes[-1]["source_changed"] == "clean then, dirty now"
+    assert resumes[-1]["git"]["dirty"] is True
 
 
 @pytest.mark.engine

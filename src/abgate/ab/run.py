@@ -83,7 +83,7 @@ def choose_mode(exp: Experiment) -> str:
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
                 resume: bool, force: bool, git: dict[str, Any] | None,
-                inputs: dict[str, str | None]) -> dict[str, Any]:
+                inputs: dict[str, str | None], allow_source_change: bool) -> dict[str, Any]:
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
@@ -91,10 +91,10 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
         if doc.get("digest") != digest:
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
-        check_same_source(out, doc.get("git"), git)
+        changed = check_same_source(out, doc.get("git"), git, allow_source_change)
         check_same_inputs(out, doc.get("inputs"), inputs)
         doc["resumes"].append({"at": time.time(), "from_status": doc["status"], "git": git,
-                               "inputs": inputs})
+                               "inputs": inputs, "source_changed": changed})
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
     doc = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
@@ -120,6 +120,7 @@ class AbRunner:
         self.progress = progress
         # an arm without run.json yet (killed right after ab.json) starts afresh
         self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False, git=git,
+                                            allow_source_change=provenance.allow_source_change,
                                             resume=resume and (out / "arms" / name /
                                                                rec.RUN_FILE).is_file(),
                                             kind="ab-arm")
@@ -305,7 +306,7 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
     mode = choose_mode(exp)
     with claimed(out, resume=resume, force=force, marker=AB_FILE):
         doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out),
-                          input_hashes(prov))
+                          input_hashes(prov), prov.allow_source_change)
         runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
         runner.save()
         summaries: dict[str, dict[str, Any]] = {}

@@ -119,7 +119,8 @@ def _run_log(out: Path) -> Iterator[None]:
 
 def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
                  git: dict[str, Any] | None,
-                 inputs: dict[str, str | None] | None = None) -> dict[str, Any]:
+                 inputs: dict[str, str | None] | None = None,
+                 allow_source_change: bool = False) -> dict[str, Any]:
     """Create or reopen the run directory; returns the ``run.json`` document to update.
     ``git`` (the source state) and ``inputs`` (contract and manifest hashes) are this
     start's, recorded with it and, on a resume, compared with the first start's."""
@@ -129,11 +130,12 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
             diffs = list(rec.iter_diff(doc.get("spec"), p.spec))[:8]
             raise UsageError(f"--resume {out}: the run spec differs from the recorded one "
                              f"(at {', '.join(diffs) or 'spec'}); use a new directory")
-        check_same_source(out, doc.get("git"), git)
+        changed = check_same_source(out, doc.get("git"), git, allow_source_change)
         if inputs is not None:
             check_same_inputs(out, doc.get("inputs"), inputs)
         doc.setdefault("resumes", []).append({"at": time.time(), "from_status": doc["status"],
-                                              "git": git, "inputs": inputs})
+                                              "git": git, "inputs": inputs,
+                                              "source_changed": changed})
         return doc
     prepare_new_dir(out, force)
     return new_record("run", git=git, config=p.config.to_dict(), spec=p.spec,
@@ -143,13 +145,15 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
 GIT_FACTS = ("commit", "dirty", "diff_sha256")
 
 
-def check_same_source(out: Path, recorded: Any, now: dict[str, Any] | None) -> None:
+def check_same_source(out: Path, recorded: Any, now: dict[str, Any] | None,
+                      allow: bool = False) -> str | None:
     """A resume must run the source its run started with: a new commit, or a tree made
-    dirty (or edited further) since, is refused, so records never vouch for a mix."""
+    dirty (or edited further) since, is refused, so records never vouch for a mix;
+    with ``allow`` (``--allow-source-change``) it is returned, to be recorded."""
     before = {k: recorded.get(k) for k in GIT_FACTS} if isinstance(recorded, dict) else None
     after = {k: now.get(k) for k in GIT_FACTS} if now is not None else None
     if before == after:
-        return
+        return None
     if before is None or after is None:
         what = "it was not in a git checkout" if before is None else "it is no longer in one"
     elif before["commit"] != after["commit"]:
@@ -158,8 +162,11 @@ def check_same_source(out: Path, recorded: Any, now: dict[str, Any] | None) -> N
         what = "clean then, dirty now" if after["dirty"] else "dirty then, clean now"
     else:
         what = "the uncommitted changes differ"
+    if allow:
+        return what
     raise UsageError(f"--resume {out}: the source checkout changed since the run started "
-                     f"({what}); restore it to resume, or start a new directory")
+                     f"({what}); restore it, start a new directory, or pass "
+                     "--allow-source-change (recorded under resumes)")
 
 
 def request_for(p: PreparedRun, item_id: str, seed: int,
@@ -176,9 +183,10 @@ class RunRecorder:
 
     def __init__(self, p: PreparedRun, out: Path, *, resume: bool, force: bool,
                  git: dict[str, Any] | None, kind: str = "run",
-                 inputs: dict[str, str | None] | None = None) -> None:
+                 inputs: dict[str, str | None] | None = None,
+                 allow_source_change: bool = False) -> None:
         self.p, self.out = p, out
-        self.doc = open_run_dir(p, out, resume, force, git, inputs)
+        self.doc = open_run_dir(p, out, resume, force, git, inputs, allow_source_change)
         self.doc["kind"] = kind
         self.samples_path = out / rec.SAMPLES_FILE
         self.done = {s["key"] for s in self.samples(repair=True)}
@@ -304,7 +312,7 @@ def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
              on_start: Callable[[int, int], None] | None, on_sample: OnSample | None,
              prov: ProvenanceOptions, contract: ContractOutcome | None) -> RunOutcome:
     run = RunRecorder(p, out, resume=resume, force=force, git=source_state(out),
-                      inputs=input_hashes(prov))
+                      inputs=input_hashes(prov), allow_source_change=prov.allow_source_change)
     summary: dict[str, Any] = {}
 
     def finish(status: Status) -> None:

@@ -34,6 +34,8 @@ from abgate.runner.session import EngineSession, PreparedEngine
 class ProvenanceOptions:
     contract: str | None = None
     manifest: str | None = None
+    # on a resume: continue although the git checkout changed (recorded under resumes)
+    allow_source_change: bool = False
 
 
 def input_hashes(opts: ProvenanceOptions) -> dict[str, str | None]:
