@@ -57,6 +57,42 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
             first.communicate()
 
 
+def test_second_ab_writer_is_refused(tmp_path: Path) -> None:
+    """Two ``abgate ab`` on one directory: the second (a ``--resume``) is refused at
+    once, instead of both failing after all the work."""
+    out = tmp_path / "AB"
+    with FaultServer(default="stall_first") as fs:
+        exp = tmp_path / "exp.toml"
+        exp.write_text(f"""baseline = "a"
+[shared]
+engine = "openai"
+suite = "synthetic"
+limit = 2
+max_tokens = 4
+engine_options = {{ endpoints = ["{fs.url}"], request_timeout = 300.0 }}
+[schedule]
+warmup = 0
+[evidence]
+agreement = false
+probes = false
+[arms.a]
+[arms.b]
+""")
+        first = subprocess.Popen([sys.executable, "-m", "abgate", "ab", str(exp), "-o",
+                                  str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
+        try:
+            wait_until(lambda: len(fs.completions) >= 1, first, "the first request")
+            r = abgate("ab", "--resume", str(out))
+            assert r.returncode == 2, r.stderr
+            assert f"being written by pid {first.pid}" in r.stderr, r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1
+            assert json.loads((out / "ab.json").read_text())["status"] == "running"
+        finally:
+            first.kill()
+            first.communicate()
+
+
 def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path) -> None:
     """The kernel drops the lock with its holder (SIGKILL included): no stale lock."""
     d, ready = tmp_path / "D", tmp_path / "ready"
