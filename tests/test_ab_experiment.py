@@ -89,13 +89,19 @@ def test_blocks_alternate() -> None:
 
 
 def test_force_clears_only_an_ab_directory(tmp_path: Path) -> None:
-    from abgate.runner.records import prepare_new_dir
+    from abgate.runner.documents import new_record, write_record
+    from abgate.runner.outdir import prepare_new_dir
 
     d = tmp_path / "AB"
     (d / "arms" / "a").mkdir(parents=True)
     (d / "arms" / "a" / "samples.jsonl").write_text("{}\n")
     with pytest.raises(UsageError, match="holds no ab.json"):
         prepare_new_dir(d, force=True, marker="ab.json")
-    (d / "ab.json").write_text("{}")
+    (d / "ab.json").write_text("{}")  # a file of that name is not enough
+    with pytest.raises(UsageError, match="not a valid abgate record"):
+        prepare_new_dir(d, force=True, marker="ab.json")
+    write_record(d / "ab.json", new_record(
+        "ab", experiment={}, arm_spec_digests={}, digest="x", engines={}, resumes=[],
+        schedule={"mode": "blocks", "warmup": 0, "block_size": 1, "executed": []}))
     prepare_new_dir(d, force=True, marker="ab.json")
     assert list(d.iterdir()) == []

@@ -59,7 +59,9 @@ def test_disk_full_mid_run_is_one_line_and_keeps_the_samples(tmp_path: Path, aft
     with FaultServer() as fs:
         args = ["run", "--engine", "openai", "--endpoint", fs.url, "--suite", "synthetic",
                 "--limit", "8", "--max-tokens", "6", "-o", str(out)]
-        r = abgate(*args, env={"PYTHONPATH": str(inject),
+        # the injection first, then this checkout's source (as every other call runs)
+        path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH")) if p)
+        r = abgate(*args, env={"PYTHONPATH": path,
                                "ABGATE_TEST_DISK_FULL_AFTER": str(after),
                                "ABGATE_TEST_DISK_ERRNO": err}, timeout=300)
         assert r.returncode == 1, r.stderr

@@ -173,12 +173,13 @@ BASELINE: dict[str, Any] = seal({
     "schema_version": 1, "kind": "baseline", "status": "complete", "abgate_version": "0.1.0",
     "git": None, "host": {"hostname": "h"}, "started_at": 1.0, "recorded_at": 1.0,
     "spec": {"engine": "llamacpp"}, "spec_digest": "d" * 64,
-    "config": BenchConfig(input_lens=(32,), output_len=8).to_dict(),
+    "config": BenchConfig(input_lens=(32,), output_len=8, probes=True).to_dict(),
     "cases": [{"input_len": 32, "output_len": 8, "prompt_sha256": "a" * 64,
                "prompt_ids": list(range(32)), "output_token_ids": list(range(8)),
                "speed": {"steady_decode_tps": {"median": 100.0}},
                "decode_tps_values": [100.0, 101.0, 99.0]}],
-    "probes": [{"name": "copy", "passed": True, "reason": "ok"}]})
+    "probes": [{"name": name, "passed": True, "reason": "ok"}
+               for name in ("arithmetic", "copy", "needle")]})
 
 
 @FUZZ

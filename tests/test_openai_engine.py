@@ -284,9 +284,9 @@ def test_api_key_from_env_is_sent_never_recorded(fake_script: Path, tmp_path: Pa
     ({"launch": "python -m x --port 8000"}, {}, "must contain {port}"),
     ({"launch": "python -m llama_cpp.server --port {port}", "concurrency": 2}, {},
      "--interrupt_requests false"),
-    # {model} without a model: the embedded default GGUF (tests/test_served_ab.py), so
-    # the launch gets as far as starting the program
-    ({"launch": "x --model {model} --port {port}"}, {}, "cannot start 'x'"),
+    # a program that does not exist is refused with the options, before anything is
+    # written (issue 26)
+    ({"launch": "x --model {model} --port {port}"}, {}, "program 'x' not found"),
     ({"endpoints": ["http://127.0.0.1:1"], "api_key_env": "ABGATE_NOPE_X"}, {}, "not set"),
 ])
 def test_bad_options_are_usage_errors(opts: dict[str, Any], args: dict[str, Any],

@@ -11,6 +11,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
+from abgate.runner.outdir import prepare_new_dir
 
 
 def test_torn_last_line_is_dropped_and_repaired(tmp_path: Path) -> None:
@@ -59,9 +60,9 @@ def test_atomic_write_leaves_no_temp(tmp_path: Path) -> None:
 def test_non_empty_dir_needs_force(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(UsageError, match="not empty; use --resume"):
-        rec.prepare_new_dir(tmp_path, force=False)
+        prepare_new_dir(tmp_path, force=False)
     with pytest.raises(UsageError, match="holds no run.json"):
-        rec.prepare_new_dir(tmp_path, force=True)
+        prepare_new_dir(tmp_path, force=True)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 

@@ -66,7 +66,8 @@ _SHAPES = re.compile("|".join([
 _AUTH_SCHEME = re.compile(
     r"\b(?P<scheme>[Bb]earer)\s+(?!<redacted>)[A-Za-z0-9._~+/=-]+"
     r"|\b(?P<basic>Basic)\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}")
-_URL_USERINFO = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@'\"]+@")
+# user:password@ up to the authority's last '@' (a password may hold a raw '@')
+_URL_USERINFO = re.compile(r"\b(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#'\"]+@")
 # --flag VALUE, --flag=VALUE, '--flag', 'VALUE' (a printed Python list), "--flag", "VALUE"
 _FLAG_VALUE = re.compile(
     r"(?P<flag>(?<![\w-])--?[A-Za-z][\w.-]*)(?P<sep>=|['\"]?(?:,\s*|\s+)['\"]?)"
@@ -106,8 +107,18 @@ def is_secret_name(name: str) -> bool:
     return False
 
 
+_KNOWN: set[str] = set()  # secret values this process was given (see add_known_secrets)
+
+
+def add_known_secrets(values: Iterable[str | None]) -> None:
+    """Values known to be secret in this process (the key named by ``--api-key-env``,
+    the values of secret-named variables): from now on every redaction replaces them
+    wherever they appear, an error text a server echoed them into included."""
+    _KNOWN.update(v for v in values if v and len(v) >= MIN_LITERAL and v != REDACTED)
+
+
 def _literals(secrets: Iterable[str]) -> list[str]:
-    return sorted({s for s in secrets if len(s) >= MIN_LITERAL and s != REDACTED},
+    return sorted({s for s in (*secrets, *_KNOWN) if len(s) >= MIN_LITERAL and s != REDACTED},
                   key=len, reverse=True)
 
 
@@ -151,11 +162,11 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
 def _argv_word(arg: str, secrets: Sequence[str]) -> str:
     """One word: ``NAME=VALUE`` by name (``--env HF_TOKEN=x``), else as free text."""
     name, eq, value = arg.partition("=")
-    if eq and not arg.startswith("-"):
+    if eq and not arg.startswith("-") and re.fullmatch(r"[\w.-]+", name):
         if is_secret_name(name) and value:
             return f"{name}={REDACTED}"
-        return f"{name}={redact_text(value, secrets)}" if re.fullmatch(r"[\w.-]+", name) \
-            else redact_text(arg, secrets)
+        return f"{name}={redact_text(value, secrets)}"
+    # a URL with a query (http://u:p@h/?token=x), a command: free text
     return redact_text(arg, secrets)
 
 

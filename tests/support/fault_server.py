@@ -34,7 +34,8 @@ PROMPT_IDS = [1, 2, 3]
 FAULTS = ("ok", "stop", "stall_headers", "stall_first", "stall_mid", "trickle", "500", "503",
           "429", "400", "malformed_first", "malformed_mid", "not_object", "bad_choices",
           "bad_text", "bad_ids", "cut_nodone", "cut_mid", "reset_first", "reset_mid",
-          "no_usage", "usage_low", "usage_high", "usage_str", "usage_prompt", "die")
+          "no_usage", "usage_low", "usage_high", "usage_str", "usage_prompt", "die",
+          "401echo")
 
 
 @dataclass
@@ -122,7 +123,9 @@ class FaultServer:
             if method == "GET":
                 await self._get(writer, path)
             else:
-                await self._post(writer, path, json.loads(raw or b"{}"))
+                auth = re.search(r"(?im)^authorization:\s*(.*?)\r?$", head)
+                await self._post(writer, path, json.loads(raw or b"{}"),
+                                 auth.group(1) if auth else "")
             await writer.drain()
         except (_Died, ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -162,7 +165,8 @@ class FaultServer:
             raise ValueError(f"unknown fault {fault!r}")
         return fault, fault
 
-    async def _post(self, w: asyncio.StreamWriter, path: str, body: dict[str, Any]) -> None:
+    async def _post(self, w: asyncio.StreamWriter, path: str, body: dict[str, Any],
+                    auth: str = "") -> None:
         if path == "/tokenize":  # as vLLM's: chat messages or a prompt to token IDs
             if body.get("messages"):  # the IDs its streams report for any chat prompt
                 return _json(w, 200, {"tokens": PROMPT_IDS})
@@ -181,6 +185,9 @@ class FaultServer:
         self.seen.append(seen)
         if fault == "stall_headers":
             await asyncio.sleep(3600)
+        if fault == "401echo":  # a server that quotes the credentials it refused
+            key = auth.split(" ", 1)[-1]
+            return _json(w, 401, {"error": {"message": f"invalid key {key} (got {auth!r})"}})
         if fault in ("500", "503", "429", "400"):
             extra = {"Retry-After": self.retry_after} if fault in ("429", "503") else {}
             return _json(w, int(fault), {"error": {"message": f"injected {fault}"}}, extra)

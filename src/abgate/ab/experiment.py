@@ -37,6 +37,7 @@ checked again after preparation.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,19 @@ EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len")
 EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
 BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
+# An arm's name is a directory (arms/<arm>/) and part of file names: a safe identifier.
+ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def check_arm_name(where: str, name: object) -> str:
+    """``name`` if it is a safe arm name (it becomes ``arms/<name>/``), else a UsageError
+    before anything is written."""
+    if not isinstance(name, str) or not ARM_NAME.fullmatch(name):
+        shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+        raise UsageError(f"{where}: arm name {shown} is not allowed: an arm name is 1-64 "
+                         "characters of letters, digits, '.', '_' and '-', starting with a "
+                         "letter or digit (it names the directory arms/<arm>/)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,10 @@ class Experiment:
     description: str = ""
     expect: str = "lossy"
     evidence: Evidence = field(default_factory=Evidence)
+
+    def __post_init__(self) -> None:
+        for arm in self.arms:  # every way an experiment is made: file, flags, record
+            check_arm_name(f"experiment {self.name!r}", arm)
 
     @property
     def candidates(self) -> list[str]:
@@ -202,7 +220,7 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     arms_table = doc.get("arms", {})
     if not isinstance(arms_table, dict) or len(arms_table) < 2:
         raise UsageError(f"{where}: an experiment needs at least two [arms.NAME] tables")
-    arms = {name: arm_config(f"{where} [arms.{name}]", shared, table)
+    arms = {check_arm_name(where, name): arm_config(f"{where} [arms.{name}]", shared, table)
             for name, table in arms_table.items()}
     baseline = _typed(where, "baseline", doc.get("baseline", next(iter(arms))), str)
     for key in ("name", "description"):

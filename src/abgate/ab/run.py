@@ -25,9 +25,22 @@ from abgate.engines import engine_adapter
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, read_record, write_record
-from abgate.runner.execute import RunRecorder, Status, tracked
-from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
+from abgate.runner.documents import new_record, read_record, source_state, write_record
+from abgate.runner.execute import (
+    RunRecorder,
+    Status,
+    check_same_source,
+    fail_if_all_errors,
+    tracked,
+)
+from abgate.runner.outdir import claimed, prepare_new_dir
+from abgate.runner.provenance import (
+    ProvenanceOptions,
+    check_before_load,
+    check_same_inputs,
+    input_hashes,
+    record_after_load,
+)
 from abgate.runner.samples import ids_sha256, sample_key
 from abgate.runner.session import EngineSession, loaded
 from abgate.runner.spec import PreparedRun, prepare
@@ -69,23 +82,28 @@ def choose_mode(exp: Experiment) -> str:
 
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
-                resume: bool, force: bool) -> dict[str, Any]:
+                resume: bool, force: bool, git: dict[str, Any] | None,
+                inputs: dict[str, str | None], allow_source_change: bool) -> dict[str, Any]:
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
-        doc = read_record(out / AB_FILE, "ab") if (out / AB_FILE).exists() else None
-        if doc is None:
-            raise UsageError(f"--resume {out}: no {AB_FILE} there; nothing to resume")
+        doc = read_record(out / AB_FILE, "ab")
         if doc.get("digest") != digest:
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
-        doc["resumes"].append({"at": time.time(), "from_status": doc["status"]})
+        changed = check_same_source(out, doc.get("git"), git, allow_source_change)
+        check_same_inputs(out, doc.get("inputs"), inputs)
+        doc["resumes"].append({"at": time.time(), "from_status": doc["status"], "git": git,
+                               "inputs": inputs, "source_changed": changed})
         return doc
-    rec.prepare_new_dir(out, force, marker=AB_FILE)
-    return new_record("ab", experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
-                      schedule={"mode": mode, "warmup": exp.schedule.warmup,
-                                "block_size": exp.schedule.block_size, "executed": []},
-                      engines={}, resumes=[])
+    prepare_new_dir(out, force, marker=AB_FILE)
+    doc = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
+                     arm_spec_digests=specs, digest=digest,
+                     schedule={"mode": mode, "warmup": exp.schedule.warmup,
+                               "block_size": exp.schedule.block_size, "executed": []},
+                     engines={}, resumes=[])
+    write_record(out / AB_FILE, doc)  # before arms/: a --force later finds it abgate's
+    return doc
 
 
 class AbRunner:
@@ -94,13 +112,18 @@ class AbRunner:
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
                  doc: dict[str, Any], resume: bool, force: bool,
                  progress: Progress | None, provenance: ProvenanceOptions) -> None:
+        git = doc["resumes"][-1]["git"] if doc["resumes"] else doc["git"]  # one for all arms
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.provenance = provenance
         # The contract describes the baseline; candidates differ from it by design.
         self.contract = check_before_load(provenance, prepared[exp.baseline].engine)
         self.progress = progress
-        self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
-                                            force=False, kind="ab-arm")
+        # an arm without run.json yet (killed right after ab.json) starts afresh
+        self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False, git=git,
+                                            allow_source_change=provenance.allow_source_change,
+                                            resume=resume and (out / "arms" / name /
+                                                               rec.RUN_FILE).is_file(),
+                                            kind="ab-arm")
                           for name, p in prepared.items()}
         self.prompt_sha: dict[str, str] = {}  # key -> sha seen first, across arms
         self.session = len(doc["resumes"])
@@ -280,19 +303,23 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
     prepared = prepare_arms(exp)
     check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
     mode = choose_mode(exp)
-    doc = open_ab_dir(exp, prepared, out, mode, resume, force)
-    runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
-    runner.save()
-    summaries: dict[str, dict[str, Any]] = {}
+    with claimed(out, resume=resume, force=force, marker=AB_FILE):
+        doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out),
+                          input_hashes(prov), prov.allow_source_change)
+        runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
+        runner.save()
+        summaries: dict[str, dict[str, Any]] = {}
 
-    def finish(status: Status) -> None:
-        summaries.update(runner.finish(status.value, status.error))
+        def finish(status: Status) -> None:
+            summaries.update(runner.finish(status.value, status.error))
 
-    with tracked(out, "A/B run", finish) as status:
-        if on_start:
-            on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
-        if mode == "interleave":
-            runner.run_interleaved()
-        else:
-            runner.run_blocks()
+        with tracked(out, "A/B run", finish) as status:
+            if on_start:
+                on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
+            if mode == "interleave":
+                runner.run_interleaved()
+            else:
+                runner.run_blocks()
+            for arm, r in runner.recorders.items():
+                fail_if_all_errors(f"A/B arm {arm!r}", r.samples())
     return AbOutcome(out, status.value, summaries)

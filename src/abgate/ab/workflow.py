@@ -14,9 +14,10 @@ from typing import Any
 
 from abgate.ab.analyze import analyze
 from abgate.ab.experiment import Experiment
-from abgate.ab.run import AbOutcome, Progress, prepare_arms, run_ab
+from abgate.ab.run import AB_FILE, AbOutcome, Progress, prepare_arms, run_ab
 from abgate.redact import redact
-from abgate.runner.provenance import ProvenanceOptions
+from abgate.runner.outdir import claimed
+from abgate.runner.provenance import ProvenanceOptions, check_before_load
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,14 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    weights_diff: bool = False, policy: str | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
-    outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
-                     progress=progress, provenance=provenance)
-    comparison = analyze(out, policy)
-    if weights_diff:
-        diff_weights(exp, out)
     from abgate.report import write_reports
 
-    return AbResult(outcome, comparison, write_reports(out))
+    # bad input refused before the directory is claimed (cheap: identities are cached)
+    check_before_load(provenance or ProvenanceOptions(), prepare_arms(exp)[exp.baseline].engine)
+    with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
+        outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
+                         progress=progress, provenance=provenance)
+        comparison = analyze(out, policy)
+        if weights_diff:
+            diff_weights(exp, out)
+        return AbResult(outcome, comparison, write_reports(out))

@@ -11,14 +11,15 @@ from typing import Any
 
 from abgate.baseline.agreement import agreement, request_label
 from abgate.bench import BenchConfig, default_probes, limits, prepare_bench, run_bench, run_probes
+from abgate.bench.probes import DEFAULT_PROBE_NAMES
 from abgate.compare.drift import configuration, drift
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.host import host_info
 from abgate.integrity import seal, verify_seal
-from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded
 
@@ -68,24 +69,26 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     p = prepare_bench(c)
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p.engine)  # a refusal: exit 2, nothing written
-    rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
-    doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
-                     recorded_at=time.time(), not_certified=list(limits.BASELINE))
-    with loaded(p.engine, out, doc) as session, session.env():
-        record_after_load(prov, contract, session, doc)
-        load_before = host_load()
-        doc["cases"], samples = _cases(session.engine, c)
-        doc["host_load"] = {"before": load_before, "after": host_load()}
-        doc["probes"] = _probes(session.engine, c)
-    problems = []
-    for case, case_samples in zip(doc["cases"], samples, strict=True):
-        case["repeat_agreement"] = agreement(case["output_token_ids"], case["output_text"],
-                                             case_samples)
-        if not case["repeat_agreement"]["all_match"]:
-            problems.append(_disagreement(case))
-    doc["status"], doc["ended_at"] = ("failed" if problems else "complete"), time.time()
-    doc["error"] = "; ".join(problems) or None
-    write_record(out / BASELINE_FILE, seal(doc))
+    with claimed(out, resume=False, force=force, marker=BASELINE_FILE):
+        prepare_new_dir(out, force, marker=BASELINE_FILE)
+        doc = new_record("baseline", out=out, config=c.to_dict(), spec=p.spec,
+                         spec_digest=p.spec_digest, recorded_at=time.time(),
+                         not_certified=list(limits.BASELINE))
+        with loaded(p.engine, out, doc) as session, session.env():
+            record_after_load(prov, contract, session, doc)
+            load_before = host_load()
+            doc["cases"], samples = _cases(session.engine, c)
+            doc["host_load"] = {"before": load_before, "after": host_load()}
+            doc["probes"] = _probes(session.engine, c)
+        problems = []
+        for case, case_samples in zip(doc["cases"], samples, strict=True):
+            case["repeat_agreement"] = agreement(case["output_token_ids"], case["output_text"],
+                                                 case_samples)
+            if not case["repeat_agreement"]["all_match"]:
+                problems.append(_disagreement(case))
+        doc["status"], doc["ended_at"] = ("failed" if problems else "complete"), time.time()
+        doc["error"] = "; ".join(problems) or None
+        write_record(out / BASELINE_FILE, seal(doc))
     if problems:
         raise AbgateError(f"{out / BASELINE_FILE}: not a reference: {doc['error']}")
     return doc
@@ -137,6 +140,11 @@ def read_baseline(path: Path) -> tuple[dict[str, Any], BenchConfig]:
                 _expect(f"cases[{i}].{key}", case.get(key), (list, type(None)))
         for i, probe in enumerate(probes):
             _expect(f"probes[{i}].passed", probe["passed"], bool)
+        names = tuple(probe["name"] for probe in probes)
+        if names != (DEFAULT_PROBE_NAMES if c.probes else ()):  # checked before the re-run
+            raise ValueError(f"probes are {list(names)}, not the {len(DEFAULT_PROBE_NAMES)} "
+                             "abgate records" if c.probes else "probes were recorded with "
+                             "probes off")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"{path}: not a readable baseline ({type(exc).__name__}: "
                          f"{one_line(exc)})") from None

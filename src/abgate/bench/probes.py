@@ -116,6 +116,9 @@ def needle_probe(tokenize: Tokenize, context_tokens: int = 1024, depth: float = 
                  {"context_tokens": context_tokens, "depth": depth})
 
 
+DEFAULT_PROBE_NAMES = ("arithmetic", "copy", "needle")  # what default_probes returns
+
+
 def default_probes(tokenize: Tokenize, *, needle_len: int = 1024, needle_depth: float = 0.5,
                    seed: int = 0) -> list[Probe]:
     return [arithmetic_probe(seed), copy_probe(seed),

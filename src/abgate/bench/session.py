@@ -16,7 +16,8 @@ The order keeps failures cheap and records honest:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ from abgate.provenance import ContractOutcome
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, write_record
 from abgate.runner.execute import Status, check_interrupted, tracked
+from abgate.runner.outdir import check_new_dir, claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import (
     EngineSession,
@@ -149,18 +151,6 @@ def prepare_bench(c: BenchConfig) -> PreparedBench:
     return PreparedBench(c, engine, spec, json_sha256(spec))
 
 
-def check_out_dir(out: Path, force: bool) -> None:
-    """Refuse a non-empty directory (unless ``force`` on a run directory) before loading."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"output path {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise UsageError(f"run directory {out} is not empty; use --force to overwrite it")
-        if not (out / rec.RUN_FILE).exists():
-            raise UsageError(f"--force refuses to clear {out}: it holds no run.json, so it "
-                             "may not be an abgate run directory")
-
-
 def _plan(p: PreparedBench, engine: Engine) -> tuple[BenchPlan, list[Probe]]:
     c = p.config
     plan = plan_bench(engine, c.cases, prompt_seed=c.prompt_seed,
@@ -183,27 +173,21 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
     provenance (environment, mapped libraries, manifest, contract) is recorded."""
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p.engine)
-    check_out_dir(out, force)
+    check_new_dir(out, force, rec.RUN_FILE)
     doc: dict[str, Any] = {}  # filled by loaded() (engine, processes, cleanup) and below
     summary: dict[str, Any] = {}
-    try:
-        with loaded(p.engine, None, doc) as session:
-            with session.env():
-                plan, probes = _plan(p, session.engine)
-            rec.prepare_new_dir(out, force)
-            doc.update({**new_record("bench", config=p.config.to_dict(), spec=p.spec,
-                                     spec_digest=p.spec_digest), **doc})
-            _record_provenance(prov, contract, session, doc)
-            write_record(out / rec.RUN_FILE, doc)
-            if progress is not None:
-                batch = int(p.config.engine_options.get("concurrency", 1))
-                total = (len(plan.cases) * (p.config.warmup + p.config.repeats) * batch
-                         + len(probes))
-                progress.on_start(0, total)
-            _measure(p, session, plan, probes, out, doc, summary, progress)
-    finally:
-        if doc.get("kind") == "bench":  # the directory was written: keep it complete
-            write_record(out / rec.RUN_FILE, doc)
+    with ExitStack() as claim:  # the directory's lock, held until the last write
+        try:
+            with loaded(p.engine, None, doc) as session:
+                with session.env():
+                    plan, probes = _plan(p, session.engine)
+                claim.enter_context(claimed(out, resume=False, force=force,
+                                            marker=rec.RUN_FILE))
+                _run_claimed(p, out, force, session, plan, probes, doc, summary, progress,
+                             lambda: _record_provenance(prov, contract, session, doc))
+        finally:
+            if doc.get("kind") == "bench":  # the directory was written: keep it complete
+                write_record(out / rec.RUN_FILE, doc)
     return BenchOutcome(out, doc["status"], summary)
 
 
@@ -214,6 +198,22 @@ def _record_provenance(prov: ProvenanceOptions, contract: ContractOutcome | None
     except AbgateError as exc:  # (the directory is written: its run.json says why)
         doc["status"], doc["error"], doc["ended_at"] = "failed", str(exc), time.time()
         raise
+
+
+def _run_claimed(p: PreparedBench, out: Path, force: bool, session: EngineSession,
+                 plan: BenchPlan, probes: list[Probe], doc: dict[str, Any],
+                 summary: dict[str, Any], progress: Reporter | None,
+                 record_provenance: Callable[[], None]) -> None:
+    prepare_new_dir(out, force)
+    doc.update({**new_record("bench", out=out, config=p.config.to_dict(), spec=p.spec,
+                             spec_digest=p.spec_digest), **doc})
+    record_provenance()
+    write_record(out / rec.RUN_FILE, doc)
+    if progress is not None:
+        batch = int(p.config.engine_options.get("concurrency", 1))
+        total = len(plan.cases) * (p.config.warmup + p.config.repeats) * batch + len(probes)
+        progress.on_start(0, total)
+    _measure(p, session, plan, probes, out, doc, summary, progress)
 
 
 def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,

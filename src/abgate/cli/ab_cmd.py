@@ -131,6 +131,9 @@ def ab_command(
     contract: str = typer.Option(None, help="Contract TOML for the baseline arm."),
     manifest: str = typer.Option(None, help="Manifest JSON whose digest each arm embeds."),
     allow_stale_manifest: eo.AllowStaleManifest = False,
+    allow_source_change: bool = typer.Option(
+        False, help="With --resume: continue although the git checkout changed since the "
+        "A/B started (recorded under resumes)."),
     agreement: bool = typer.Option(None, "--agreement/--no-agreement", help="Distribution "
                                    "agreement per arm (default: the file's [evidence], on)."),
     probes: bool = typer.Option(None, "--probes/--no-probes", help="Health probes per arm "
@@ -157,8 +160,10 @@ def ab_command(
     with reporter(f"ab {out.name}") as rep:
         result = run_experiment(exp, out, resume=resume is not None, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
-                                provenance=ProvenanceOptions(contract, manifest,
-                                                             allow_stale_manifest),
+                                provenance=ProvenanceOptions(
+                                    contract, manifest,
+                                    allow_stale_manifest=allow_stale_manifest,
+                                    allow_source_change=allow_source_change),
                                 weights_diff=weights_diff)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
     index_finished(out)

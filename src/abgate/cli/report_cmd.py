@@ -3,24 +3,14 @@ HTML. Nothing is run or recomputed; the same records always give the same bytes.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from abgate.cli.app import app
-from abgate.errors import UsageError
 from abgate.report import check_format, render
-
-
-def _write(output: Path, text: str) -> None:
-    tmp = output.with_name(output.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, output)
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror}") from None
+from abgate.runner.records import write_text_atomic
 
 
 @app.command("report")
@@ -37,5 +27,5 @@ def report_command(
     if output is None:
         typer.echo(text, nl=False)
         return
-    _write(output, text)
+    write_text_atomic(output, text)
     typer.echo(f"wrote {output}", err=True)

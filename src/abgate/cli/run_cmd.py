@@ -107,6 +107,9 @@ def run_command(
     contract: str = typer.Option(None, help="Contract TOML checked before and after load."),
     manifest: str = typer.Option(None, help="Manifest JSON whose digest the run embeds."),
     allow_stale_manifest: eo.AllowStaleManifest = False,
+    allow_source_change: bool = typer.Option(
+        False, help="With --resume: continue although the git checkout changed since the "
+        "run started (recorded under resumes)."),
 ) -> None:
     """Run one engine configuration over a suite and record every sample."""
     opts = dict(ctx.params)
@@ -123,8 +126,9 @@ def run_command(
     with reporter(f"run {out.name}") as rep:
         outcome = execute(prepared, out, resume=resume is not None, force=force,
                           on_start=rep.on_start, on_sample=rep.on_sample,
-                          provenance=ProvenanceOptions(contract, manifest,
-                                                       allow_stale_manifest))
+                          provenance=ProvenanceOptions(
+                              contract, manifest, allow_stale_manifest=allow_stale_manifest,
+                              allow_source_change=allow_source_change))
     print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
     index_finished(outcome.out_dir)
     if outcome.status == "interrupted":

@@ -36,6 +36,7 @@ from abgate.engines.default_model import default_model_path
 from abgate.engines.llamacpp_state import DEFAULT_BUDGET_BYTES, PromptStates
 from abgate.engines.logits import scores_from_logits
 from abgate.errors import AbgateError, UsageError
+from abgate.gguf_file import read_gguf
 
 NAME = "llamacpp"
 
@@ -92,7 +93,36 @@ def resolve_model(model: str | None) -> str:
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
             raise UsageError(f"{path} is not a GGUF file (the llamacpp engine reads GGUF)")
+    _valid_gguf(path, "model")
     return str(path.resolve())
+
+
+def _valid_gguf(path: Path, what: str) -> dict[str, Any]:
+    """The whole GGUF header read with abgate's own reader (a truncated file or a
+    garbage header is refused here, not inside llama.cpp); its metadata."""
+    try:
+        return read_gguf(path).metadata
+    except AbgateError as exc:
+        raise UsageError(f"{what} {exc}") from None
+    except (OSError, ValueError) as exc:  # mmap of an empty file, an unreadable one
+        raise UsageError(f"{what} {path}: cannot be read as GGUF ({exc})") from None
+
+
+def check_args(args: Mapping[str, Any]) -> None:
+    """Path arguments checked before load (llama.cpp crashes on a bad LoRA file)."""
+    lora = args.get("lora_path")
+    if lora is None:
+        return
+    path = Path(lora)
+    if not path.is_file():
+        raise UsageError(f"--engine-arg lora_path={lora}: no such file")
+    with path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise UsageError(f"--engine-arg lora_path={lora}: not a GGUF LoRA adapter")
+    kind = _valid_gguf(path, "--engine-arg lora_path:").get("general.type")
+    if kind is not None and kind != "adapter":
+        raise UsageError(f"--engine-arg lora_path={lora}: a GGUF {kind!r}, not a LoRA "
+                         "adapter (general.type must be 'adapter')")
 
 
 def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,

@@ -10,6 +10,8 @@ is accepted as written.
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +85,26 @@ class Options:
             raise UsageError("timeouts must be > 0 seconds")
         if self.bool_style not in ("auto", "flag", "value"):
             raise UsageError(f"bool_style {self.bool_style!r}: expected auto, flag or value")
+        if self.launch:
+            check_launch(self.launch)
+
+
+def check_launch(template: str) -> None:
+    """The ``--launch`` command checked before anything is written: it splits, has
+    ``{port}``, and its program exists (on PATH, or as an executable file)."""
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise UsageError(f"--launch: cannot split the command: {exc}") from None
+    if not words:
+        raise UsageError("--launch: empty command")
+    if not any("{port}" in w for w in words):
+        raise UsageError("--launch: the command must contain {port} (abgate picks a free "
+                         "loopback port)")
+    program = words[0]
+    if "{" not in program and shutil.which(program) is None:
+        raise UsageError(f"--launch: program {program!r} not found (not on PATH, or not "
+                         "an executable file)")
 
 
 _OPTION_TYPES: Mapping[str, type] = {"concurrency": int, "retries": int, "request_timeout": float,

@@ -9,8 +9,10 @@ visible through NVML, that device memory is back near its pre-launch level. The
 result of those checks is the *cleanup evidence* that ends up in ``run.json``.
 
 Safety nets: :meth:`ManagedServer.stop` is idempotent and also registered with
-``atexit``; on Linux the server's leader gets ``PR_SET_PDEATHSIG`` so it is told to
-stop if abgate itself is killed outright.
+``atexit``; on Linux the server runs under :mod:`abgate.engines.supervise`, a child
+subreaper whose parent-death signal ends the server's whole tree (late ``setsid``
+children and ``sh -c 'server | cat'`` pipelines included) if abgate itself is killed
+outright.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import errno
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +38,7 @@ from typing import IO, Any
 import httpx
 import psutil
 
+from abgate.engines import supervise
 from abgate.engines.server_cleanup import (
     HOST,
     MARKER_ENV,
@@ -127,13 +133,15 @@ def build_command(template: str, *, port: int, model: str, args: Mapping[str, An
 
 def server_name(argv: Sequence[str]) -> str:
     """A short name for log files: the ``-m`` module's package, the script run by
-    Python, or the program name."""
+    Python, or the program name; only ``[A-Za-z0-9._-]``, so the log stays in the run
+    directory whatever the command."""
     prog = Path(argv[0]).name
+    name = prog
     if prog.startswith("python") and "-m" in argv[:-1]:  # (llama-server's -m is its model)
-        return argv[argv.index("-m") + 1].split(".")[0]
-    if prog.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
-        return Path(argv[1]).stem
-    return prog or "server"
+        name = argv[argv.index("-m") + 1].split(".")[0]
+    elif prog.startswith("python") and len(argv) > 1 and not argv[1].startswith("-"):
+        name = Path(argv[1]).stem
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "server"
 
 
 def _libc_prctl() -> Any:
@@ -152,6 +160,20 @@ _PRCTL = _libc_prctl()
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+def _set_supervisor_pdeathsig() -> None:  # the supervisor's: it ends the tree on it
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(supervise.PARENT_DIED))
+
+
+def supervised(argv: Sequence[str], grace_s: float) -> list[str] | None:
+    """``argv`` run under :mod:`abgate.engines.supervise` (a subreaper that ends the
+    server's whole tree when abgate dies, SIGKILL included); None off Linux."""
+    if sys.platform != "linux" or _PRCTL is None:
+        return None
+    return [sys.executable, "-I", supervise.__file__, "--parent", str(os.getpid()),
+            "--grace", str(grace_s), "--", *argv]
 
 
 # -- the managed server ---------------------------------------------------------------
@@ -178,11 +200,18 @@ class ManagedServer:
         # inherited by every process the server starts: found even re-parented outside
         # its group (server_cleanup.ProcessTracker)
         self.marker = uuid.uuid4().hex
+        wrapped = supervised(self.argv, grace_s)
+        self.supervised = wrapped is not None
         try:
+            if shutil.which(self.argv[0]) is None:
+                raise FileNotFoundError(errno.ENOENT, "not found (not on PATH, or not an "
+                                        "executable file)")
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                start_new_session=True, env={**os.environ, MARKER_ENV: self.marker},
-                preexec_fn=_set_pdeathsig if _PRCTL is not None else None)
+                wrapped or self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, MARKER_ENV: self.marker},
+                preexec_fn=(_set_supervisor_pdeathsig if self.supervised
+                            else _set_pdeathsig if _PRCTL is not None else None))
         except OSError as exc:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
@@ -196,12 +225,13 @@ class ManagedServer:
         return self.proc.poll() is None
 
     def pids(self) -> list[int]:
-        """The server's live process tree, leader first."""
+        """The server's live process tree, leader first (the supervisor, which is
+        abgate's and not the server's, left out)."""
         self.tracker.refresh()
         tree = [self.proc.pid] if self.alive() else []
         with contextlib.suppress(psutil.Error):
             tree += [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
-        return tree
+        return tree[1:] if self.supervised else tree
 
     def died_within(self, timeout: float) -> bool:
         """Whether the leader has exited, waiting up to ``timeout`` for it to do so."""
@@ -275,7 +305,7 @@ class ManagedServer:
         exit_before = self.proc.poll()
         signals: list[dict[str, Any]] = []
         for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 10.0)):
-            self.tracker.refresh()  # (a process started since is stopped too)
+            self.tracker.refresh()  # a child started since (the supervisor still holds it)
             if not self.tracker.survivors():
                 break
             self.tracker.kill_all(sig)
@@ -304,6 +334,7 @@ class ManagedServer:
             "command": self.shown,
             "pid": self.proc.pid,
             "pgid": self.proc.pid,
+            "supervised": self.supervised,
             "port": self.port,
             "log": str(self.log_path),
             "exited_before_stop": exit_before is not None,

@@ -181,8 +181,16 @@ def _record(row: sqlite3.Row) -> dict[str, Any]:
 
 @contextmanager
 def opened(path: Path) -> Iterator[Ledger]:
+    """The open ledger for the block. A damaged file (a corrupt page, a cell that is not
+    the JSON abgate wrote) is one line naming the file, never a traceback."""
     ledger = Ledger(path)
     try:
         yield ledger
+    except sqlite3.Error as exc:
+        raise AbgateError(f"ledger {path}: damaged ({exc}); move it away (abgate builds a "
+                          "new one; `abgate add` re-indexes your records)") from None
+    except json.JSONDecodeError as exc:
+        raise AbgateError(f"ledger {path}: a stored value is not valid JSON ({exc}); move "
+                          "it away (abgate builds a new one)") from None
     finally:
         ledger.close()

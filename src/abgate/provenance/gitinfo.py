@@ -77,9 +77,14 @@ def listed_files(root: Path) -> list[str]:
     return sorted(set(paths))
 
 
+def _ignored(path: str, ignore: Collection[str]) -> bool:
+    """``path`` is in ``ignore`` or under a directory of it."""
+    return path in ignore or any(path.startswith(d.rstrip("/") + "/") for d in ignore)
+
+
 def _untracked(top: Path, ignore: Collection[str]) -> list[str]:
     paths = _z_list(top, "ls-files", "-z", "--others", "--exclude-standard")
-    return sorted(p for p in paths if p not in ignore)
+    return sorted(p for p in paths if not _ignored(p, ignore))
 
 
 def _ignore_relative(top: Path, ignore: Collection[Path]) -> set[str]:
@@ -102,7 +107,8 @@ def git_state(root: Path, ignore: Collection[Path] = ()) -> dict[str, Any] | Non
 
     ``dirty`` is true when tracked files differ from HEAD or untracked, unignored
     files exist (the files in ``ignore`` — e.g. the manifest being written — do not
-    count). ``diff_sha256`` hashes ``git diff HEAD`` plus each untracked file's name
+    count; a directory in ``ignore`` excludes everything under it, e.g. abgate's own
+    output directory). ``diff_sha256`` hashes ``git diff HEAD`` plus each untracked file's name
     and content, so two dirty trees with the same edits have the same value.
     Returns None outside a git checkout.
     """
@@ -119,7 +125,8 @@ def git_state(root: Path, ignore: Collection[Path] = ()) -> dict[str, Any] | Non
     h = hashlib.sha256(diff)
     untracked = _untracked(top, skip)
     if not commit:
-        untracked = sorted(set(untracked) | (set(_z_list(top, "ls-files", "-z")) - skip))
+        untracked = sorted(set(untracked) | {p for p in _z_list(top, "ls-files", "-z")
+                                             if not _ignored(p, skip)})
     for rel in untracked:
         h.update(b"\0untracked\0" + rel.encode(errors="surrogateescape") + b"\0")
         h.update(hashlib.sha256(_content(top / rel)).digest())

@@ -8,7 +8,6 @@ always give the same bytes. See ``docs/reports.md``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from abgate.report.sections import (
     setup,
     weights_section,
 )
+from abgate.runner.records import write_text_atomic
 
 __all__ = ["FORMATS", "build_doc", "check_format", "render", "render_data", "write_reports"]
 
@@ -78,18 +78,12 @@ def render(out: Path, fmt: str) -> str:
     return render_data(load_ab(out), fmt)
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_reports(out: Path) -> list[Path]:
     """Write report.md, report.json and report.html into ``out``; return their paths."""
     data = load_ab(out)
     paths = []
     for fmt, name in FILES.items():
         path = out / name
-        _write_text(path, render_data(data, fmt))
+        write_text_atomic(path, render_data(data, fmt))
         paths.append(path)
     return paths

@@ -125,18 +125,23 @@ BODIES: dict[str, type[RecordHeader]] = {"run": RunRecord, "ab-arm": RunRecord,
                                          "baseline": BaselineRecord}
 
 
-def source_state() -> dict[str, Any] | None:
-    """The git facts of the working directory's checkout (None outside one)."""
+def source_state(out: Path | None = None) -> dict[str, Any] | None:
+    """The git facts of the working directory's checkout (None outside one), abgate's
+    own output directory ``out`` excluded (its records are not source: an A/B's second
+    arm must not find the tree dirty because the first arm's files are untracked)."""
     try:
-        return git_state(Path.cwd())
+        return git_state(Path.cwd(), ignore=[out] if out is not None else [])
     except AbgateError:
         return None
 
 
-def new_record(kind: Kind, **fields: Any) -> dict[str, Any]:
-    """A new document of ``kind``: the header, then ``fields``."""
+def new_record(kind: Kind, *, out: Path | None = None, **fields: Any) -> dict[str, Any]:
+    """A new document of ``kind``: the header, then ``fields``. The header's ``git`` is
+    ``fields["git"]`` when given (one state for a whole A/B), else the checkout's state
+    with ``out`` excluded."""
+    git = fields.pop("git") if "git" in fields else source_state(out)
     header = RecordHeader(schema_version=SCHEMA_VERSIONS[kind], kind=kind, status="running",
-                          abgate_version=__version__, git=source_state(), host=host_info(),
+                          abgate_version=__version__, git=git, host=host_info(),
                           started_at=time.time())
     return {**header.model_dump(), **fields}
 

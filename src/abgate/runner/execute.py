@@ -20,12 +20,20 @@ from types import FrameType
 from typing import Any
 
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import AbgateError, UsageError, one_line
+from abgate.provenance import ContractOutcome
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, read_record, write_record
-from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
-from abgate.runner.samples import build_sample, sample_key
+from abgate.runner.documents import new_record, read_record, source_state, write_record
+from abgate.runner.outdir import claimed, prepare_new_dir
+from abgate.runner.provenance import (
+    ProvenanceOptions,
+    check_before_load,
+    check_same_inputs,
+    input_hashes,
+    record_after_load,
+)
+from abgate.runner.samples import build_sample, checked_samples, sample_key
 from abgate.runner.session import loaded
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import summarize
@@ -109,21 +117,56 @@ def _run_log(out: Path) -> Iterator[None]:
         handler.close()
 
 
-def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool) -> dict[str, Any]:
-    """Create or reopen the run directory; returns the ``run.json`` document to update."""
+def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
+                 git: dict[str, Any] | None,
+                 inputs: dict[str, str | None] | None = None,
+                 allow_source_change: bool = False) -> dict[str, Any]:
+    """Create or reopen the run directory; returns the ``run.json`` document to update.
+    ``git`` (the source state) and ``inputs`` (contract and manifest hashes) are this
+    start's, recorded with it and, on a resume, compared with the first start's."""
     if resume:
-        if not (out / rec.RUN_FILE).exists():
-            raise UsageError(f"--resume {out}: no run.json there; nothing to resume")
         doc = read_record(out / rec.RUN_FILE, "run", "ab-arm")
         if doc.get("spec_digest") != p.spec_digest:
             diffs = list(rec.iter_diff(doc.get("spec"), p.spec))[:8]
             raise UsageError(f"--resume {out}: the run spec differs from the recorded one "
                              f"(at {', '.join(diffs) or 'spec'}); use a new directory")
-        doc.setdefault("resumes", []).append({"at": time.time(), "from_status": doc["status"]})
+        changed = check_same_source(out, doc.get("git"), git, allow_source_change)
+        if inputs is not None:
+            check_same_inputs(out, doc.get("inputs"), inputs)
+        doc.setdefault("resumes", []).append({"at": time.time(), "from_status": doc["status"],
+                                              "git": git, "inputs": inputs,
+                                              "source_changed": changed})
         return doc
-    rec.prepare_new_dir(out, force)
-    return new_record("run", config=p.config.to_dict(), spec=p.spec,
-                      spec_digest=p.spec_digest, resumes=[])
+    prepare_new_dir(out, force)
+    return new_record("run", git=git, config=p.config.to_dict(), spec=p.spec,
+                      spec_digest=p.spec_digest, resumes=[], inputs=inputs)
+
+
+GIT_FACTS = ("commit", "dirty", "diff_sha256")
+
+
+def check_same_source(out: Path, recorded: Any, now: dict[str, Any] | None,
+                      allow: bool = False) -> str | None:
+    """A resume must run the source its run started with: a new commit, or a tree made
+    dirty (or edited further) since, is refused, so records never vouch for a mix;
+    with ``allow`` (``--allow-source-change``) it is returned, to be recorded."""
+    before = {k: recorded.get(k) for k in GIT_FACTS} if isinstance(recorded, dict) else None
+    after = {k: now.get(k) for k in GIT_FACTS} if now is not None else None
+    if before == after:
+        return None
+    if before is None or after is None:
+        what = "it was not in a git checkout" if before is None else "it is no longer in one"
+    elif before["commit"] != after["commit"]:
+        what = f"commit {str(before['commit'])[:12]} then, {str(after['commit'])[:12]} now"
+    elif before["dirty"] != after["dirty"]:
+        what = "clean then, dirty now" if after["dirty"] else "dirty then, clean now"
+    else:
+        what = "the uncommitted changes differ"
+    if allow:
+        return what
+    raise UsageError(f"--resume {out}: the source checkout changed since the run started "
+                     f"({what}); restore it, start a new directory, or pass "
+                     "--allow-source-change (recorded under resumes)")
 
 
 def request_for(p: PreparedRun, item_id: str, seed: int,
@@ -139,12 +182,14 @@ class RunRecorder:
     the set of finished keys. ``abgate run`` uses one; ``abgate ab`` one per arm."""
 
     def __init__(self, p: PreparedRun, out: Path, *, resume: bool, force: bool,
-                 kind: str = "run") -> None:
+                 git: dict[str, Any] | None, kind: str = "run",
+                 inputs: dict[str, str | None] | None = None,
+                 allow_source_change: bool = False) -> None:
         self.p, self.out = p, out
-        self.doc = open_run_dir(p, out, resume, force)
+        self.doc = open_run_dir(p, out, resume, force, git, inputs, allow_source_change)
         self.doc["kind"] = kind
         self.samples_path = out / rec.SAMPLES_FILE
-        self.done = {s["key"] for s in rec.read_samples(self.samples_path, repair=True)}
+        self.done = {s["key"] for s in self.samples(repair=True)}
         self.total = len(p.keys())
         self.doc["status"] = "running"
         self.save()
@@ -152,6 +197,13 @@ class RunRecorder:
 
     def save(self) -> None:
         write_record(self.out / rec.RUN_FILE, self.doc)
+
+    def samples(self, repair: bool = False) -> list[dict[str, Any]]:
+        """The samples so far, every line checked against this run's keys."""
+        pairs = self.p.keys()  # the (item, seed) pairs, not a dict
+        keys = {sample_key(i.id, s) for i, s in pairs}
+        return checked_samples(self.samples_path,
+                               rec.read_sample_lines(self.samples_path, repair), keys)
 
     def pending(self) -> list[tuple[Item, int]]:
         keys = self.p.keys()  # PreparedRun.keys(): the (item, seed) pairs, not a dict
@@ -177,7 +229,7 @@ class RunRecorder:
         self._writer.close()
         self.doc["status"], self.doc["error"] = status, error
         self.doc["ended_at"] = time.time()
-        samples = rec.read_samples(self.samples_path)
+        samples = self.samples()
         summary = summarize(samples)
         summary["status"] = status
         rec.write_json_atomic(self.out / rec.SUMMARY_FILE, summary)
@@ -186,6 +238,16 @@ class RunRecorder:
         log.info("run %s ended %s with %d/%d samples", self.out, status,
                  self.doc["n_samples"], self.total)
         return summary
+
+
+def fail_if_all_errors(what: str, samples: list[dict[str, Any]]) -> None:
+    """A run (an A/B arm) in which every measured sample is an engine error measured
+    nothing: it fails (exit 1) with the first error, instead of ending ``complete``."""
+    measured = [s for s in samples if not s.get("warmup")]
+    errors = [s for s in measured if s.get("finish_reason") == "error"]
+    if measured and len(errors) == len(measured):
+        raise AbgateError(f"{what}: every sample ({len(measured)}) is an engine error; the "
+                          f"first: {one_line(errors[0].get('error'))}")
 
 
 @dataclass
@@ -242,7 +304,15 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
             provenance: ProvenanceOptions | None = None) -> RunOutcome:
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p.engine)
-    run = RunRecorder(p, out, resume=resume, force=force)
+    with claimed(out, resume=resume, force=force, marker=rec.RUN_FILE):
+        return _execute(p, out, resume, force, on_start, on_sample, prov, contract)
+
+
+def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
+             on_start: Callable[[int, int], None] | None, on_sample: OnSample | None,
+             prov: ProvenanceOptions, contract: ContractOutcome | None) -> RunOutcome:
+    run = RunRecorder(p, out, resume=resume, force=force, git=source_state(out),
+                      inputs=input_hashes(prov), allow_source_change=prov.allow_source_change)
     summary: dict[str, Any] = {}
 
     def finish(status: Status) -> None:
@@ -267,4 +337,5 @@ def execute(p: PreparedRun, out: Path, *, resume: bool = False, force: bool = Fa
             with session.env():
                 session.engine.generate([run.request(i, s) for i, s in pending.values()],
                                         on_result=record)
+        fail_if_all_errors(f"run {out}", run.samples())
     return RunOutcome(out, status.value, len(run.done), run.total, summary)

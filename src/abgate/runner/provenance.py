@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
+from abgate.identity import sha256_file
 from abgate.provenance import (
     ContractOutcome,
     check_effective,
@@ -38,6 +39,8 @@ class ProvenanceOptions:
     contract: str | None = None
     manifest: str | None = None
     allow_stale_manifest: bool = False
+    # on a resume: continue although the git checkout changed (recorded under resumes)
+    allow_source_change: bool = False
 
 
 def manifest_freshness(manifest: dict[str, Any], path: str) -> dict[str, Any]:
@@ -72,6 +75,32 @@ def _check_manifest(opts: ProvenanceOptions) -> dict[str, Any] | None:
                          "); rebuild it with 'abgate manifest build', or pass "
                          "--allow-stale-manifest to record it as stale")
     return fresh
+
+
+def input_hashes(opts: ProvenanceOptions) -> dict[str, str | None]:
+    """The SHA-256 of each input file a start reads besides the spec (contract,
+    manifest): recorded per start, compared on resume."""
+    out: dict[str, str | None] = {}
+    for name, path in (("contract", opts.contract), ("manifest", opts.manifest)):
+        try:
+            out[name] = sha256_file(Path(path)) if path is not None else None
+        except OSError as exc:
+            raise UsageError(f"--{name} {path}: cannot read ({exc.strerror or exc})") from None
+    return out
+
+
+def check_same_inputs(out: Path, recorded: Any, now: dict[str, str | None]) -> None:
+    """A resume reads the same contract and manifest as its first start (an edited or
+    a dropped one is refused: the records would vouch for a check never made)."""
+    if not isinstance(recorded, dict):
+        return  # a record from before inputs were hashed
+    for name, sha in now.items():
+        if recorded.get(name) != sha:
+            then = "none" if recorded.get(name) is None else f"SHA {str(recorded[name])[:12]}"
+            shown = "none" if sha is None else f"SHA {sha[:12]}"
+            raise UsageError(f"--resume {out}: the --{name} differs from the first start's "
+                             f"({then} then, {shown} now); give the same file, or start a "
+                             "new directory")
 
 
 def check_before_load(opts: ProvenanceOptions, p: PreparedEngine) -> ContractOutcome | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -56,6 +55,24 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
         raise AbgateError(f"{path}: cannot write ({exc.strerror or exc})") from exc
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all, no temporary file left on any error
+    (a directory of that name, a full disk): a one-line error naming ``path``."""
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a directory (give a file name)")
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise AbgateError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+
+
 def check_schema(doc: Mapping[str, Any], where: Path) -> None:
     version = doc.get("schema_version")
     if not isinstance(version, int):
@@ -88,10 +105,16 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     """All complete sample lines. A torn final line is ignored (and cut off when
     ``repair``); an unreadable line before the end raises."""
+    return [rec for _, rec in read_sample_lines(path, repair)]
+
+
+def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`read_samples` with each sample's line number (for file:line errors)."""
     if not path.exists():
         return []
     data = path.read_bytes()
-    samples, pos = [], 0
+    samples: list[tuple[int, dict[str, Any]]] = []
+    pos = 0
     lines = data.split(b"\n")
     for i, raw in enumerate(lines):
         is_last = i == len(lines) - 1
@@ -111,7 +134,7 @@ def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
                         os.fsync(f.fileno())
                 break
             raise AbgateError(f"{path}:{i + 1}: corrupt sample line") from None
-        samples.append(rec)
+        samples.append((i + 1, rec))
         pos += len(raw) + 1
     return samples
 
@@ -146,32 +169,6 @@ class SampleWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def prepare_new_dir(out: Path, force: bool, marker: str = RUN_FILE) -> None:
-    """Create ``out`` for a new run, refusing a non-empty one unless ``force``; with
-    ``force`` it clears only a directory that holds abgate's ``marker`` document."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"output path {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise UsageError(f"directory {out} is not empty; use --resume to continue "
-                             "it or --force to overwrite it")
-        if not (out / marker).exists():
-            raise UsageError(f"--force refuses to clear {out}: it holds no {marker}, so it "
-                             "may not be an abgate directory")
-        for entry in out.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".abgate-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"cannot write to output directory {out}: {exc.strerror}") from None
 
 
 def iter_diff(a: Any, b: Any, path: str = "") -> Iterator[str]:

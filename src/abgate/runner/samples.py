@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from pathlib import Path
 from typing import Any
 
 from abgate.engines.base import GenerationResult
+from abgate.errors import UsageError
 from abgate.metrics import request_timing
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
@@ -72,3 +74,37 @@ def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
         "correct": health.correct,
         "health": health.to_dict(),
     }
+
+
+# What a resume and a summary rely on in every sample line, and its type.
+REQUIRED = {"key": str, "item_id": str, "seed": int, "prompt": dict, "output": dict,
+            "finish_reason": str, "timing": dict, "health": dict}
+
+
+def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
+                    expected: Collection[str]) -> list[dict[str, Any]]:
+    """The samples of ``path`` after checking every line against the run's own
+    (item, seed) keys ``expected``: a line without a field a sample needs, of another
+    run (a key not in the spec, a key that does not match its item and seed) or
+    repeating a key is refused in one line naming ``path:line``. Warm-up lines (an A/B
+    re-warms on every resume) may repeat."""
+    first_line: dict[str, int] = {}
+    for n, s in lines:
+        where = f"{path}:{n}"
+        for name, kind in REQUIRED.items():
+            value = s.get(name)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise UsageError(f"{where}: not a sample of abgate's ({name!r} is missing or "
+                                 f"not {kind.__name__}); the file was edited or damaged")
+        if s.get("warmup"):
+            continue
+        key = s["key"]
+        if key != sample_key(s["item_id"], s["seed"]) or key not in expected:
+            raise UsageError(f"{where}: sample {key[:80]!r} is not one of this run's "
+                             "(item, seed) pairs (a line of another run?); the file was "
+                             "edited or mixed")
+        if key in first_line:
+            raise UsageError(f"{where}: sample {key[:80]!r} is recorded twice (first at line "
+                             f"{first_line[key]}); the file was edited or written twice")
+        first_line[key] = n
+    return [s for _, s in lines]

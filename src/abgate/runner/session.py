@@ -27,8 +27,9 @@ from typing import Any
 from abgate.engines import EngineAdapter, engine_adapter
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
+from abgate.errors import AbgateError
 from abgate.identity import model_identity
-from abgate.redact import redact, redact_env
+from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,18 @@ def recorded_engine_part(d: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def register_secrets(spec: EngineSpec) -> None:
+    """Make the secret values this engine is given known to every redaction: the key
+    ``--api-key-env`` names (whatever the variable is called) and the values of
+    secret-named variables, of ``--env`` and of the environment."""
+    key_env = spec.options.get("api_key_env")
+    add_known_secrets([os.environ.get(key_env) if isinstance(key_env, str) else None,
+                       *env_secrets(spec.env), *env_secrets(os.environ)])
+
+
 def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     """Validate everything about the engine that needs no load, in seconds."""
+    register_secrets(spec)
     adapter = engine_adapter(spec.engine)
     resolved = validate_args(spec.engine, spec.args, adapter.arg_specs)
     adapter.check_args(resolved)  # the engine's cross-argument checks, still before load
@@ -126,6 +137,32 @@ class EngineSession:
             yield
 
 
+# Effective-config keys that differ between two loads of one configuration (a launched
+# server's port, log and start-up time; vLLM's KV blocks, sized from free memory).
+VOLATILE = frozenset({"server_log", "server_ready_s", "launch", "endpoints", "probe",
+                      "num_gpu_blocks"})
+
+
+def record_engine(doc: dict[str, Any], info: dict[str, Any], run_dir: Path | None) -> None:
+    """``doc["engine"]``: the first start's engine as loaded. A resume records its own
+    under ``resumes[-1].engine`` and must load the same effective configuration (a
+    changed CPU affinity changes llama.cpp's default thread count): else it is refused
+    before any sample, naming what differs."""
+    first, resumes = doc.get("engine"), doc.get("resumes") or []
+    if first is None or not resumes:
+        doc["engine"] = info
+        return
+    resumes[-1]["engine"] = info
+    before, now = first.get("effective_config") or {}, info.get("effective_config") or {}
+    diffs = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now"
+             for k in sorted(set(before) | set(now))
+             if k not in VOLATILE and before.get(k) != now.get(k)]
+    if diffs:
+        raise AbgateError(f"--resume {run_dir}: the engine's effective configuration differs "
+                          f"from the first start's ({'; '.join(diffs[:4])}); resume under the "
+                          "same conditions, or start a new directory")
+
+
 @contextmanager
 def loaded(p: PreparedEngine, run_dir: Path | None = None,
            doc: dict[str, Any] | None = None) -> Iterator[EngineSession]:
@@ -145,7 +182,7 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
     try:
         session = EngineSession(p, engine)
         if doc is not None:
-            doc["engine"] = session.info
+            record_engine(doc, session.info, run_dir)
             doc["engine_processes"] = session.processes
         yield session
     finally:

@@ -132,6 +132,9 @@ class PreparedRun:
         return [(item, seed) for item in self.items for seed in self.config.seeds]
 
 
+MAX_SEED = 2**32 - 1  # exclusive: 0xFFFFFFFF is llama.cpp's LLAMA_DEFAULT_SEED (random)
+
+
 def _check_sampling(c: RunConfig) -> None:
     if c.max_tokens < 1:
         raise UsageError(f"--max-tokens must be >= 1, got {c.max_tokens}")
@@ -143,6 +146,26 @@ def _check_sampling(c: RunConfig) -> None:
         raise UsageError(f"--top-k must be >= 0, got {c.top_k}")
     if not c.seeds:
         raise UsageError("--seeds needs at least one seed")
+    for seed in c.seeds:  # llama.cpp takes -1 (and 2**32 - 1) as "a random seed"
+        if not 0 <= seed < MAX_SEED:
+            raise UsageError(f"--seeds: seed {seed} is out of range 0..{MAX_SEED - 1} (a "
+                             "negative seed means a random one to llama.cpp, so the record "
+                             "would not reproduce the outputs)")
+
+
+MAX_PROMPT_CHARS = 1_000_000  # ~250k tokens: beyond any context a run is given
+
+
+def _check_prompt_sizes(items: tuple[Item, ...], prompt: PromptConfig,
+                        shots: tuple[tuple[str, str], ...]) -> None:
+    """An over-long prompt (a megabyte question, system prompt or shot) is refused here,
+    before an engine tokenizes it."""
+    for item in items:
+        size = sum(len(m["content"]) for m in build_messages(item, prompt, shots))
+        if size > MAX_PROMPT_CHARS:
+            raise UsageError(f"item {item.id[:80]!r}: its prompt has {size:,} characters, "
+                             f"over the {MAX_PROMPT_CHARS:,} abgate accepts (check the data, "
+                             "--system and the shots)")
 
 
 def prepare(c: RunConfig) -> PreparedRun:
@@ -152,6 +175,7 @@ def prepare(c: RunConfig) -> PreparedRun:
     items = tuple(select_items(suite.items, c.limit, c.sample, c.sample_seed))
     prompt = PromptConfig(c.shots, c.shots_file, c.system)
     shots = tuple(resolve_shots(prompt, items))
+    _check_prompt_sizes(items, prompt, shots)
     spec = {
         **engine.record(),
         "suite": {"name": suite.name, "source": suite.source, "data_sha256": suite.data_sha256,
@@ -161,9 +185,18 @@ def prepare(c: RunConfig) -> PreparedRun:
         "seeds": list(c.seeds),
         "sampling": {"max_tokens": c.max_tokens, "temperature": c.temperature,
                      "top_p": c.top_p, "top_k": c.top_k},
-        "prompt": prompt.to_dict(),
+        "prompt": _prompt_record(prompt, shots),
     }
     return PreparedRun(c, engine, suite, items, prompt, shots, spec, json_sha256(spec))
+
+
+def _prompt_record(prompt: PromptConfig, shots: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """The prompt as recorded: with shots, the SHA-256 of the shots used (a shots file
+    edited between a start and a resume changes the spec, so the resume is refused)."""
+    d = prompt.to_dict()
+    if shots:
+        d["shots_sha256"] = json_sha256([list(s) for s in shots])
+    return d
 
 
 def abgate_version() -> str:

@@ -68,14 +68,21 @@ class PromptConfig:
 def _load_shots_file(path: Path) -> list[tuple[str, str]]:
     if not path.exists():
         raise UsageError(f"shots file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: shots file is not UTF-8 text (bad byte at offset "
+                         f"{exc.start})") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the shots file ({exc.strerror or exc})") from None
     shots = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
             shots.append((str(rec["question"]), str(rec["answer"])))
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
             raise UsageError(f"{path}:{lineno}: expected {{\"question\": ..., \"answer\": ...}}"
                              ) from None
     return shots
