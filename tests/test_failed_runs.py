@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import abgate, read_lines
-from tests.fault_server import FaultServer
+from tests.support.fault_server import FaultServer
 
 
 def test_run_whose_samples_all_failed_is_a_failure(tmp_path: Path) -> None:

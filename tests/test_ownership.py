@@ -17,7 +17,7 @@ from abgate.dirlock import LOCK_FILE, exclusive
 from abgate.errors import UsageError
 from abgate.runner.outdir import prepare_new_dir
 from tests.conftest import HANG_S, abgate, no_engine_env, wait_until
-from tests.fault_server import FaultServer
+from tests.support.fault_server import FaultServer
 
 HOLD = ("import sys, time; from pathlib import Path; from abgate.dirlock import exclusive\n"
         "with exclusive(Path(sys.argv[1])):\n"

@@ -13,7 +13,7 @@ import pytest
 
 from abgate.redact import REDACTED, redact, redact_argv, redact_text
 from tests.conftest import abgate
-from tests.fault_server import FaultServer
+from tests.support.fault_server import FaultServer
 
 PASSWORD = "s3cr@tpw"  # a raw '@' in it
 
