@@ -93,7 +93,10 @@ def test_detached_worker_of_a_failed_start_is_found_and_stopped(
     ev = info.value.cleanup_evidence  # type: ignore[attr-defined]
     assert gone(pid), "the detached worker survived the failed start"
     assert ev["verified"] and ev["survivors"] == [] and not ev["ready"]
-    assert ev["processes_tracked"] >= 2 and "cleanup verified" in str(info.value)
+    # under the supervisor (a subreaper) a server that exits at once has its leftovers
+    # ended by the supervisor before abgate's tracker looks: then only it was tracked
+    assert ev["processes_tracked"] >= (1 if ev.get("supervised") else 2)
+    assert "cleanup verified" in str(info.value)
     log = (tmp_path / "server-launcher.log").read_text()
     assert '"verified": true' in log and '"survivors": []' in log
 
