@@ -30,7 +30,10 @@ engine_args = { flash_attn = true, type_k = "q8_0", type_v = "q8_0" }
 ```
 
 An arm may override ``engine``, ``model``, ``engine_args`` (merged over the shared
-ones), ``engine_options`` (merged) and ``env`` (merged). Everything that decides
+ones), ``engine_options`` (merged) and ``env`` (merged), and declare what it changes
+(``changes = ["flash_attn", "type_k", "type_v"]``); ``allow_differences = ["env.*"]`` at
+the top allows whole classes for every arm. Once anything is declared, an undeclared
+difference is refused (``abgate.ab.declared``). Everything that decides
 *what* is asked (items, seeds, sampling, prompt) is shared by construction, and
 checked again after preparation.
 """
@@ -43,14 +46,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from abgate.ab.declared import check_patterns
 from abgate.errors import UsageError, did_you_mean, one_line
 from abgate.runner.spec import RunConfig
 
-ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env")
+ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env", "changes")
 MERGED = ("engine_args", "engine_options", "env")
 SCHEDULE_MODES = ("auto", "interleave", "blocks")
 TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
-            "expect", "evidence")
+            "expect", "evidence", "allow_differences")
 EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len")
 EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
@@ -95,6 +99,18 @@ class Experiment:
     description: str = ""
     expect: str = "lossy"
     evidence: Evidence = field(default_factory=Evidence)
+    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # arm -> patterns
+    allow_differences: tuple[str, ...] = ()
+
+    @property
+    def declares(self) -> bool:
+        """Whether any difference is declared (then undeclared ones are refused)."""
+        return bool(self.allow_differences) or any(self.changes.values())
+
+    def declared_for(self, arm: str) -> tuple[str, ...]:
+        """The patterns ``arm`` may differ from the baseline in."""
+        return (*self.changes.get(arm, ()), *self.changes.get(self.baseline, ()),
+                *self.allow_differences)
 
     @property
     def candidates(self) -> list[str]:
@@ -113,7 +129,9 @@ class Experiment:
                              for k, v in d["arms"].items()},
                        schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
                        bench=BenchPlan(**bench), expect=d.get("expect", "lossy"),
-                       evidence=Evidence(**d.get("evidence", {})))
+                       evidence=Evidence(**d.get("evidence", {})),
+                       changes={k: tuple(v) for k, v in (d.get("changes") or {}).items()},
+                       allow_differences=tuple(d.get("allow_differences") or ()))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UsageError(f"{where}: cannot be read back ({type(exc).__name__}: "
                              f"{one_line(exc)})") from None
@@ -121,7 +139,8 @@ class Experiment:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ``expect`` only when not the default "lossy", so the digest of
         an experiment recorded before the key existed stays the same (``--resume``)."""
-        out = {"name": self.name, "description": self.description, "baseline": self.baseline,
+        out: dict[str, Any] = {
+               "name": self.name, "description": self.description, "baseline": self.baseline,
                "arms": {k: v.to_dict() for k, v in self.arms.items()},
                "schedule": vars(self.schedule).copy(), "policy": self.policy,
                "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
@@ -129,6 +148,10 @@ class Experiment:
             out["expect"] = self.expect
         if self.evidence != Evidence():
             out["evidence"] = vars(self.evidence).copy()
+        if any(self.changes.values()):
+            out["changes"] = {k: list(v) for k, v in self.changes.items() if v}
+        if self.allow_differences:
+            out["allow_differences"] = list(self.allow_differences)
         return out
 
 
@@ -161,6 +184,8 @@ def arm_config(where: str, shared: RunConfig, arm: Any) -> RunConfig:
     _check_keys(where, _table(where, arm), ARM_KEYS)
     updates: dict[str, Any] = {}
     for key, value in arm.items():
+        if key == "changes":
+            continue
         if key in MERGED:
             _typed(where, key, value, dict)
             updates[key] = {**getattr(shared, key), **value}
@@ -218,7 +243,12 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     if expect not in EXPECTS:
         raise UsageError(f"{where}: expect {expect!r} is not one of {', '.join(EXPECTS)}"
                          + did_you_mean(expect, EXPECTS))
+    changes = {name: check_patterns(f"{where} [arms.{name}] changes", table["changes"])
+               for name, table in arms_table.items() if "changes" in table}
+    allow = check_patterns(f"{where} allow_differences", doc["allow_differences"]) \
+        if "allow_differences" in doc else ()
     return Experiment(name=str(doc.get("name", "ab")), arms=arms, baseline=baseline,
+                      changes=changes, allow_differences=allow,
                       schedule=_schedule(f"{where} [schedule]", doc.get("schedule", {})),
                       policy=policy, bench=_bench(f"{where} [bench]", doc.get("bench", {})),
                       description=str(doc.get("description", "")), expect=expect,

@@ -15,14 +15,15 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abgate.ab import evidence, schedule
+from abgate.ab import declared, evidence, schedule
 from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
+from abgate.provenance import ContractOutcome
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.execute import RunRecorder, Status, tracked
@@ -59,6 +60,37 @@ def prepare_arms(exp: Experiment) -> dict[str, PreparedRun]:
     return prepared
 
 
+def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
+                        ) -> dict[str, dict[str, Any]]:
+    """Each candidate's differences from the baseline before any load, declared and
+    undeclared apart; an undeclared one is refused (exit 2, nothing written) when the
+    experiment declares anything, else logged as a warning."""
+    base = declared.request_facts(prepared[exp.baseline].spec)
+    out: dict[str, dict[str, Any]] = {}
+    for arm in exp.candidates:
+        patterns = exp.declared_for(arm)
+        diff = declared.differing(base, declared.request_facts(prepared[arm].spec))
+        known, unknown = declared.split(diff, patterns)
+        if unknown and exp.declares:
+            raise UsageError(declared.refusal(arm, exp.baseline, unknown, "before the load"))
+        if unknown:
+            log.warning("arm %r differs from %r in %s, declared nowhere (declare the switch "
+                        "with changes = [...] to have any other difference refused)", arm,
+                        exp.baseline, ", ".join(unknown))
+        out[arm] = {"declares": exp.declares,
+                    "request": declared.section(known, unknown, patterns)}
+    return out
+
+
+def check_contracts(exp: Experiment, prepared: dict[str, PreparedRun],
+                    prov: ProvenanceOptions) -> dict[str, ContractOutcome | None]:
+    """The contract checked on every arm's request, each arm's own declared changes
+    (and ``allow_differences``) exempt; a violation is refused with exit 2."""
+    return {arm: check_before_load(prov, p.engine, declared.exemption(
+                (*exp.changes.get(arm, ()), *exp.allow_differences)))
+            for arm, p in prepared.items()}
+
+
 def choose_mode(exp: Experiment) -> str:
     if exp.schedule.mode != "auto":
         return exp.schedule.mode
@@ -80,12 +112,13 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
         doc["resumes"].append({"at": time.time(), "from_status": doc["status"]})
+        doc.setdefault("differences", {})
         return doc
     rec.prepare_new_dir(out, force, marker=AB_FILE)
     return new_record("ab", experiment=exp.to_dict(), arm_spec_digests=specs, digest=digest,
                       schedule={"mode": mode, "warmup": exp.schedule.warmup,
                                 "block_size": exp.schedule.block_size, "executed": []},
-                      engines={}, resumes=[])
+                      engines={}, resumes=[], differences={})
 
 
 class AbRunner:
@@ -96,8 +129,8 @@ class AbRunner:
                  progress: Progress | None, provenance: ProvenanceOptions) -> None:
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.provenance = provenance
-        # The contract describes the baseline; candidates differ from it by design.
-        self.contract = check_before_load(provenance, prepared[exp.baseline].engine)
+        # Every arm is held to the contract; only its own declared switch is exempt.
+        self.contracts = check_contracts(exp, prepared, provenance)
         self.progress = progress
         self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
                                             force=False, kind="ab-arm")
@@ -131,6 +164,37 @@ class AbRunner:
                               f"with SHA {sha[:12] if sha else None}, another arm to "
                               f"{first[:12]}; the arms are not matched (tokenizer or template "
                               "differs)")
+
+    def loaded_facts(self, arm: str) -> dict[str, str] | None:
+        engine = self.doc["engines"].get(arm)
+        if engine is None:
+            return None
+        return declared.loaded_facts(engine, self.recorders[arm].doc.get("provenance"))
+
+    def check_loaded(self) -> None:
+        """After a load: each candidate whose and whose baseline's engines have loaded
+        against the baseline (engine version, effective config, libraries); an
+        undeclared difference stops the A/B before that arm's first sample."""
+        base = self.loaded_facts(self.exp.baseline)
+        for arm in self.exp.candidates:
+            facts = self.loaded_facts(arm)
+            if base is None or facts is None:
+                continue
+            patterns = self.exp.declared_for(arm)
+            diff = declared.differing(base, facts)
+            known, unknown = declared.split(diff, patterns)
+            entry = self.doc.setdefault("differences", {}).setdefault(arm, {})
+            entry["loaded"] = declared.section(known, unknown, patterns)
+            request = entry.get("request") or {}
+            entry["unobserved"] = declared.unused(
+                patterns, {**request.get("declared", {}), **known})
+            if unknown and self.exp.declares:
+                self.save()
+                raise declared.UndeclaredDifference(
+                    declared.refusal(arm, self.exp.baseline, unknown, "after the load"))
+            if unknown:
+                log.warning("arm %r differs from %r after the load in %s, declared nowhere",
+                            arm, self.exp.baseline, ", ".join(unknown))
 
     def warmup(self, arm: str, session: EngineSession) -> None:
         rec_ = self.recorders[arm]
@@ -168,12 +232,10 @@ class AbRunner:
                                              self.out / "arms" / arm, rec_.doc))
         self.doc["engines"][arm] = session.info
         try:
-            opts = self.provenance if arm == self.exp.baseline else replace(
-                self.provenance, contract=None)
-            record_after_load(opts, self.contract if arm == self.exp.baseline else None,
-                              session, rec_.doc)
+            record_after_load(self.provenance, self.contracts[arm], session, rec_.doc)
         finally:
             rec_.save()
+        self.check_loaded()
         self.check_prompt(arm, session)
         if self.exp.evidence.agreement:
             evidence.scoring_preflight(arm, session)
@@ -279,9 +341,12 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
            provenance: ProvenanceOptions | None = None) -> AbOutcome:
     prov = provenance or ProvenanceOptions()
     prepared = prepare_arms(exp)
-    check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
+    check_contracts(exp, prepared, prov)  # fail fast, before anything is written
+    differences = request_differences(exp, prepared)
     mode = choose_mode(exp)
     doc = open_ab_dir(exp, prepared, out, mode, resume, force)
+    for arm, entry in differences.items():
+        doc["differences"].setdefault(arm, {}).update(entry)
     runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
     runner.save()
     summaries: dict[str, dict[str, Any]] = {}

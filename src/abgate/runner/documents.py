@@ -104,6 +104,9 @@ class AbRecord(RecordHeader):
     engines: dict[str, EngineRecord]
     resumes: list[Resume]
     scoring: dict[str, dict[str, Any]] = {}
+    # Per candidate: its differences from the baseline, declared and undeclared apart,
+    # before the load ("request") and after it ("loaded"); see abgate.ab.declared.
+    differences: dict[str, dict[str, Any]] = {}
 
 
 class BenchRecord(_Spec):
