@@ -23,7 +23,7 @@ from abgate.ab import declared, evidence, schedule
 from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
-from abgate.provenance import ContractOutcome
+from abgate.provenance import ContractOutcome, ContractViolation
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.execute import RunRecorder, Status, tracked
@@ -86,9 +86,14 @@ def check_contracts(exp: Experiment, prepared: dict[str, PreparedRun],
                     prov: ProvenanceOptions) -> dict[str, ContractOutcome | None]:
     """The contract checked on every arm's request, each arm's own declared changes
     (and ``allow_differences``) exempt; a violation is refused with exit 2."""
-    return {arm: check_before_load(prov, p.engine, declared.exemption(
-                (*exp.changes.get(arm, ()), *exp.allow_differences)))
-            for arm, p in prepared.items()}
+    out: dict[str, ContractOutcome | None] = {}
+    for arm, p in prepared.items():
+        exempt = declared.exemption((*exp.changes.get(arm, ()), *exp.allow_differences))
+        try:
+            out[arm] = check_before_load(prov, p.engine, exempt)
+        except ContractViolation as exc:
+            raise UsageError(f"arm {arm!r}: {exc}") from None
+    return out
 
 
 def choose_mode(exp: Experiment) -> str:
@@ -233,6 +238,8 @@ class AbRunner:
         self.doc["engines"][arm] = session.info
         try:
             record_after_load(self.provenance, self.contracts[arm], session, rec_.doc)
+        except ContractViolation as exc:
+            raise AbgateError(f"arm {arm!r}: {exc}") from None
         finally:
             rec_.save()
         self.check_loaded()

@@ -1,0 +1,143 @@
+"""Declared differences between A/B arms, and contracts on every arm (issue 24, items 1-2).
+
+The engine tests run the embedded SmolLM2 on two items and a few tokens; they assert
+refusals, the keys named and what is recorded, never figures of this CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from abgate.ab import declared
+from abgate.ab.experiment import parse_experiment
+from abgate.errors import UsageError
+from tests.conftest import abgate, no_engine_env, read_lines, toml_engine_args
+
+
+def experiment(base: dict[str, object], cand: str, *, shared: dict[str, object] | None = None,
+               top: str = "") -> str:
+    return f"""{top}
+name = "declared"
+baseline = "base"
+[shared]
+suite = "synthetic"
+difficulty = "trivial"
+limit = 2
+max_tokens = 8
+engine_args = {toml_engine_args(shared or {"n_ctx": 512})}
+[schedule]
+warmup = 0
+[evidence]
+agreement = false
+probes = false
+[arms.base]
+{"".join(f"{k} = {json.dumps(v)}" + chr(10) for k, v in base.items())}
+[arms.cand]
+{cand}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_patterns_match_bare_names_and_classes() -> None:
+    assert declared.matches("engine_args.flash_attn", ["flash_attn"])
+    assert declared.matches("effective.flash_attn", ["flash_attn"])
+    assert declared.matches("env.GGML_NO_FA", ["env.*"])
+    assert not declared.matches("engine_args.n_ctx", ["flash_attn", "env.*"])
+    assert not declared.matches("effective.type_k", ["engine_args.type_k"])
+    assert declared.clause_keys("settings.type_k") == ["engine_args.type_k", "effective.type_k"]
+    assert declared.clause_keys("env.forbidden.LD_PRELOAD") == ["env.LD_PRELOAD"]
+    exempt = declared.exemption(["type_k"])
+    assert exempt is not None and exempt("settings.type_k") and not exempt("settings.n_ctx")
+
+
+def test_declarations_parse_and_round_trip() -> None:
+    doc = {"allow_differences": ["env.*"], "arms": {"a": {}, "b": {
+        "changes": ["flash_attn"], "engine_args": {"flash_attn": True}}}}
+    exp = parse_experiment(doc, "x.toml")
+    assert exp.changes == {"b": ("flash_attn",)} and exp.declares
+    assert exp.declared_for("b") == ("flash_attn", "env.*")
+    assert "changes" not in exp.arms["b"].to_dict()
+    back = type(exp).from_dict(json.loads(json.dumps(exp.to_dict())))
+    assert back == exp
+    plain = parse_experiment({"arms": {"a": {}, "b": {}}}, "y.toml")
+    assert "changes" not in plain.to_dict() and not plain.declares  # digests stay the same
+
+
+@pytest.mark.parametrize(("doc", "pattern"), [
+    ({"arms": {"a": {}, "b": {"changes": "flash_attn"}}}, r"\[arms.b\] changes: must be a list"),
+    ({"arms": {"a": {}, "b": {"changes": ["engine_arg.n_ctx"]}}},
+     r"unknown key group 'engine_arg'"),
+    ({"allow_differences": [3], "arms": {"a": {}, "b": {}}}, r"allow_differences: must be"),
+])
+def test_bad_declarations_are_one_line_errors(doc: dict[str, object], pattern: str) -> None:
+    with pytest.raises(UsageError, match=pattern):
+        parse_experiment(doc, "x.toml")
+
+
+@pytest.mark.engine
+def test_undeclared_second_switch_refused_before_anything(tmp_path: Path) -> None:
+    """Two switches flipped, one declared: exit 2 naming the other, before any load and
+    before the A/B directory exists."""
+    env, marker = no_engine_env(tmp_path)
+    path = write(tmp_path, experiment({}, 'changes = ["flash_attn"]\n'
+                                      'engine_args = { flash_attn = true, n_ctx = 1024 }'))
+    out = tmp_path / "AB"
+    r = abgate("ab", str(path), "-o", str(out), env=env)
+    assert r.returncode == 2, r.stderr
+    assert "undeclared key(s) before the load: engine_args.n_ctx (512 vs 1024)" in r.stderr
+    assert "flash_attn" not in r.stderr.split("before the load:")[1].split(";")[0]
+    assert not out.exists() and not marker.exists()  # nothing written, nothing loaded
+
+
+@pytest.mark.engine
+def test_difference_seen_only_after_load_stops_the_ab(tmp_path: Path) -> None:
+    """A smaller context (declared) makes llama.cpp clamp n_batch to it: the effective
+    n_batch differs, undeclared, and the A/B stops before the candidate's first sample."""
+    path = write(tmp_path, experiment({}, 'changes = ["n_ctx"]\nengine_args = { n_ctx = 256 }'))
+    out = tmp_path / "AB"
+    r = abgate("ab", str(path), "-o", str(out))
+    assert r.returncode == 1, r.stderr
+    assert "undeclared key(s) after the load: effective.n_batch (512 vs 256)" in r.stderr
+    ab = json.loads((out / "ab.json").read_text())
+    assert ab["status"] == "failed"
+    entry = ab["differences"]["cand"]
+    assert entry["request"]["declared"] == {"engine_args.n_ctx": ["512", "256"]}
+    assert "effective.n_ctx" in entry["loaded"]["declared"]
+    assert "effective.n_batch" in entry["loaded"]["undeclared"]
+    assert read_lines(out / "arms" / "cand" / "samples.jsonl") == []
+
+
+CONTRACT = """\
+name = "ctx512"
+[settings]
+n_ctx = 512
+n_batch = 512
+"""
+
+
+@pytest.mark.engine
+def test_contract_applies_to_every_arm_with_the_declared_switch_exempt(tmp_path: Path) -> None:
+    """The candidate's declared n_ctx is exempt from ``settings.n_ctx``; the n_batch it
+    brings with it is not: the candidate fails the contract after its load."""
+    contract = write(tmp_path, CONTRACT, "contract.toml")
+    path = write(tmp_path, experiment(
+        {}, 'changes = ["n_ctx"]\nengine_args = { n_ctx = 256 }'))
+    out = tmp_path / "AB"
+    r = abgate("ab", str(path), "-o", str(out), "--contract", str(contract))
+    assert r.returncode == 1, r.stderr
+    assert "arm 'cand': contract" in r.stderr and "settings.n_batch" in r.stderr
+    assert "settings.n_ctx" not in r.stderr
+    base = json.loads((out / "arms" / "base" / "run.json").read_text())
+    cand = json.loads((out / "arms" / "cand" / "run.json").read_text())
+    assert base["provenance"]["contract"]["passed"] is True
+    result = cand["provenance"]["contract"]
+    assert result["passed"] is False
+    assert [v["clause"] for v in result["violations"]] == ["settings.n_batch"]
+    assert {v["clause"] for v in result["exempted"]} == {"settings.n_ctx"}
