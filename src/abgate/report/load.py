@@ -125,6 +125,10 @@ def _load_arm(out: Path, name: str) -> Arm:
         arm.summary = _read(arm_dir / rec.SUMMARY_FILE)
     elif samples:
         arm.summary = summarize(samples)
+    quality = arm.summary.get("quality")
+    if samples and isinstance(quality, dict) and "counts" not in quality:
+        # a summary written before abgate counted: the counts from the samples
+        arm.summary["quality"] = {**quality, "counts": summarize(samples)["quality"]["counts"]}
     arm.points = [to_point(s) for s in samples if not s.get("warmup")]
     if (arm_dir / BENCH_FILE).exists():
         arm.bench = _read(arm_dir / BENCH_FILE)

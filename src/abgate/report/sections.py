@@ -22,6 +22,7 @@ from abgate.report.fmt import (
     value_text,
 )
 from abgate.report.load import AbData
+from abgate.report.review import of_total
 
 SCHEDULES = {"interleave": "interleaved (the arms alternate request by request)",
              "blocks": "blocks (each arm runs a block of requests in turn)"}
@@ -166,9 +167,14 @@ def _quality_row(data: AbData, arm: str) -> tuple[str, ...]:
     acc, se = as_float(q.get("accuracy")), as_float(q.get("accuracy_se"))
     se_text = NA if se is None else f"{100 * se:.1f}"
     accuracy = NA if acc is None else f"{100 * acc:.1f}% ± {se_text}"
+    accuracy += f" ({of_total(data, arm, 'n_correct', 'n_scored')})"
+
+    def with_count(key: str) -> str:
+        return f"{rate(q.get(key + '_rate'))} ({of_total(data, arm, 'n_' + key)})"
+
     return (arm_label(data, arm), str(dig(data.arms[arm].summary, "n") or 0),
-            f"{q.get('n_items', NA)}", accuracy, rate(q.get("invalid_rate")),
-            rate(q.get("truncated_rate")), rate(q.get("natural_stop_rate")),
+            f"{q.get('n_items', NA)}", accuracy, with_count("invalid"),
+            with_count("truncated"), with_count("natural_stop"),
             str(q.get("n_error", NA)), num(q.get("mean_seq_rep_4"), ".3f"),
             num(q.get("mean_output_tokens"), ".1f"))
 
@@ -187,8 +193,9 @@ def arm_tables(data: AbData) -> list[Block]:
         Heading(2, "Per-arm results", "arms"),
         Para("Quality over each arm's measured samples (engine errors excluded from every "
              "rate). Accuracy ± its standard error in points, clustered by item."),
-        Table(("Arm", "Samples", "Items", "Accuracy ± SE (pt)", "Invalid", "Truncated",
-               "Natural stop", "Errors", "Mean seq-rep-4", "Mean output tokens"),
+        Table(("Arm", "Samples", "Items", "Accuracy ± SE (pt) (correct/scored)",
+               "Invalid (n/N)", "Truncated (n/N)", "Natural stop (n/N)", "Errors",
+               "Mean seq-rep-4", "Mean output tokens"),
               tuple(_quality_row(data, a) for a in data.ordered)),
         Para("Speed per request (request-weighted; decode excludes the first token)."),
         Table(("Arm", "Decode tok/s mean", "Decode tok/s median", "Decode p10 to p90",
