@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.declared import check_patterns
+from abgate.compare.policy import shipped_name
 from abgate.errors import UsageError, did_you_mean, one_line
 from abgate.runner.spec import RunConfig
 
@@ -283,7 +284,8 @@ def load_experiment(path: Path) -> Experiment:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     exp = parse_experiment(doc, str(path))
-    if exp.policy is not None and not Path(exp.policy).is_absolute():
+    if exp.policy is not None and not Path(exp.policy).is_absolute() and not (
+            shipped_name(exp.policy) and not (path.parent / exp.policy).exists()):
         exp = replace(exp, policy=str(path.parent / exp.policy))
     for name, cfg in exp.arms.items():  # relative paths in the file are relative to it
         fixed: dict[str, Any] = {k: str(path.parent / v) for k in ("model", "data", "shots_file")

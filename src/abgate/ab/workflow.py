@@ -15,6 +15,7 @@ from typing import Any
 from abgate.ab.analyze import analyze
 from abgate.ab.experiment import Experiment
 from abgate.ab.run import AbOutcome, Progress, prepare_arms, run_ab
+from abgate.compare import load_policy
 from abgate.redact import redact
 from abgate.runner.provenance import ProvenanceOptions
 
@@ -60,6 +61,7 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    weights_diff: bool = False, policy: str | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
+    load_policy(policy if policy is not None else exp.policy)  # a bad policy: before any work
     outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
                      progress=progress, provenance=provenance)
     comparison = analyze(out, policy)

@@ -112,7 +112,7 @@ def ab_command(
     out: Path = typer.Option(None, "-o", "--out", help="A/B directory to write."),
     resume: Path = typer.Option(None, help="Finish an interrupted A/B in this directory."),
     force: bool = typer.Option(False, help="Overwrite an existing A/B directory."),
-    policy: str = typer.Option(None, help="Policy TOML (default: the shipped policy)."),
+    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path."),
     limit: int = typer.Option(None, help="Override the number of items."),
     seeds: str = typer.Option(None, help="Override the seeds, e.g. 0,1."),
     max_tokens: int = typer.Option(None, help="Override the output token limit."),
