@@ -64,6 +64,7 @@ def report_document(data: AbData) -> dict[str, Any]:
         "differences": ab.get("differences"),
         "comparison": data.comparison,
         "not_certified": _not_certified(data),
+        "decisions": data.decisions,
     }
 
 

@@ -54,7 +54,25 @@ def headline(data: AbData) -> list[Block]:
         items.append(f"`{arm}` vs `{data.baseline}`: **{verdict.get('decision', NA)}**{first}")
     if items:
         blocks.append(Bullets(tuple(items)))
-    return blocks
+    return blocks + decision_blocks(data)
+
+
+def decision_blocks(data: AbData) -> list[Block]:
+    """The engineer's latest decision (``abgate decide``), and how many came before."""
+    if not data.decisions:
+        return [Para("No engineer's decision is recorded yet (`abgate decide DIR`).")]
+    d = data.decisions[-1]
+    src = mapping(d.get("source"))
+    on = f" on `{d['arm']}`" if d.get("arm") else ""
+    text = (f"**Engineer's decision{on}: {d.get('decision', NA)}** "
+            f"({d.get('relation', NA)} the machine verdict {d.get('machine_verdict', NA)}), "
+            f"by {d.get('by') or 'unnamed'} at {d.get('decided_at', NA)}, for tree "
+            f"`{short(src.get('tree'), 40)}` (commit `{short(src.get('commit'), 40)}`"
+            f"{', **dirty**' if src.get('dirty') else ''}). Why: {d.get('why', NA)}")
+    earlier = len(data.decisions) - 1
+    if earlier:
+        text += f" ({earlier} earlier decision(s) in `decisions.jsonl`.)"
+    return [Para(text)]
 
 
 def _host_text(host: Any) -> str:
