@@ -23,6 +23,7 @@ from abgate.report.fmt import (
 )
 from abgate.report.load import AbData
 from abgate.report.review import of_total
+from abgate.weights.tables import kind_ranges, layer_projection_table
 
 SCHEDULES = {"interleave": "interleaved (the arms alternate request by request)",
              "blocks": "blocks (each arm runs a block of requests in turn)"}
@@ -256,9 +257,27 @@ def bench_section(data: AbData) -> list[Block]:
             Table(tuple(header), tuple(rows))]
 
 
+def _weights_tables(wd: Mapping[str, Any]) -> list[Block]:
+    tensors = [t for t in wd.get("tensors") or [] if isinstance(t, Mapping)]
+    ranges = kind_ranges(tensors)
+    kinds, rows = layer_projection_table(tensors)
+    blocks: list[Block] = []
+    if ranges:
+        blocks += [Para("Relative L2 range per tensor kind (min to max over its tensors):"),
+                   Table(("Kind", "Tensors", "Min relative L2", "Max relative L2"),
+                         tuple((f"`{k}`", str(n), num(lo, ".3g"), num(hi, ".3g"))
+                               for k, n, lo, hi in ranges))]
+    if rows:
+        blocks += [Para("Relative L2 per layer and projection:"),
+                   Table(("Layer", *(f"`{k}`" for k in kinds)),
+                         tuple((str(layer), *(num(cells.get(k), ".3g") for k in kinds))
+                               for layer, cells in rows))]
+    return blocks
+
+
 def weights_section(data: AbData) -> list[Block]:
     """Weight diagnostics (``weights-diff*.json`` in the A/B directory): reported, never
-    deciding unless a policy says so."""
+    deciding under any policy."""
     blocks: list[Block] = []
     for name, wd in data.weights.items():
         overall = dig(wd, "summary", "overall") or {}
@@ -271,15 +290,16 @@ def weights_section(data: AbData) -> list[Block]:
             Para(f"`{ref.get('path', NA)}` (sha256 {str(ref.get('sha256', NA))[:12]}) vs "
                  f"`{other.get('path', NA)}` (sha256 {str(other.get('sha256', NA))[:12]}): "
                  f"{dig(wd, 'summary', 'n_compared')} tensors compared, pooled relative L2 "
-                 f"{overall.get('pooled_rel_l2', NA)}, pooled SQNR "
-                 f"{overall.get('pooled_sqnr_db', NA)} dB, worst tensor relative L2 "
-                 f"{overall.get('max_rel_l2', NA)}."),
+                 f"{num(overall.get('pooled_rel_l2'), '.3g')}, pooled SQNR "
+                 f"{num(overall.get('pooled_sqnr_db'), '.1f')} dB, worst tensor relative L2 "
+                 f"{num(overall.get('max_rel_l2'), '.3g')}."),
             Table(("Tensor", "Relative L2", "SQNR dB"),
-                  tuple((f"`{t['name']}`", num(t["rel_l2"], ".3g"), str(t.get("sqnr_db")))
+                  tuple((f"`{t['name']}`", num(t["rel_l2"], ".3g"), num(t.get("sqnr_db"), ".1f"))
                         for t in worst)),
+            *_weights_tables(wd),
         ]
     if not blocks:
         return []
     return [Heading(2, "Weight diagnostics", "weights"),
             Para("Per-tensor error between the checkpoints (`abgate weights-diff`); a "
-                 "diagnostic, not a gate."), *blocks]
+                 "diagnostic, never a gate."), *blocks]
