@@ -141,3 +141,45 @@ def test_contract_applies_to_every_arm_with_the_declared_switch_exempt(tmp_path:
     assert result["passed"] is False
     assert [v["clause"] for v in result["violations"]] == ["settings.n_batch"]
     assert {v["clause"] for v in result["exempted"]} == {"settings.n_ctx"}
+
+
+def test_opt_out_evidence_from_engine_logs(tmp_path: Path) -> None:
+    from abgate.ab.optout import compile_patterns, opt_out_evidence
+
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    for d, value in ((base, 1), (cand, 0)):
+        d.mkdir()
+        (d / "server-llama.log").write_text(f"load\nllama_context: flash_attn = {value}\nok\n")
+        (d / "run.log").write_text("flash_attn = 9\n")  # abgate's own log never counts
+    entry = {"request": {"declared": {"env.GGML_NO_FA": ["(not set)", '"1"']}},
+             "loaded": {"declared": {}, "undeclared": {}}}
+    found = opt_out_evidence(entry, (base, cand), [r"flash_attn = \d"])
+    assert found is not None and found["observed"] and found["warning"] is None
+    assert found["log_lines"] == {"baseline": ["llama_context: flash_attn = 1"],
+                                  "candidate": ["llama_context: flash_attn = 0"]}
+    silent = opt_out_evidence(entry, (base, cand), [r"no such line"])
+    assert silent is not None and not silent["observed"]
+    assert "only in env.GGML_NO_FA" in str(silent["warning"])
+    mixed = {"request": {"declared": {"env.X": ["a", "b"], "engine_args.n_ctx": ["1", "2"]}}}
+    assert opt_out_evidence(mixed, (base, cand), []) is None  # not an env-only difference
+    with pytest.raises(UsageError, match=r"log_patterns '\(' is not a regular expression"):
+        compile_patterns("x.toml [evidence]", ["("])
+
+
+@pytest.mark.engine
+def test_env_only_difference_with_nothing_observable_warns(tmp_path: Path) -> None:
+    """An opt-out variable llama.cpp never reads: the A/B runs, and the records and the
+    report say that nothing shows it took effect."""
+    path = write(tmp_path, experiment({}, 'env = { ABGATE_TEST_OPT_OUT = "1" }',
+                                      top='allow_differences = ["env.*"]'))
+    out = tmp_path / "AB"
+    r = abgate("ab", str(path), "-o", str(out))
+    assert r.returncode == 3, r.stderr  # 2 items: INCONCLUSIVE
+    opt = json.loads((out / "ab.json").read_text())["differences"]["cand"]["opt_out"]
+    assert opt["env"] == ["env.ABGATE_TEST_OPT_OUT"] and opt["observed"] is False
+    assert "no recorded evidence shows the variable took effect" in opt["warning"]
+    assert "nothing the engine reports differs" in r.stderr
+    md = (out / "report.md").read_text()
+    assert "**Opt-out evidence: none.** `cand` differs from `base` only in " \
+           "`env.ABGATE_TEST_OPT_OUT`" in md
+    assert "| `env.ABGATE_TEST_OPT_OUT` | before the load | (not set) | \"1\" | declared |" in md

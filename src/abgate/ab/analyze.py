@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from abgate.ab import declared
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
@@ -163,6 +164,8 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
         extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot)
+        comparisons[arm]["verdict"]["notes"].extend(
+            declared.warnings(_get(ab, "differences", arm) or {}))
     decisions = [c["verdict"]["decision"] for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
     if ab["status"] != "complete" and overall == "ACCEPT":

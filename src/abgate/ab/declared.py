@@ -148,3 +148,18 @@ def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
     if not patterns:
         return None
     return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
+
+
+def warnings(entry: Mapping[str, Any]) -> list[str]:
+    """What a reader of a candidate's differences must not miss: undeclared differences
+    (when nothing was declared, so none was refused) and an opt-out nothing shows."""
+    out = []
+    for stage, label in (("request", "before the load"), ("loaded", "after the load")):
+        undeclared = (entry.get(stage) or {}).get("undeclared") or {}
+        if undeclared:
+            out.append(f"Undeclared differences {label} (nothing declared, so none was "
+                       f"refused): {', '.join(undeclared)}.")
+    opt = entry.get("opt_out") or {}
+    if opt.get("warning"):
+        out.append(f"Opt-out evidence: none: {opt['warning']}.")
+    return out

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.declared import check_patterns
+from abgate.ab.optout import compile_patterns
 from abgate.compare.policy import shipped_name
 from abgate.errors import UsageError, did_you_mean, one_line
 from abgate.runner.spec import RunConfig
@@ -56,7 +57,7 @@ MERGED = ("engine_args", "engine_options", "env")
 SCHEDULE_MODES = ("auto", "interleave", "blocks")
 TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
             "expect", "evidence", "allow_differences")
-EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len")
+EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len", "log_patterns")
 EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
 BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
@@ -87,6 +88,13 @@ class Evidence:
     agreement_tokens: int = 64  # the first N output tokens of each sample are scored; 0: all
     probes: bool = True
     probe_len: int = 512
+    log_patterns: tuple[str, ...] = ()  # engine log lines recorded as opt-out evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in vars(self).items() if k != "log_patterns"}
+        if self.log_patterns:  # only when set: older digests stay the same
+            out["log_patterns"] = list(self.log_patterns)
+        return out
 
 
 @dataclass(frozen=True)
@@ -130,7 +138,8 @@ class Experiment:
                              for k, v in d["arms"].items()},
                        schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
                        bench=BenchPlan(**bench), expect=d.get("expect", "lossy"),
-                       evidence=Evidence(**d.get("evidence", {})),
+                       evidence=Evidence(**{**d.get("evidence", {}), "log_patterns": tuple(
+                           (d.get("evidence") or {}).get("log_patterns") or ())}),
                        changes={k: tuple(v) for k, v in (d.get("changes") or {}).items()},
                        allow_differences=tuple(d.get("allow_differences") or ()))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -148,7 +157,7 @@ class Experiment:
         if self.expect != "lossy":
             out["expect"] = self.expect
         if self.evidence != Evidence():
-            out["evidence"] = vars(self.evidence).copy()
+            out["evidence"] = self.evidence.to_dict()
         if any(self.changes.values()):
             out["changes"] = {k: list(v) for k, v in self.changes.items() if v}
         if self.allow_differences:
@@ -269,7 +278,9 @@ def _evidence(where: str, table: Any) -> Evidence:
                          f"got {table['agreement_tokens']}")
     if "probe_len" in table and (_typed(where, "probe_len", table["probe_len"], int) < 64):
         raise UsageError(f"{where}: probe_len must be >= 64 tokens, got {table['probe_len']}")
-    return Evidence(**table)
+    patterns = compile_patterns(where, table["log_patterns"]) if "log_patterns" in table \
+        else ()
+    return Evidence(**{**table, "log_patterns": patterns})
 
 
 def load_experiment(path: Path) -> Experiment:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abgate.ab import declared, evidence, schedule
+from abgate.ab import declared, evidence, optout, schedule
 from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
@@ -193,6 +193,7 @@ class AbRunner:
             request = entry.get("request") or {}
             entry["unobserved"] = declared.unused(
                 patterns, {**request.get("declared", {}), **known})
+            self.opt_out(arm, entry)
             if unknown and self.exp.declares:
                 self.save()
                 raise declared.UndeclaredDifference(
@@ -200,6 +201,16 @@ class AbRunner:
             if unknown:
                 log.warning("arm %r differs from %r after the load in %s, declared nowhere",
                             arm, self.exp.baseline, ", ".join(unknown))
+
+    def opt_out(self, arm: str, entry: dict[str, Any]) -> None:
+        """Arms that differ only by env: record what shows the variable took effect."""
+        dirs = (self.out / "arms" / self.exp.baseline, self.out / "arms" / arm)
+        found = optout.opt_out_evidence(entry, dirs, self.exp.evidence.log_patterns)
+        if found is None:
+            return
+        entry["opt_out"] = found
+        if found["warning"]:
+            log.warning("arm %r: %s", arm, found["warning"])
 
     def warmup(self, arm: str, session: EngineSession) -> None:
         rec_ = self.recorders[arm]

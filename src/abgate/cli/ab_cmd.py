@@ -88,6 +88,9 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         evidence = evidence_line(c.get("comparison") or {}, arm)
         if evidence:
             console.print(f"  [dim]{evidence}[/dim]")
+        for note in v.get("notes", []):
+            if note.startswith(("Undeclared differences", "Opt-out evidence: none")):
+                typer.echo(f"warning: {note}", err=True)
     console.print(f"A/B {status}; decision {result['decision']}; reports: "
                   + ", ".join(str(p) for p in paths))
 

@@ -64,6 +64,7 @@ def differences_section(data: AbData) -> list[Block]:
             head += ("; declared but no recorded value differs: "
                      + ", ".join(f"`{p}`" for p in unobserved))
         blocks.append(Para(head + "."))
+        blocks.extend(_opt_out_blocks(data, arm, mapping(entry.get("opt_out"))))
         rows = _difference_rows(entry)
         if rows:
             blocks.append(Table(("Key", "Seen", f"`{data.baseline}`", f"`{arm}`", "Declared"),
@@ -71,6 +72,26 @@ def differences_section(data: AbData) -> list[Block]:
         else:
             blocks.append(Para("No recorded key differs from the baseline."))
     return blocks
+
+
+def _opt_out_blocks(data: AbData, arm: str, opt: Mapping[str, Any]) -> list[Block]:
+    """What shows that an env-only difference (an opt-out) took effect, or a warning."""
+    if not opt:
+        return []
+    env = ", ".join(f"`{k}`" for k in opt.get("env") or [])
+    if opt.get("warning"):
+        return [Para(f"**Opt-out evidence: none.** `{arm}` differs from `{data.baseline}` "
+                     f"only in {env}; {opt['warning']}.")]
+    reported = ", ".join(f"`{k}`" for k in opt.get("reported") or []) or "nothing"
+    lines = mapping(opt.get("log_lines"))
+    items = [f"Reported differently after the load: {reported}."]
+    for side, name in (("baseline", data.baseline), ("candidate", arm)):
+        found = lines.get(side) or []
+        shown = "; ".join(f"`{str(x).replace('`', chr(39))}`" for x in found) or "none"
+        items.append(f"Engine log lines matching the declared patterns under `{name}`: "
+                     f"{shown}.")
+    return [Para(f"**Opt-out evidence.** `{arm}` differs from `{data.baseline}` only in "
+                 f"{env}; what shows the variable took effect:"), Bullets(tuple(items))]
 
 
 def _contract_text(prov: Mapping[str, Any]) -> str:
