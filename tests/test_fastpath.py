@@ -18,7 +18,7 @@ from abgate.ab.analyze import analyze
 from abgate.ab.decision import DECISIONS_FILE, arms_source, record_decision, relation
 from abgate.errors import UsageError
 from abgate.provenance.attach import AttachRefused, attach
-from tests.conftest import abgate, toml_engine_args
+from tests.conftest import REPO, abgate, toml_engine_args
 from tests.test_report_support import build_ab_dir
 
 EXPERIMENT = f"""
@@ -194,3 +194,23 @@ def test_fast_path_policy_on_recorded_abs(tmp_path: Path) -> None:
     assert any("Reported, not deciding" in n for n in verdicts["fast"]["verdict"]["notes"])
     assert verdicts["loopy"]["verdict"]["decision"] == "REJECT"
     assert fast_path["policy"]["name"] == "fast-path"
+
+
+@pytest.mark.engine
+def test_example_experiment_small(tmp_path: Path) -> None:
+    """examples/smollm2-fast-path.toml at 2 items x 2 seeds of 8 tokens: the declared
+    switch and its setting are the only differences, before and after the load."""
+    text = (REPO / "examples" / "smollm2-fast-path.toml").read_text()
+    shared = "engine_args = { n_ctx = 1024 }"
+    assert text.count(shared) == 1 and "seeds = [0, 1, 2]" in text and "temperature = 0.7" in text
+    copy = tmp_path / "fast-path.toml"
+    copy.write_text(text.replace(shared, f"engine_args = {toml_engine_args({'n_ctx': 1024})}"))
+    out = tmp_path / "AB"
+    r = abgate("ab", str(copy), "-o", str(out), "--limit", "2", "--seeds", "0,1",
+               "--max-tokens", "8", "--warmup", "0", "--no-agreement", "--no-probes")
+    assert r.returncode == 3, r.stderr
+    entry = json.loads((out / "ab.json").read_text())["differences"]["fast"]
+    assert set(entry["request"]["declared"]) == {"engine_args.flash_attn", "engine_args.type_v"}
+    assert set(entry["loaded"]["declared"]) == {"effective.flash_attn", "effective.type_v"}
+    assert entry["request"]["undeclared"] == {} == entry["loaded"]["undeclared"]
+    assert json.loads((out / "comparison.json").read_text())["policy"]["name"] == "fast-path"
