@@ -7,8 +7,8 @@ fact abgate records about an arm is a flat key:
 - before any load: ``engine``, ``model`` (the model's SHA-256), ``engine_args.K``,
   ``engine_options.K``, ``env.K``;
 - after the load: ``engine_version``, ``effective.K`` (the engine's effective
-  configuration) and ``library.NAME`` (the SHA-256 of each shared library its processes
-  mapped).
+  configuration, less the keys that name one launched instance: :data:`INSTANCE_KEYS`)
+  and ``library.NAME`` (the SHA-256 of each shared library its processes mapped).
 
 A pattern matches a key with :func:`fnmatch.fnmatchcase`; a pattern without a dot also
 matches the part of a key after its group (``flash_attn`` matches
@@ -29,6 +29,10 @@ from typing import Any
 from abgate.errors import AbgateError, UsageError
 
 MISSING = "(not set)"
+# Effective-config keys that name one instance rather than a configuration (a launched
+# server's port, log path, readiness time): they always differ between two arms, and
+# what decides them (the launch template, the endpoint) is compared before the load.
+INSTANCE_KEYS = ("server_ready_s", "server_log", "endpoints", "launch")
 GROUPS = ("engine_args", "engine_options", "env", "effective", "library")
 
 
@@ -72,7 +76,10 @@ def _libraries(provenance: Any) -> dict[str, str]:
 def loaded_facts(engine: Mapping[str, Any], provenance: Any) -> dict[str, str]:
     """The keys a loaded arm shows: engine version, effective config, libraries."""
     facts = {"engine_version": _text(engine.get("version"))}
-    facts.update(_group("effective", engine.get("effective_config")))
+    config = engine.get("effective_config")
+    if isinstance(config, Mapping):
+        config = {k: v for k, v in config.items() if k not in INSTANCE_KEYS}
+    facts.update(_group("effective", config))
     facts.update(_libraries(provenance))
     return facts
 
