@@ -183,3 +183,16 @@ def test_env_only_difference_with_nothing_observable_warns(tmp_path: Path) -> No
     assert "**Opt-out evidence: none.** `cand` differs from `base` only in " \
            "`env.ABGATE_TEST_OPT_OUT`" in md
     assert "| `env.ABGATE_TEST_OPT_OUT` | before the load | (not set) | \"1\" | declared |" in md
+
+
+def test_flags_declare_changes_and_allowed_classes(tmp_path: Path) -> None:
+    """Without a file: --b-changes declares arm B's switch, --allow-diff a class."""
+    env, marker = no_engine_env(tmp_path)
+    out = tmp_path / "AB"
+    base = ("ab", "--limit", "2", "-o", str(out), "--b-engine-arg", "flash_attn=true",
+            "--b-env", "GGML_X=1", "--b-changes", "flash_attn")
+    r = abgate(*base, env=env)
+    assert r.returncode == 2 and "undeclared key(s) before the load: env.GGML_X" in r.stderr
+    bad = abgate(*base, "--allow-diff", "envs.*", env=env)
+    assert bad.returncode == 2 and "unknown key group 'envs'" in bad.stderr
+    assert not out.exists() and not marker.exists()
