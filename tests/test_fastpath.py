@@ -175,6 +175,10 @@ def test_decision_relations_and_refusals(tmp_path: Path) -> None:
         record_decision(out, "revert", "  ")
     with pytest.raises(UsageError, match=r"--arm 'lopy' is not a candidate.*'loopy'"):
         record_decision(out, "revert", "loops", arm="lopy")
+    ab["status"] = "running"
+    (out / "ab.json").write_text(json.dumps(ab))
+    with pytest.raises(UsageError, match=r"recorded as running"):
+        record_decision(out, "revert", "loops", arm="loopy")
     assert not (out / DECISIONS_FILE).exists()
 
 

@@ -86,6 +86,9 @@ def record_decision(out: Path, decision: str, why: str, by: str | None = None,
         raise UsageError("--why is empty: say why (the rule applied, the evidence read)")
     if not (out / "ab.json").is_file():
         raise UsageError(f"{out}: not an A/B directory (no ab.json)")
+    if read_record(out / "ab.json", "ab").get("status") == "running":
+        raise UsageError(f"{out}: the A/B is recorded as running (still running, or killed: "
+                         "abgate ab --resume DIR finishes it); decide on a finished A/B")
     overall, arms = _verdicts(out)
     if arm is not None and arm not in arms:
         raise UsageError(f"--arm {arm!r} is not a candidate arm of {out}"
