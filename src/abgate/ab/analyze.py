@@ -121,7 +121,8 @@ def random_weights(ab: Mapping[str, Any], arm: str,
 def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
                samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
     """What a candidate's comparison gets besides the paired statistics: ``expect``,
-    ``speed_only``, ``agreement`` and (when probes ran) ``probes``."""
+    ``speed_only``, ``agreement``, ``difference_warnings`` and (when probes ran)
+    ``probes``."""
     exp = ab["experiment"]
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
@@ -129,6 +130,8 @@ def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
         "expect": exp.get("expect", "lossy"),
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
+        # undeclared differences, an opt-out nothing shows: notes of the verdict
+        "difference_warnings": declared.warnings(_get(ab, "differences", arm) or {}),
     }
     probes = _probes(out, arm, base)
     if probes is not None:
@@ -164,8 +167,6 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
         extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot)
-        comparisons[arm]["verdict"]["notes"].extend(
-            declared.warnings(_get(ab, "differences", arm) or {}))
     decisions = [c["verdict"]["decision"] for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
     if ab["status"] != "complete" and overall == "ACCEPT":

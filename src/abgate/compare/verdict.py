@@ -191,9 +191,12 @@ def _reported_only(comparison: Mapping[str, Any], policy: Policy) -> list[str]:
 
 
 def _notes(comparison: Mapping[str, Any], policy: Policy) -> tuple[str, ...]:
+    """Evidence not measured, evidence reported but not deciding, and the differences
+    between the arms a reader must not miss (``difference_warnings``)."""
+    warnings = tuple(str(w) for w in comparison.get("difference_warnings") or [])
     if comparison.get("speed_only"):
-        return (f"Quality gates skipped: {comparison['speed_only']}.",)
-    return (*evidence_notes(comparison), *_reported_only(comparison, policy))
+        return (f"Quality gates skipped: {comparison['speed_only']}.", *warnings)
+    return (*evidence_notes(comparison), *_reported_only(comparison, policy), *warnings)
 
 
 def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
