@@ -196,3 +196,13 @@ def test_flags_declare_changes_and_allowed_classes(tmp_path: Path) -> None:
     bad = abgate(*base, "--allow-diff", "envs.*", env=env)
     assert bad.returncode == 2 and "unknown key group 'envs'" in bad.stderr
     assert not out.exists() and not marker.exists()
+
+
+def test_refusal_never_shows_a_secret(tmp_path: Path) -> None:
+    env, marker = no_engine_env(tmp_path)
+    secret = "hf_" + "a1B2c3D4e5" * 3
+    r = abgate("ab", "--limit", "2", "-o", str(tmp_path / "AB"), "--b-engine-arg",
+               "flash_attn=true", "--b-env", f"HF_TOKEN={secret}", "--b-changes",
+               "flash_attn", env=env)
+    assert r.returncode == 2 and "env.HF_TOKEN" in r.stderr
+    assert secret not in r.stderr + r.stdout and "<redacted>" in r.stderr
