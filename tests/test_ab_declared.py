@@ -206,3 +206,20 @@ def test_refusal_never_shows_a_secret(tmp_path: Path) -> None:
                "flash_attn", env=env)
     assert r.returncode == 2 and "env.HF_TOKEN" in r.stderr
     assert secret not in r.stderr + r.stdout and "<redacted>" in r.stderr
+
+
+def test_experiment_contract_refuses_a_candidate_request_before_anything(tmp_path: Path
+                                                                         ) -> None:
+    """``contract = "FILE"`` in the experiment: the candidate's requested n_ctx breaks
+    ``settings.n_ctx`` (not its declared switch): exit 2, nothing loaded or written."""
+    env, marker = no_engine_env(tmp_path)
+    write(tmp_path, CONTRACT, "contract.toml")
+    path = write(tmp_path, experiment({}, 'changes = ["flash_attn"]\n'
+                                      'engine_args = { flash_attn = true, n_ctx = 1024 }',
+                                      top='contract = "contract.toml"'))
+    out = tmp_path / "AB"
+    r = abgate("ab", str(path), "-o", str(out), env=env)
+    assert r.returncode == 2, r.stderr
+    assert "arm 'cand': contract 'ctx512' violated (1 clause): [request] settings.n_ctx: " \
+           "expected 512, got 1024" in r.stderr
+    assert not out.exists() and not marker.exists()

@@ -33,7 +33,8 @@ An arm may override ``engine``, ``model``, ``engine_args`` (merged over the shar
 ones), ``engine_options`` (merged) and ``env`` (merged), and declare what it changes
 (``changes = ["flash_attn", "type_k", "type_v"]``); ``allow_differences = ["env.*"]`` at
 the top allows whole classes for every arm. Once anything is declared, an undeclared
-difference is refused (``abgate.ab.declared``). Everything that decides
+difference is refused (``abgate.ab.declared``). ``contract = "FILE"`` at the top holds
+every arm to a contract (as ``--contract`` does; the flag wins). Everything that decides
 *what* is asked (items, seeds, sampling, prompt) is shared by construction, and
 checked again after preparation.
 """
@@ -56,7 +57,7 @@ ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env", "changes"
 MERGED = ("engine_args", "engine_options", "env")
 SCHEDULE_MODES = ("auto", "interleave", "blocks")
 TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
-            "expect", "evidence", "allow_differences")
+            "expect", "evidence", "allow_differences", "contract")
 EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len", "log_patterns")
 EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
@@ -110,6 +111,7 @@ class Experiment:
     evidence: Evidence = field(default_factory=Evidence)
     changes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # arm -> patterns
     allow_differences: tuple[str, ...] = ()
+    contract: str | None = None  # a contract TOML every arm is held to (--contract wins)
 
     @property
     def declares(self) -> bool:
@@ -141,7 +143,8 @@ class Experiment:
                        evidence=Evidence(**{**d.get("evidence", {}), "log_patterns": tuple(
                            (d.get("evidence") or {}).get("log_patterns") or ())}),
                        changes={k: tuple(v) for k, v in (d.get("changes") or {}).items()},
-                       allow_differences=tuple(d.get("allow_differences") or ()))
+                       allow_differences=tuple(d.get("allow_differences") or ()),
+                       contract=d.get("contract"))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UsageError(f"{where}: cannot be read back ({type(exc).__name__}: "
                              f"{one_line(exc)})") from None
@@ -162,6 +165,8 @@ class Experiment:
             out["changes"] = {k: list(v) for k, v in self.changes.items() if v}
         if self.allow_differences:
             out["allow_differences"] = list(self.allow_differences)
+        if self.contract is not None:
+            out["contract"] = self.contract
         return out
 
 
@@ -249,6 +254,8 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     policy = doc.get("policy")
     if policy is not None:
         _typed(where, "policy", policy, str)
+    if "contract" in doc:
+        _typed(where, "contract", doc["contract"], str)
     expect = _typed(where, "expect", doc.get("expect", "lossy"), str)
     if expect not in EXPECTS:
         raise UsageError(f"{where}: expect {expect!r} is not one of {', '.join(EXPECTS)}"
@@ -258,7 +265,7 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     allow = check_patterns(f"{where} allow_differences", doc["allow_differences"]) \
         if "allow_differences" in doc else ()
     return Experiment(name=str(doc.get("name", "ab")), arms=arms, baseline=baseline,
-                      changes=changes, allow_differences=allow,
+                      changes=changes, allow_differences=allow, contract=doc.get("contract"),
                       schedule=_schedule(f"{where} [schedule]", doc.get("schedule", {})),
                       policy=policy, bench=_bench(f"{where} [bench]", doc.get("bench", {})),
                       description=str(doc.get("description", "")), expect=expect,
@@ -298,6 +305,8 @@ def load_experiment(path: Path) -> Experiment:
     if exp.policy is not None and not Path(exp.policy).is_absolute() and not (
             shipped_name(exp.policy) and not (path.parent / exp.policy).exists()):
         exp = replace(exp, policy=str(path.parent / exp.policy))
+    if exp.contract is not None and not Path(exp.contract).is_absolute():
+        exp = replace(exp, contract=str(path.parent / exp.contract))
     for name, cfg in exp.arms.items():  # relative paths in the file are relative to it
         fixed: dict[str, Any] = {k: str(path.parent / v) for k in ("model", "data", "shots_file")
                  if (v := getattr(cfg, k)) and not Path(v).is_absolute()

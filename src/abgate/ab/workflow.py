@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,9 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
     load_policy(policy if policy is not None else exp.policy)  # a bad policy: before any work
+    provenance = provenance or ProvenanceOptions()
+    if provenance.contract is None and exp.contract is not None:  # the file's [contract]
+        provenance = replace(provenance, contract=exp.contract)
     outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
                      progress=progress, provenance=provenance)
     comparison = analyze(out, policy)
