@@ -223,3 +223,55 @@ def test_experiment_contract_refuses_a_candidate_request_before_anything(tmp_pat
     assert "arm 'cand': contract 'ctx512' violated (1 clause): [request] settings.n_ctx: " \
            "expected 512, got 1024" in r.stderr
     assert not out.exists() and not marker.exists()
+
+
+OPT_OUT = """
+name = "served-env-switch"
+baseline = "default"
+allow_differences = ["env.FLASH_ATTN"]
+[shared]
+engine = "openai"
+suite = "synthetic"
+difficulty = "trivial"
+limit = 2
+max_tokens = 8
+engine_args = ENGINE_ARGS
+[shared.engine_options]
+launch = "LAUNCH"
+ready_timeout = 120.0
+[schedule]
+warmup = 0
+[evidence]
+agreement = false
+probes = false
+log_patterns = ['flash_attn\\s*=\\s*\\S+']
+[arms.default]
+[arms.env-fa]
+env = { FLASH_ATTN = "true" }
+"""
+
+
+@pytest.mark.server
+@pytest.mark.engine
+def test_env_switch_shown_by_the_launched_servers_log(tmp_path: Path) -> None:
+    """llama_cpp.server reads its settings from the environment too: FLASH_ATTN=true in
+    one arm's env turns flash attention on, and only the server's own log says so; the
+    declared log pattern records both arms' lines, and nothing is warned."""
+    pytest.importorskip("llama_cpp.server")
+    launch = ("python -m llama_cpp.server --model {model} --host {host} --port {port} "
+              "--chat_format chat_template.default --logits_all false --use_mlock false "
+              "--verbose true")
+    text = OPT_OUT.replace("ENGINE_ARGS", toml_engine_args({"n_ctx": 1024}, 1)).replace(
+        "LAUNCH", launch)
+    path = write(tmp_path, text)
+    out = tmp_path / "AB"
+    r = abgate("ab", str(path), "-o", str(out))
+    assert r.returncode == 3, r.stderr
+    assert "Opt-out evidence: none" not in r.stderr
+    opt = json.loads((out / "ab.json").read_text())["differences"]["env-fa"]["opt_out"]
+    assert opt["observed"] is True and opt["warning"] is None and opt["reported"] == []
+    (base_line,), (cand_line,) = opt["log_lines"]["baseline"], opt["log_lines"]["candidate"]
+    assert base_line.split("=")[1].strip() == "disabled"
+    assert cand_line.split("=")[1].strip() == "enabled"
+    md = (out / "report.md").read_text()
+    assert "**Opt-out evidence.** `env-fa` differs from `default` only in `env.FLASH_ATTN`" in md
