@@ -275,3 +275,16 @@ def test_env_switch_shown_by_the_launched_servers_log(tmp_path: Path) -> None:
     assert cand_line.split("=")[1].strip() == "enabled"
     md = (out / "report.md").read_text()
     assert "**Opt-out evidence.** `env-fa` differs from `default` only in `env.FLASH_ATTN`" in md
+
+
+def test_warnings_name_what_a_reader_must_not_miss() -> None:
+    entry = {"request": {"undeclared": {"engine_args.n_ctx": ["512", "1024"]}},
+             "loaded": {"undeclared": {}}, "unobserved": ["type_v"],
+             "opt_out": {"warning": "nothing shows it"}}
+    assert declared.warnings(entry) == [
+        "Undeclared differences before the load (nothing declared, so none was refused): "
+        "engine_args.n_ctx.",
+        "Declared, but no recorded value differs: type_v (the switch may not be set in "
+        "this arm, or not be reported).",
+        "Opt-out evidence: none: nothing shows it."]
+    assert declared.warnings({}) == []

@@ -166,6 +166,10 @@ def warnings(entry: Mapping[str, Any]) -> list[str]:
         if undeclared:
             out.append(f"Undeclared differences {label} (nothing declared, so none was "
                        f"refused): {', '.join(undeclared)}.")
+    unobserved = entry.get("unobserved") or []
+    if unobserved:
+        out.append(f"Declared, but no recorded value differs: {', '.join(unobserved)} "
+                   "(the switch may not be set in this arm, or not be reported).")
     opt = entry.get("opt_out") or {}
     if opt.get("warning"):
         out.append(f"Opt-out evidence: none: {opt['warning']}.")

@@ -92,7 +92,8 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         if evidence:
             console.print(f"  [dim]{evidence}[/dim]")
         for note in v.get("notes", []):
-            if note.startswith(("Undeclared differences", "Opt-out evidence: none")):
+            if note.startswith(("Undeclared differences", "Opt-out evidence: none",
+                                "Declared, but no recorded value differs")):
                 typer.echo(f"warning: {note}", err=True)
     console.print(f"A/B {status}; decision {result['decision']}; reports: "
                   + ", ".join(str(p) for p in paths))
