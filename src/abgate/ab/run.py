@@ -191,8 +191,8 @@ class AbRunner:
             entry = self.doc.setdefault("differences", {}).setdefault(arm, {})
             entry["loaded"] = declared.section(known, unknown, patterns)
             request = entry.get("request") or {}
-            entry["unobserved"] = declared.unused(
-                patterns, {**request.get("declared", {}), **known})
+            entry["unobserved"] = declared.unused(  # the arm's own claims, not allowances
+                self.exp.changes.get(arm, ()), {**request.get("declared", {}), **known})
             self.opt_out(arm, entry)
             if unknown and self.exp.declares:
                 self.save()
