@@ -14,8 +14,8 @@ import pytest
 
 from abgate.ledger.store import opened
 from tests.conftest import abgate, no_engine_env, thread_flags
-from tests.test_ledger import _entry
 from tests.support.report import build_ab_dir
+from tests.test_ledger import _entry
 
 
 def _ledger(tmp_path: Path) -> Path:

@@ -102,7 +102,21 @@ def test_empty_and_bad_characters() -> None:
     bad = _health("a\ufffd\ufffdb\x00c\x07\x1b\x7f\x85 ok\t\n\r")
     assert bad.replacement_chars == 2
     assert bad.control_chars == 5  # NUL, BEL, ESC, DEL, NEL; tab/newline/CR are fine
+    assert bad.nul_chars == 1
     assert count_control_chars("plain text\n") == 0
+
+
+def test_counts_keep_replacement_nul_and_other_controls_apart() -> None:
+    rows = [{"item_id": "a", "seed": 0, **_health(text).to_dict()} for text in
+            ("a\ufffd\x00\x00 The answer is 42.", "The answer is 42.\x07", "no answer")]
+    counts = aggregate_health(rows)["counts"]
+    assert isinstance(counts, dict)
+    assert counts["replacement_chars"] == 1 and counts["n_with_replacement_chars"] == 1
+    assert counts["nul_chars"] == 2 and counts["n_with_nul_chars"] == 1
+    assert counts["other_control_chars"] == 1  # the BEL; the NULs are counted apart
+    assert (counts["n_correct"], counts["n_scored"], counts["n_invalid"]) == (2, 3, 1)
+    old = [{k: v for k, v in row.items() if k != "nul_chars"} for row in rows]
+    assert aggregate_health(old)["counts"]["nul_chars"] is None  # type: ignore[index]
 
 
 def test_repetition_prefers_token_ids() -> None:

@@ -318,3 +318,34 @@ def test_cli_bad_input_is_one_line_exit_2(make: Any, message: str, tmp_path: Pat
     err = capsys.readouterr().err
     assert err.startswith("abgate: error: ") and message in err and str(bad) in err
     assert err.count("\n") == 1
+
+
+def test_reviewer_tables_layer_by_projection_and_kind_ranges(hf_pair: tuple[Path, Path],
+                                                             tmp_path: Path) -> None:
+    """The layer x projection table and min-max per kind, in the CLI and in the A/B
+    report (SQNR rounded there)."""
+    from abgate.report import render
+    from abgate.weights.tables import kind_ranges, layer_projection_table
+    from tests.test_report_support import build_ab_dir
+
+    result = diff_checkpoints(*hf_pair)
+    kinds, rows = layer_projection_table(result["tensors"])
+    assert kinds == ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                     "ffn_down"]
+    assert [layer for layer, _ in rows] == [0, 1]
+    assert rows[0][1]["ffn_down"] == pytest.approx(1e-1, rel=1e-3)
+    ranges = {k: (n, low, high) for k, n, low, high in kind_ranges(result["tensors"])}
+    assert ranges["norm"][0] == 5 and ranges["attn_q"][2] == pytest.approx(1e-2, rel=1e-3)
+    assert ranges["attn_k"][2] < 1e-3  # float16 rounding only
+    cli = runner.invoke(app, ["weights-diff", *map(str, hf_pair)], env={"COLUMNS": "200"})
+    assert cli.exit_code == 0, cli.output
+    assert "Relative L2 per layer and projection" in cli.output
+    assert "Relative L2 range per kind" in cli.output
+    ab = build_ab_dir(tmp_path / "ab")
+    (ab / "weights-diff-fast.json").write_text(json.dumps(result))
+    md = render(ab, "md")
+    assert "| Layer | `attn_q` | `attn_k` | `attn_v` | `attn_output` |" in md
+    assert "| `ffn_down` | 2 | 0.1 | 0.1 |" in md
+    sqnr = f"{result['summary']['overall']['pooled_sqnr_db']:.1f} dB"
+    assert f"pooled SQNR {sqnr}" in md
+    assert str(result["summary"]["overall"]["pooled_sqnr_db"]) not in md  # rounded

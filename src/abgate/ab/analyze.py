@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from abgate.ab import declared
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
@@ -120,7 +121,8 @@ def random_weights(ab: Mapping[str, Any], arm: str,
 def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
                samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
     """What a candidate's comparison gets besides the paired statistics: ``expect``,
-    ``speed_only``, ``agreement`` and (when probes ran) ``probes``."""
+    ``speed_only``, ``agreement``, ``difference_warnings`` and (when probes ran)
+    ``probes``."""
     exp = ab["experiment"]
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
@@ -128,6 +130,8 @@ def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
         "expect": exp.get("expect", "lossy"),
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
+        # undeclared differences, an opt-out nothing shows: notes of the verdict
+        "difference_warnings": declared.warnings(_get(ab, "differences", arm) or {}),
     }
     probes = _probes(out, arm, base)
     if probes is not None:

@@ -30,7 +30,11 @@ engine_args = { flash_attn = true, type_k = "q8_0", type_v = "q8_0" }
 ```
 
 An arm may override ``engine``, ``model``, ``engine_args`` (merged over the shared
-ones), ``engine_options`` (merged) and ``env`` (merged). Everything that decides
+ones), ``engine_options`` (merged) and ``env`` (merged), and declare what it changes
+(``changes = ["flash_attn", "type_k", "type_v"]``); ``allow_differences = ["env.*"]`` at
+the top allows whole classes for every arm. Once anything is declared, an undeclared
+difference is refused (``abgate.ab.declared``). ``contract = "FILE"`` at the top holds
+every arm to a contract (as ``--contract`` does; the flag wins). Everything that decides
 *what* is asked (items, seeds, sampling, prompt) is shared by construction, and
 checked again after preparation.
 """
@@ -44,15 +48,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from abgate.ab.declared import check_patterns
+from abgate.ab.optout import compile_patterns
+from abgate.compare.policy import shipped_name
 from abgate.errors import UsageError, did_you_mean, one_line
 from abgate.runner.spec import RunConfig
 
-ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env")
+ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env", "changes")
 MERGED = ("engine_args", "engine_options", "env")
 SCHEDULE_MODES = ("auto", "interleave", "blocks")
 TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
-            "expect", "evidence")
-EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len")
+            "expect", "evidence", "allow_differences", "contract")
+EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len", "log_patterns")
 EXPECTS = ("lossy", "lossless")
 SCHEDULE_KEYS = ("mode", "warmup", "block_size")
 BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
@@ -96,6 +103,13 @@ class Evidence:
     agreement_tokens: int = 64  # the first N output tokens of each sample are scored; 0: all
     probes: bool = True
     probe_len: int = 512
+    log_patterns: tuple[str, ...] = ()  # engine log lines recorded as opt-out evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: v for k, v in vars(self).items() if k != "log_patterns"}
+        if self.log_patterns:  # only when set: older digests stay the same
+            out["log_patterns"] = list(self.log_patterns)
+        return out
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,19 @@ class Experiment:
     description: str = ""
     expect: str = "lossy"
     evidence: Evidence = field(default_factory=Evidence)
+    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # arm -> patterns
+    allow_differences: tuple[str, ...] = ()
+    contract: str | None = None  # a contract TOML every arm is held to (--contract wins)
+
+    @property
+    def declares(self) -> bool:
+        """Whether any difference is declared (then undeclared ones are refused)."""
+        return bool(self.allow_differences) or any(self.changes.values())
+
+    def declared_for(self, arm: str) -> tuple[str, ...]:
+        """The patterns ``arm`` may differ from the baseline in."""
+        return (*self.changes.get(arm, ()), *self.changes.get(self.baseline, ()),
+                *self.allow_differences)
 
     def __post_init__(self) -> None:
         for arm in self.arms:  # every way an experiment is made: file, flags, record
@@ -131,7 +158,11 @@ class Experiment:
                              for k, v in d["arms"].items()},
                        schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
                        bench=BenchPlan(**bench), expect=d.get("expect", "lossy"),
-                       evidence=Evidence(**d.get("evidence", {})))
+                       evidence=Evidence(**{**d.get("evidence", {}), "log_patterns": tuple(
+                           (d.get("evidence") or {}).get("log_patterns") or ())}),
+                       changes={k: tuple(v) for k, v in (d.get("changes") or {}).items()},
+                       allow_differences=tuple(d.get("allow_differences") or ()),
+                       contract=d.get("contract"))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise UsageError(f"{where}: cannot be read back ({type(exc).__name__}: "
                              f"{one_line(exc)})") from None
@@ -139,14 +170,21 @@ class Experiment:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ``expect`` only when not the default "lossy", so the digest of
         an experiment recorded before the key existed stays the same (``--resume``)."""
-        out = {"name": self.name, "description": self.description, "baseline": self.baseline,
+        out: dict[str, Any] = {
+               "name": self.name, "description": self.description, "baseline": self.baseline,
                "arms": {k: v.to_dict() for k, v in self.arms.items()},
                "schedule": vars(self.schedule).copy(), "policy": self.policy,
                "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
         if self.expect != "lossy":
             out["expect"] = self.expect
         if self.evidence != Evidence():
-            out["evidence"] = vars(self.evidence).copy()
+            out["evidence"] = self.evidence.to_dict()
+        if any(self.changes.values()):
+            out["changes"] = {k: list(v) for k, v in self.changes.items() if v}
+        if self.allow_differences:
+            out["allow_differences"] = list(self.allow_differences)
+        if self.contract is not None:
+            out["contract"] = self.contract
         return out
 
 
@@ -179,6 +217,8 @@ def arm_config(where: str, shared: RunConfig, arm: Any) -> RunConfig:
     _check_keys(where, _table(where, arm), ARM_KEYS)
     updates: dict[str, Any] = {}
     for key, value in arm.items():
+        if key == "changes":
+            continue
         if key in MERGED:
             _typed(where, key, value, dict)
             updates[key] = {**getattr(shared, key), **value}
@@ -232,11 +272,18 @@ def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
     policy = doc.get("policy")
     if policy is not None:
         _typed(where, "policy", policy, str)
+    if "contract" in doc:
+        _typed(where, "contract", doc["contract"], str)
     expect = _typed(where, "expect", doc.get("expect", "lossy"), str)
     if expect not in EXPECTS:
         raise UsageError(f"{where}: expect {expect!r} is not one of {', '.join(EXPECTS)}"
                          + did_you_mean(expect, EXPECTS))
+    changes = {name: check_patterns(f"{where} [arms.{name}] changes", table["changes"])
+               for name, table in arms_table.items() if "changes" in table}
+    allow = check_patterns(f"{where} allow_differences", doc["allow_differences"]) \
+        if "allow_differences" in doc else ()
     return Experiment(name=str(doc.get("name", "ab")), arms=arms, baseline=baseline,
+                      changes=changes, allow_differences=allow, contract=doc.get("contract"),
                       schedule=_schedule(f"{where} [schedule]", doc.get("schedule", {})),
                       policy=policy, bench=_bench(f"{where} [bench]", doc.get("bench", {})),
                       description=str(doc.get("description", "")), expect=expect,
@@ -256,7 +303,9 @@ def _evidence(where: str, table: Any) -> Evidence:
                          f"got {table['agreement_tokens']}")
     if "probe_len" in table and (_typed(where, "probe_len", table["probe_len"], int) < 64):
         raise UsageError(f"{where}: probe_len must be >= 64 tokens, got {table['probe_len']}")
-    return Evidence(**table)
+    patterns = compile_patterns(where, table["log_patterns"]) if "log_patterns" in table \
+        else ()
+    return Evidence(**{**table, "log_patterns": patterns})
 
 
 def load_experiment(path: Path) -> Experiment:
@@ -271,8 +320,11 @@ def load_experiment(path: Path) -> Experiment:
     except OSError as exc:
         raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
     exp = parse_experiment(doc, str(path))
-    if exp.policy is not None and not Path(exp.policy).is_absolute():
+    if exp.policy is not None and not Path(exp.policy).is_absolute() and not (
+            shipped_name(exp.policy) and not (path.parent / exp.policy).exists()):
         exp = replace(exp, policy=str(path.parent / exp.policy))
+    if exp.contract is not None and not Path(exp.contract).is_absolute():
+        exp = replace(exp, contract=str(path.parent / exp.contract))
     for name, cfg in exp.arms.items():  # relative paths in the file are relative to it
         fixed: dict[str, Any] = {k: str(path.parent / v) for k in ("model", "data", "shots_file")
                  if (v := getattr(cfg, k)) and not Path(v).is_absolute()

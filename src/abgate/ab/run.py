@@ -15,15 +15,16 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abgate.ab import evidence, schedule
+from abgate.ab import declared, evidence, optout, schedule
 from abgate.ab.experiment import Experiment
 from abgate.engines import engine_adapter
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
+from abgate.provenance import ContractOutcome, ContractViolation
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, source_state, write_record
 from abgate.runner.execute import (
@@ -72,6 +73,42 @@ def prepare_arms(exp: Experiment) -> dict[str, PreparedRun]:
     return prepared
 
 
+def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
+                        ) -> dict[str, dict[str, Any]]:
+    """Each candidate's differences from the baseline before any load, declared and
+    undeclared apart; an undeclared one is refused (exit 2, nothing written) when the
+    experiment declares anything, else logged as a warning."""
+    base = declared.request_facts(prepared[exp.baseline].spec)
+    out: dict[str, dict[str, Any]] = {}
+    for arm in exp.candidates:
+        patterns = exp.declared_for(arm)
+        diff = declared.differing(base, declared.request_facts(prepared[arm].spec))
+        known, unknown = declared.split(diff, patterns)
+        if unknown and exp.declares:
+            raise UsageError(declared.refusal(arm, exp.baseline, unknown, "before the load"))
+        if unknown:
+            log.warning("arm %r differs from %r in %s, declared nowhere (declare the switch "
+                        "with changes = [...] to have any other difference refused)", arm,
+                        exp.baseline, ", ".join(unknown))
+        out[arm] = {"declares": exp.declares,
+                    "request": declared.section(known, unknown, patterns)}
+    return out
+
+
+def check_contracts(exp: Experiment, prepared: dict[str, PreparedRun],
+                    prov: ProvenanceOptions) -> dict[str, ContractOutcome | None]:
+    """The contract checked on every arm's request, each arm's own declared changes
+    (and ``allow_differences``) exempt; a violation is refused with exit 2."""
+    out: dict[str, ContractOutcome | None] = {}
+    for arm, p in prepared.items():
+        exempt = declared.exemption((*exp.changes.get(arm, ()), *exp.allow_differences))
+        try:
+            out[arm] = check_before_load(prov, p.engine, exempt)
+        except ContractViolation as exc:
+            raise UsageError(f"arm {arm!r}: {exc}") from None
+    return out
+
+
 def choose_mode(exp: Experiment) -> str:
     if exp.schedule.mode != "auto":
         return exp.schedule.mode
@@ -95,13 +132,14 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
         check_same_inputs(out, doc.get("inputs"), inputs)
         doc["resumes"].append({"at": time.time(), "from_status": doc["status"], "git": git,
                                "inputs": inputs, "source_changed": changed})
+        doc.setdefault("differences", {})
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
     doc = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
                      arm_spec_digests=specs, digest=digest,
                      schedule={"mode": mode, "warmup": exp.schedule.warmup,
                                "block_size": exp.schedule.block_size, "executed": []},
-                     engines={}, resumes=[])
+                     engines={}, resumes=[], differences={})
     write_record(out / AB_FILE, doc)  # before arms/: a --force later finds it abgate's
     return doc
 
@@ -115,8 +153,8 @@ class AbRunner:
         git = doc["resumes"][-1]["git"] if doc["resumes"] else doc["git"]  # one for all arms
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.provenance = provenance
-        # The contract describes the baseline; candidates differ from it by design.
-        self.contract = check_before_load(provenance, prepared[exp.baseline].engine)
+        # Every arm is held to the contract; only its own declared switch is exempt.
+        self.contracts = check_contracts(exp, prepared, provenance)
         self.progress = progress
         # an arm without run.json yet (killed right after ab.json) starts afresh
         self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False, git=git,
@@ -155,6 +193,48 @@ class AbRunner:
                               f"{first[:12]}; the arms are not matched (tokenizer or template "
                               "differs)")
 
+    def loaded_facts(self, arm: str) -> dict[str, str] | None:
+        engine = self.doc["engines"].get(arm)
+        if engine is None:
+            return None
+        return declared.loaded_facts(engine, self.recorders[arm].doc.get("provenance"))
+
+    def check_loaded(self) -> None:
+        """After a load: each candidate whose and whose baseline's engines have loaded
+        against the baseline (engine version, effective config, libraries); an
+        undeclared difference stops the A/B before that arm's first sample."""
+        base = self.loaded_facts(self.exp.baseline)
+        for arm in self.exp.candidates:
+            facts = self.loaded_facts(arm)
+            if base is None or facts is None:
+                continue
+            patterns = self.exp.declared_for(arm)
+            diff = declared.differing(base, facts)
+            known, unknown = declared.split(diff, patterns)
+            entry = self.doc.setdefault("differences", {}).setdefault(arm, {})
+            entry["loaded"] = declared.section(known, unknown, patterns)
+            request = entry.get("request") or {}
+            entry["unobserved"] = declared.unused(  # the arm's own claims, not allowances
+                self.exp.changes.get(arm, ()), {**request.get("declared", {}), **known})
+            self.opt_out(arm, entry)
+            if unknown and self.exp.declares:
+                self.save()
+                raise declared.UndeclaredDifference(
+                    declared.refusal(arm, self.exp.baseline, unknown, "after the load"))
+            if unknown:
+                log.warning("arm %r differs from %r after the load in %s, declared nowhere",
+                            arm, self.exp.baseline, ", ".join(unknown))
+
+    def opt_out(self, arm: str, entry: dict[str, Any]) -> None:
+        """Arms that differ only by env: record what shows the variable took effect."""
+        dirs = (self.out / "arms" / self.exp.baseline, self.out / "arms" / arm)
+        found = optout.opt_out_evidence(entry, dirs, self.exp.evidence.log_patterns)
+        if found is None:
+            return
+        entry["opt_out"] = found
+        if found["warning"]:
+            log.warning("arm %r: %s", arm, found["warning"])
+
     def warmup(self, arm: str, session: EngineSession) -> None:
         rec_ = self.recorders[arm]
         for i, (item, seed) in enumerate(self.keys()[: self.exp.schedule.warmup]):
@@ -191,12 +271,12 @@ class AbRunner:
                                              self.out / "arms" / arm, rec_.doc))
         self.doc["engines"][arm] = session.info
         try:
-            opts = self.provenance if arm == self.exp.baseline else replace(
-                self.provenance, contract=None)
-            record_after_load(opts, self.contract if arm == self.exp.baseline else None,
-                              session, rec_.doc)
+            record_after_load(self.provenance, self.contracts[arm], session, rec_.doc)
+        except ContractViolation as exc:
+            raise AbgateError(f"arm {arm!r}: {exc}") from None
         finally:
             rec_.save()
+        self.check_loaded()
         self.check_prompt(arm, session)
         if self.exp.evidence.agreement:
             evidence.scoring_preflight(arm, session)
@@ -301,11 +381,14 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
            provenance: ProvenanceOptions | None = None) -> AbOutcome:
     prov = provenance or ProvenanceOptions()
     prepared = prepare_arms(exp)
-    check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
+    check_contracts(exp, prepared, prov)  # fail fast, before anything is written
+    differences = request_differences(exp, prepared)
     mode = choose_mode(exp)
     with claimed(out, resume=resume, force=force, marker=AB_FILE):
         doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out),
                           input_hashes(prov), prov.allow_source_change)
+        for arm, entry in differences.items():
+            doc["differences"].setdefault(arm, {}).update(entry)
         runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
         runner.save()
         summaries: dict[str, dict[str, Any]] = {}

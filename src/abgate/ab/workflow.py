@@ -8,16 +8,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from abgate.ab.analyze import analyze
 from abgate.ab.experiment import Experiment
-from abgate.ab.run import AB_FILE, AbOutcome, Progress, prepare_arms, run_ab
+from abgate.ab.run import (
+    AB_FILE,
+    AbOutcome,
+    Progress,
+    check_contracts,
+    prepare_arms,
+    request_differences,
+    run_ab,
+)
+from abgate.compare import load_policy
 from abgate.redact import redact
 from abgate.runner.outdir import claimed
-from abgate.runner.provenance import ProvenanceOptions, check_before_load
+from abgate.runner.provenance import ProvenanceOptions
 
 
 @dataclass(frozen=True)
@@ -61,10 +70,17 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    weights_diff: bool = False, policy: str | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
+    load_policy(policy if policy is not None else exp.policy)  # a bad policy: before any work
+    provenance = provenance or ProvenanceOptions()
+    if provenance.contract is None and exp.contract is not None:  # the file's [contract]
+        provenance = replace(provenance, contract=exp.contract)
     from abgate.report import write_reports
 
-    # bad input refused before the directory is claimed (cheap: identities are cached)
-    check_before_load(provenance or ProvenanceOptions(), prepare_arms(exp)[exp.baseline].engine)
+    # bad input refused before the directory is claimed (cheap: identities are cached):
+    # every arm's contract, and differences the experiment does not declare
+    prepared = prepare_arms(exp)
+    check_contracts(exp, prepared, provenance)
+    request_differences(exp, prepared)
     with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
         outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
                          progress=progress, provenance=provenance)

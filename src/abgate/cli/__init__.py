@@ -15,6 +15,7 @@ from abgate.cli import (  # noqa: F401  (registers commands)
     ab_cmd,
     baseline_cmd,
     bench_cmd,
+    decide_cmd,
     extract_cmd,
     ledger_cmd,
     provenance_cmd,

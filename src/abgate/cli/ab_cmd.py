@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from abgate.ab import Experiment, load_experiment
+from abgate.ab.declared import check_patterns
 from abgate.ab.experiment import Schedule
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import run_experiment
@@ -30,7 +31,7 @@ from abgate.suites import parse_seeds
 def _from_flags(suite: str, data: str | None, limit: int | None, seeds: str | None,
                 max_tokens: int | None, model: str | None, engine_arg: list[str],
                 a_arg: list[str], b_arg: list[str], a_env: list[str], b_env: list[str],
-                b_model: str | None) -> Experiment:
+                b_model: str | None, b_changes: list[str]) -> Experiment:
     shared = RunConfig(suite=suite, data=data, limit=limit if limit is not None else 20,
                        seeds=tuple(parse_seeds(seeds or "0")),
                        max_tokens=max_tokens if max_tokens is not None else 256, model=model,
@@ -44,8 +45,10 @@ def _from_flags(suite: str, data: str | None, limit: int | None, seeds: str | No
                        engine_args={**shared.engine_args, **parse_pairs(args, "--engine-arg")},
                        env=parse_pairs(env, "--env", coerce=False))
 
+    changes = {"B": check_patterns("--b-changes", b_changes)} if b_changes else {}
     return Experiment(name="ab", arms={"A": arm(a_arg, a_env, None),
-                                       "B": arm(b_arg, b_env, b_model)}, baseline="A")
+                                       "B": arm(b_arg, b_env, b_model)}, baseline="A",
+                      changes=changes)
 
 
 def _override(exp: Experiment, limit: int | None, seeds: str | None,
@@ -89,6 +92,10 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         evidence = evidence_line(c.get("comparison") or {}, arm)
         if evidence:
             console.print(f"  [dim]{evidence}[/dim]")
+        for note in v.get("notes", []):
+            if note.startswith(("Undeclared differences", "Opt-out evidence: none",
+                                "Declared, but no recorded value differs")):
+                typer.echo(f"warning: {note}", err=True)
     console.print(f"A/B {status}; decision {result['decision']}; reports: "
                   + ", ".join(str(p) for p in paths))
 
@@ -113,7 +120,7 @@ def ab_command(
     out: Path = typer.Option(None, "-o", "--out", help="A/B directory to write."),
     resume: Path = typer.Option(None, help="Finish an interrupted A/B in this directory."),
     force: bool = typer.Option(False, help="Overwrite an existing A/B directory."),
-    policy: str = typer.Option(None, help="Policy TOML (default: the shipped policy)."),
+    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path."),
     limit: int = typer.Option(None, help="Override the number of items."),
     seeds: str = typer.Option(None, help="Override the seeds, e.g. 0,1."),
     max_tokens: int = typer.Option(None, help="Override the output token limit."),
@@ -128,7 +135,13 @@ def ab_command(
     b_engine_arg: list[str] = typer.Option([], "--b-engine-arg", help="Arm B: KEY=VALUE."),
     a_env: list[str] = typer.Option([], "--a-env", help="Arm A env: KEY=VALUE."),
     b_env: list[str] = typer.Option([], "--b-env", help="Arm B env: KEY=VALUE."),
-    contract: str = typer.Option(None, help="Contract TOML for the baseline arm."),
+    b_changes: list[str] = typer.Option([], "--b-changes", help="Without a file: a key arm "
+                                        "B declares it changes (repeatable); any other "
+                                        "difference is then refused."),
+    allow_diff: list[str] = typer.Option([], "--allow-diff", help="A key pattern any arm "
+                                         "may differ in, e.g. 'env.*' (repeatable)."),
+    contract: str = typer.Option(None, help="Contract TOML every arm is held to (each "
+                                 "arm's declared changes exempt)."),
     manifest: str = typer.Option(None, help="Manifest JSON whose digest each arm embeds."),
     allow_stale_manifest: eo.AllowStaleManifest = False,
     allow_source_change: bool = typer.Option(
@@ -154,7 +167,10 @@ def ab_command(
         exp = _override(_recorded(resume), limit, seeds, max_tokens)
     else:
         exp = _from_flags(suite, data, limit, seeds, max_tokens, model, engine_arg,
-                          a_engine_arg, b_engine_arg, a_env, b_env, b_model)
+                          a_engine_arg, b_engine_arg, a_env, b_env, b_model, b_changes)
+    if allow_diff:
+        exp = replace(exp, allow_differences=(
+            *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
     exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy), agreement,
                          probes)
     with reporter(f"ab {out.name}") as rep:

@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -37,6 +38,13 @@ def index_finished(out: Path) -> None:
     if added is not None and added.action in ("new", "updated", "moved"):
         typer.echo(f"ledger: {added.action} {added.entry.kind} {added.entry.id[:12]}",
                    err=True)
+
+
+def _decision(record: dict[str, Any]) -> str:
+    """The machine's decision, and the engineer's beside it when one is recorded."""
+    human = (record.get("verdicts") or {}).get("human") or {}
+    text = str(record.get("decision") or "-")
+    return f"{text}; decided {human['decision']}" if human.get("decision") else text
 
 
 def _when(ts: float | None) -> str:
@@ -77,7 +85,7 @@ def ls_command(kind: str = typer.Option(None, help="Only this kind (run, ab, ben
             commit = (r["git_commit"] or "-")[:10] + ("+dirty" if r["git_dirty"] else "")
             table.add_row(r["id"][:12], r["kind"], _when(r["started_at"]), commit,
                           "MISSING" if missing else (r["status"] or "-"),
-                          r["decision"] or "-", r["path"])
+                          _decision(r), r["path"])
     Console(width=200, emoji=False, highlight=False).print(table)
 
 

@@ -115,7 +115,9 @@ def verify_cmd(
 
 @app.command("attach")
 def attach_cmd(
-    result_dir: Annotated[Path, typer.Argument(help="Result directory with run.json.")],
+    result_dir: Annotated[Path, typer.Argument(help="Result directory with run.json, or an "
+                                               "A/B directory (every arm's tree must "
+                                               "match).")],
     commit: Annotated[str, typer.Option("--commit", help="Commit the results should also "
                                         "hold for.")],
     repo: Annotated[Path, typer.Option("--repo", help="Git checkout to read.")] = Path("."),

@@ -24,6 +24,7 @@ from abgate.cli.app import app
 from abgate.errors import UsageError
 from abgate.weights import diff_checkpoints, read_float
 from abgate.weights.diff import Progress as ProgressFn
+from abgate.weights.tables import kind_ranges, layer_projection_table
 
 __all__ = ["render_result", "weights_diff_command"]
 
@@ -64,6 +65,10 @@ def render_result(result: dict[str, Any], top: int, console: Console) -> None:
     overall = result["summary"]["overall"]
     console.print(_group_table("By kind", "kind", result["groups"]["by_kind"], overall))
     console.print(_group_table("By layer", "layer", result["groups"]["by_layer"], None))
+    console.print(_range_table(result["tensors"]))
+    projections = _projection_table(result["tensors"])
+    if projections is not None:
+        console.print(projections)
     if top > 0:
         console.print(_worst_table(result["tensors"], top))
     unmatched = [t for t in result["tensors"] if t["status"] != "compared"]
@@ -85,6 +90,28 @@ def _group_table(title: str, label: str, groups: Sequence[dict[str, Any]],
     if overall is not None and overall["n_tensors"]:
         table.add_section()
         table.add_row("all", *_stat_cells(overall), style="bold")
+    return table
+
+
+def _range_table(tensors: Sequence[dict[str, Any]]) -> Table:
+    table = Table(title="Relative L2 range per kind", title_justify="left")
+    for col in ("kind", "tensors", "min rel L2", "max rel L2"):
+        table.add_column(col, justify="left" if col == "kind" else "right")
+    for kind, n, low, high in kind_ranges(tensors):
+        table.add_row(kind, str(n), _rel(low), _rel(high))
+    return table
+
+
+def _projection_table(tensors: Sequence[dict[str, Any]]) -> Table | None:
+    kinds, rows = layer_projection_table(tensors)
+    if not rows:
+        return None
+    table = Table(title="Relative L2 per layer and projection", title_justify="left")
+    table.add_column("layer", justify="right")
+    for kind in kinds:
+        table.add_column(kind, justify="right")
+    for layer, cells in rows:
+        table.add_row(str(layer), *(_rel(cells.get(k)) for k in kinds))
     return table
 
 

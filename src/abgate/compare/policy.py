@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 DEFAULT_POLICY = "abgate:policies/default.toml"
+# Policies shipped with abgate, by name (``--policy fast-path``): abgate/policies/NAME.toml.
+SHIPPED = ("default", "fast-path")
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,12 @@ class QualityPolicy:
 
 @dataclass(frozen=True)
 class DiagnosticsPolicy:
+    """Limits on output identity and length; ``decide = false`` makes identity, length
+    and lossless-identity evidence reported only: it never rejects (nor accepts) alone."""
+
     min_identical_fraction: float | None = None
     max_mean_abs_length_change: float | None = None
+    decide: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,10 @@ def _unit(value: Any) -> str | None:
     return None if _is_number(value) and 0 <= value <= 1 else "must be a number in [0, 1]"
 
 
+def _bool(value: Any) -> str | None:
+    return None if isinstance(value, bool) else "must be true or false"
+
+
 def _metric(value: Any) -> str | None:
     if isinstance(value, str) and value in SPEED_METRICS:
         return None
@@ -141,7 +151,7 @@ _SCHEMA: dict[str, dict[str, Check]] = {
                 "max_error_increase": _below_one, "max_repetition_increase": _below_one,
                 "max_mean_kld": _non_negative, "min_top1_agreement": _unit},
     "diagnostics": {"min_identical_fraction": _unit,
-                    "max_mean_abs_length_change": _non_negative},
+                    "max_mean_abs_length_change": _non_negative, "decide": _bool},
     "lossless": {"max_divergent_fraction": _unit, "max_mean_kld": _non_negative},
 }
 _SECTIONS = tuple(name for name in _SCHEMA if name)
@@ -237,8 +247,31 @@ def _read(path: Path) -> tuple[bytes, str]:
         raise UsageError(f"policy {path}: not UTF-8 text") from None
 
 
-def _default_text() -> str:
-    return resources.files("abgate").joinpath("policies/default.toml").read_text("utf-8")
+def _shipped_text(name: str = "default") -> str:
+    return resources.files("abgate").joinpath(f"policies/{name}.toml").read_text("utf-8")
+
+
+def shipped_name(path: str | Path) -> str | None:
+    """The shipped policy ``path`` names (``fast-path``), unless a file of that name
+    exists (a file always wins)."""
+    text = str(path)
+    return text if text in SHIPPED and not Path(text).exists() else None
+
+
+def _check_decide(source: _Source, data: Mapping[str, Any]) -> None:
+    diag = data.get("diagnostics") or {}
+    if diag.get("decide") is False:
+        limits = [k for k in ("min_identical_fraction", "max_mean_abs_length_change")
+                  if k in diag]
+        if limits:
+            raise source.error(f"diagnostics.decide = false with a limit set "
+                               f"({', '.join(limits)}): a limit that never decides is "
+                               "meaningless; drop one of them", limits[0], "diagnostics")
+
+
+def _diagnostics(diag: Mapping[str, Any]) -> DiagnosticsPolicy:
+    limits = {k: float(v) for k, v in diag.items() if k != "decide"}
+    return DiagnosticsPolicy(**limits, decide=bool(diag.get("decide", True)))
 
 
 def _build(data: Mapping[str, Any], label: str, sha256: str) -> Policy:
@@ -255,27 +288,35 @@ def _build(data: Mapping[str, Any], label: str, sha256: str) -> Policy:
                           max_slowdown=float(speed["max_slowdown"]),
                           confidence=float(speed["confidence"])),
         quality=QualityPolicy(**{k: float(v) for k, v in data["quality"].items()}),
-        diagnostics=DiagnosticsPolicy(**{k: float(v) for k, v in diag.items()}),
+        diagnostics=_diagnostics(diag),
         lossless=LosslessPolicy(**{k: float(v) for k, v in data.get("lossless", {}).items()}),
     )
 
 
 def load_policy(path: str | Path | None = None) -> Policy:
-    """Read a policy file over the shipped default; ``None`` gives the default itself."""
-    default_text = _default_text()
+    """Read a policy file over the shipped default; ``None`` gives the default itself,
+    a shipped name (``"fast-path"``) that shipped policy."""
+    default_text = _shipped_text()
     default_source = _Source(DEFAULT_POLICY, default_text)
     defaults = _parse(default_source, default_text)
     _check(default_source, defaults)
-    if path is None:
+    if path is None or shipped_name(path) == "default":
         digest = hashlib.sha256(default_text.encode("utf-8")).hexdigest()
         return _build(defaults, DEFAULT_POLICY, digest)
-    raw, text = _read(Path(path))
-    source = _Source(str(path), text)
+    name = shipped_name(path)
+    if name is not None:
+        text = _shipped_text(name)
+        raw, label = text.encode("utf-8"), f"abgate:policies/{name}.toml"
+    else:
+        raw, text = _read(Path(path))
+        label = str(path)
+    source = _Source(label, text)
     data = _parse(source, text)
     _check(source, data)
+    _check_decide(source, _merge(defaults, data))
     merged = _merge(defaults, data)
     if "name" not in data:
         merged["name"] = Path(path).stem
     if "description" not in data:
         merged["description"] = f"{defaults['name']} policy with changes from {Path(path).name}"
-    return _build(merged, str(path), hashlib.sha256(raw).hexdigest())
+    return _build(merged, label, hashlib.sha256(raw).hexdigest())

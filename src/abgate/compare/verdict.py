@@ -169,15 +169,34 @@ def _gates(comparison: Mapping[str, Any], policy: Policy) -> tuple[Gate, ...]:
     agreement = measured(comparison, "agreement") or {}
     scored = [_hold_back(g, int(agreement.get("n_items") or 0), policy.min_items)
               for g in agreement_gates(comparison, policy)]
+    decide = policy.diagnostics.decide  # False: identity and length never decide
     return (sample_size_gate(comparison, policy), *statistical,
-            *diagnostic_gates(comparison, policy), *scored,
-            *lossless_gates(comparison, policy), *probe_gates(comparison))
+            *(diagnostic_gates(comparison, policy) if decide else []), *scored,
+            *(lossless_gates(comparison, policy) if decide else []), *probe_gates(comparison))
 
 
-def _notes(comparison: Mapping[str, Any]) -> tuple[str, ...]:
+def _reported_only(comparison: Mapping[str, Any], policy: Policy) -> list[str]:
+    """With ``[diagnostics] decide = false``: the identity evidence, reported only."""
+    if policy.diagnostics.decide or comparison.get("speed_only"):
+        return []
+    diag = comparison.get("diagnostics") or {}
+    same = (diag.get("identical_outputs") or {}).get("text")
+    change = (diag.get("output_tokens") or {}).get("mean_abs_diff")
+    notes = [f"Reported, not deciding (policy {policy.name!r}: identity and length never "
+             f"reject alone): {same or 'n/a'} pairs token-identical; mean absolute length "
+             f"change {'n/a' if change is None else f'{change:.1f}'} tokens per pair."]
+    for gate in lossless_gates(comparison, policy):
+        notes.append(f"Reported, not deciding: lossless {gate.outcome}: {gate.evidence}")
+    return notes
+
+
+def _notes(comparison: Mapping[str, Any], policy: Policy) -> tuple[str, ...]:
+    """Evidence not measured, evidence reported but not deciding, and the differences
+    between the arms a reader must not miss (``difference_warnings``)."""
+    warnings = tuple(str(w) for w in comparison.get("difference_warnings") or [])
     if comparison.get("speed_only"):
-        return (f"Quality gates skipped: {comparison['speed_only']}.",)
-    return tuple(evidence_notes(comparison))
+        return (f"Quality gates skipped: {comparison['speed_only']}.", *warnings)
+    return (*evidence_notes(comparison), *_reported_only(comparison, policy), *warnings)
 
 
 def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
@@ -202,4 +221,4 @@ def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
         more = _more_samples(open_gates, pairs_per_item)
         reasons = _inconclusive_reasons(open_gates, more, pairs_per_item, n_items)
     return Verdict(decision, tuple(gates), tuple(reasons), more, policy.to_dict(),
-                   _notes(comparison))
+                   _notes(comparison, policy))

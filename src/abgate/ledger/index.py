@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from abgate.ab.decision import read_decisions
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.integrity import verify_seal
@@ -123,6 +124,11 @@ def _ab_dir(path: Path) -> Entry:
         entry.verdicts = {"baseline": comparison.get("baseline"), "arms": {
             arm: _get(c, "verdict", "decision")
             for arm, c in (comparison.get("comparisons") or {}).items()}}
+    decisions = read_decisions(path)
+    if decisions:  # the engineer's latest decision beside the machine's
+        latest = decisions[-1]
+        entry.verdicts["human"] = {k: latest.get(k) for k in (
+            "decision", "relation", "machine_verdict", "arm", "by", "decided_at", "why")}
     return entry
 
 

@@ -4,9 +4,11 @@ only when both commits have the identical tree hash.
 The tested commit comes from ``RESULT_DIR/run.json`` (a run's or a bench's:
 ``git.commit`` or ``host.git.commit``), ``RESULT_DIR/baseline.json`` (``git.commit``,
 its seal verified first: an edited baseline vouches for nothing) or, failing those,
-``RESULT_DIR/manifest.json`` (``source.git.commit``). Results measured on a dirty tree
-belong to no commit and are never attached. A success appends one JSON line to
-``RESULT_DIR/attachments.jsonl`` (flushed and fsynced).
+``RESULT_DIR/manifest.json`` (``source.git.commit``). An A/B directory (``ab.json``)
+attaches as a whole: ``ab.json`` and every arm's ``arms/<arm>/run.json`` must record the
+same clean commit and tree. Results measured on a dirty tree belong to no commit and are
+never attached. A success appends one JSON line to ``RESULT_DIR/attachments.jsonl``
+(flushed and fsynced).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from abgate.provenance.loading import digest_matches, load_manifest
 
 RUN_FILE = "run.json"
 BASELINE_FILE = "baseline.json"
+AB_FILE = "ab.json"
 MANIFEST_FILE = "manifest.json"
 ATTACHMENTS_FILE = "attachments.jsonl"
 _RUN_KEYS = (("git",), ("host", "git"))
@@ -106,9 +109,41 @@ def _from_manifest(path: Path) -> MeasuredSource | None:
                         f"{MANIFEST_FILE} source.git.commit")
 
 
+def _from_ab(result_dir: Path) -> MeasuredSource:
+    """The one commit ``ab.json`` and every arm's ``run.json`` were written on."""
+    ab = _read_json(result_dir / AB_FILE)
+    arms = ab.get("experiment", {}).get("arms") if isinstance(ab, dict) else None
+    found = {AB_FILE: _from_run(result_dir / AB_FILE)}
+    for arm in arms if isinstance(arms, dict) else {}:
+        path = result_dir / "arms" / arm / RUN_FILE
+        if not path.is_file():
+            raise AttachRefused(f"arm {arm!r} of {result_dir} has no {RUN_FILE}: the A/B "
+                                "cannot vouch for that arm's source tree")
+        found[f"arm {arm!r}"] = _from_run(path)
+    missing = [where for where, src in found.items() if src is None]
+    if missing:
+        raise AttachRefused(f"cannot tell which commit {result_dir} was measured on: no "
+                            f"git.commit for {', '.join(missing)}")
+    sources = {where: src for where, src in found.items() if src is not None}
+    dirty = [where for where, src in sources.items() if src.dirty]
+    if dirty:
+        raise AttachRefused(f"{result_dir}: {', '.join(dirty)} ran on a dirty tree "
+                            "(uncommitted changes); its results belong to no commit")
+    if len({(src.commit, src.tree) for src in sources.values()}) > 1:
+        shown = "; ".join(f"{where} commit {src.commit[:12]} tree {str(src.tree)[:12]}"
+                          for where, src in sources.items())
+        raise AttachRefused(f"{result_dir}: the arms ran on different trees ({shown}); "
+                            "the A/B cannot be attached as a whole")
+    first = next(iter(sources.values()))
+    return MeasuredSource(first.commit, first.tree, False,
+                          f"{AB_FILE} and {len(sources) - 1} arms' {RUN_FILE} git.commit")
+
+
 def tested_source(result_dir: Path) -> MeasuredSource:
     """The commit the results in ``result_dir`` were measured on."""
     found: MeasuredSource | None = None
+    if (result_dir / AB_FILE).is_file():
+        return _from_ab(result_dir)
     for name in (RUN_FILE, BASELINE_FILE):
         if found is None and (result_dir / name).is_file():
             found = _from_run(result_dir / name)

@@ -11,7 +11,7 @@ types must agree, except that an int equals a float of the same value.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,11 +217,16 @@ def check_libraries(contract: Contract, mappings: Sequence[WorkerMapping],
 
 @dataclass
 class ContractOutcome:
-    """The contract and what each checked stage found; recorded with the run."""
+    """The contract and what each checked stage found; recorded with the run.
+
+    ``exempt`` (a clause name -> bool) sets aside the clauses an A/B arm's declared
+    switch breaks by design: they are recorded under ``exempted`` and never fail."""
 
     contract: Contract
     checked: list[str] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
+    exempt: Callable[[str], bool] | None = None
+    exempted: list[Violation] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -231,7 +236,9 @@ class ContractOutcome:
         if stage not in STAGES:
             raise ValueError(f"unknown contract stage {stage!r}")
         self.checked.append(stage)
-        self.violations.extend(violations)
+        for v in violations:
+            (self.exempted if self.exempt and self.exempt(v.clause) else
+             self.violations).append(v)
 
     def raise_if_violated(self) -> None:
         if self.violations:
@@ -239,4 +246,5 @@ class ContractOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"contract": self.contract.to_dict(), "checked": list(self.checked),
-                "passed": self.passed, "violations": [v.to_dict() for v in self.violations]}
+                "passed": self.passed, "violations": [v.to_dict() for v in self.violations],
+                "exempted": [v.to_dict() for v in self.exempted]}

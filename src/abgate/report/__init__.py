@@ -23,6 +23,7 @@ from abgate.report.limits import not_certified
 from abgate.report.load import AbData, load_ab
 from abgate.report.markdown import render_markdown
 from abgate.report.plots import all_plots
+from abgate.report.review import differences_section, health_counts_section, source_section
 from abgate.report.sections import (
     arm_tables,
     bench_section,
@@ -45,8 +46,10 @@ def build_doc(data: AbData, *, plots: bool = True) -> Doc:
     doc = Doc(title=f"abgate A/B report: {name}",
               decision=str(data.comparison.get("decision", "n/a")))
     overview, per_arm = all_plots(data) if plots else ([], {})
-    doc.add(*headline(data), *setup(data), *contract_section(data, matched_contract(data)),
-            *arm_tables(data), *overview, *bench_section(data), *weights_section(data))
+    doc.add(*headline(data), *setup(data), *source_section(data),
+            *contract_section(data, matched_contract(data)), *differences_section(data),
+            *arm_tables(data), *health_counts_section(data), *overview, *bench_section(data),
+            *weights_section(data))
     for k, arm in enumerate(data.candidates, start=1):
         kld = kld_plot(data, arm, k) if plots else None
         doc.add(*comparison_sections(data, arm, per_arm.get(arm, []), kld))

@@ -84,9 +84,12 @@ def _speed_rows(comp: Mapping[str, Any]) -> list[tuple[str, ...]]:
         if not isinstance(section, Mapping):
             continue
         scale = 1000.0 if key == "ttft_s" else 1.0
-        a_mean, b_mean = (as_float(dig(section, arm, "mean")) for arm in ("a", "b"))
-        rows.append((f"{label}, mean", num(None if a_mean is None else a_mean * scale, ".2f"),
-                     num(None if b_mean is None else b_mean * scale, ".2f"),
+        for stat in ("mean", "median"):
+            a, b = (as_float(dig(section, arm, stat)) for arm in ("a", "b"))
+            rows.append((f"{label}, {stat}", num(None if a is None else a * scale, ".2f"),
+                         num(None if b is None else b * scale, ".2f"),
+                         signed_pct(section.get(f"pct_change_{stat}")) + " (plain)", "-"))
+        rows.append((f"{label}, per-item ratio", "-", "-",
                      _ratio_change(dig(section, "ratio", "estimate")) + " (geo. mean)",
                      interval(dig(section, "ratio", "ci"), _ratio_change)))
     return rows
@@ -103,7 +106,8 @@ def deltas(data: AbData, arm: str) -> list[Block]:
         Para(f"{comp.get('n_pairs', NA)} pairs over {comp.get('n_items', NA)} items "
              f"({num(per_item, 'g')} per item); {comp.get('n_excluded_errors', NA)} pairs with "
              "an engine error are left out of every statistic but the error rate. Quality "
-             "intervals are normal, clustered by item; speed changes are the geometric mean "
+             "intervals are normal, clustered by item; the plain changes compare the arms' "
+             "request-weighted means and medians; the decision uses the geometric mean "
              "of per-item ratios with a bootstrap interval over items."),
         Table(("Metric", f"`{data.baseline}`", f"`{arm}`", "Change",
                f"{conf:.0%} CI of the change"),

@@ -7,8 +7,10 @@ import json
 import math
 from typing import Any
 
+from abgate.report.blocks import Bullets
 from abgate.report.contract import matched_contract
 from abgate.report.fmt import dig
+from abgate.report.limits import not_certified
 from abgate.report.load import AbData
 from abgate.runner.records import SCHEMA_VERSION
 
@@ -34,7 +36,14 @@ def _arm(data: AbData, name: str) -> dict[str, Any]:
         "engine": dig(data.ab, "engines", name),
         "summary": arm.summary or None,
         "bench": arm.bench,
+        "git": arm.run.get("git"),
+        "contract": dig(arm.run, "provenance", "contract"),
     }
+
+
+def _not_certified(data: AbData) -> list[str]:
+    return [item for block in not_certified(data) if isinstance(block, Bullets)
+            for item in block.items]
 
 
 def report_document(data: AbData) -> dict[str, Any]:
@@ -52,7 +61,10 @@ def report_document(data: AbData) -> dict[str, Any]:
         "run": {**{k: ab.get(k) for k in RUN_KEYS}, "schedule": _schedule(ab)},
         "contract": matched_contract(data).to_dict(list(data.arms)),
         "arms": {name: _arm(data, name) for name in data.ordered},
+        "differences": ab.get("differences"),
         "comparison": data.comparison,
+        "not_certified": _not_certified(data),
+        "decisions": data.decisions,
     }
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from abgate.ab.decision import read_decisions
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact
 from abgate.report.fmt import as_float, dig
@@ -58,6 +59,7 @@ class AbData:
     arms: dict[str, Arm]
     baseline: str
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # oldest first
 
     @property
     def candidates(self) -> list[str]:
@@ -125,6 +127,10 @@ def _load_arm(out: Path, name: str) -> Arm:
         arm.summary = _read(arm_dir / rec.SUMMARY_FILE)
     elif samples:
         arm.summary = summarize(samples)
+    quality = arm.summary.get("quality")
+    if samples and isinstance(quality, dict) and "counts" not in quality:
+        # a summary written before abgate counted: the counts from the samples
+        arm.summary["quality"] = {**quality, "counts": summarize(samples)["quality"]["counts"]}
     arm.points = [to_point(s) for s in samples if not s.get("warmup")]
     if (arm_dir / BENCH_FILE).exists():
         arm.bench = _read(arm_dir / BENCH_FILE)
@@ -155,7 +161,7 @@ def load_ab(out: Path) -> AbData:
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
     return AbData(ab=ab, comparison=comparison, arms=arms, baseline=str(baseline),
-                  weights=weights)
+                  weights=weights, decisions=[redact(d) for d in read_decisions(out)])
 
 
 def paired_points(data: AbData, arm: str) -> list[tuple[Point, Point]]:

@@ -22,6 +22,8 @@ from abgate.report.fmt import (
     value_text,
 )
 from abgate.report.load import AbData
+from abgate.report.review import of_total
+from abgate.weights.tables import kind_ranges, layer_projection_table
 
 SCHEDULES = {"interleave": "interleaved (the arms alternate request by request)",
              "blocks": "blocks (each arm runs a block of requests in turn)"}
@@ -53,7 +55,25 @@ def headline(data: AbData) -> list[Block]:
         items.append(f"`{arm}` vs `{data.baseline}`: **{verdict.get('decision', NA)}**{first}")
     if items:
         blocks.append(Bullets(tuple(items)))
-    return blocks
+    return blocks + decision_blocks(data)
+
+
+def decision_blocks(data: AbData) -> list[Block]:
+    """The engineer's latest decision (``abgate decide``), and how many came before."""
+    if not data.decisions:
+        return [Para("No engineer's decision is recorded yet (`abgate decide DIR`).")]
+    d = data.decisions[-1]
+    src = mapping(d.get("source"))
+    on = f" on `{d['arm']}`" if d.get("arm") else ""
+    text = (f"**Engineer's decision{on}: {d.get('decision', NA)}** "
+            f"({d.get('relation', NA)} the machine verdict {d.get('machine_verdict', NA)}), "
+            f"by {d.get('by') or 'unnamed'} at {d.get('decided_at', NA)}, for tree "
+            f"`{short(src.get('tree'), 40)}` (commit `{short(src.get('commit'), 40)}`"
+            f"{', **dirty**' if src.get('dirty') else ''}). Why: {d.get('why', NA)}")
+    earlier = len(data.decisions) - 1
+    if earlier:
+        text += f" ({earlier} earlier decision(s) in `decisions.jsonl`.)"
+    return [Para(text)]
 
 
 def _host_text(host: Any) -> str:
@@ -166,9 +186,14 @@ def _quality_row(data: AbData, arm: str) -> tuple[str, ...]:
     acc, se = as_float(q.get("accuracy")), as_float(q.get("accuracy_se"))
     se_text = NA if se is None else f"{100 * se:.1f}"
     accuracy = NA if acc is None else f"{100 * acc:.1f}% ± {se_text}"
+    accuracy += f" ({of_total(data, arm, 'n_correct', 'n_scored')})"
+
+    def with_count(key: str) -> str:
+        return f"{rate(q.get(key + '_rate'))} ({of_total(data, arm, 'n_' + key)})"
+
     return (arm_label(data, arm), str(dig(data.arms[arm].summary, "n") or 0),
-            f"{q.get('n_items', NA)}", accuracy, rate(q.get("invalid_rate")),
-            rate(q.get("truncated_rate")), rate(q.get("natural_stop_rate")),
+            f"{q.get('n_items', NA)}", accuracy, with_count("invalid"),
+            with_count("truncated"), with_count("natural_stop"),
             str(q.get("n_error", NA)), num(q.get("mean_seq_rep_4"), ".3f"),
             num(q.get("mean_output_tokens"), ".1f"))
 
@@ -187,8 +212,9 @@ def arm_tables(data: AbData) -> list[Block]:
         Heading(2, "Per-arm results", "arms"),
         Para("Quality over each arm's measured samples (engine errors excluded from every "
              "rate). Accuracy ± its standard error in points, clustered by item."),
-        Table(("Arm", "Samples", "Items", "Accuracy ± SE (pt)", "Invalid", "Truncated",
-               "Natural stop", "Errors", "Mean seq-rep-4", "Mean output tokens"),
+        Table(("Arm", "Samples", "Items", "Accuracy ± SE (pt) (correct/scored)",
+               "Invalid (n/N)", "Truncated (n/N)", "Natural stop (n/N)", "Errors",
+               "Mean seq-rep-4", "Mean output tokens"),
               tuple(_quality_row(data, a) for a in data.ordered)),
         Para("Speed per request (request-weighted; decode excludes the first token)."),
         Table(("Arm", "Decode tok/s mean", "Decode tok/s median", "Decode p10 to p90",
@@ -231,9 +257,27 @@ def bench_section(data: AbData) -> list[Block]:
             Table(tuple(header), tuple(rows))]
 
 
+def _weights_tables(wd: Mapping[str, Any]) -> list[Block]:
+    tensors = [t for t in wd.get("tensors") or [] if isinstance(t, Mapping)]
+    ranges = kind_ranges(tensors)
+    kinds, rows = layer_projection_table(tensors)
+    blocks: list[Block] = []
+    if ranges:
+        blocks += [Para("Relative L2 range per tensor kind (min to max over its tensors):"),
+                   Table(("Kind", "Tensors", "Min relative L2", "Max relative L2"),
+                         tuple((f"`{k}`", str(n), num(lo, ".3g"), num(hi, ".3g"))
+                               for k, n, lo, hi in ranges))]
+    if rows:
+        blocks += [Para("Relative L2 per layer and projection:"),
+                   Table(("Layer", *(f"`{k}`" for k in kinds)),
+                         tuple((str(layer), *(num(cells.get(k), ".3g") for k in kinds))
+                               for layer, cells in rows))]
+    return blocks
+
+
 def weights_section(data: AbData) -> list[Block]:
     """Weight diagnostics (``weights-diff*.json`` in the A/B directory): reported, never
-    deciding unless a policy says so."""
+    deciding under any policy."""
     blocks: list[Block] = []
     for name, wd in data.weights.items():
         overall = dig(wd, "summary", "overall") or {}
@@ -246,15 +290,16 @@ def weights_section(data: AbData) -> list[Block]:
             Para(f"`{ref.get('path', NA)}` (sha256 {str(ref.get('sha256', NA))[:12]}) vs "
                  f"`{other.get('path', NA)}` (sha256 {str(other.get('sha256', NA))[:12]}): "
                  f"{dig(wd, 'summary', 'n_compared')} tensors compared, pooled relative L2 "
-                 f"{overall.get('pooled_rel_l2', NA)}, pooled SQNR "
-                 f"{overall.get('pooled_sqnr_db', NA)} dB, worst tensor relative L2 "
-                 f"{overall.get('max_rel_l2', NA)}."),
+                 f"{num(overall.get('pooled_rel_l2'), '.3g')}, pooled SQNR "
+                 f"{num(overall.get('pooled_sqnr_db'), '.1f')} dB, worst tensor relative L2 "
+                 f"{num(overall.get('max_rel_l2'), '.3g')}."),
             Table(("Tensor", "Relative L2", "SQNR dB"),
-                  tuple((f"`{t['name']}`", num(t["rel_l2"], ".3g"), str(t.get("sqnr_db")))
+                  tuple((f"`{t['name']}`", num(t["rel_l2"], ".3g"), num(t.get("sqnr_db"), ".1f"))
                         for t in worst)),
+            *_weights_tables(wd),
         ]
     if not blocks:
         return []
     return [Heading(2, "Weight diagnostics", "weights"),
             Para("Per-tensor error between the checkpoints (`abgate weights-diff`); a "
-                 "diagnostic, not a gate."), *blocks]
+                 "diagnostic, never a gate."), *blocks]

@@ -104,6 +104,9 @@ class AbRecord(RecordHeader):
     engines: dict[str, EngineRecord]
     resumes: list[Resume]
     scoring: dict[str, dict[str, Any]] = {}
+    # Per candidate: its differences from the baseline, declared and undeclared apart,
+    # before the load ("request") and after it ("loaded"); see abgate.ab.declared.
+    differences: dict[str, dict[str, Any]] = {}
 
 
 class BenchRecord(_Spec):
@@ -118,6 +121,33 @@ class BaselineRecord(_Spec):
     integrity: dict[str, Any] | None = None
     cases: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
+
+
+class DecisionSource(BaseModel):
+    """The source tree every arm of the decided A/B ran on."""
+
+    commit: str
+    tree: str | None
+    dirty: bool | None
+
+
+class DecisionRecord(BaseModel):
+    """One line of an A/B's ``decisions.jsonl`` (``abgate decide``): the engineer's
+    decision, why, when, and the machine verdict it confirms, overrides or settles."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_name: Literal["abgate.decision"] = "abgate.decision"
+    schema_version: int = 1
+    decision: Literal["keep-default-on", "make-opt-in", "revert"]
+    why: str
+    by: str | None = None
+    arm: str | None = None  # None: the decision covers the A/B's overall verdict
+    machine_verdict: str | None
+    arm_verdicts: dict[str, str | None]
+    relation: Literal["confirms", "overrides", "settles"]
+    source: DecisionSource
+    decided_at: str
 
 
 BODIES: dict[str, type[RecordHeader]] = {"run": RunRecord, "ab-arm": RunRecord,

@@ -24,7 +24,8 @@ from abgate.runner.documents import read_record
 OWNED_FILES = frozenset({
     "run.json", "samples.jsonl", "summary.json", "run.log", "ab.json", "comparison.json",
     "agreement.jsonl", "probes.json", "bench.json", "baseline.json", "report.md",
-    "report.html", "report.json", "manifest.json", "attachments.jsonl", LOCK_FILE,
+    "report.html", "report.json", "manifest.json", "attachments.jsonl", "decisions.jsonl",
+    LOCK_FILE,
     ".abgate-write-test"})
 OWNED_PATTERNS = ("server-*.log", "weights-diff-*.json", "*.tmp")
 

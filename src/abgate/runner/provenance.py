@@ -13,6 +13,7 @@ mapped libraries after it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,13 +104,16 @@ def check_same_inputs(out: Path, recorded: Any, now: dict[str, str | None]) -> N
                              "new directory")
 
 
-def check_before_load(opts: ProvenanceOptions, p: PreparedEngine) -> ContractOutcome | None:
+def check_before_load(opts: ProvenanceOptions, p: PreparedEngine,
+                      exempt: Callable[[str], bool] | None = None) -> ContractOutcome | None:
     """Raise ContractViolation (exit 2: nothing loaded, nothing written) on a bad
-    request; a manifest that cannot be read is refused here too, not after the load."""
+    request; a manifest that cannot be read (or is stale) is refused here too, not after
+    the load. ``exempt`` sets aside the clauses an A/B arm's declared switch breaks by
+    design."""
     _check_manifest(opts)
     if opts.contract is None:
         return None
-    outcome = ContractOutcome(load_contract(Path(opts.contract)))
+    outcome = ContractOutcome(load_contract(Path(opts.contract)), exempt=exempt)
     env = {**os.environ, **p.spec.env}
     outcome.record("request", check_request(outcome.contract, p.spec.engine, p.spec.args, env))
     outcome.raise_if_violated()

@@ -2,15 +2,18 @@
 
 Per sample (:func:`sample_health`): correct, invalid (with the extraction's
 reason), truncated (finish reason ``length``), natural stop, engine error, empty
-output, U+FFFD replacement characters, control characters, output length and
+output, U+FFFD replacement characters, NUL characters, control characters (NUL
+included), output length and
 seq-rep-4 (Welleck et al. 2019, "Neural Text Generation with Unlikelihood
 Training": the share of repeated 4-grams in one continuation) over token IDs
 and over words.
 
 Per run (:func:`aggregate_health`): accuracy with a standard error clustered by
 item across seeds (Miller 2024, "Adding Error Bars to Evals"), the invalid,
-truncated and natural-stop rates, repetition and length summaries, and an
-outlier list a reviewer can read at a glance.
+truncated and natural-stop rates with their counts (``counts``: correct n/N,
+invalid, truncated, natural stops, and U+FFFD, NUL and other control characters
+apart), repetition and length summaries, and an outlier list a reviewer can read at
+a glance.
 
 Samples whose finish reason is ``error`` are never scored as wrong answers: they
 are counted in ``n_error`` and left out of every other denominator.
@@ -75,6 +78,7 @@ class SampleHealth:
     output_tokens: int
     seq_rep_4: float
     seq_rep_4_words: float
+    nul_chars: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a flat, JSON-ready dict."""
@@ -118,6 +122,7 @@ def sample_health(
         output_tokens=output_tokens,
         seq_rep_4=rep_tokens,
         seq_rep_4_words=rep_words,
+        nul_chars=text.count("\x00"),
     )
 
 
@@ -224,6 +229,35 @@ def _summary(values: Sequence[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), float(statistics.median(values))
 
 
+def _sum(rows: Sequence[Mapping[str, Any]], key: str) -> int | None:
+    """Total of an integer field; None when a row predates the field."""
+    values = [row.get(key) for row in rows]
+    if any(v is None for v in values):
+        return None
+    return sum(int(v) for v in values if v is not None)
+
+
+def health_counts(live: Sequence[Mapping[str, Any]],
+                  scored: Sequence[Mapping[str, Any]]) -> dict[str, int | None]:
+    """The counts behind the rates, and the suspicious characters apart: U+FFFD, NUL
+    and the other control characters (tab, newline and CR are not counted)."""
+    nul, control = _sum(live, "nul_chars"), _sum(live, "control_chars")
+    return {
+        "n_live": len(live),
+        "n_scored": len(scored),
+        "n_correct": sum(1 for r in scored if r.get("correct")),
+        "n_invalid": sum(1 for r in live if r.get("invalid")),
+        "n_truncated": sum(1 for r in live if r.get("truncated")),
+        "n_natural_stop": sum(1 for r in live if r.get("natural_stop")),
+        "replacement_chars": _sum(live, "replacement_chars"),
+        "n_with_replacement_chars": sum(1 for r in live if r.get("replacement_chars", 0) > 0),
+        "nul_chars": nul,
+        "n_with_nul_chars": (None if nul is None else
+                             sum(1 for r in live if r.get("nul_chars", 0) > 0)),
+        "other_control_chars": None if nul is None or control is None else control - nul,
+    }
+
+
 def aggregate_health(rows: Sequence[Mapping[str, Any]]) -> dict[str, object]:
     """Per-run summary of per-sample health rows (SampleHealth fields + item_id, seed).
 
@@ -264,4 +298,5 @@ def aggregate_health(rows: Sequence[Mapping[str, Any]]) -> dict[str, object]:
         "mean_output_tokens": mean_len,
         "median_output_tokens": median_len,
         "outliers": [outlier.to_dict() for outlier in find_outliers(live)],
+        "counts": health_counts(live, scored),
     }

@@ -1,0 +1,134 @@
+"""The engineer's decision beside the machine's verdict: ``abgate decide AB_DIR``.
+
+A decision (``keep-default-on``, ``make-opt-in`` or ``revert``) is recorded with why,
+who, when, the machine verdict it confirms, overrides or settles, and the source tree
+every arm of the A/B ran on. Decisions are appended (and fsynced) to
+``AB_DIR/decisions.jsonl``: a later decision supersedes an earlier one, none is lost.
+The reports and the ledger show the latest.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from abgate.errors import UsageError, did_you_mean
+from abgate.redact import redact_text
+from abgate.runner import records as rec
+from abgate.runner.documents import DecisionRecord, read_record
+
+DECISIONS_FILE = "decisions.jsonl"
+DECISIONS = ("keep-default-on", "make-opt-in", "revert")
+# The decision each machine verdict supports.
+SUPPORTED = {"ACCEPT": ("keep-default-on",), "REJECT": ("make-opt-in", "revert")}
+
+
+def relation(decision: str, verdict: str | None) -> str:
+    """``confirms`` / ``overrides`` the verdict, or ``settles`` an INCONCLUSIVE one."""
+    if verdict not in SUPPORTED:
+        return "settles"
+    return "confirms" if decision in SUPPORTED[verdict] else "overrides"
+
+
+def arms_source(out: Path) -> dict[str, Any]:
+    """The one source tree (commit, tree, dirty) that ``ab.json`` and every arm's
+    ``run.json`` record; arms on different trees, or none recorded, is a UsageError."""
+    ab = read_record(out / "ab.json", "ab")
+    found: dict[str, tuple[Any, Any, Any]] = {"ab.json": _git(ab.get("git"))}
+    for arm in ab["experiment"]["arms"]:
+        path = out / "arms" / arm / rec.RUN_FILE
+        if path.exists():
+            found[f"arm {arm!r}"] = _git(rec.read_json(path).get("git"))
+    if len(set(found.values())) > 1:
+        shown = "; ".join(f"{where}: commit {str(g[0])[:12]} tree {str(g[1])[:12]}"
+                          f"{' dirty' if g[2] else ''}" for where, g in found.items())
+        raise UsageError(f"{out}: the arms ran on different source trees ({shown}); one "
+                         "decision cannot apply to all of them")
+    commit, tree, dirty = next(iter(found.values()))
+    if commit is None:
+        raise UsageError(f"{out}: no git commit recorded (the A/B ran outside a git "
+                         "checkout); a decision needs the audited tree")
+    return {"commit": commit, "tree": tree, "dirty": dirty}
+
+
+def _git(git: Any) -> tuple[Any, Any, Any]:
+    if not isinstance(git, Mapping):
+        return None, None, None
+    return git.get("commit"), git.get("tree"), git.get("dirty")
+
+
+def _verdicts(out: Path) -> tuple[str | None, dict[str, Any]]:
+    path = out / "comparison.json"
+    if not path.exists():
+        raise UsageError(f"{out}: no comparison.json; the A/B has not been analysed "
+                         "(abgate ab --resume DIR finishes it): there is no verdict to decide on")
+    comparison = rec.read_json(path)
+    arms = {arm: (c.get("verdict") or {}).get("decision")
+            for arm, c in (comparison.get("comparisons") or {}).items()}
+    return comparison.get("decision"), arms
+
+
+def record_decision(out: Path, decision: str, why: str, by: str | None = None,
+                    arm: str | None = None) -> dict[str, Any]:
+    """Append a decision to ``out/decisions.jsonl`` and return it (as recorded).
+    Bad input (an unknown decision, no reason, an unanalysed A/B, arms on different
+    trees) is a UsageError with nothing written."""
+    if decision not in DECISIONS:
+        raise UsageError(f"--decision {decision!r} is not one of {', '.join(DECISIONS)}"
+                         + did_you_mean(decision, DECISIONS))
+    if not why.strip():
+        raise UsageError("--why is empty: say why (the rule applied, the evidence read)")
+    if not (out / "ab.json").is_file():
+        raise UsageError(f"{out}: not an A/B directory (no ab.json)")
+    if read_record(out / "ab.json", "ab").get("status") == "running":
+        raise UsageError(f"{out}: the A/B is recorded as running (still running, or killed: "
+                         "abgate ab --resume DIR finishes it); decide on a finished A/B")
+    overall, arms = _verdicts(out)
+    if arm is not None and arm not in arms:
+        raise UsageError(f"--arm {arm!r} is not a candidate arm of {out}"
+                         + did_you_mean(arm, arms))
+    verdict = arms[arm] if arm is not None else overall
+    try:
+        doc = DecisionRecord.model_validate({
+            "decision": decision, "why": redact_text(why.strip()),
+            "by": redact_text(by) if by else None, "arm": arm, "machine_verdict": verdict,
+            "arm_verdicts": arms, "relation": relation(decision, verdict),
+            "source": arms_source(out),
+            "decided_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
+    except ValidationError as exc:  # a writer's bug, never a bad line on disk
+        raise UsageError(f"decision record: {exc.errors()[0]['msg']}") from None
+    line = doc.model_dump()
+    _append(out / DECISIONS_FILE, line)
+    return line
+
+
+def _append(path: Path, doc: Mapping[str, Any]) -> None:
+    data = (json.dumps(doc, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_decisions(out: Path) -> list[dict[str, Any]]:
+    """Every recorded decision, oldest first (a torn last line is skipped)."""
+    path = out / DECISIONS_FILE
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(doc, dict):
+            found.append(doc)
+    return found

@@ -1,0 +1,176 @@
+"""Declared differences: only the switches an experiment names may differ between arms.
+
+An arm says what it changes (``changes = ["flash_attn", "type_k"]`` in ``[arms.NAME]``)
+and the experiment may allow whole classes (``allow_differences = ["env.*"]``). Every
+fact abgate records about an arm is a flat key:
+
+- before any load: ``engine``, ``model`` (the model's SHA-256), ``engine_args.K``,
+  ``engine_options.K``, ``env.K``;
+- after the load: ``engine_version``, ``effective.K`` (the engine's effective
+  configuration, less the keys that name one launched instance: :data:`INSTANCE_KEYS`)
+  and ``library.NAME`` (the SHA-256 of each shared library its processes mapped).
+
+A pattern matches a key with :func:`fnmatch.fnmatchcase`; a pattern without a dot also
+matches the part of a key after its group (``flash_attn`` matches
+``engine_args.flash_attn`` and ``effective.flash_attn``). A candidate may differ from the
+baseline only in keys its own ``changes``, the baseline's ``changes`` or the experiment's
+``allow_differences`` match. With no declaration at all nothing is refused: every
+difference is reported as undeclared (and logged as a warning).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from fnmatch import fnmatchcase
+from pathlib import PurePath
+from typing import Any
+
+from abgate.errors import AbgateError, UsageError
+
+MISSING = "(not set)"
+# Effective-config keys that name one instance rather than a configuration (a launched
+# server's port, log path, readiness time): they always differ between two arms, and
+# what decides them (the launch template, the endpoint) is compared before the load.
+INSTANCE_KEYS = ("server_ready_s", "server_log", "endpoints", "launch")
+GROUPS = ("engine_args", "engine_options", "env", "effective", "library")
+
+
+class UndeclaredDifference(AbgateError):
+    """A difference seen only after the load (records kept: exit 1)."""
+
+
+def _text(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _group(prefix: str, table: Any) -> dict[str, str]:
+    if not isinstance(table, Mapping):
+        return {}
+    return {f"{prefix}.{key}": _text(value) for key, value in table.items()}
+
+
+def request_facts(spec: Mapping[str, Any]) -> dict[str, str]:
+    """The keys a prepared arm's spec shows before any load."""
+    model = spec.get("model")
+    sha = model.get("sha256") if isinstance(model, Mapping) else None
+    facts = {"engine": _text(spec.get("engine")), "model": _text(sha or model)}
+    for group in ("engine_args", "engine_options", "env"):
+        facts.update(_group(group, spec.get(group)))
+    return facts
+
+
+def _libraries(provenance: Any) -> dict[str, str]:
+    libs: dict[str, set[str]] = {}
+    procs = provenance.get("libraries") if isinstance(provenance, Mapping) else None
+    for proc in procs if isinstance(procs, list) else []:
+        for lib in proc.get("libs") or [] if isinstance(proc, Mapping) else []:
+            if isinstance(lib, Mapping) and isinstance(lib.get("path"), str):
+                libs.setdefault(PurePath(lib["path"]).name, set()).add(str(lib.get("sha256")))
+    return {f"library.{name}": ",".join(sorted(shas)) for name, shas in libs.items()}
+
+
+def loaded_facts(engine: Mapping[str, Any], provenance: Any) -> dict[str, str]:
+    """The keys a loaded arm shows: engine version, effective config, libraries."""
+    facts = {"engine_version": _text(engine.get("version"))}
+    config = engine.get("effective_config")
+    if isinstance(config, Mapping):
+        config = {k: v for k, v in config.items() if k not in INSTANCE_KEYS}
+    facts.update(_group("effective", config))
+    facts.update(_libraries(provenance))
+    return facts
+
+
+def matches(key: str, patterns: Iterable[str]) -> bool:
+    tail = key.split(".", 1)[1] if "." in key else key
+    return any(fnmatchcase(key, p) or ("." not in p and fnmatchcase(tail, p))
+               for p in patterns)
+
+
+def differing(base: Mapping[str, str], cand: Mapping[str, str]) -> dict[str, list[str]]:
+    """Key -> [baseline value, candidate value] for every key whose values differ."""
+    keys = sorted(set(base) | set(cand))
+    return {k: [base.get(k, MISSING), cand.get(k, MISSING)] for k in keys
+            if base.get(k, MISSING) != cand.get(k, MISSING)}
+
+
+def split(diff: Mapping[str, list[str]], patterns: Sequence[str]
+          ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    declared = {k: v for k, v in diff.items() if matches(k, patterns)}
+    return declared, {k: v for k, v in diff.items() if k not in declared}
+
+
+def check_patterns(where: str, value: Any) -> tuple[str, ...]:
+    """A list of key patterns from an experiment file (``changes``,
+    ``allow_differences``): a one-line UsageError names a bad entry."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise UsageError(f"{where}: must be a list of key patterns such as "
+                         f"[\"flash_attn\", \"env.*\"], got {value!r}")
+    for pattern in value:
+        group = pattern.split(".", 1)[0]
+        if "." in pattern and group not in GROUPS and not any(c in group for c in "*?["):
+            raise UsageError(f"{where}: {pattern!r}: unknown key group {group!r}; a dotted "
+                             f"pattern starts with one of {', '.join(GROUPS)}")
+    return tuple(value)
+
+
+def section(declared: dict[str, list[str]], undeclared: dict[str, list[str]],
+            patterns: Sequence[str]) -> dict[str, Any]:
+    """One stage of an arm's ``ab.json["differences"]`` entry."""
+    return {"patterns": list(patterns), "declared": declared, "undeclared": undeclared}
+
+
+def unused(patterns: Sequence[str], diff: Mapping[str, list[str]]) -> list[str]:
+    """Declared patterns that match no difference (a switch that changed nothing seen)."""
+    return [p for p in patterns if not any(matches(k, [p]) for k in diff)]
+
+
+def refusal(arm: str, baseline: str, undeclared: Mapping[str, list[str]], stage: str) -> str:
+    shown = "; ".join(f"{k} ({v[0]} vs {v[1]})" for k, v in list(undeclared.items())[:12])
+    more = f" and {len(undeclared) - 12} more" if len(undeclared) > 12 else ""
+    return (f"arm {arm!r} differs from {baseline!r} in undeclared key(s) {stage}: "
+            f"{shown}{more}; declare them in [arms.{arm}] changes = [...] or in "
+            "allow_differences, or make the arms equal there")
+
+
+def clause_keys(clause: str) -> list[str]:
+    """The keys a contract clause is about (``settings.K``: the arg and the effective
+    value; ``env.required.N``: ``env.N``; ...)."""
+    parts = clause.split(" ", 1)[0].split(".")
+    if parts[0] == "settings" and len(parts) > 1:
+        key = ".".join(parts[1:])
+        return [f"engine_args.{key}", f"effective.{key}"]
+    if parts[0] in ("engine_args", "env") and len(parts) > 2:
+        return [f"{parts[0]}.{'.'.join(parts[2:])}"]
+    if clause.startswith("libraries.required "):
+        return [f"library.{PurePath(clause.split(' ', 1)[1]).name}"]
+    return [clause]
+
+
+def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
+    """A contract-clause predicate: True for a clause about a declared key."""
+    if not patterns:
+        return None
+    return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
+
+
+def warnings(entry: Mapping[str, Any]) -> list[str]:
+    """What a reader of a candidate's differences must not miss: undeclared differences
+    (when nothing was declared, so none was refused) and an opt-out nothing shows."""
+    out = []
+    for stage, label in (("request", "before the load"), ("loaded", "after the load")):
+        undeclared = (entry.get(stage) or {}).get("undeclared") or {}
+        if undeclared:
+            out.append(f"Undeclared differences {label} (nothing declared, so none was "
+                       f"refused): {', '.join(undeclared)}.")
+    unobserved = entry.get("unobserved") or []
+    if unobserved:
+        out.append(f"Declared, but no recorded value differs: {', '.join(unobserved)} "
+                   "(the switch may not be set in this arm, or not be reported).")
+    opt = entry.get("opt_out") or {}
+    if opt.get("warning"):
+        out.append(f"Opt-out evidence: none: {opt['warning']}.")
+    return out
