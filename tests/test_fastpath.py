@@ -19,7 +19,7 @@ from abgate.ab.decision import DECISIONS_FILE, arms_source, record_decision, rel
 from abgate.errors import UsageError
 from abgate.provenance.attach import AttachRefused, attach
 from tests.conftest import REPO, abgate, toml_engine_args
-from tests.test_report_support import build_ab_dir
+from tests.support.report import build_ab_dir
 
 EXPERIMENT = f"""
 name = "fast-path-audit"

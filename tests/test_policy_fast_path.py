@@ -11,8 +11,8 @@ import pytest
 from abgate.compare import Verdict, compare_samples, decide, load_policy
 from abgate.compare.agreement import summarize_agreement
 from abgate.errors import UsageError
-from tests.test_agreement_support import broken_rows
-from tests.test_compare_support import make_arm
+from tests.support.agreement import broken_rows
+from tests.support.compare import make_arm
 
 
 def comparison(a: list[dict[str, Any]], b: list[dict[str, Any]], **extra: Any

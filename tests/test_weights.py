@@ -326,7 +326,7 @@ def test_reviewer_tables_layer_by_projection_and_kind_ranges(hf_pair: tuple[Path
     report (SQNR rounded there)."""
     from abgate.report import render
     from abgate.weights.tables import kind_ranges, layer_projection_table
-    from tests.test_report_support import build_ab_dir
+    from tests.support.report import build_ab_dir
 
     result = diff_checkpoints(*hf_pair)
     kinds, rows = layer_projection_table(result["tensors"])
