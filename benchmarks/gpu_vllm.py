@@ -17,6 +17,10 @@ Steps (each writes its records under OUT/STEP and OUT/figures-STEP.json):
                vocabulary) and by vLLM (top-k): the cross-engine agreement
   baseline     abgate baseline record, then baseline check in a new process
   ab-fp8-served  the ab-fp8 pair through `vllm serve` servers that abgate launches
+  bench        abgate bench on a Llama-3-8B-shaped dummy (--dummy DIR, load_format=dummy)
+               at batch 1 in-process and at concurrency 8 and 32 served, each beside
+               vLLM's own `vllm bench latency` / `vllm bench serve` on the same shapes,
+               and the ratios abgate / vLLM for TTFT, TPOT and output tok/s
   all          the steps above in this order, each in its own process, until
                --deadline seconds have passed (a step that fails does not stop the rest)
 
@@ -38,7 +42,8 @@ from typing import Any
 VLLM_ARGS = 'dtype = "bfloat16", max_model_len = 2048, gpu_memory_utilization = 0.25'
 SERVE_ARGS = ('dtype = "bfloat16", max-model-len = 2048, gpu-memory-utilization = 0.25, '
               'enable-prefix-caching = false')
-ORDER = ("tests", "ab-fp8", "lossless", "xengine", "baseline", "ab-fp8-served")
+ORDER = ("tests", "ab-fp8", "lossless", "xengine", "baseline", "ab-fp8-served", "bench")
+SHAPE = {"input_len": 512, "output_len": 128}
 
 
 def sh(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
@@ -207,6 +212,97 @@ def step_baseline(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     return figures
 
 
+def _bench_case(summary_path: Path) -> dict[str, Any]:
+    case = read(summary_path)["cases"][0]
+    med = {k: (case["speed"].get(k) or {}).get("median") for k in
+           ("ttft_s", "tpot_ms", "steady_decode_tps", "e2e_s")}
+    tpot = med.pop("tpot_ms")
+    return {**med, "tpot_s": tpot / 1e3 if tpot is not None else None,
+            "throughput_tps": (case.get("throughput_tps") or {}).get("median"),
+            "roofline": case.get("roofline"), "concurrency": case.get("concurrency")}
+
+
+def _latency(a: argparse.Namespace, out: Path, output_len: int) -> float | None:
+    path = out / f"vllm-latency-out{output_len}.json"
+    sh(["vllm", "bench", "latency", "--model", a.dummy, "--load-format", "dummy",
+        "--input-len", str(SHAPE["input_len"]), "--output-len", str(output_len),
+        "--batch-size", "1", "--num-iters-warmup", "2", "--num-iters", "5",
+        "--max-model-len", "2048", "--output-json", str(path)], out / "bench.log")
+    return float(read(path)["avg_latency"]) if path.exists() else None
+
+
+def _serve_bench(a: argparse.Namespace, out: Path, levels: tuple[int, ...]) -> dict[str, Any]:
+    """`vllm serve` started here (not by abgate), `vllm bench serve` per concurrency."""
+    port, log = 8765, (out / "vllm-serve.log").open("ab")
+    server = subprocess.Popen(["vllm", "serve", a.dummy, "--load-format", "dummy",
+                               "--max-model-len", "2048", "--no-enable-prefix-caching",
+                               "--port", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    got: dict[str, Any] = {}
+    try:
+        import httpx
+
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(2)
+        for c in levels:
+            name = f"vllm-serve-c{c}.json"
+            sh(["vllm", "bench", "serve", "--backend", "vllm", "--model", a.dummy,
+                "--base-url", f"http://127.0.0.1:{port}", "--dataset-name", "random",
+                "--random-input-len", str(SHAPE["input_len"]), "--random-output-len",
+                str(SHAPE["output_len"]), "--ignore-eos", "--num-prompts", str(5 * c),
+                "--max-concurrency", str(c), "--save-result", "--result-dir", str(out),
+                "--result-filename", name], out / "bench.log")
+            if (out / name).exists():
+                r = read(out / name)
+                got[str(c)] = {"ttft_s": r["median_ttft_ms"] / 1e3,
+                               "tpot_s": r["median_tpot_ms"] / 1e3,
+                               "throughput_tps": r["output_throughput"]}
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    return got
+
+
+def step_bench(a: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """abgate's figures beside vLLM's own on one shape, and their ratios."""
+    shape = ["--input-len", str(SHAPE["input_len"]), "--output-len", str(SHAPE["output_len"]),
+             "--warmup", "2"]
+    figures: dict[str, Any] = {"shape": SHAPE}
+    abgate("bench", "--engine", "vllm", "--model", a.dummy, "--engine-arg", "load_format=dummy",
+           "--engine-arg", "max_model_len=2048", *shape, "--repeats", "5", "-o",
+           str(out / "abgate-b1"), "--force", log=out / "bench.log")
+    mine = _bench_case(out / "abgate-b1" / "summary.json")
+    ttft, e2e = _latency(a, out, 1), _latency(a, out, SHAPE["output_len"])
+    theirs = {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": (e2e - ttft) / (SHAPE["output_len"] - 1)
+              if ttft and e2e else None}
+    figures["batch1"] = {"abgate": mine, "vllm_bench_latency": theirs,
+                         "ratio": _ratios(mine, theirs, ("ttft_s", "tpot_s"))}
+    levels = (8, 32)
+    served = _serve_bench(a, out, levels)
+    for c in levels:
+        abgate("bench", "--engine", "openai", "--model", a.dummy, "--launch",
+               "vllm serve {model} --host {host} --port {port}", "--engine-arg",
+               "load-format=dummy", "--engine-arg", "max-model-len=2048", "--engine-arg",
+               "enable-prefix-caching=false", "--concurrency", str(c), "--ready-timeout", "600",
+               *shape, "--repeats", "5", "-o", str(out / f"abgate-c{c}"), "--force",
+               log=out / "bench.log")
+        mine = _bench_case(out / f"abgate-c{c}" / "summary.json")
+        theirs = served.get(str(c), {})
+        figures[f"served_c{c}"] = {"abgate": mine, "vllm_bench_serve": theirs,
+                                   "ratio": _ratios(mine, theirs,
+                                                    ("ttft_s", "tpot_s", "throughput_tps"))}
+    return figures
+
+
+def _ratios(mine: dict[str, Any], theirs: dict[str, Any], keys: tuple[str, ...]
+            ) -> dict[str, float | None]:
+    return {k: mine[k] / theirs[k] if mine.get(k) and theirs.get(k) else None for k in keys}
+
+
 def step_all(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     t0, done = time.time(), {}
     for step in ORDER:
@@ -215,8 +311,8 @@ def step_all(a: argparse.Namespace, out: Path) -> dict[str, Any]:
             continue
         t = time.time()
         rc = sh([sys.executable, __file__, step, "--model", a.model, "--data", a.data,
-                 "--limit", str(a.limit), "--max-tokens", str(a.max_tokens), "-o", str(out)],
-                out / "all.log")
+                 "--dummy", a.dummy, "--limit", str(a.limit), "--max-tokens",
+                 str(a.max_tokens), "-o", str(out)], out / "all.log")
         done[step] = {"rc": rc, "wall_s": round(time.time() - t, 1)}
         (out / "progress.json").write_text(json.dumps(done, indent=1))
     return done
@@ -230,6 +326,8 @@ def main() -> None:
     ap.add_argument("--data", required=True, help="GSM8K test.jsonl")
     ap.add_argument("--limit", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--dummy", default="/root/m/llama3-8b-dummy",
+                    help="bench: a Llama-3-8B-shaped config directory (vllm_dummy_llama3)")
     ap.add_argument("--deadline", type=float, default=1e9, help="all: seconds")
     a = ap.parse_args()
     out = a.out if a.step == "all" else a.out / a.step
@@ -240,6 +338,8 @@ def main() -> None:
         figures = step_tests(a, out)
     elif a.step == "baseline":
         figures = step_baseline(a, out)
+    elif a.step == "bench":
+        figures = step_bench(a, out)
     else:
         figures = run_ab(a.step, a, out)
     (a.out / f"figures-{a.step}.json").write_text(json.dumps(figures, indent=1, default=str))
