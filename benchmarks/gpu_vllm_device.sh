@@ -26,6 +26,7 @@ case ${1:-} in
   start)
     data=${2:?data file}; deadline=${3:-1500}
     vllm_convert_smol || exit
+    vllm_dummy_llama3 || exit
     vllm_install_checkout || exit
     mkdir -p "$root" && cp -f "$data" "$root/gsm8k-test.jsonl" || exit
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$root/gpu.txt"
