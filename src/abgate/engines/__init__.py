@@ -22,7 +22,8 @@ VLLM_HINT = "pip install 'abgate[vllm]' (on a machine vLLM supports)"
 def _llamacpp() -> EngineAdapter:
     from abgate.engines import llamacpp as m
 
-    return EngineAdapter("llamacpp", m.ARG_SPECS, m.resolve_model, m.load, in_process=True,
+    return EngineAdapter("llamacpp", m.ARG_SPECS, m.resolve_model, m.load,
+                         check_args=m.check_args, in_process=True,
                          requires=(("llama_cpp", "pip install llama-cpp-python"),))
 
 
