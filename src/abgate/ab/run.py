@@ -25,7 +25,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
-from abgate.runner.execute import RunRecorder, Status, tracked
+from abgate.runner.execute import RunRecorder, Status, kept_status, tracked
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.samples import ids_sha256, sample_key
 from abgate.runner.session import EngineSession, loaded
@@ -37,6 +37,7 @@ AB_FILE = "ab.json"
 IN_PROCESS_ENGINES = ("llamacpp", "transformers")
 MATCHED = ("item_ids", "seeds", "sampling", "prompt", "suite")
 Progress = Callable[[dict[str, Any]], None]
+OnPhase = evidence.OnStart  # (done, total, phase): a later phase (the scoring pass) begins
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,14 @@ class AbRunner:
 
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
                  doc: dict[str, Any], resume: bool, force: bool,
-                 progress: Progress | None, provenance: ProvenanceOptions) -> None:
+                 progress: Progress | None, provenance: ProvenanceOptions,
+                 on_phase: OnPhase | None = None) -> None:
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.provenance = provenance
         # The contract describes the baseline; candidates differ from it by design.
         self.contract = check_before_load(provenance, prepared[exp.baseline].engine)
-        self.progress = progress
+        self.progress, self.on_phase = progress, on_phase
+        self.previous = doc["resumes"][-1]["from_status"] if resume and doc["resumes"] else None
         self.recorders = {name: RunRecorder(p, out / "arms" / name, resume=resume,
                                             force=False, kind="ab-arm")
                           for name, p in prepared.items()}
@@ -227,7 +230,8 @@ class AbRunner:
         ev, base = self.exp.evidence, self.exp.baseline
         if ev.agreement and len(sessions) > 1:
             evidence.agreement_pass(self.out, self.doc, base, sessions,
-                                    evidence.prompt_from(sessions[base]), ev.agreement_tokens)
+                                    evidence.prompt_from(sessions[base]), ev.agreement_tokens,
+                                    on_start=self.on_phase, on_step=self.progress)
             self.save()
         if ev.probes:
             for arm, session in sessions.items():
@@ -267,6 +271,10 @@ class AbRunner:
 
     def finish(self, status: str, error: str | None) -> dict[str, dict[str, Any]]:
         summaries = {arm: r.finish(status, error) for arm, r in self.recorders.items()}
+        if kept_status(self.previous, status) != status:
+            log.warning("%s was complete before this resume, and stays so (this resume "
+                        "ended %s)", self.out, status)
+            status, error = "complete", self.doc.get("error")
         self.doc["status"], self.doc["error"] = status, error
         self.doc["ended_at"] = time.time()
         self.save()
@@ -276,13 +284,14 @@ class AbRunner:
 def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,
            on_start: Callable[[int, int], None] | None = None,
            progress: Progress | None = None,
-           provenance: ProvenanceOptions | None = None) -> AbOutcome:
+           provenance: ProvenanceOptions | None = None,
+           on_phase: OnPhase | None = None) -> AbOutcome:
     prov = provenance or ProvenanceOptions()
     prepared = prepare_arms(exp)
     check_before_load(prov, prepared[exp.baseline].engine)  # fail fast, before anything is written
     mode = choose_mode(exp)
     doc = open_ab_dir(exp, prepared, out, mode, resume, force)
-    runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
+    runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov, on_phase)
     runner.save()
     summaries: dict[str, dict[str, Any]] = {}
 

@@ -13,6 +13,7 @@ from abgate.bench import BenchConfig, default_probes, prepare_bench, run_bench, 
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import UsageError, one_line
+from abgate.progress import Reporter
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.provenance import ProvenanceOptions, record_after_load
@@ -29,9 +30,16 @@ def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[l
     return trace(prompt, output, TOP_K)  # type: ignore[no-any-return]
 
 
-def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
+def _cases(engine: Engine, c: BenchConfig,
+           progress: Reporter | None = None) -> list[dict[str, Any]]:
+    if progress is not None:
+        n_probes = len(default_probes(engine.tokenize, needle_len=c.probe_len,
+                                      needle_depth=c.probe_depth, seed=c.probe_seed)
+                       ) if c.probes else 0
+        progress.on_start(0, len(c.cases) * (c.warmup + c.repeats) + n_probes)
     result = run_bench(engine, c.cases, warmup=c.warmup, repeats=c.repeats,
-                       prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha)
+                       prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha,
+                       on_sample=progress.on_sample if progress is not None else None)
     out = []
     for cr in result.cases:
         d = cr.to_dict(samples=False)
@@ -43,16 +51,19 @@ def _cases(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
     return out
 
 
-def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
+def _probes(engine: Engine, c: BenchConfig,
+            progress: Reporter | None = None) -> list[dict[str, Any]]:
     if not c.probes:
         return []
     probes = default_probes(engine.tokenize, needle_len=c.probe_len,
                             needle_depth=c.probe_depth, seed=c.probe_seed)
-    return [r.to_dict() for r in run_probes(engine, probes)]
+    return [r.to_dict() for r in run_probes(
+        engine, probes, on_sample=progress.on_sample if progress is not None else None)]
 
 
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
-                    provenance: ProvenanceOptions | None = None) -> dict[str, Any]:
+                    provenance: ProvenanceOptions | None = None,
+                    progress: Reporter | None = None) -> dict[str, Any]:
     p = prepare_bench(c)
     rec.prepare_new_dir(out, force, marker=BASELINE_FILE)
     doc = new_record("baseline", config=c.to_dict(), spec=p.spec, spec_digest=p.spec_digest,
@@ -60,9 +71,9 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     with loaded(p.engine, out, doc) as session, session.env():
         record_after_load(provenance or ProvenanceOptions(), None, session, doc)
         load_before = host_load()
-        doc["cases"] = _cases(session.engine, c)
+        doc["cases"] = _cases(session.engine, c, progress)
         doc["host_load"] = {"before": load_before, "after": host_load()}
-        doc["probes"] = _probes(session.engine, c)
+        doc["probes"] = _probes(session.engine, c, progress)
     doc["status"], doc["ended_at"] = "complete", time.time()
     write_record(out / BASELINE_FILE, doc)
     return doc
@@ -190,7 +201,8 @@ def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
 
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
-                   tolerance: float = 0.10, repeats: int | None = None) -> CheckReport:
+                   tolerance: float = 0.10, repeats: int | None = None,
+                   progress: Reporter | None = None) -> CheckReport:
     path = base_dir / BASELINE_FILE
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
@@ -208,14 +220,14 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     with loaded(p.engine) as session, session.env():
         engine = session.engine
         load_before = host_load()
-        current = _cases(engine, c)
+        current = _cases(engine, c, progress)
         report.host_load = {"recorded": doc.get("host_load"),
                             "current": {"before": load_before, "after": host_load()}}
         for ref, cur in zip(doc["cases"], current, strict=True):
             row = _compare_case(engine, ref, cur, tolerance)
             report.cases.append(row)
             report.passed &= row["passed"]
-        for old, new in zip(doc["probes"], _probes(engine, c), strict=True):
+        for old, new in zip(doc["probes"], _probes(engine, c, progress), strict=True):
             ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
             report.probes.append({"name": new["name"], "recorded": old["passed"],
                                   "current": new["passed"], "reason": new["reason"],

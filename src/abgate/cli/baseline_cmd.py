@@ -13,15 +13,14 @@ from abgate.baseline import check_baseline, record_baseline
 from abgate.bench import BenchConfig
 from abgate.bench.prompts import parse_input_lens
 from abgate.cli import engine_opts as eo
-from abgate.cli.app import app
+from abgate.cli.app import group
 from abgate.cli.ledger_cmd import index_finished
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
+from abgate.progress import reporter
 from abgate.runner.provenance import ProvenanceOptions
 
-baseline_app = typer.Typer(help="Record reference outputs and check a build against them.",
-                           no_args_is_help=True)
-app.add_typer(baseline_app, name="baseline")
+baseline_app = group("baseline", "Record reference outputs and check a build against them.")
 
 
 @baseline_app.command("record")
@@ -54,8 +53,9 @@ def record_command(
                          engine_options=eo.engine_options(locals()),
                          input_lens=tuple(parse_input_lens(input_len)), output_len=output_len,
                          warmup=warmup, repeats=repeats, probes=probes, probe_len=probe_len)
-    doc = record_baseline(config, out, force=force,
-                          provenance=ProvenanceOptions(manifest=manifest))
+    with reporter(f"baseline record {out.name}") as rep:
+        doc = record_baseline(config, out, force=force,
+                              provenance=ProvenanceOptions(manifest=manifest), progress=rep)
     for case in doc["cases"]:
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
                    f"{case['prompt_sha256'][:16]} output "
@@ -81,8 +81,9 @@ def check_command(
     speed difference the runs' own noise cannot resolve is inconclusive, not a failure."""
     if not 0 <= tolerance <= 1:
         raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
-    report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
-                            tolerance=tolerance, repeats=repeats)
+    with reporter(f"baseline check {baseline.name}") as rep:
+        report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
+                                tolerance=tolerance, repeats=repeats, progress=rep)
     verdict = "PASS" if report.passed else "FAIL"
     if report.passed and report.speed_inconclusive:
         verdict += " (speed inconclusive)"
