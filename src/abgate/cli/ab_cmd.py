@@ -86,6 +86,8 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         v = c["verdict"]
         title = escape(f"{arm} vs {result['baseline']}: {v['decision']}")
         console.print(f"[bold]{title}[/bold]")
+        if v.get("explanation"):
+            console.print(f"  {escape(v['explanation'])}")
         for reason in v.get("reasons", []):
             console.print(f"  - {escape(reason)}")
         evidence = evidence_line(c.get("comparison") or {}, arm)
