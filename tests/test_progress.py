@@ -8,9 +8,11 @@ import pytest
 
 from abgate.progress import Reporter, reporter
 
-# done/total (percent), a rate, an elapsed time and (while work is left) an ETA
-LINE = re.compile(r"^abgate: (?P<name>.+): (?P<done>\d+)/(?P<total>\d+) \(\d+%\), "
-                  r"[\d.]+/s(, [\d.]+ tok/s)?, elapsed \d+:\d\d(, ETA (\d+:)?\d+:\d\d)?$")
+# done/total (percent), a rate (from the second step on), an elapsed time and, while
+# work is left, an ETA (once there is a rate)
+LINE = re.compile(r"^abgate: (?P<name>.+): (?P<done>\d+)/(?P<total>\d+) \(\d+%\)"
+                  r"(?P<rate>, [\d.]+/s(, [\d.]+ tok/s)?)?, elapsed \d+:\d\d"
+                  r"(, ETA ((\d+:)?\d+:\d\d|after the next))?$")
 
 
 def test_tty_bar_counts_items_and_tokens() -> None:
@@ -41,6 +43,7 @@ def test_non_tty_prints_plain_lines_with_rate_and_eta(caplog: pytest.LogCaptureF
     # every tenth of the total (2 samples), the last one at 20/20 without an ETA
     assert [LINE.match(x)["done"] for x in progress] == [str(n) for n in range(2, 21, 2)]
     assert all("ETA" in x for x in progress[:-1]) and "ETA" not in progress[-1]
+    assert all(LINE.match(x)["rate"] for x in progress)  # each after the first step
     assert "tok/s" in progress[-1] and rep.tokens == 80
     # the run log gets the same lines; stdout stays for results
     logged = [r.getMessage() for r in caplog.records if r.name == "abgate.progress"]
@@ -56,6 +59,9 @@ def test_non_tty_prints_on_time_as_well_as_on_count() -> None:
         rep.on_sample({"output": {"tokens": 1}})
     lines = stream.getvalue().splitlines()[1:]
     assert [LINE.match(x)["done"] for x in lines] == ["1", "2", "3"]
+    # the first step has no rate yet (loading and warm-up before it do not count)
+    assert lines[0].endswith("ETA after the next") and not LINE.match(lines[0])["rate"]
+    assert LINE.match(lines[2])["rate"] and "ETA after the next" not in lines[2]
 
 
 def test_a_new_phase_restarts_the_count_and_names_itself() -> None:

@@ -84,6 +84,7 @@ class Reporter:
         self.tokens = 0
         self.t0 = self._last_t = time.perf_counter()
         self._last_done = done
+        self._first: tuple[float, int, int] | None = None  # (time, done, tokens) at step 1
         if self.bar is not None:
             self.task = self.bar.add_task(self.name, total=total, completed=done, tps="")
         self._line(f"{self.name}: {done}/{total} done, starting")
@@ -91,6 +92,8 @@ class Reporter:
     def on_sample(self, sample: dict[str, Any]) -> None:
         self.done += 1
         self.tokens += sample_tokens(sample)
+        if self._first is None:  # rates count from here: loading and warm-up excluded
+            self._first = (time.perf_counter(), self.done, self.tokens)
         elapsed = max(time.perf_counter() - self.t0, 1e-9)
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, advance=1, tps=f"{self.tokens / elapsed:6.1f} tok/s")
@@ -107,19 +110,23 @@ class Reporter:
         return False
 
     def status_line(self) -> str:
-        """``ab demo: 12/80 (15%), 0.41/s, 27.3 tok/s, elapsed 0:29, ETA 2:45``."""
-        elapsed = max(time.perf_counter() - self.t0, 1e-9)
-        new = self.done - self.started_done
-        rate = new / elapsed
+        """``ab demo: 12/80 (15%), 0.41/s, 27.3 tok/s, elapsed 0:29, ETA 2:45``: rates
+        over the steps after the first one (so a slow load or warm-up does not skew the
+        ETA); the first step's line has no rate yet."""
+        now = time.perf_counter()
         parts = [f"{self.name}: {self.done}/{self.total}"
-                 + (f" ({100 * self.done / self.total:.0f}%)" if self.total else ""),
-                 f"{rate:.2f}/s"]
-        if self.tokens:
-            parts.append(f"{self.tokens / elapsed:.1f} tok/s")
-        parts.append(f"elapsed {_clock(elapsed)}")
+                 + (f" ({100 * self.done / self.total:.0f}%)" if self.total else "")]
+        t1, done1, tokens1 = self._first or (now, self.done, self.tokens)
+        span, rate = now - t1, 0.0
+        if self.done > done1 and span > 0:
+            rate = (self.done - done1) / span
+            parts.append(f"{rate:.2f}/s")
+            if self.tokens > tokens1:
+                parts.append(f"{(self.tokens - tokens1) / span:.1f} tok/s")
+        parts.append(f"elapsed {_clock(now - self.t0)}")
         left = self.total - self.done
         if left > 0:
-            parts.append(f"ETA {_clock(left / rate)}" if rate > 0 else "ETA unknown")
+            parts.append(f"ETA {_clock(left / rate)}" if rate > 0 else "ETA after the next")
         return ", ".join(parts)
 
     def _line(self, text: str) -> None:

@@ -198,8 +198,10 @@ def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
         decision = ACCEPT
         rest = [gate.name for gate in gates if gate.name not in ("sample_size", "speed")]
         reasons = [f"ACCEPT: speed: {gates[1].evidence}",
-                   f"All {len(rest)} quality and diagnostic gates pass: " + ", ".join(rest)
-                   + "." if rest else "No quality gate applies."]
+                   # "pass (...)", not "pass: ...": a "pass: value" pair reads as a
+                   # password to the report's redaction (abgate.redact)
+                   f"All {len(rest)} quality and diagnostic gates pass (" + ", ".join(rest)
+                   + ")." if rest else "No quality gate applies."]
     else:
         decision = INCONCLUSIVE_DECISION
         more = _more_samples(open_gates, pairs_per_item)
