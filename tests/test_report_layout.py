@@ -55,7 +55,7 @@ def test_outlier_labels_stay_inside_and_apart() -> None:
     _place_labels(cv, [(*spot, "item-0001#0 +3 more"), (*spot, "item-0002#0"),
                        (spot[0] - 10, spot[1] + 4, "item-0003#1")])
     labels = re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]+)<', cv.render())
-    boxes = [(float(x), float(y) - 9, float(x) + TEXT_PX * 0.95 * len(t), float(y))
+    boxes = [(float(x), float(y) - 10, float(x) + TEXT_PX * 0.95 * len(t), float(y) + 3)
              for x, y, t in labels]
     assert len(boxes) == 3
     for x0, y0, x1, y1 in boxes:

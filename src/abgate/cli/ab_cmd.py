@@ -81,7 +81,7 @@ def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None)
 
 
 def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:
-    console = Console()
+    console = Console(soft_wrap=True)  # a verdict line stays one line in a log or pipe
     for arm, c in result["comparisons"].items():
         v = c["verdict"]
         title = escape(f"{arm} vs {result['baseline']}: {v['decision']}")

@@ -299,17 +299,17 @@ def _place_labels(cv: Canvas, labels: list[tuple[float, float, str]]) -> None:
     other: a label right of its point (left of it in the right half) moves down a row
     until it overlaps no label placed before it."""
     placed: list[tuple[float, float, float, float]] = []  # x0, y0, x1, y1
-    row = 12.0
+    row = 14.0  # a 10 px label's box is about 12 px high (descenders included)
     for px, py, text in labels:
         width = TEXT_PX * 0.95 * len(text)
         right = px < (cv.left + cv.right) / 2
         x0 = px + 5 if right else px - 5 - width
         x0 = min(max(x0, cv.left + 2), cv.right - 2 - width)
         ty = min(max(py - 5, cv.top + 10), cv.bottom - 2)
-        while any(x0 < b[2] and b[0] < x0 + width and ty - 9 < b[3] and b[1] < ty
+        while any(x0 < b[2] and b[0] < x0 + width and ty - 10 < b[3] and b[1] < ty + 3
                   for b in placed) and ty + row <= cv.bottom - 2:
             ty += row
-        placed.append((x0, ty - 9, x0 + width, ty))
+        placed.append((x0, ty - 10, x0 + width, ty + 3))
         cv.text(x0, ty, text, cls="tick annot")
 
 
