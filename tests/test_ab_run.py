@@ -68,6 +68,11 @@ def test_example_ab_small(tmp_path: Path) -> None:
     comp = json.loads((out / "comparison.json").read_text())
     assert comp["decision"] == "INCONCLUSIVE" and comp["exit_code"] == 3
     assert comp["comparisons"]["q8"]["comparison"]["n_pairs"] == 3
+    # progress on a non-terminal stderr: the samples, then the scoring pass
+    lines = r.stderr.splitlines()
+    assert any(x.startswith("abgate: ab AB: 6/6 (100%), ") for x in lines), r.stderr
+    assert any(x.startswith("abgate: ab AB scoring q8 against f16: 3/3 (100%), ")
+               for x in lines), r.stderr
 
 
 @pytest.mark.engine

@@ -41,6 +41,7 @@ def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:
                  "abgate/engine", case["prompt_sha256"], case["output_sha256"], "roofline",
                  "peak RSS"):
         assert text in r.stdout, text
+    assert "abgate: bench B: 3/3 (100%), " in r.stderr  # progress on a non-terminal
 
     # a second process at the same thread count on this host: the same greedy output
     again = abgate("bench", *SMALL, "-o", str(tmp_path / "B2"))

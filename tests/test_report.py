@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -124,7 +125,9 @@ def _chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
                     "(apt-get install chromium; .ci/run installs it)")
 def test_html_renders_in_headless_chromium(ab_dir: Path, tmp_path: Path) -> None:
     page = (ab_dir / "report.html").resolve().as_uri()
-    res = _chromium("--dump-dom", page, tmp=tmp_path)
+    # at a 1400 px window: the page's own check also verifies its layout (every plot
+    # label inside its plot and clear of the others; no table needing a scrollbar)
+    res = _chromium("--window-size=1400,2400", "--dump-dom", page, tmp=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     console = [line for line in res.stderr.splitlines()
                if ":CONSOLE" in line or "Uncaught" in line]
@@ -132,10 +135,11 @@ def test_html_renders_in_headless_chromium(ab_dir: Path, tmp_path: Path) -> None
     check = re.search(r'<p id="render-check"[^>]*>', res.stdout)
     assert check is not None, res.stdout[-2000:]
     assert 'data-status="ok"' in check.group(0), check.group(0)
+    assert 'data-overflowing-tables=""' in check.group(0), check.group(0)
     assert f'data-plots="{N_PLOTS}"' in check.group(0)
     assert res.stdout.count('class="mark dot"') > 300  # the scatter and strip points
-    shot = tmp_path / "report.png"
-    _chromium("--window-size=1200,2400", f"--screenshot={shot}", page, tmp=tmp_path)
+    shot = Path(os.environ.get("ABGATE_SCREENSHOT_DIR", tmp_path)) / "report.png"
+    _chromium("--window-size=1400,6000", f"--screenshot={shot}", page, tmp=tmp_path)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

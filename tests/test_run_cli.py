@@ -42,6 +42,12 @@ def test_acceptance_run_writes_8_samples(tmp_path: Path, gsm8k_path: Path) -> No
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n"] == 8 and summary["quality"]["n"] == 8
     assert summary["speed"]["steady_decode_tps"]["n"] > 0
+    # stderr is not a terminal here: plain progress lines there and in run.log
+    progress = [x for x in r.stderr.splitlines() if x.startswith("abgate: run R: ")]
+    assert progress[0] == "abgate: run R: 0/8 done, starting"
+    assert progress[-1].startswith("abgate: run R: 8/8 (100%), ") and "tok/s" in progress[-1]
+    assert "ETA" in progress[1] and progress[-1].removeprefix("abgate: ") in (
+        out / "run.log").read_text()
 
 
 def test_bad_engine_arg_fails_fast(tmp_path: Path) -> None:
@@ -89,8 +95,8 @@ def test_existing_dir_unwritable_and_resume_mismatch(tmp_path: Path) -> None:
     before = (out / "samples.jsonl").read_bytes()
     r = abgate(*base, "-o", str(out))
     assert r.returncode == 2 and "--resume" in r.stderr
-    r = abgate(*base[:-1], "17", "--resume", str(out))
-    assert r.returncode == 2 and "spec differs" in r.stderr and "max_tokens" in r.stderr
+    r = abgate(*base[:-1], "17", "--resume", str(out))  # a complete run cannot be changed
+    assert r.returncode == 2 and "already complete" in r.stderr and "max_tokens" in r.stderr
     assert (out / "samples.jsonl").read_bytes() == before
     assert abgate(*base, "-o", str(out), "--force").returncode == 0
     if os.geteuid() != 0:  # root can write anywhere

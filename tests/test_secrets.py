@@ -362,12 +362,22 @@ def test_manifest_and_reports(out: Path) -> None:
     assert "flash_attn" in report and REDACTED in report and "A_API_KEY" in report
 
 
+def _interrupted(record: Path) -> None:
+    """Mark a copied record interrupted: a complete one is "already complete" on resume
+    (nothing would run, so its redacted values would not matter)."""
+    doc = json.loads(record.read_text())
+    doc["status"] = "interrupted"
+    record.write_text(json.dumps(doc))
+
+
 @pytest.mark.engine
 def test_resume_refuses_to_run_with_redacted_values(out: Path, tmp_path: Path) -> None:
     shutil.copytree(out / "endpoint", tmp_path / "r")
+    _interrupted(tmp_path / "r" / "run.json")
     r = abgate("run", "--resume", str(tmp_path / "r"), env=PROCESS_ENV, timeout=120)
     assert r.returncode == 2 and "engine_options.endpoints" in r.stderr
     shutil.copytree(out / "ab", tmp_path / "ab")
+    _interrupted(tmp_path / "ab" / "ab.json")
     r2 = abgate("ab", "--resume", str(tmp_path / "ab"), env=PROCESS_ENV, timeout=120)
     assert r2.returncode == 2 and "A.env.A_API_KEY" in r2.stderr
     text = r.stdout + r.stderr + r2.stdout + r2.stderr

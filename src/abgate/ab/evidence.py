@@ -45,6 +45,8 @@ TOP_N = 5  # top tokens kept per position in agreement.jsonl (for the report)
 SCORE_K = 20
 Prompt = Callable[[dict[str, Any]], list[int]]  # sample -> the prompt token IDs it had
 Detok = Callable[[list[int]], str | None]  # token IDs -> text, None where unknown
+OnStart = Callable[[int, int, str], None]  # (done, total, phase): a progress phase begins
+OnStep = Callable[[dict[str, Any]], None]  # one step done ({"output": {"tokens": n}})
 
 
 def _top(scores: TokenScores, detok: Detok | None) -> list[list[Any]]:
@@ -194,10 +196,12 @@ def scoring_preflight(arm: str, session: EngineSession) -> None:
 
 def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
                    sessions: Mapping[str, EngineSession], prompt_of: Prompt,
-                   max_tokens: int = 0) -> None:
+                   max_tokens: int = 0, on_start: OnStart | None = None,
+                   on_step: OnStep | None = None) -> None:
     """Score the baseline's outputs (their first ``max_tokens`` tokens; 0: all) with
     the baseline and every candidate in ``sessions``; append the rows; record the cost
-    (or why not) in ``doc["scoring"]``."""
+    (or why not) in ``doc["scoring"]``. Progress: ``on_start`` once, ``on_step`` per
+    baseline sample scored (its tokens times the arms that scored it)."""
     scoring = doc.setdefault("scoring", {})
     refused = cannot_score(sessions)
     if baseline in refused:
@@ -211,6 +215,9 @@ def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
     done = {a: {r["key"] for r in rec.read_samples(p, repair=True)} for a, p in paths.items()}
     samples = scorable(rec.read_samples(out / "arms" / baseline / rec.SAMPLES_FILE))
     writers = {a: rec.SampleWriter(p) for a, p in paths.items()}
+    if on_start:
+        on_start(sum(all(s["key"] in done[a] for a in cands) for s in samples), len(samples),
+                 f"scoring {', '.join(cands)} against {baseline}")
     try:
         for sample in samples:
             check_interrupted()
@@ -229,6 +236,8 @@ def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
                 cand = _timed_score(sessions[arm], prompt, tokens, scoring[arm])
                 writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm]),
                                                   source))
+            if on_step:
+                on_step({"output": {"tokens": len(tokens) * (1 + len(todo))}})
     finally:
         for w in writers.values():
             w.close()

@@ -32,6 +32,7 @@ from abgate.runner.execute import (
     Status,
     check_same_source,
     fail_if_all_errors,
+    kept_status,
     tracked,
 )
 from abgate.runner.outdir import claimed, prepare_new_dir
@@ -51,6 +52,7 @@ log = logging.getLogger("abgate.ab")
 AB_FILE = "ab.json"
 MATCHED = ("item_ids", "seeds", "sampling", "prompt", "suite")
 Progress = Callable[[dict[str, Any]], None]
+OnPhase = evidence.OnStart  # (done, total, phase): a later phase (the scoring pass) begins
 
 
 @dataclass(frozen=True)
@@ -149,13 +151,15 @@ class AbRunner:
 
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
                  doc: dict[str, Any], resume: bool, force: bool,
-                 progress: Progress | None, provenance: ProvenanceOptions) -> None:
+                 progress: Progress | None, provenance: ProvenanceOptions,
+                 on_phase: OnPhase | None = None) -> None:
         git = doc["resumes"][-1]["git"] if doc["resumes"] else doc["git"]  # one for all arms
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.provenance = provenance
         # Every arm is held to the contract; only its own declared switch is exempt.
         self.contracts = check_contracts(exp, prepared, provenance)
-        self.progress = progress
+        self.progress, self.on_phase = progress, on_phase
+        self.previous = doc["resumes"][-1]["from_status"] if resume and doc["resumes"] else None
         # an arm without run.json yet (killed right after ab.json) starts afresh
         self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False, git=git,
                                             allow_source_change=provenance.allow_source_change,
@@ -329,7 +333,8 @@ class AbRunner:
         ev, base = self.exp.evidence, self.exp.baseline
         if ev.agreement and len(sessions) > 1:
             evidence.agreement_pass(self.out, self.doc, base, sessions,
-                                    evidence.prompt_from(sessions[base]), ev.agreement_tokens)
+                                    evidence.prompt_from(sessions[base]), ev.agreement_tokens,
+                                    on_start=self.on_phase, on_step=self.progress)
             self.save()
         if ev.probes:
             for arm, session in sessions.items():
@@ -369,6 +374,10 @@ class AbRunner:
 
     def finish(self, status: str, error: str | None) -> dict[str, dict[str, Any]]:
         summaries = {arm: r.finish(status, error) for arm, r in self.recorders.items()}
+        if kept_status(self.previous, status) != status:
+            log.warning("%s was complete before this resume, and stays so (this resume "
+                        "ended %s)", self.out, status)
+            status, error = "complete", self.doc.get("error")
         self.doc["status"], self.doc["error"] = status, error
         self.doc["ended_at"] = time.time()
         self.save()
@@ -378,7 +387,8 @@ class AbRunner:
 def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,
            on_start: Callable[[int, int], None] | None = None,
            progress: Progress | None = None,
-           provenance: ProvenanceOptions | None = None) -> AbOutcome:
+           provenance: ProvenanceOptions | None = None,
+           on_phase: OnPhase | None = None) -> AbOutcome:
     prov = provenance or ProvenanceOptions()
     prepared = prepare_arms(exp)
     check_contracts(exp, prepared, prov)  # fail fast, before anything is written
@@ -389,7 +399,8 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
                           input_hashes(prov), prov.allow_source_change)
         for arm, entry in differences.items():
             doc["differences"].setdefault(arm, {}).update(entry)
-        runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov)
+        runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov,
+                          on_phase)
         runner.save()
         summaries: dict[str, dict[str, Any]] = {}
 

@@ -12,11 +12,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from abgate.ab.analyze import analyze
+from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.experiment import Experiment
 from abgate.ab.run import (
     AB_FILE,
     AbOutcome,
+    OnPhase,
     Progress,
     check_contracts,
     prepare_arms,
@@ -25,6 +26,8 @@ from abgate.ab.run import (
 )
 from abgate.compare import load_policy
 from abgate.redact import redact
+from abgate.runner import records as rec
+from abgate.runner.documents import read_record
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions
 
@@ -67,7 +70,8 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    on_start: Callable[[int, int], None] | None = None,
                    progress: Progress | None = None,
                    provenance: ProvenanceOptions | None = None,
-                   weights_diff: bool = False, policy: str | None = None) -> AbResult:
+                   weights_diff: bool = False, policy: str | None = None,
+                   on_phase: OnPhase | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
     load_policy(policy if policy is not None else exp.policy)  # a bad policy: before any work
@@ -83,8 +87,40 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
     request_differences(exp, prepared)
     with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
         outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
-                         progress=progress, provenance=provenance)
+                         progress=progress, provenance=provenance, on_phase=on_phase)
         comparison = analyze(out, policy)
         if weights_diff:
             diff_weights(exp, out)
         return AbResult(outcome, comparison, write_reports(out))
+
+
+def _summaries(out: Path, arms: list[str]) -> dict[str, dict[str, Any]]:
+    summaries = {}
+    for arm in arms:
+        try:
+            summaries[arm] = json.loads((out / "arms" / arm / rec.SUMMARY_FILE).read_text())
+        except (OSError, ValueError):
+            summaries[arm] = {}
+    return summaries
+
+
+def recorded_result(out: Path, *, reanalyse: bool = False,
+                    policy: str | None = None) -> AbResult:
+    """An A/B that is not run again: its verdict as recorded (``comparison.json``), or,
+    with ``reanalyse`` (or when there is none yet), its saved samples analysed afresh
+    (under ``policy``, default the recorded one) and the reports rewritten. No engine
+    is loaded and no sample, score or probe is redone."""
+    from abgate.report import FILES, write_reports
+
+    doc = read_record(out / AB_FILE, "ab")
+    outcome = AbOutcome(out, doc["status"], _summaries(out, list(doc["experiment"]["arms"])))
+    comparison: dict[str, Any] | None = None
+    if not reanalyse and policy is None:
+        try:
+            comparison = json.loads((out / COMPARISON_FILE).read_text())
+        except (OSError, ValueError):
+            comparison = None  # none yet (killed before the analysis), or unreadable
+    if comparison is None or not isinstance(comparison.get("exit_code"), int):
+        return AbResult(outcome, analyze(out, policy), write_reports(out))
+    return AbResult(outcome, comparison,
+                    [out / name for name in FILES.values() if (out / name).exists()])

@@ -18,6 +18,7 @@ from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.host import host_info
 from abgate.integrity import seal, verify_seal
+from abgate.progress import Reporter
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
@@ -33,12 +34,19 @@ def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[l
     return engine.topk_trace(prompt, output, TOP_K)
 
 
-def _cases(engine: Engine, c: BenchConfig) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+def _cases(engine: Engine, c: BenchConfig, progress: Reporter | None = None
+           ) -> tuple[list[dict[str, Any]], list[list[Any]]]:
     """Each case's record (the reference is its first measured repeat) and every request's
     sample, warm-ups first, for the agreement counts."""
+    if progress is not None:
+        n_probes = len(default_probes(engine.tokenize, needle_len=c.probe_len,
+                                      needle_depth=c.probe_depth, seed=c.probe_seed)
+                       ) if c.probes else 0
+        progress.on_start(0, len(c.cases) * (c.warmup + c.repeats) + n_probes)
     result = run_bench(engine, c.cases, warmup=c.warmup, repeats=c.repeats,
                        prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha,
-                       prompt=c.prompt)
+                       prompt=c.prompt,
+                       on_sample=progress.on_sample if progress is not None else None)
     out = []
     for cr in result.cases:
         d = cr.to_dict(samples=False)
@@ -53,16 +61,19 @@ def _cases(engine: Engine, c: BenchConfig) -> tuple[list[dict[str, Any]], list[l
     return out, [cr.samples for cr in result.cases]
 
 
-def _probes(engine: Engine, c: BenchConfig) -> list[dict[str, Any]]:
+def _probes(engine: Engine, c: BenchConfig,
+            progress: Reporter | None = None) -> list[dict[str, Any]]:
     if not c.probes:
         return []
     probes = default_probes(engine.tokenize, needle_len=c.probe_len,
                             needle_depth=c.probe_depth, seed=c.probe_seed)
-    return [r.to_dict() for r in run_probes(engine, probes)]
+    return [r.to_dict() for r in run_probes(
+        engine, probes, on_sample=progress.on_sample if progress is not None else None)]
 
 
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
-                    provenance: ProvenanceOptions | None = None) -> dict[str, Any]:
+                    provenance: ProvenanceOptions | None = None,
+                    progress: Reporter | None = None) -> dict[str, Any]:
     """Record and seal ``baseline.json``. A case whose own warm-up or repeats disagree
     with its first measured repeat is no reference: the baseline is written ``failed``
     (a check refuses it) and an ``AbgateError`` names the first divergence."""
@@ -77,9 +88,9 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(prov, contract, session, doc)
             load_before = host_load()
-            doc["cases"], samples = _cases(session.engine, c)
+            doc["cases"], samples = _cases(session.engine, c, progress)
             doc["host_load"] = {"before": load_before, "after": host_load()}
-            doc["probes"] = _probes(session.engine, c)
+            doc["probes"] = _probes(session.engine, c, progress)
         problems = []
         for case, case_samples in zip(doc["cases"], samples, strict=True):
             case["repeat_agreement"] = agreement(case["output_token_ids"], case["output_text"],
@@ -231,7 +242,8 @@ def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
                    tolerance: float = 0.10, repeats: int | None = None,
                    allow_diff: Sequence[str] = (),
-                   provenance: ProvenanceOptions | None = None) -> CheckReport:
+                   provenance: ProvenanceOptions | None = None,
+                   progress: Reporter | None = None) -> CheckReport:
     """Re-run the recorded cases: tokens (every warm-up and repeat), speed, probes, and
     the configuration against the recorded one (``compare/drift.py``: a difference
     outside ``allow_diff`` fails the check, naming the keys)."""
@@ -258,22 +270,22 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
         report.configuration = found.to_dict()
         report.provenance = now["provenance"]
         report.passed &= found.passed
-        _check_cases(session.engine, c, doc, tolerance, report)
+        _check_cases(session.engine, c, doc, tolerance, report, progress)
     report.cleanup = now.get("cleanup")  # a launched server's stop, verified (or not)
     return report
 
 
 def _check_cases(engine: Engine, c: BenchConfig, doc: dict[str, Any], tolerance: float,
-                 report: CheckReport) -> None:
+                 report: CheckReport, progress: Reporter | None = None) -> None:
     load_before = host_load()
-    current, samples = _cases(engine, c)
+    current, samples = _cases(engine, c, progress)
     report.host_load = {"recorded": doc.get("host_load"),
                         "current": {"before": load_before, "after": host_load()}}
     for ref, cur, case_samples in zip(doc["cases"], current, samples, strict=True):
         row = _speed_row(_compare_case(engine, ref, cur, case_samples), ref, cur, tolerance)
         report.cases.append(row)
         report.passed &= row["passed"]
-    for old, new in zip(doc["probes"], _probes(engine, c), strict=True):
+    for old, new in zip(doc["probes"], _probes(engine, c, progress), strict=True):
         ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
         report.probes.append({"name": new["name"], "recorded": old["passed"],
                               "current": new["passed"], "reason": new["reason"], "ok": ok})

@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
 from abgate.ab.experiment import Schedule
 from abgate.ab.run import AB_FILE
-from abgate.ab.workflow import run_experiment
+from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
@@ -22,7 +24,7 @@ from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.report.agreement_sections import evidence_line
-from abgate.runner.documents import read_record
+from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import RunConfig
 from abgate.suites import parse_seeds
@@ -83,29 +85,29 @@ def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None)
 
 
 def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:
-    console = Console()
+    console = Console(soft_wrap=True)  # a verdict line stays one line in a log or pipe
     for arm, c in result["comparisons"].items():
         v = c["verdict"]
-        console.print(f"[bold]{arm} vs {result['baseline']}: {v['decision']}[/bold]")
+        title = escape(f"{arm} vs {result['baseline']}: {v['decision']}")
+        console.print(f"[bold]{title}[/bold]")
+        if v.get("explanation"):
+            console.print(f"  {escape(v['explanation'])}")
         for reason in v.get("reasons", []):
-            console.print(f"  - {reason}")
+            console.print(f"  - {escape(reason)}")
         evidence = evidence_line(c.get("comparison") or {}, arm)
         if evidence:
-            console.print(f"  [dim]{evidence}[/dim]")
+            console.print(f"  [dim]{escape(evidence)}[/dim]")
         for note in v.get("notes", []):
             if note.startswith(("Undeclared differences", "Opt-out evidence: none",
                                 "Declared, but no recorded value differs")):
                 typer.echo(f"warning: {note}", err=True)
-    console.print(f"A/B {status}; decision {result['decision']}; reports: "
-                  + ", ".join(str(p) for p in paths))
+    console.print(escape(f"A/B {status}; decision {result['decision']}; reports: "
+                         + ", ".join(str(p) for p in paths)))
 
 
-def _recorded(resume: Path) -> Experiment:
-    """The experiment an interrupted A/B directory was started with."""
-    if not (resume / AB_FILE).exists():
-        raise UsageError(f"--resume {resume}: no {AB_FILE} there; nothing to resume")
-    exp = Experiment.from_dict(read_record(resume / AB_FILE, "ab").get("experiment"),
-                               f"{resume / AB_FILE}: experiment")
+def _recorded(resume: Path, doc: dict[str, Any]) -> Experiment:
+    """The experiment an A/B directory was started with."""
+    exp = Experiment.from_dict(doc.get("experiment"), f"{resume / AB_FILE}: experiment")
     hidden = [f"{arm}.{path}" for arm, c in exp.arms.items() for path in c.redacted()]
     if hidden:
         raise UsageError(f"--resume {resume}: the recorded experiment has redacted secrets "
@@ -114,12 +116,49 @@ def _recorded(resume: Path) -> Experiment:
     return exp
 
 
+def _finished(resume: Path, doc: dict[str, Any], exp: Callable[[Experiment], Experiment],
+              reanalyse: bool, policy: str | None) -> None:
+    """``--resume`` of a complete A/B (or ``--reanalyse``): say so, show the verdict
+    (recorded, or recomputed from the saved samples) and exit with it; nothing runs.
+    ``exp`` makes the experiment given (file, overrides) from the recorded one."""
+    recorded = Experiment.from_dict(doc.get("experiment"), f"{resume / AB_FILE}: experiment")
+    if (replace(exp(recorded), policy=None).to_dict()
+            != replace(recorded, policy=None).to_dict()):
+        raise UsageError(f"--resume {resume}: the A/B there is {doc['status']}, and the "
+                         "experiment given differs from the one it recorded; use a new "
+                         "directory (or --force to run the given one there)")
+    if reanalyse:
+        typer.echo(f"--reanalyse: recomputing {resume}'s verdict and reports from its saved "
+                   "samples (no engine is loaded; no sample, score or probe is redone)",
+                   err=True)
+    else:
+        typer.echo(f"A/B {resume} is already complete; nothing to resume. Its recorded "
+                   "verdict follows (--reanalyse recomputes it from the saved samples, "
+                   "--force runs the whole A/B again)", err=True)
+    result = recorded_result(resume, reanalyse=reanalyse, policy=policy)
+    _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    raise typer.Exit(int(result.comparison["exit_code"]))
+
+
+def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | None,
+                limit: int | None, seeds: str | None, max_tokens: int | None,
+                flags: dict[str, Any]) -> Experiment:
+    """The experiment to run: the file, else the resumed A/B's, else the flags'."""
+    if experiment is not None:
+        return _override(load_experiment(experiment), limit, seeds, max_tokens)
+    if recorded is not None:
+        return _override(recorded(), limit, seeds, max_tokens)
+    return _from_flags(limit=limit, seeds=seeds, max_tokens=max_tokens, **flags)
+
+
 @app.command("ab")
 def ab_command(
     experiment: Path = typer.Argument(None, help="Experiment TOML (see examples/)."),
     out: Path = typer.Option(None, "-o", "--out", help="A/B directory to write."),
-    resume: Path = typer.Option(None, help="Finish an interrupted A/B in this directory."),
-    force: bool = typer.Option(False, help="Overwrite an existing A/B directory."),
+    resume: Path = typer.Option(None, help="Finish an interrupted A/B in this directory (a "
+                                "complete one: its recorded verdict, nothing is rerun)."),
+    force: bool = typer.Option(False, help="Overwrite an existing A/B directory (with "
+                               "--resume: run a complete one again)."),
     policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path."),
     limit: int = typer.Option(None, help="Override the number of items."),
     seeds: str = typer.Option(None, help="Override the seeds, e.g. 0,1."),
@@ -153,34 +192,50 @@ def ab_command(
                                 "(default: the file's [evidence], on)."),
     weights_diff: bool = typer.Option(False, "--weights-diff", help="Diff each candidate's "
                                       "model file against the baseline's (abgate[weights])."),
+    reanalyse: bool = typer.Option(False, "--reanalyse", help="With --resume: recompute the "
+                                   "verdict and reports from the saved samples (e.g. under "
+                                   "another --policy); loads no engine."),
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
+    doc = None
     if resume is not None:
         if out is not None and out.resolve() != resume.resolve():
             raise UsageError("give either -o DIR or --resume DIR, not two different directories")
         out = resume
+        doc = read_resumable(resume, AB_FILE, "ab")
+    elif reanalyse:
+        raise UsageError("--reanalyse needs --resume AB_DIR (the A/B to re-analyse)")
     if out is None:
         raise UsageError("missing -o AB_DIR (where to write the A/B)")
-    if experiment is not None:
-        exp = _override(load_experiment(experiment), limit, seeds, max_tokens)
-    elif resume is not None:
-        exp = _override(_recorded(resume), limit, seeds, max_tokens)
-    else:
-        exp = _from_flags(suite, data, limit, seeds, max_tokens, model, engine_arg,
-                          a_engine_arg, b_engine_arg, a_env, b_env, b_model, b_changes)
-    if allow_diff:
-        exp = replace(exp, allow_differences=(
-            *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
-    exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy), agreement,
-                         probes)
+    flags = dict(suite=suite, data=data, model=model, engine_arg=engine_arg, a_arg=a_engine_arg,
+                 b_arg=b_engine_arg, a_env=a_env, b_env=b_env, b_model=b_model,
+                 b_changes=b_changes)
+
+    def given(recorded: Callable[[], Experiment] | None) -> Experiment:
+        exp = _experiment(experiment, recorded, limit, seeds, max_tokens, flags)
+        if allow_diff:
+            exp = replace(exp, allow_differences=(
+                *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
+        return _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy),
+                              agreement, probes)
+
+    complete = doc is not None and doc["status"] == "complete"
+    if resume is not None and doc is not None and (reanalyse or (complete and not force)):
+        _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
+                  policy)
+    exp = given(None if resume is None or doc is None else lambda: _recorded(resume, doc))
+    redo = resume is not None and force and complete
+    if redo:
+        typer.echo(f"--force: running the A/B in {resume} again from the start (its "
+                   "samples, scores, probes and verdict are replaced)", err=True)
     with reporter(f"ab {out.name}") as rep:
-        result = run_experiment(exp, out, resume=resume is not None, force=force,
+        result = run_experiment(exp, out, resume=resume is not None and not redo, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
                                 provenance=ProvenanceOptions(
                                     contract, manifest,
                                     allow_stale_manifest=allow_stale_manifest,
                                     allow_source_change=allow_source_change),
-                                weights_diff=weights_diff)
+                                weights_diff=weights_diff, on_phase=rep.on_start)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
     index_finished(out)
     raise typer.Exit(result.exit_code)

@@ -9,13 +9,23 @@ import typer
 
 from abgate import __version__
 
+# Help text is plain text: rich markup would eat bracketed words such as "[evidence]"
+# or "abgate[weights]" (tests/test_cli_help.py renders every command's help to check).
 app = typer.Typer(
     name="abgate",
     help="Matched quality+speed A/B verdicts and reproducible baselines for LLM engines.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+def group(name: str, help_text: str) -> typer.Typer:
+    """A subcommand group of ``app`` (``abgate NAME ...``), with plain help like it."""
+    sub = typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None)
+    app.add_typer(sub, name=name)
+    return sub
 
 
 def _version(value: bool) -> None:

@@ -14,17 +14,16 @@ from abgate.bench import BenchConfig, limits
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
-from abgate.cli.app import app
+from abgate.cli.app import group
 from abgate.cli.ledger_cmd import index_finished
 from abgate.compare.drift import CLASSES, parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
+from abgate.progress import reporter
 from abgate.runner.provenance import ProvenanceOptions
 
 _CLASSES = ", ".join(CLASSES)
-baseline_app = typer.Typer(help="Record reference outputs and check a build against them.",
-                           no_args_is_help=True)
-app.add_typer(baseline_app, name="baseline")
+baseline_app = group("baseline", "Record reference outputs and check a build against them.")
 
 
 @baseline_app.command("record")
@@ -67,9 +66,11 @@ def record_command(
                          expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)),
                          output_len=output_len, warmup=warmup, repeats=repeats,
                          probes=probes, probe_len=probe_len)
-    doc = record_baseline(config, out, force=force,
-                          provenance=ProvenanceOptions(contract, manifest,
-                                                       allow_stale_manifest))
+    with reporter(f"baseline record {out.name}") as rep:
+        doc = record_baseline(config, out, force=force,
+                              provenance=ProvenanceOptions(contract, manifest,
+                                                           allow_stale_manifest),
+                              progress=rep)
     for case in doc["cases"]:
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
                    f"{case['prompt_sha256'][:16]} output "
@@ -102,10 +103,11 @@ def check_command(
     speed difference the runs' own noise cannot resolve is inconclusive, not a failure."""
     if not 0 <= tolerance <= 1:
         raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
-    report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
-                            tolerance=tolerance, repeats=repeats,
-                            allow_diff=parse_allow(allow_diff),
-                            provenance=ProvenanceOptions(contract=contract))
+    with reporter(f"baseline check {baseline.name}") as rep:
+        report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
+                                tolerance=tolerance, repeats=repeats,
+                                allow_diff=parse_allow(allow_diff),
+                                provenance=ProvenanceOptions(contract=contract), progress=rep)
     verdict = "PASS" if report.passed else "FAIL"
     if report.passed and report.speed_inconclusive:
         verdict += " (speed inconclusive)"

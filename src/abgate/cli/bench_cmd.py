@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from abgate.bench.prompt_file import read_prompt_file
@@ -105,7 +106,7 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)
-    console.print(f"[bold]{out}[/bold]  [{status}]")
+    console.print(f"[bold]{escape(str(out))}[/bold]  {escape(f'[{status}]')}")
     for case in summary["cases"]:
         console.print(case_table(case, engine_name))
         same = "identical over all repeats" if case["outputs_identical"] else \

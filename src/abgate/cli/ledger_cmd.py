@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from abgate.cli.app import app
+from abgate.cli.app import app, group
 from abgate.compare.drift import parse_allow
 from abgate.errors import UsageError
 from abgate.ledger.compare import compare, resolve
@@ -25,9 +25,8 @@ from abgate.ledger.paths import ledger_path
 from abgate.ledger.store import opened
 from abgate.runner.records import write_json_atomic
 
-ledger_app = typer.Typer(help="The results ledger: index run, A/B, bench and baseline "
-                         "directories and imported results.", no_args_is_help=True)
-app.add_typer(ledger_app, name="ledger")
+ledger_app = group("ledger", "The results ledger: index run, A/B, bench and baseline "
+                   "directories and imported results.")
 LedgerOpt = typer.Option(None, "--ledger", help="Ledger file (default: $ABGATE_LEDGER, "
                          "else ~/.local/share/abgate/ledger.sqlite).")
 

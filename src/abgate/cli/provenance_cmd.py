@@ -10,17 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from abgate.cli.app import app
+from abgate.cli.app import app, group
 from abgate.errors import AbgateError
 from abgate.provenance.attach import AttachRefused, attach
 from abgate.provenance.manifest import BuildOptions, build_manifest, write_manifest
 from abgate.provenance.verify import VerifyReport, verify_file
 
-manifest_app = typer.Typer(
-    help="Build and verify provenance manifests (source tree, libraries, models, env).",
-    no_args_is_help=True,
-)
-app.add_typer(manifest_app, name="manifest")
+manifest_app = group(
+    "manifest", "Build and verify provenance manifests (source tree, libraries, models, env).")
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -15,7 +16,7 @@ def _fmt(x: Any, spec: str = ".1f") -> str:
 
 def print_run_summary(out: Path, status: str, summary: dict[str, Any]) -> None:
     q, s = summary.get("quality", {}), summary.get("speed", {})
-    table = Table(title=f"{out}  [{status}]", show_header=True)
+    table = Table(title=escape(f"{out}  [{status}]"), show_header=True)
     for col in ("samples", "accuracy", "invalid", "truncated", "errors",
                 "decode tok/s (median)", "TTFT ms (median)"):
         table.add_column(col)

@@ -15,7 +15,8 @@ from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.runner import RunConfig, execute, prepare
-from abgate.runner.documents import read_record
+from abgate.runner import records as rec
+from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.records import RUN_FILE
 from abgate.suites import parse_seeds
@@ -39,26 +40,44 @@ def config_from_options(o: dict[str, Any]) -> RunConfig:
         top_k=o["top_k"], shots=o["shots"], shots_file=o["shots_file"], system=o["system"])
 
 
-def _resumed_config(ctx: typer.Context, resume: Path, o: dict[str, Any]) -> RunConfig:
+def _merged_config(ctx: typer.Context, resume: Path, doc: dict[str, Any],
+                   o: dict[str, Any]) -> RunConfig:
     """Options left at their defaults take the resumed run's recorded values."""
-    stored = (read_record(resume / RUN_FILE, "run")["config"] if (resume / RUN_FILE).exists()
-              else None)
-    if stored is None:
-        return config_from_options(o)
-    base = RunConfig.from_dict(stored, f"{resume / RUN_FILE}: config")
+    base = RunConfig.from_dict(doc["config"], f"{resume / RUN_FILE}: config")
     explicit = {k for k in _CONFIG_PARAMS if _given(ctx, k)}
-    config = base
-    if explicit:
-        merged = config_from_options(o)
-        fields = {f: getattr(merged if _option_for(f) in explicit else base, f)
-                  for f in RunConfig.__dataclass_fields__}
-        fields["engine_options"] = {**base.engine_options, **merged.engine_options}
-        config = RunConfig(**fields)
+    if not explicit:
+        return base
+    merged = config_from_options(o)
+    fields = {f: getattr(merged if _option_for(f) in explicit else base, f)
+              for f in RunConfig.__dataclass_fields__}
+    fields["engine_options"] = {**base.engine_options, **merged.engine_options}
+    return RunConfig(**fields)
+
+
+def _resumed_config(ctx: typer.Context, resume: Path, doc: dict[str, Any],
+                    o: dict[str, Any]) -> RunConfig:
+    config = _merged_config(ctx, resume, doc, o)
     if hidden := config.redacted():
         raise UsageError(f"--resume {resume}: the recorded run has redacted secrets "
                          f"({', '.join(hidden)}); give those options again (--env, "
                          "--engine-arg, --launch, --endpoint)")
     return config
+
+
+def _already_complete(ctx: typer.Context, resume: Path, doc: dict[str, Any],
+                      o: dict[str, Any]) -> None:
+    """``--resume`` of a complete run: say so, show its summary, exit 0; nothing loads."""
+    recorded = RunConfig.from_dict(doc["config"], f"{resume / RUN_FILE}: config").to_dict()
+    if diffs := list(rec.iter_diff(recorded, _merged_config(ctx, resume, doc, o).to_dict())):
+        raise UsageError(f"--resume {resume}: the run there is already complete; the options "
+                         f"given change its {', '.join(diffs[:4])} (use a new directory, or "
+                         "--force to run it again there)")
+    typer.echo(f"run {resume} is already complete ({doc.get('n_samples')} samples); nothing "
+               "to resume (--force runs its recorded configuration again)", err=True)
+    summary = rec.read_json(resume / rec.SUMMARY_FILE) if (resume / rec.SUMMARY_FILE
+                                                            ).exists() else {}
+    print_run_summary(resume, "complete", summary)
+    raise typer.Exit(0)
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -102,8 +121,10 @@ def run_command(
     api_key_env: eo.ApiKeyEnv = None,
     ready_timeout: eo.ReadyTimeout = None,
     out: Path = typer.Option(None, "-o", "--out", help="Run directory to write."),
-    resume: Path = typer.Option(None, help="Finish an interrupted run in this directory."),
-    force: bool = typer.Option(False, help="Overwrite an existing run directory."),
+    resume: Path = typer.Option(None, help="Finish an interrupted run in this directory (a "
+                                "complete one is left as it is)."),
+    force: bool = typer.Option(False, help="Overwrite an existing run directory (with "
+                               "--resume: run a complete one again)."),
     contract: str = typer.Option(None, help="Contract TOML checked before and after load."),
     manifest: str = typer.Option(None, help="Manifest JSON whose digest the run embeds."),
     allow_stale_manifest: eo.AllowStaleManifest = False,
@@ -113,18 +134,26 @@ def run_command(
 ) -> None:
     """Run one engine configuration over a suite and record every sample."""
     opts = dict(ctx.params)
+    redo = False
     if resume is not None:
         if out is not None and out.resolve() != resume.resolve():
             raise UsageError("give either -o DIR or --resume DIR, not two different directories")
         out = resume
-        config = _resumed_config(ctx, resume, opts)
+        doc = read_resumable(resume, RUN_FILE, "run")
+        if doc["status"] == "complete":
+            if not force:
+                _already_complete(ctx, resume, doc, opts)
+            redo = True
+            typer.echo(f"--force: running the complete run {resume} again from the start "
+                       "(its samples are replaced)", err=True)
+        config = _resumed_config(ctx, resume, doc, opts)
     else:
         if out is None:
             raise UsageError("missing -o RUN_DIR (where to write the run)")
         config = config_from_options(opts)
     prepared = prepare(config)
     with reporter(f"run {out.name}") as rep:
-        outcome = execute(prepared, out, resume=resume is not None, force=force,
+        outcome = execute(prepared, out, resume=resume is not None and not redo, force=force,
                           on_start=rep.on_start, on_sample=rep.on_sample,
                           provenance=ProvenanceOptions(
                               contract, manifest, allow_stale_manifest=allow_stale_manifest,

@@ -153,6 +153,9 @@ def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
         "pct_change_mean": _change(arm_b["mean"], arm_a["mean"]),
         "pct_change_median": _change(arm_b["median"], arm_a["median"]),
         "log_ratio": {"estimate": finite(boot.estimate), "se": finite(max(boot.se, t_se)),
+                      # spread of the per-item log ratios (host noise: compare/explain.py)
+                      "sd": finite(float(np.std(per_item, ddof=1))) if len(per_item) > 1
+                      else None,
                       "ci": [finite(low), finite(high)],
                       "ci_bootstrap": [finite(boot.low), finite(boot.high)],
                       "ci_t": [finite(t_low), finite(t_high)]},

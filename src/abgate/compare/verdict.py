@@ -36,6 +36,7 @@ from abgate.compare.agreement_gates import (
     measured,
     probe_gates,
 )
+from abgate.compare.explain import explain_inconclusive
 from abgate.compare.gates import (
     FAIL,
     INCONCLUSIVE,
@@ -65,6 +66,7 @@ class Verdict:
     more_samples_needed: int | None
     policy: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    explanation: str | None = None  # INCONCLUSIVE: why, in one line (compare/explain.py)
 
     @property
     def exit_code(self) -> int:
@@ -80,6 +82,7 @@ class Verdict:
             "gates": [gate.to_dict() for gate in self.gates],
             "policy": dict(self.policy),
             "notes": list(self.notes),
+            "explanation": self.explanation,
         }
 
 
@@ -214,11 +217,18 @@ def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
         decision = ACCEPT
         rest = [gate.name for gate in gates if gate.name not in ("sample_size", "speed")]
         reasons = [f"ACCEPT: speed: {gates[1].evidence}",
-                   f"All {len(rest)} quality and diagnostic gates pass: " + ", ".join(rest)
-                   + "." if rest else "No quality gate applies."]
+                   # "pass (...)", not "pass: ...": a "pass: value" pair reads as a
+                   # password to the report's redaction (abgate.redact)
+                   f"All {len(rest)} quality and diagnostic gates pass (" + ", ".join(rest)
+                   + ")." if rest else "No quality gate applies."]
     else:
         decision = INCONCLUSIVE_DECISION
         more = _more_samples(open_gates, pairs_per_item)
         reasons = _inconclusive_reasons(open_gates, more, pairs_per_item, n_items)
-    return Verdict(decision, tuple(gates), tuple(reasons), more, policy.to_dict(),
-                   _notes(comparison, policy))
+    notes = _notes(comparison, policy)
+    explanation = None
+    if decision == INCONCLUSIVE_DECISION:
+        explanation = explain_inconclusive([g.to_dict() for g in gates], comparison, policy,
+                                           more, notes)
+    return Verdict(decision, tuple(gates), tuple(reasons), more, policy.to_dict(), notes,
+                   explanation)

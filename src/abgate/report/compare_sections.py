@@ -151,6 +151,7 @@ def verdict(data: AbData, arm: str) -> list[Block]:
     gates = [g for g in v.get("gates") or [] if isinstance(g, Mapping)]
     blocks: list[Block] = [
         Heading(3, f"Verdict: {v.get('decision', NA)}", f"verdict-{arm}"),
+        *([Para(f"**{v['explanation']}**")] if v.get("explanation") else []),
         Bullets(tuple(str(r) for r in v.get("reasons") or ["No reasons recorded."])),
     ]
     if gates:

@@ -18,7 +18,7 @@ CSS = """
 * { box-sizing: border-box; }
 body { margin: 0; color: var(--fg); background: #f9fafb; line-height: 1.5;
   font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-main { max-width: 1120px; margin: 0 auto; padding: 24px 28px 48px; background: var(--bg); }
+main { max-width: 1320px; margin: 0 auto; padding: 24px 28px 48px; background: var(--bg); }
 h1 { font-size: 26px; margin: 8px 0 12px; }
 h2 { font-size: 20px; margin: 36px 0 10px; padding-top: 8px; border-top: 2px solid var(--line); }
 h3 { font-size: 16px; margin: 24px 0 8px; }
@@ -29,7 +29,7 @@ ul { padding-left: 22px; } li { margin: 3px 0; }
 table { border-collapse: collapse; font-size: 13.5px; }
 th, td { border-bottom: 1px solid var(--line); padding: 5px 10px; vertical-align: top;
   text-align: left; }
-th { background: #f3f4f6; font-weight: 600; white-space: nowrap; }
+th { background: #f3f4f6; font-weight: 600; min-width: 4em; }
 td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-nums; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-weight: 600;
   font-size: 12.5px; text-transform: uppercase; }
@@ -50,6 +50,7 @@ svg.plot text { fill: #374151; font: 11px system-ui, sans-serif; }
 svg.plot text.label { font-size: 12px; fill: #111827; }
 svg.plot text.legend { font-size: 11px; fill: #374151; }
 svg.plot text.annot { font-size: 10px; fill: #991b1b; }
+svg.plot text.reflabel { font-size: 10.5px; font-weight: 600; }
 #render-check { margin-top: 32px; font-size: 12px; color: var(--muted); }
 #render-check[data-status="error"] { color: #b91c1c; font-weight: 600; }
 """
@@ -80,6 +81,38 @@ CHECK_SCRIPT = """
       problems.push(plots[i].id + " drew nothing");
     }
   }
+  // Layout: the labels of a plot (legend, reference-line tags, outlier labels) lie
+  // inside it and clear of each other; tables that need a horizontal scroll at this
+  // window width are listed (the test renders at 1400 px and wants none).
+  for (var p = 0; p < plots.length; p++) {
+    var vb = plots[p].viewBox.baseVal;
+    var texts = plots[p].querySelectorAll("text:not([transform])");
+    var boxes = [];
+    for (var t = 0; t < texts.length; t++) {
+      var b = texts[t].getBBox(), cls = texts[t].getAttribute("class") || "";
+      var label = /legend|annot|reflabel/.test(cls);
+      if (b.x < vb.x - 0.5 || b.y < vb.y - 0.5 || b.x + b.width > vb.x + vb.width + 0.5 ||
+          b.y + b.height > vb.y + vb.height + 0.5) {
+        problems.push(plots[p].id + ": text '" + texts[t].textContent + "' clipped");
+      }
+      for (var u = 0; u < boxes.length; u++) {
+        var o = boxes[u];
+        if ((label || o.label) && b.x < o.x + o.width - 0.5 && o.x < b.x + b.width - 0.5 &&
+            b.y < o.y + o.height - 0.5 && o.y < b.y + b.height - 0.5) {
+          problems.push(plots[p].id + ": '" + o.text + "' and '" +
+                        texts[t].textContent + "' overlap");
+        }
+      }
+      boxes.push({x: b.x, y: b.y, width: b.width, height: b.height, label: label,
+                  text: texts[t].textContent});
+    }
+  }
+  var wraps = document.querySelectorAll(".table-wrap");
+  var wide = [];
+  for (var w = 0; w < wraps.length; w++) {
+    if (wraps[w].scrollWidth > wraps[w].clientWidth + 1) { wide.push(String(w)); }
+  }
+  check.setAttribute("data-overflowing-tables", wide.join(","));
   check.setAttribute("data-plots", String(plots.length));
   check.setAttribute("data-status", problems.length ? "error" : "ok");
   check.textContent = problems.length ? "Render check failed: " + problems.join("; ")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 
 from abgate.compare.stats import wilson_clustered
@@ -19,8 +20,10 @@ from abgate.report.fmt import as_float, dig
 from abgate.report.load import AbData, Point, paired_points
 from abgate.report.svg import (
     FAIL_COLOR,
+    LEGEND_MARGIN,
     NEUTRAL_COLOR,
     PASS_COLOR,
+    TEXT_PX,
     Canvas,
     Scale,
     arm_color,
@@ -159,17 +162,45 @@ def _histogram(cv: Canvas, x: Scale, ratios: list[float], color: str) -> None:
                   height=y(0) - y(count), fill=color, cls="mark bar")
 
 
-def _ratio_lines(gain: float | None, loss: float | None,
-                 est: float | None) -> list[tuple[float, str, str, str]]:
-    """(value, colour, legend, dash) of the reference lines."""
-    lines = [(1.0, NEUTRAL_COLOR, "no change", "")]
+@dataclass(frozen=True)
+class RefLine:
+    """A vertical reference line of the ratio plot, and how it is told apart: the
+    estimate thick and solid, the pass line dashed, the fail line dotted, "no change"
+    thin; pass and fail lines also carry their value at the top (``×1.02``)."""
+
+    value: float
+    color: str
+    legend: str
+    dash: str
+    width: str
+    tag: str = ""
+
+
+def _ratio_lines(gain: float | None, loss: float | None, est: float | None) -> list[RefLine]:
+    lines = [RefLine(1.0, NEUTRAL_COLOR, "no change", "", "1.5")]
     if gain is not None:
-        lines.append((1 + gain, PASS_COLOR, f"pass: CI above ×{1 + gain:.3g}", "5 4"))
+        lines.append(RefLine(1 + gain, PASS_COLOR, f"pass: CI above ×{1 + gain:.3g}", "6 3",
+                             "2", f"×{1 + gain:.3g}"))
     if loss is not None:
-        lines.append((1 - loss, FAIL_COLOR, f"fail: CI below ×{1 - loss:.3g}", "5 4"))
+        lines.append(RefLine(1 - loss, FAIL_COLOR, f"fail: CI below ×{1 - loss:.3g}", "2 3",
+                             "2", f"×{1 - loss:.3g}"))
     if est is not None:
-        lines.append((est, "#111827", f"estimate ×{est:.3f} (CI shaded)", ""))
+        lines.append(RefLine(est, "#111827", f"estimate ×{est:.3f} (CI shaded)", "", "3.5"))
     return lines
+
+
+def _draw_ref_lines(cv: Canvas, x: Scale, lines: list[RefLine]) -> None:
+    row = 0
+    for ref in lines:
+        px = x(x.clamp(ref.value))
+        cv.line(px, cv.top, px, cv.bottom, stroke=ref.color, stroke_width=ref.width,
+                stroke_dasharray=ref.dash or None, cls="mark")
+        if ref.tag:  # right of its line (left of it at the right edge), one row each
+            width = TEXT_PX * len(ref.tag)
+            tx = px + 4 if px + 4 + width <= cv.right else max(px - 4 - width, cv.left + 2)
+            row += 1
+            cv.text(tx, cv.top + 12 * row, ref.tag, cls="reflabel", fill=ref.color)
+    cv.legend([(ref.color, ref.legend) for ref in lines], dashes=[ref.dash for ref in lines])
 
 
 def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
@@ -187,10 +218,11 @@ def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
                          as_float(dig(data.comparison, "policy", "speed", "max_slowdown")), est)
     bounds = [v for v in ci if v is not None]
     plot_id = f"plot-ratio-{index}"
-    cv = Canvas(plot_id, f"per-pair speedup of {arm} over {data.baseline}")
+    cv = Canvas(plot_id, f"per-pair speedup of {arm} over {data.baseline}",
+                margin=LEGEND_MARGIN)
     core = sorted(ratios)
     span = [quantile(core, 0.01), quantile(core, 0.99)] if core else []
-    x = cv.x_scale(*nice_range(span, include=[v for v, *_ in lines] + bounds))
+    x = cv.x_scale(*nice_range(span, include=[ref.value for ref in lines] + bounds))
     step_text = tick_text(nice_step(x.hi - x.lo, 6))
     cv.x_axis(x, f"speedup on {SPEED_LABELS.get(metric, metric)}: {arm} vs {data.baseline} "
                  "per pair (>1 = faster)", fmt=lambda v: "×" + step_text(v))
@@ -199,10 +231,7 @@ def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
         cv.el("rect", x=lo, y=cv.top, width=max(hi - lo, 1.0), height=cv.bottom - cv.top,
               fill=arm_color(index), fill_opacity="0.12", cls="mark")
     _histogram(cv, x, ratios, arm_color(index))
-    for value, color, _, dash in lines:
-        cv.line(x(x.clamp(value)), cv.top, x(x.clamp(value)), cv.bottom, stroke=color,
-                stroke_width="2", stroke_dasharray=dash or None, cls="mark")
-    cv.legend([(color, text) for _, color, text, _ in lines])
+    _draw_ref_lines(cv, x, lines)
     if not ratios:
         cv.note("no paired speed measurements")
     return Plot(plot_id, cv.render(),
@@ -242,7 +271,8 @@ def length_plot(data: AbData, arm: str, index: int) -> Plot:
     ys = [float(b.tokens or 0.0) for _, b in pairs]
     hi = max([*xs, *ys, 1.0]) * 1.05
     plot_id = f"plot-length-{index}"
-    cv = Canvas(plot_id, f"output tokens, {data.baseline} vs {arm}", width=480, height=420)
+    cv = Canvas(plot_id, f"output tokens, {data.baseline} vs {arm}", width=480, height=436,
+                margin=LEGEND_MARGIN)
     _scatter(cv, pairs, xs, ys, hi)
     cv.x_axis(cv.x_scale(0.0, hi), f"output tokens, {data.baseline}")
     cv.y_axis(cv.y_scale(0.0, hi), f"output tokens, {arm}")
@@ -264,6 +294,25 @@ def _outlier_labels(pairs: list[tuple[Point, Point]], xs: list[float], ys: list[
             for (rx, ry), keys in ranked[:limit]]
 
 
+def _place_labels(cv: Canvas, labels: list[tuple[float, float, str]]) -> None:
+    """Outlier labels beside their points, inside the plotting area and clear of each
+    other: a label right of its point (left of it in the right half) moves down a row
+    until it overlaps no label placed before it."""
+    placed: list[tuple[float, float, float, float]] = []  # x0, y0, x1, y1
+    row = 14.0  # a 10 px label's box is about 12 px high (descenders included)
+    for px, py, text in labels:
+        width = TEXT_PX * 0.95 * len(text)
+        right = px < (cv.left + cv.right) / 2
+        x0 = px + 5 if right else px - 5 - width
+        x0 = min(max(x0, cv.left + 2), cv.right - 2 - width)
+        ty = min(max(py - 5, cv.top + 10), cv.bottom - 2)
+        while any(x0 < b[2] and b[0] < x0 + width and ty - 10 < b[3] and b[1] < ty + 3
+                  for b in placed) and ty + row <= cv.bottom - 2:
+            ty += row
+        placed.append((x0, ty - 10, x0 + width, ty + 3))
+        cv.text(x0, ty, text, cls="tick annot")
+
+
 def repetition_plot(data: AbData, arm: str, index: int) -> Plot:
     pairs = [(a, b) for a, b in paired_points(data, arm)
              if a.rep is not None and b.rep is not None]
@@ -271,15 +320,15 @@ def repetition_plot(data: AbData, arm: str, index: int) -> Plot:
     ys = [float(b.rep or 0.0) for _, b in pairs]
     hi = max([*xs, *ys, REP_THRESHOLD + 0.1]) * 1.05
     plot_id = f"plot-repetition-{index}"
-    cv = Canvas(plot_id, f"seq-rep-4, {data.baseline} vs {arm}", width=480, height=420)
+    cv = Canvas(plot_id, f"seq-rep-4, {data.baseline} vs {arm}", width=480, height=436,
+                margin=LEGEND_MARGIN)
     x, y = cv.x_scale(0.0, hi), cv.y_scale(0.0, hi)
     cv.line(x(REP_THRESHOLD), cv.top, x(REP_THRESHOLD), cv.bottom, stroke=FAIL_COLOR,
             stroke_dasharray="2 3", cls="mark")
     cv.line(cv.left, y(REP_THRESHOLD), cv.right, y(REP_THRESHOLD), stroke=FAIL_COLOR,
             stroke_dasharray="2 3", cls="mark")
     _scatter(cv, pairs, xs, ys, hi)
-    for rx, ry, label in _outlier_labels(pairs, xs, ys):
-        cv.text(x(rx) + 5, y(ry) - 5, label, cls="tick annot")
+    _place_labels(cv, [(x(rx), y(ry), label) for rx, ry, label in _outlier_labels(pairs, xs, ys)])
     cv.x_axis(x, f"seq-rep-4, {data.baseline}")
     cv.y_axis(y, f"seq-rep-4, {arm}")
     return Plot(plot_id, cv.render(),

@@ -51,6 +51,8 @@ def headline(data: AbData) -> list[Block]:
         decision = str(verdict.get("decision", NA))
         first = str(reasons[0]) if reasons else ""
         first = first[len(decision) + 2:] if first.startswith(f"{decision}: ") else first
+        if verdict.get("explanation"):  # an INCONCLUSIVE's one line says more than a gate
+            first = str(verdict["explanation"]).removeprefix(f"{decision} ")
         first = f": {first}" if first else ""
         items.append(f"`{arm}` vs `{data.baseline}`: **{verdict.get('decision', NA)}**{first}")
     if items:

@@ -16,6 +16,9 @@ from html import escape
 BASELINE_COLOR = "#6b7280"
 PALETTE = ("#2563eb", "#d97706", "#7c3aed", "#059669", "#db2777", "#0891b2")
 PASS_COLOR, FAIL_COLOR, NEUTRAL_COLOR = "#15803d", "#b91c1c", "#9ca3af"
+TEXT_PX = 6.5  # width of one character of 11 px legend text, for layout
+LEGEND_ROW = 14.0  # height of one legend row
+LEGEND_MARGIN = (46, 20, 46, 64)  # a canvas margin with room for two legend rows
 
 
 def arm_color(index: int) -> str:
@@ -162,15 +165,29 @@ class Canvas:
         self.line(self.left, self.top, self.left, self.bottom, cls="axis")
 
     def legend(self, entries: Sequence[tuple[str, str]], *, x: float | None = None,
-               y: float | None = None) -> None:
-        """Colour swatches with labels, in one row across the top margin."""
-        px = self.left if x is None else x
-        py = 16.0 if y is None else y
-        for color, label in entries:
-            self.el("rect", x=px, y=py - 9, width=10.0, height=10.0, fill=color,
-                    cls="swatch")
-            self.text(px + 14, py, label, cls="legend")
-            px += 24 + 6.5 * len(label)
+               y: float | None = None, dashes: Sequence[str | None] = ()) -> int:
+        """Swatches with labels across the top margin, wrapped into more rows when they
+        do not fit the width (a canvas with a legend of several entries keeps a top
+        margin of ``LEGEND_MARGIN``); returns the rows used. ``dashes[k]`` draws entry
+        k as a line with that dash pattern ("" solid) instead of a square, so a
+        reference line's legend shows its style as well as its colour."""
+        px0 = self.left if x is None else x
+        px, py, rows = px0, 16.0 if y is None else y, 1
+        for k, (color, label) in enumerate(entries):
+            dash = dashes[k] if k < len(dashes) else None
+            swatch = 10.0 if dash is None else 18.0
+            width = swatch + 4 + TEXT_PX * len(label)
+            if px > px0 and px + width > self.width - 4:
+                px, py, rows = px0, py + LEGEND_ROW, rows + 1
+            if dash is None:
+                self.el("rect", x=px, y=py - 9, width=10.0, height=10.0, fill=color,
+                        cls="swatch")
+            else:
+                self.line(px, py - 4, px + swatch, py - 4, stroke=color, stroke_width="2.5",
+                          stroke_dasharray=dash or None, cls="swatch")
+            self.text(px + swatch + 4, py, label, cls="legend")
+            px += width + 10
+        return rows
 
     def note(self, text: str) -> None:
         """A centred message (e.g. "no data") in the plotting area."""

@@ -24,7 +24,7 @@ from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, read_record, source_state, write_record
+from abgate.runner.documents import Kind, new_record, read_record, source_state, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import (
     ProvenanceOptions,
@@ -117,6 +117,33 @@ def _run_log(out: Path) -> Iterator[None]:
         handler.close()
 
 
+_RESUMABLE = {"run.json": "a run", "ab.json": "an A/B"}  # marker -> what it marks
+
+
+def read_resumable(out: Path, marker: str, *kinds: Kind) -> dict[str, Any]:
+    """The record of a directory given to ``--resume``, read before anything else is
+    (data, models, engines): a path that is not such a directory is a one-line
+    UsageError saying so, naming the command that would resume it if it is another's."""
+    what = _RESUMABLE.get(marker, marker)
+    if not out.is_dir():
+        raise UsageError(f"--resume {out}: " + ("not a directory" if out.exists() else
+                                                "no such directory") + "; nothing to resume")
+    if not (out / marker).is_file():
+        other = next((f"; it holds {m}: {w} (abgate {'ab' if m == 'ab.json' else 'run'} "
+                      f"--resume {out})" for m, w in _RESUMABLE.items()
+                      if m != marker and (out / m).is_file()), "")
+        raise UsageError(f"--resume {out}: not {what} directory (no {marker}){other}; "
+                         "nothing to resume")
+    return read_record(out / marker, *kinds)
+
+
+def kept_status(previous: str | None, status: str) -> str:
+    """The status a record ends with: a record that was already ``complete`` when it
+    was reopened stays complete whatever befell the reopening (an interrupt, a failed
+    reload): its samples are all there."""
+    return "complete" if previous == "complete" else status
+
+
 def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
                  git: dict[str, Any] | None,
                  inputs: dict[str, str | None] | None = None,
@@ -187,6 +214,7 @@ class RunRecorder:
                  allow_source_change: bool = False) -> None:
         self.p, self.out = p, out
         self.doc = open_run_dir(p, out, resume, force, git, inputs, allow_source_change)
+        self.previous = self.doc["status"] if resume else None
         self.doc["kind"] = kind
         self.samples_path = out / rec.SAMPLES_FILE
         self.done = {s["key"] for s in self.samples(repair=True)}
@@ -227,6 +255,10 @@ class RunRecorder:
 
     def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
         self._writer.close()
+        if kept_status(self.previous, status) != status:
+            log.warning("%s was complete before this resume, and stays so (this resume "
+                        "ended %s)", self.out, status)
+            status, error = "complete", self.doc.get("error")
         self.doc["status"], self.doc["error"] = status, error
         self.doc["ended_at"] = time.time()
         samples = self.samples()

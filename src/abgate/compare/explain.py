@@ -1,0 +1,90 @@
+"""An INCONCLUSIVE verdict in one line: which evidence is missing, what would settle it,
+and whether the host was too busy for the speed gate to see anything.
+
+The host's business shows in the spread of the per-item speed ratios: both arms ran
+interleaved on the same host, so a steady host leaves their ratio nearly constant from
+item to item, and load bursts that hit one arm's request and not the other's spread it.
+Above ``BUSY_SPREAD`` (the standard deviation of the per-item log ratio) the line says
+the host was busy; a spread that small with a speed inside the policy's band says the
+change does not move the speed measurably here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from abgate.compare.policy import Policy
+
+__all__ = ["BUSY_SPREAD", "explain_inconclusive", "speed_spread"]
+
+# SD of the per-item log speed ratio above which the host is called busy: single items
+# moved by 10% or more between two interleaved requests (an undisturbed host keeps it to
+# a few percent, docs/statistics.md "Calibration").
+BUSY_SPREAD = 0.10
+
+_LABELS = {"sample_size": "sample size", "accuracy": "accuracy", "error_rate": "engine errors",
+           "invalid_rate": "invalid answers", "truncated_rate": "truncation",
+           "repetition": "repetition", "mean_kld": "mean KLD",
+           "top1_agreement": "top-1 agreement", "speed": "speed"}
+
+
+def speed_spread(comparison: Mapping[str, Any], metric: str) -> float | None:
+    """SD of the per-item log speed ratio (recorded, or from the SE and item count)."""
+    section = (comparison.get("speed") or {}).get(metric) or {}
+    log_ratio = section.get("log_ratio") or {}
+    sd = log_ratio.get("sd")
+    if isinstance(sd, int | float) and math.isfinite(sd):
+        return float(sd)
+    se, n = log_ratio.get("se"), section.get("n_items")
+    if isinstance(se, int | float) and isinstance(n, int) and n > 1 and math.isfinite(se):
+        return float(se) * math.sqrt(n)
+    return None
+
+
+def _label(name: str) -> str:
+    return "probes" if name.startswith("probe_") else _LABELS.get(name, name.replace("_", " "))
+
+
+def _speed_clause(gate: Mapping[str, Any], comparison: Mapping[str, Any],
+                  policy: Policy) -> str:
+    spread = speed_spread(comparison, policy.speed.metric)
+    observed = gate.get("observed")
+    seen = "n/a" if observed is None else f"{observed:+.1%}"
+    band = f"{-policy.speed.max_slowdown:+.0%} to {policy.speed.min_speedup:+.0%}"
+    if spread is not None and spread > BUSY_SPREAD:
+        return (f"speed {seen} with single items' speed ratios spread ±{spread:.0%} (SD): "
+                "the host was busy, so its interval is too wide to decide (rerun on a "
+                "quieter host, or with more items)")
+    if observed is not None and -policy.speed.max_slowdown < observed < policy.speed.min_speedup:
+        steady = "" if spread is None else f", on a steady host (spread ±{spread:.0%})"
+        return (f"speed {seen} sits inside the {band} band{steady}: the change does not "
+                "move this speed measurably here")
+    return f"speed {seen} is not yet resolved"
+
+
+def explain_inconclusive(gates: Sequence[Mapping[str, Any]], comparison: Mapping[str, Any],
+                         policy: Policy, more_samples: int | None,
+                         notes: Sequence[str] = ()) -> str:
+    """One line: ``INCONCLUSIVE at 40 items: accuracy, truncation could not yet show
+    non-inferiority (about 380 more samples per arm would settle them); speed ...``."""
+    open_gates = [g for g in gates if g.get("outcome") == "inconclusive"]
+    names = [str(g["name"]) for g in open_gates]
+    quality = list(dict.fromkeys(_label(n) for n in names if n not in ("speed", "sample_size")))
+    parts = []
+    if "sample_size" in names:
+        parts.append(f"only {comparison.get('n_items')} items (the policy needs "
+                     f"{policy.min_items})")
+    if quality:
+        parts.append(", ".join(quality) + " could not yet show non-inferiority")
+    speed = next((g for g in open_gates if g.get("name") == "speed"), None)
+    if speed is not None:
+        parts.append(_speed_clause(speed, comparison, policy))
+    missing = [n.split(":", 1)[0] for n in notes if "not measured" in n or "not compared" in n]
+    if missing:
+        parts.append("missing evidence: " + "; ".join(missing))
+    more = (f" (about {more_samples} more samples per arm would settle every open gate if "
+            "the effects are as observed)" if more_samples is not None else "")
+    return (f"INCONCLUSIVE at {comparison.get('n_items')} items: " + "; ".join(parts)
+            + more + ".")

@@ -1,0 +1,112 @@
+"""The README's examples run as written: every ``abgate`` command in its code blocks
+parses against the real CLI (options, arguments and their types), and the chain of
+them that needs no other data, model or server is executed in a fresh directory laid
+out like a checkout (``examples/`` and ``../shared`` where the README expects them)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.main import get_command
+
+from abgate.cli import app
+from tests.conftest import GSM8K, REPO, abgate, thread_flags, toml_engine_args
+
+
+def readme_commands() -> list[str]:
+    """Every ``abgate ...`` line of the README's bash blocks, continuations joined and
+    comments dropped."""
+    text = (REPO / "README.md").read_text()
+    out = []
+    for block in re.findall(r"```bash\n(.*?)\n```", text, flags=re.S):
+        for line in re.sub(r"\\\n\s*", "", block).splitlines():
+            words = shlex.split(line, comments=True)
+            if words and words[0] == "abgate":
+                out.append(shlex.join(words))
+    return out
+
+
+def _parse(args: list[str]) -> None:
+    """Parse ``abgate ARGS`` down to its (sub)command as the CLI would, running
+    nothing: an unknown option, a missing argument or a bad value raises."""
+    cmd: Any = get_command(app)
+    ctx = cmd.make_context("abgate", list(args))
+    while hasattr(cmd, "commands"):
+        protected = getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", [])
+        rest = [*protected, *ctx.args]
+        name, cmd, rest = cmd.resolve_command(ctx, rest)
+        ctx = cmd.make_context(name, rest, parent=ctx)
+
+
+def test_the_readme_has_the_examples_this_file_runs() -> None:
+    commands = readme_commands()
+    assert len(commands) >= 20
+    for line in EXECUTED:
+        assert line in commands, line
+
+
+def test_every_readme_command_parses_as_written() -> None:
+    checked = 0
+    for line in readme_commands():
+        words = shlex.split(line)[1:]
+        if "..." in words:  # "abgate run ... --contract C": a placeholder for options
+            words = [w for w in words if w != "..."]
+        _parse(words)
+        checked += 1
+    assert checked == len(readme_commands())
+
+
+# Executed in this order, verbatim but for the additions in SHRINK (fewer items and
+# tokens) and, where ABGATE_TEST_THREADS is set, a pinned thread count (run's
+# --engine-arg flags; the example file's shared engine args).
+EXECUTED = [
+    "abgate run --suite gsm8k --data ../shared/data/gsm8k/test.jsonl --limit 4 --seeds 0,1 "
+    "--max-tokens 64 -o runs/R",
+    "abgate run --resume runs/R",
+    "abgate ab examples/smollm2-kv-q8.toml -o runs/kv",
+    "abgate report runs/kv --format html -o kv.html",
+    "abgate compare runs/kv:f16 runs/kv:q8",
+    "abgate extract 'so the answer is \\boxed{1,234}'",
+    "abgate ledger ls",
+    "abgate history steady_decode_tps --model SmolLM2 --html history.html",
+]
+SHRINK = {"abgate ab examples/smollm2-kv-q8.toml -o runs/kv":
+          ["--limit", "2", "--max-tokens", "16", "--warmup", "0"]}
+EXIT = {"abgate ab examples/smollm2-kv-q8.toml -o runs/kv": 3,  # 2 items decide nothing
+        "abgate compare runs/kv:f16 runs/kv:q8": 3}  # and so the same statistics again
+
+
+@pytest.mark.engine
+def test_readme_examples_run_as_written(tmp_path: Path, gsm8k_path: Path) -> None:
+    assert gsm8k_path == GSM8K
+    work = tmp_path / "checkout"
+    shutil.copytree(REPO / "examples", work / "examples")
+    exp = work / "examples" / "smollm2-kv-q8.toml"  # ABGATE_TEST_THREADS pins its threads
+    shared = "engine_args = { n_ctx = 1024 }"
+    assert exp.read_text().count(shared) == 1
+    exp.write_text(exp.read_text().replace(
+        shared, f"engine_args = {toml_engine_args({'n_ctx': 1024})}"))
+    (tmp_path / "shared").symlink_to(GSM8K.parents[2])  # ../shared beside the checkout
+    env = {"ABGATE_LEDGER": str(tmp_path / "ledger.sqlite")}
+    outputs = {}
+    for line in EXECUTED:
+        args = shlex.split(line)[1:] + SHRINK.get(line, [])
+        if args[0] == "run" and "--resume" not in args:
+            args += thread_flags()
+        r = abgate(*args, env=env, cwd=work)
+        assert r.returncode == EXIT.get(line, 0), (line, r.stdout[-2000:], r.stderr[-2000:])
+        outputs[line] = r
+    assert len(json.loads((work / "runs/R/run.json").read_text())["spec"]["item_ids"]) == 4
+    assert "already complete" in outputs["abgate run --resume runs/R"].stderr
+    assert (work / "kv.html").read_text().startswith("<!DOCTYPE html>")
+    assert "q8" in outputs["abgate compare runs/kv:f16 runs/kv:q8"].stdout
+    assert "1234" in outputs["abgate extract 'so the answer is \\boxed{1,234}'"].stdout
+    ls = outputs["abgate ledger ls"].stdout
+    assert "runs/R" in ls or str(work / "runs" / "R") in ls, ls
+    assert (work / "history.html").exists()
