@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abgate.compare import compare_samples, decide, load_policy
 from abgate.compare.explain import BUSY_SPREAD, speed_spread
-from tests.test_compare_support import make_arm
+from tests.support.compare import make_arm
 
 
 def test_a_busy_host_is_named_from_the_speed_spread() -> None:

@@ -17,7 +17,7 @@ from abgate.report.html import render_html
 from abgate.report.load import load_ab
 from abgate.report.plots import _place_labels, _ratio_lines, all_plots
 from abgate.report.svg import LEGEND_MARGIN, TEXT_PX, Canvas
-from tests.test_report_support import build_ab_dir
+from tests.support.report import build_ab_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 LONG = [("#111", "token-identical"), ("#222", "became wrong"), ("#333", "became correct"),
