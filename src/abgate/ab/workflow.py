@@ -61,7 +61,7 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
     outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
-                     progress=progress, provenance=provenance)
+                     progress=progress, provenance=provenance, policy=policy)
     comparison = analyze(out, policy)
     if weights_diff:
         diff_weights(exp, out)

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from abgate.ab import Experiment, load_experiment
-from abgate.ab.experiment import Schedule
+from abgate.ab.experiment import check_stopping
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import run_experiment
 from abgate.cli.app import app
@@ -65,10 +65,28 @@ def _with_schedule_and_policy(exp: Experiment, schedule: str | None, warmup: int
                               policy: str | None) -> Experiment:
     if schedule is not None or warmup is not None:
         s = exp.schedule
-        exp = replace(exp, schedule=Schedule(schedule or s.mode,
-                                             s.warmup if warmup is None else warmup,
-                                             s.block_size))
+        exp = replace(exp, schedule=replace(s, mode=schedule or s.mode,
+                                            warmup=s.warmup if warmup is None else warmup))
     return exp if policy is None else replace(exp, policy=policy)
+
+
+def _with_stopping(exp: Experiment, sequential: bool | None, max_items: int | None,
+                   look_every: int | None) -> Experiment:
+    """``--sequential/--fixed-n``, ``--max-items``, ``--look-every`` over the file's."""
+    if sequential is None and max_items is None and look_every is None:
+        return exp
+    s = exp.schedule
+    seq = s.sequential if sequential is None else sequential
+    new = replace(s, stopping="sequential" if seq else "fixed",
+                  max_items=(max_items if max_items is not None else s.max_items)
+                  if seq else None,
+                  look_every=(look_every if look_every is not None else s.look_every)
+                  if seq else 1)
+    if not seq and (max_items is not None or look_every is not None):
+        raise UsageError("--max-items and --look-every apply only to a sequential A/B "
+                         "(--sequential, or [schedule] stopping = \"sequential\")")
+    check_stopping("--max-items/--look-every", new)
+    return replace(exp, schedule=new)
 
 
 def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None) -> Experiment:
@@ -85,6 +103,9 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         console.print(f"[bold]{arm} vs {result['baseline']}: {v['decision']}[/bold]")
         for reason in v.get("reasons", []):
             console.print(f"  - {reason}")
+        for note in v.get("notes", []):
+            if str(note).startswith("Sequential A/B:"):
+                console.print(f"  {note}")
         evidence = evidence_line(c.get("comparison") or {}, arm)
         if evidence:
             console.print(f"  [dim]{evidence}[/dim]")
@@ -135,6 +156,11 @@ def ab_command(
                                 "(default: the file's [evidence], on)."),
     weights_diff: bool = typer.Option(False, "--weights-diff", help="Diff each candidate's "
                                       "model file against the baseline's (abgate[weights])."),
+    sequential: bool = typer.Option(None, "--sequential/--fixed-n", help="Stop as soon as "
+                                    "every verdict is certain (anytime-valid gates), or run "
+                                    "every item (default: the file's [schedule] stopping)."),
+    max_items: int = typer.Option(None, help="Sequential: at most this many items."),
+    look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
     if resume is not None:
@@ -152,6 +178,7 @@ def ab_command(
                           a_engine_arg, b_engine_arg, a_env, b_env, b_model)
     exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy), agreement,
                          probes)
+    exp = _with_stopping(exp, sequential, max_items, look_every)
     with reporter(f"ab {out.name}") as rep:
         result = run_experiment(exp, out, resume=resume is not None, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
