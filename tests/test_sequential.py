@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from abgate.ab.experiment import Experiment, parse_experiment
+from abgate.ab.run import choose_mode
+from abgate.cli.ab_cmd import _with_stopping
 from abgate.compare import compare_samples, decide, load_policy
 from abgate.compare.confseq import betting_bounds, mixture_bounds
 from abgate.compare.sequential import sequential_section
@@ -181,3 +186,49 @@ def test_policy_sequential_section_validated(tmp_path: Path) -> None:
         load_policy(path)
     path.write_text("[sequential]\nkld_clip = 2.0\n")
     assert load_policy(path).sequential.kld_clip == 2.0
+
+
+def _doc(**schedule: Any) -> dict[str, Any]:
+    return {"shared": {"suite": "synthetic", "limit": 4}, "schedule": schedule,
+            "arms": {"a": {}, "b": {"engine_args": {"flash_attn": True}}}}
+
+
+def test_schedule_stopping_keys_parsed_and_refused_clearly() -> None:
+    exp = parse_experiment(_doc(stopping="sequential", max_items=30, look_every=5), "x.toml")
+    assert exp.schedule.sequential and exp.schedule.max_items == 30
+    assert exp.to_dict()["schedule"]["stopping"] == "sequential"
+    assert Experiment.from_dict(exp.to_dict()).schedule == exp.schedule
+    fixed = parse_experiment(_doc(), "x.toml")
+    assert "stopping" not in fixed.to_dict()["schedule"]  # old digests stay the same
+    bad = {(("stopping", "sequentail"),): "did you mean 'sequential'",
+           (("stopping", "sequential"), ("max_items", 0)): "max_items must be >= 1",
+           (("stopping", "sequential"), ("look_every", 0)): "look_every must be >= 1",
+           (("max_items", 10),): "apply only with stopping = \"sequential\"",
+           (("stopping", "sequential"), ("look_every", "2")): "'look_every' must be int"}
+    for pairs, message in bad.items():
+        with pytest.raises(UsageError, match=re.escape(message)):
+            parse_experiment(_doc(**dict(pairs)), "x.toml")
+
+
+def test_sequential_needs_the_interleaved_schedule() -> None:
+    exp = parse_experiment(_doc(stopping="sequential", mode="blocks"), "x.toml")
+    with pytest.raises(UsageError, match="needs the interleaved schedule"):
+        choose_mode(exp)
+    served = parse_experiment({**_doc(stopping="sequential"), "arms": {
+        "a": {"env": {"X": "1"}}, "b": {}}}, "x.toml")
+    with pytest.raises(UsageError, match="auto chose blocks"):
+        choose_mode(served)
+    assert choose_mode(parse_experiment(_doc(stopping="sequential"), "x.toml")) == "interleave"
+
+
+def test_cli_flags_set_the_stopping_rule() -> None:
+    exp = parse_experiment(_doc(), "x.toml")
+    seq = _with_stopping(exp, True, 12, 3).schedule
+    assert (seq.stopping, seq.max_items, seq.look_every) == ("sequential", 12, 3)
+    assert _with_stopping(exp, None, None, None) is exp
+    back = _with_stopping(replace(exp, schedule=seq), False, None, None).schedule
+    assert (back.stopping, back.max_items, back.look_every) == ("fixed", None, 1)
+    with pytest.raises(UsageError, match="apply only to a sequential A/B"):
+        _with_stopping(exp, None, 12, None)
+    with pytest.raises(UsageError, match="look_every must be >= 1"):
+        _with_stopping(exp, True, None, 0)
