@@ -66,6 +66,7 @@ class _Series:
     fail_limit: float
     burn_in: int
     unit: str
+    sign: float = 1.0  # harm = sign * (B - A): the Gate reports B - A, as fixed-N gates do
 
     def at(self, n_items: int) -> tuple[int, float, float, float]:
         """(values seen, estimate, lower, upper) after the first ``n_items`` items."""
@@ -152,13 +153,13 @@ def _agreement_values(rows: Sequence[Mapping[str, Any]], clip: float
 
 def _bet(name: str, metric: str, order: Sequence[str], values: Mapping[str, list[float]],
          alpha: float, scale: tuple[float, float], limits: tuple[float, float],
-         good_above: bool, unit: str) -> _Series:
+         good_above: bool, unit: str, sign: float = 1.0) -> _Series:
     """A betting-CS series of values mapped from [lo, hi] onto [0, 1] and back."""
     lo, hi = scale
     pos, vals = _per_item(order, values)
     low, high = betting_bounds(np.clip((vals - lo) / (hi - lo), 0.0, 1.0), alpha)
     return _Series(name, metric, pos, vals, lo + (hi - lo) * low, lo + (hi - lo) * high,
-                   good_above, limits[0], limits[1], 1, unit)
+                   good_above, limits[0], limits[1], 1, unit, sign)
 
 
 def _series(pairing_pairs: Sequence[Pair], live: Sequence[Pair], order: Sequence[str],
@@ -177,7 +178,7 @@ def _series(pairing_pairs: Sequence[Pair], live: Sequence[Pair], order: Sequence
         margin = float(getattr(q, margin_key))
         out.append(_bet(name, f"{label}: per-item mean harm {'A - B' if sign < 0 else 'B - A'}",
                         order, _harm_values(pairing_pairs, live, field, sign), q.alpha,
-                        (-1.0, 1.0), (margin, margin), False, "pt"))
+                        (-1.0, 1.0), (margin, margin), False, "pt", sign))
     if agreement is not None:
         kld, top1 = _agreement_values(agreement, seq.kld_clip)
         clip = seq.kld_clip
@@ -211,10 +212,21 @@ def _gate(s: _Series, n_items: int, level: str) -> Gate:
     when = f"; decided after {decided} items" if decided is not None else ""
     evidence = (f"sequential {s.name}: {s.metric} {_show(s, est)} over {k} items; {bounds} "
                 f"({limit}): {outcome}{when}.")
-    ci = None if k < s.burn_in else (low, high)
-    return Gate(s.name, f"sequential: {s.metric}", s.pass_limit,
-                None if not math.isfinite(est) else est, ci, outcome, evidence,
-                s.fail_limit)
+    return Gate(s.name, f"sequential: {s.metric}", _fixed(s, s.pass_limit),
+                _fixed(s, est) if math.isfinite(est) else None,
+                None if k < s.burn_in else _fixed_ci(s, low, high), outcome, evidence,
+                _fixed(s, s.fail_limit))
+
+
+def _fixed(s: _Series, value: float) -> float:
+    """A value in the units of the fixed-N gate of the same name: the speedup (not its
+    log), and B - A (not the harm) for the quality gates."""
+    return math.expm1(value) if s.unit == "log" else s.sign * value
+
+
+def _fixed_ci(s: _Series, low: float, high: float) -> tuple[float, float]:
+    a, b = _fixed(s, low), _fixed(s, high)
+    return (min(a, b), max(a, b))
 
 
 def _decided_at(s: _Series, n_items: int) -> int | None:
