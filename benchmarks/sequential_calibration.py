@@ -204,9 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--zero-margin", action="store_true",
                    help="also judge the A/A arm with speed margins 0 and min_items 2")
+    p.add_argument("--policy", help="a policy file over the default (e.g. one that only "
+                   "judges quality: [speed] max_slowdown = 0.9)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
-    policies = [load_policy()]
+    policies = [load_policy(args.policy)]
     report: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()},
                               "rows": []}
     t0 = time.perf_counter()

@@ -60,6 +60,7 @@ def _check_stopped_early(ab: Path) -> dict[str, Any]:
     assert any(f"stopped early after {seq['stopped_at']} of at most {N}" in n for n in notes)
     report = (ab / "report.md").read_text()
     assert f"stopped early after {seq['stopped_at']} of at most {N} items" in report
+    assert "fails when the lower bound is above" in report and "<redacted>" not in report
     return seq  # type: ignore[no-any-return]
 
 

@@ -205,12 +205,14 @@ def _gate(s: _Series, n_items: int, level: str) -> Gate:
     outcome = s.outcome(n_items)
     decided = _decided_at(s, n_items)
     bounds = f"anytime-valid {level} bounds {_show(s, low)} to {_show(s, high)}"
-    limit = (f"pass at {'>=' if s.good_above else '<='} {_show(s, s.pass_limit)}, fail at "
-             f"{'<' if s.good_above else '>'} {_show(s, s.fail_limit)}")
+    limit = (f"passes when the lower bound is at least {_show(s, s.pass_limit)}, fails when "
+             f"the upper bound is below {_show(s, s.fail_limit)}" if s.good_above else
+             f"passes when the upper bound is at most {_show(s, s.pass_limit)}, fails when "
+             f"the lower bound is above {_show(s, s.fail_limit)}")
     if k < s.burn_in:
         bounds = f"{k} items, below the burn-in of {s.burn_in}: no bound yet"
     when = f"; decided after {decided} items" if decided is not None else ""
-    evidence = (f"sequential {s.name}: {s.metric} {_show(s, est)} over {k} items; {bounds} "
+    evidence = (f"sequential {s.name}: {s.metric}: {_show(s, est)} over {k} items; {bounds} "
                 f"({limit}): {outcome}{when}.")
     return Gate(s.name, f"sequential: {s.metric}", _fixed(s, s.pass_limit),
                 _fixed(s, est) if math.isfinite(est) else None,
