@@ -35,8 +35,8 @@ __all__ = ["BET_CAP", "GRID", "betting_bounds", "mixture_bounds"]
 
 FloatArray = NDArray[np.float64]
 # Candidate means on [0, 1] the capital is computed for; bounds are rounded outwards to
-# this grid (a step of 1/2000: 0.05% of the range).
-GRID = 2001
+# this grid (a step of 1/1000 of the range).
+GRID = 1001
 # Largest fraction of the capital that may be lost on one observation (the bet against
 # mean m is at most c/m, or c/(1-m): Waudby-Smith & Ramdas's truncation, with c < 1 so
 # the capital stays positive). The plug-in bet itself is not capped at c as in their
