@@ -50,7 +50,9 @@ Record = dict[str, Any]
 ARMS = {"same": ("A/A (identical arm, swapped by a coin per item)", "neither"),
         "q8": ("q8_0 KV + flash attention", "not REJECT"),
         "rope": ("RoPE base 1.0 (broken)", "REJECT"),
-        "threads2": ("2 threads vs 1 (a real speedup)", "ACCEPT")}
+        "threads2": ("2 threads vs 1 (a real slowdown on this loaded 2-core host)",
+                     "REJECT"),
+        "~threads2": ("1 thread vs 2 (the same pairs reversed: a real speedup)", "ACCEPT")}
 
 
 def read_jsonl(path: Path) -> list[Record]:
@@ -83,9 +85,14 @@ class Recorded:
 
 
 def load(ab: Path, base: str, arm: str) -> Recorded:
+    """``~arm``: the candidate as A and the baseline as B (its agreement rows kept: they
+    are only used for arms whose KL is 0 both ways)."""
+    name = arm.lstrip("~")
     b = by_item(read_jsonl(ab / "arms" / base / "samples.jsonl"))
-    c = by_item(read_jsonl(ab / "arms" / arm / "samples.jsonl"))
-    rows = by_item(read_jsonl(ab / "arms" / arm / "agreement.jsonl"))
+    c = by_item(read_jsonl(ab / "arms" / name / "samples.jsonl"))
+    rows = by_item(read_jsonl(ab / "arms" / name / "agreement.jsonl"))
+    if arm.startswith("~"):
+        b, c = c, b
     items = sorted(set(b) & set(c))
     return Recorded(items, b, c, rows)
 
@@ -139,6 +146,7 @@ def trial(data: Recorded, policy: Policy, args: argparse.Namespace,
             peek_at = look
             break
     return {"seq": seq["decision"], "seq_n": seq["n_items"], "seq_speed": speed["outcome"],
+            "seq_by": ",".join(seq["decided_by"]),
             "fixed": fixed, "peek": peek, "peek_n": peek_at}
 
 
@@ -158,6 +166,8 @@ def summarize(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                                and r["seq_n"] <= 10)
     out["seq_speed_decided"] = sum(1 for r in results if r["seq_speed"] != "inconclusive")
     out["peek_mean_items"] = float(np.mean([r["peek_n"] for r in results]))
+    out["seq_decided_by"] = dict(Counter(f"{r['seq']}: {r['seq_by']}" for r in results
+                                         if r["seq"] != "INCONCLUSIVE"))
     return out
 
 
@@ -179,6 +189,9 @@ def print_table(report: Mapping[str, Any]) -> None:
               f"{fmt.format(**s['fixed'])} | {fmt.format(**s['peek'])} | "
               f"{s['peek_mean_items']:.1f} |")
     print()
+    for row in report["rows"]:
+        print(f"{row['arm']} ({row['policy']}): sequential decided by "
+              f"{row['summary']['seq_decided_by']}")
     for row in report["rows"]:
         if row["arm"] == "same":
             s, t = row["summary"], row["summary"]["trials"]
