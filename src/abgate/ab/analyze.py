@@ -24,6 +24,7 @@ from abgate.ab import declared
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
+from abgate.compare.sequential import sequential_section
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
@@ -139,6 +140,30 @@ def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
     return extras
 
 
+def item_order(samples: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Item IDs in the order the samples were recorded (the sequence of a sequential
+    A/B: appended in schedule order, so a resumed A/B keeps it)."""
+    return list(dict.fromkeys(str(s.get("item_id")) for s in samples))
+
+
+def sequential_for(out: Path, ab: Mapping[str, Any], arm: str, base: str, policy: Policy,
+                   samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+    """The sequential evaluation of one candidate from the saved records (the A/B's
+    looks and the analysis both call this, so they agree on every look)."""
+    sched = _get(ab, "experiment", "schedule") or {}  # max_items as run: ab.json's
+    path = out / "arms" / arm / AGREEMENT_FILE
+    ev = _get(ab, "experiment", "evidence") or {}
+    rows = (rec.read_samples(path, repair=True) if path.exists()
+            and ev.get("agreement", True) else None)
+    speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
+                                                                          samples[arm])
+    return sequential_section(samples[base], samples[arm], item_order(samples[base]), policy,
+                              look_every=int(sched.get("look_every") or 1),
+                              max_items=_get(ab, "sequential", "max_items"),
+                              agreement=rows, speed_only=bool(speed_only),
+                              arm_names=(base, arm))
+
+
 def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
                 policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
                 seed: int = 0, n_boot: int = 2000,
@@ -169,6 +194,8 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
         if arm == base:
             continue
         extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
+        if _get(exp, "schedule", "stopping") == "sequential":
+            extras["sequential"] = sequential_for(out, ab, arm, base, policy, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot,
                                        allow_unmatched=ab["status"] != "complete")

@@ -17,6 +17,10 @@ max_tokens = 256
 mode = "auto"                # auto | interleave | blocks
 warmup = 2                   # per arm (per load in blocks mode), excluded from statistics
 block_size = 8               # items per block in blocks mode
+stopping = "fixed"           # fixed (every item) | sequential (stop as soon as the
+                             # verdict is certain: anytime-valid gates, docs/statistics.md)
+# max_items = 200            # sequential: at most this many items (default: all)
+# look_every = 1             # sequential: evaluate every gate after every k items
 
 [evidence]                   # optional; beyond the samples, per arm
 agreement = true             # teacher-forced distribution agreement with the baseline
@@ -61,7 +65,8 @@ TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "po
             "expect", "evidence", "allow_differences", "contract")
 EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len", "log_patterns")
 EXPECTS = ("lossy", "lossless")
-SCHEDULE_KEYS = ("mode", "warmup", "block_size")
+SCHEDULE_KEYS = ("mode", "warmup", "block_size", "stopping", "max_items", "look_every")
+STOPPINGS = ("fixed", "sequential")
 BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
 # An arm's name is a directory (arms/<arm>/) and part of file names: a safe identifier.
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -83,6 +88,23 @@ class Schedule:
     mode: str = "auto"
     warmup: int = 2
     block_size: int = 8
+    stopping: str = "fixed"
+    max_items: int | None = None  # sequential: the most items run (None: all)
+    look_every: int = 1  # sequential: items between looks
+
+    @property
+    def sequential(self) -> bool:
+        return self.stopping == "sequential"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The sequential keys only when sequential, so the digest of an experiment
+        recorded before they existed stays the same (``--resume``)."""
+        out: dict[str, Any] = {"mode": self.mode, "warmup": self.warmup,
+                               "block_size": self.block_size}
+        if self.sequential:
+            out |= {"stopping": self.stopping, "max_items": self.max_items,
+                    "look_every": self.look_every}
+        return out
 
 
 @dataclass(frozen=True)
@@ -173,7 +195,7 @@ class Experiment:
         out: dict[str, Any] = {
                "name": self.name, "description": self.description, "baseline": self.baseline,
                "arms": {k: v.to_dict() for k, v in self.arms.items()},
-               "schedule": vars(self.schedule).copy(), "policy": self.policy,
+               "schedule": self.schedule.to_dict(), "policy": self.policy,
                "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
         if self.expect != "lossy":
             out["expect"] = self.expect
@@ -238,7 +260,23 @@ def _schedule(where: str, table: Any) -> Schedule:
     _typed(where, "block_size", s.block_size, int)
     if s.warmup < 0 or s.block_size < 1:
         raise UsageError(f"{where}: warmup must be >= 0 and block_size >= 1")
+    check_stopping(where, s)
     return s
+
+
+def check_stopping(where: str, s: Schedule) -> None:
+    """``stopping``, ``max_items`` and ``look_every``: one-line errors naming the key."""
+    _typed(where, "stopping", s.stopping, str)
+    if s.stopping not in STOPPINGS:
+        raise UsageError(f"{where}: stopping {s.stopping!r} is not one of "
+                         f"{', '.join(STOPPINGS)}" + did_you_mean(s.stopping, STOPPINGS))
+    if s.max_items is not None and _typed(where, "max_items", s.max_items, int) < 1:
+        raise UsageError(f"{where}: max_items must be >= 1, got {s.max_items}")
+    if _typed(where, "look_every", s.look_every, int) < 1:
+        raise UsageError(f"{where}: look_every must be >= 1, got {s.look_every}")
+    if not s.sequential and (s.max_items is not None or s.look_every != 1):
+        raise UsageError(f"{where}: max_items and look_every apply only with stopping = "
+                         "\"sequential\"")
 
 
 def _bench(where: str, table: Any) -> BenchPlan:

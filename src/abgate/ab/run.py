@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab import declared, evidence, optout, schedule
+from abgate.ab.analyze import arm_samples, sequential_for
 from abgate.ab.experiment import Experiment
+from abgate.compare import Policy, load_policy
 from abgate.engines import engine_adapter
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
@@ -112,12 +114,19 @@ def check_contracts(exp: Experiment, prepared: dict[str, PreparedRun],
 
 
 def choose_mode(exp: Experiment) -> str:
-    if exp.schedule.mode != "auto":
-        return exp.schedule.mode
-    arms = list(exp.arms.values())
-    same_env = all(a.env == arms[0].env for a in arms)
-    in_process = all(engine_adapter(a.engine).in_process for a in arms)
-    return "interleave" if same_env and in_process else "blocks"
+    mode = exp.schedule.mode
+    if mode == "auto":
+        arms = list(exp.arms.values())
+        same_env = all(a.env == arms[0].env for a in arms)
+        in_process = all(engine_adapter(a.engine).in_process for a in arms)
+        mode = "interleave" if same_env and in_process else "blocks"
+    if exp.schedule.sequential and mode != "interleave":
+        why = "" if exp.schedule.mode == "blocks" else (
+            " (auto chose blocks: the arms differ in env or are not all in-process)")
+        raise UsageError(f"[schedule] stopping = \"sequential\" needs the interleaved "
+                         f"schedule (every arm resident, looks after each item); this "
+                         f"experiment runs in blocks{why}")
+    return mode
 
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
@@ -152,9 +161,10 @@ class AbRunner:
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
                  doc: dict[str, Any], resume: bool, force: bool,
                  progress: Progress | None, provenance: ProvenanceOptions,
-                 on_phase: OnPhase | None = None) -> None:
+                 on_phase: OnPhase | None = None, policy: Policy | None = None) -> None:
         git = doc["resumes"][-1]["git"] if doc["resumes"] else doc["git"]  # one for all arms
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
+        self.policy = policy or load_policy(exp.policy)
         self.provenance = provenance
         # Every arm is held to the contract; only its own declared switch is exempt.
         self.contracts = check_contracts(exp, prepared, provenance)
@@ -317,12 +327,68 @@ class AbRunner:
     def bench_done(self) -> bool:
         return all((self.out / "arms" / arm / "bench.json").exists() for arm in self.exp.arms)
 
+    def sequence(self) -> list[tuple[Item, int]]:
+        """The keys a sequential A/B may run: those of its first ``max_items`` items."""
+        keys, cap = self.keys(), self.exp.schedule.max_items
+        items = list(dict.fromkeys(item.id for item, _ in keys))
+        allowed = set(items[:cap] if cap is not None else items)
+        return [(item, seed) for item, seed in keys if item.id in allowed]
+
+    def look(self, sessions: dict[str, EngineSession], n_items: int) -> bool:
+        """Score what is new (distribution gates need it), evaluate every gate of every
+        candidate, record the look; True when every candidate's verdict is decided."""
+        ev, base = self.exp.evidence, self.exp.baseline
+        if ev.agreement:
+            evidence.agreement_pass(self.out, self.doc, base, sessions,
+                                    evidence.prompt_from(sessions[base]), ev.agreement_tokens)
+        samples = {arm: arm_samples(self.out, arm) for arm in self.exp.arms}
+        decisions = {arm: sequential_for(self.out, self.doc, arm, base, self.policy, samples)
+                     for arm in self.exp.candidates}
+        seq = self.doc["sequential"]
+        seq["looks"] = [lk for lk in seq["looks"] if lk["n_items"] != n_items]
+        # On resume the records may hold items past this look: the section's stop counts
+        # only if it is at or before this look (it uses the first n_items items only).
+        stops = {a: d["stopped_at"] is not None and d["stopped_at"] <= n_items
+                 for a, d in decisions.items()}
+        seq["looks"].append({"n_items": n_items, "at": time.time(), "decisions": {
+            a: d["decision"] if stops[a] else "INCONCLUSIVE" for a, d in decisions.items()}})
+        done = all(stops.values())
+        if done:
+            seq["stopped_at"] = n_items
+            log.info("sequential: every verdict decided after %d items: %s", n_items,
+                     seq["looks"][-1]["decisions"])
+        self.save()
+        return done
+
+    def run_sequential(self, sessions: dict[str, EngineSession]) -> None:
+        """Interleaved, with a look after every ``look_every`` items (and the last)."""
+        keys = self.sequence()
+        self.doc["sequential"] = {**(self.doc.get("sequential") or {"looks": []}),
+                                  "look_every": self.exp.schedule.look_every,
+                                  "max_items": len({item.id for item, _ in keys}),
+                                  "stopped_at": None}
+        order = schedule.interleaved(keys, list(self.exp.arms))
+        n_items = 0
+        for i, (arm, (item, seed)) in enumerate(order):
+            self.run_one(arm, sessions[arm], item, seed)
+            if i + 1 < len(order) and order[i + 1][1][0].id == item.id:
+                continue  # the item is complete when the next entry is another item's
+            n_items += 1
+            last = i + 1 == len(order)
+            if (n_items % self.exp.schedule.look_every == 0 or last) and self.look(
+                    sessions, n_items):
+                return
+
     def run_interleaved(self) -> None:
         with ExitStack() as stack:
             sessions = {arm: self.load(arm, stack) for arm in self.exp.arms}
             self.save()
-            for arm, (item, seed) in schedule.interleaved(self.keys(), list(self.exp.arms)):
-                self.run_one(arm, sessions[arm], item, seed)
+            if self.exp.schedule.sequential:
+                self.run_sequential(sessions)
+            else:
+                for arm, (item, seed) in schedule.interleaved(self.keys(),
+                                                              list(self.exp.arms)):
+                    self.run_one(arm, sessions[arm], item, seed)
             if not self.bench_done():
                 self.run_bench_cases(sessions)
             self.gather_evidence(sessions)
@@ -388,8 +454,9 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
            on_start: Callable[[int, int], None] | None = None,
            progress: Progress | None = None,
            provenance: ProvenanceOptions | None = None,
-           on_phase: OnPhase | None = None) -> AbOutcome:
+           on_phase: OnPhase | None = None, policy: str | None = None) -> AbOutcome:
     prov = provenance or ProvenanceOptions()
+    rules = load_policy(policy if policy is not None else exp.policy)  # bad policy: exit 2
     prepared = prepare_arms(exp)
     check_contracts(exp, prepared, prov)  # fail fast, before anything is written
     differences = request_differences(exp, prepared)
@@ -400,7 +467,7 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
         for arm, entry in differences.items():
             doc["differences"].setdefault(arm, {}).update(entry)
         runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov,
-                          on_phase)
+                          on_phase, rules)
         runner.save()
         summaries: dict[str, dict[str, Any]] = {}
 

@@ -20,6 +20,7 @@ from abgate.ab.run import (
     OnPhase,
     Progress,
     check_contracts,
+    choose_mode,
     prepare_arms,
     request_differences,
     run_ab,
@@ -85,9 +86,11 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
     prepared = prepare_arms(exp)
     check_contracts(exp, prepared, provenance)
     request_differences(exp, prepared)
+    choose_mode(exp)  # a sequential A/B that would run in blocks is refused here
     with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
         outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
-                         progress=progress, provenance=provenance, on_phase=on_phase)
+                         progress=progress, provenance=provenance, on_phase=on_phase,
+                         policy=policy)
         comparison = analyze(out, policy)
         if weights_diff:
             diff_weights(exp, out)

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
-from abgate.ab.experiment import Schedule
+from abgate.ab.experiment import check_stopping
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
@@ -71,10 +71,28 @@ def _with_schedule_and_policy(exp: Experiment, schedule: str | None, warmup: int
                               policy: str | None) -> Experiment:
     if schedule is not None or warmup is not None:
         s = exp.schedule
-        exp = replace(exp, schedule=Schedule(schedule or s.mode,
-                                             s.warmup if warmup is None else warmup,
-                                             s.block_size))
+        exp = replace(exp, schedule=replace(s, mode=schedule or s.mode,
+                                            warmup=s.warmup if warmup is None else warmup))
     return exp if policy is None else replace(exp, policy=policy)
+
+
+def _with_stopping(exp: Experiment, sequential: bool | None, max_items: int | None,
+                   look_every: int | None) -> Experiment:
+    """``--sequential/--fixed-n``, ``--max-items``, ``--look-every`` over the file's."""
+    if sequential is None and max_items is None and look_every is None:
+        return exp
+    s = exp.schedule
+    seq = s.sequential if sequential is None else sequential
+    new = replace(s, stopping="sequential" if seq else "fixed",
+                  max_items=(max_items if max_items is not None else s.max_items)
+                  if seq else None,
+                  look_every=(look_every if look_every is not None else s.look_every)
+                  if seq else 1)
+    if not seq and (max_items is not None or look_every is not None):
+        raise UsageError("--max-items and --look-every apply only to a sequential A/B "
+                         "(--sequential, or [schedule] stopping = \"sequential\")")
+    check_stopping("--max-items/--look-every", new)
+    return replace(exp, schedule=new)
 
 
 def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None) -> Experiment:
@@ -94,6 +112,9 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
             console.print(f"  {escape(v['explanation'])}")
         for reason in v.get("reasons", []):
             console.print(f"  - {escape(reason)}")
+        for note in v.get("notes", []):
+            if str(note).startswith("Sequential A/B:"):
+                console.print(f"  {escape(str(note))}")
         evidence = evidence_line(c.get("comparison") or {}, arm)
         if evidence:
             console.print(f"  [dim]{escape(evidence)}[/dim]")
@@ -195,6 +216,11 @@ def ab_command(
     reanalyse: bool = typer.Option(False, "--reanalyse", help="With --resume: recompute the "
                                    "verdict and reports from the saved samples (e.g. under "
                                    "another --policy); loads no engine."),
+    sequential: bool = typer.Option(None, "--sequential/--fixed-n", help="Stop as soon as "
+                                    "every verdict is certain (anytime-valid gates), or run "
+                                    "every item (default: the file's [schedule] stopping)."),
+    max_items: int = typer.Option(None, help="Sequential: at most this many items."),
+    look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
     doc = None
@@ -216,8 +242,9 @@ def ab_command(
         if allow_diff:
             exp = replace(exp, allow_differences=(
                 *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
-        return _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy),
-                              agreement, probes)
+        exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy),
+                             agreement, probes)
+        return _with_stopping(exp, sequential, max_items, look_every)
 
     complete = doc is not None and doc["status"] == "complete"
     if resume is not None and doc is not None and (reanalyse or (complete and not force)):

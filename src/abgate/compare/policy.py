@@ -27,6 +27,7 @@ __all__ = [
     "LosslessPolicy",
     "Policy",
     "QualityPolicy",
+    "SequentialPolicy",
     "SpeedPolicy",
     "load_policy",
 ]
@@ -75,6 +76,16 @@ class LosslessPolicy:
 
 
 @dataclass(frozen=True)
+class SequentialPolicy:
+    """The sequential (anytime-valid) gates, used when an A/B stops early
+    (``[schedule] stopping = "sequential"``; :mod:`abgate.compare.sequential`)."""
+
+    speed_burn_in: int = 10
+    speed_opt_items: int = 20
+    kld_clip: float = 0.5
+
+
+@dataclass(frozen=True)
 class Policy:
     """A parsed policy; ``source`` is the file it came from, ``sha256`` its bytes' hash."""
 
@@ -88,6 +99,7 @@ class Policy:
     quality: QualityPolicy
     diagnostics: DiagnosticsPolicy
     lossless: LosslessPolicy = LosslessPolicy()
+    sequential: SequentialPolicy = SequentialPolicy()
 
     def to_dict(self) -> dict[str, Any]:
         """The policy as recorded with a verdict (JSON-ready)."""
@@ -127,6 +139,15 @@ def _below_one(value: Any) -> str | None:
     return None if _is_number(value) and 0 <= value < 1 else "must be a number in [0, 1)"
 
 
+def _positive_count(value: Any) -> str | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return None if ok else "must be an integer >= 1"
+
+
+def _positive(value: Any) -> str | None:
+    return None if _is_number(value) and value > 0 else "must be a number > 0"
+
+
 def _unit(value: Any) -> str | None:
     return None if _is_number(value) and 0 <= value <= 1 else "must be a number in [0, 1]"
 
@@ -153,6 +174,8 @@ _SCHEMA: dict[str, dict[str, Check]] = {
     "diagnostics": {"min_identical_fraction": _unit,
                     "max_mean_abs_length_change": _non_negative, "decide": _bool},
     "lossless": {"max_divergent_fraction": _unit, "max_mean_kld": _non_negative},
+    "sequential": {"speed_burn_in": _count, "speed_opt_items": _positive_count,
+                   "kld_clip": _positive},
 }
 _SECTIONS = tuple(name for name in _SCHEMA if name)
 
@@ -290,7 +313,16 @@ def _build(data: Mapping[str, Any], label: str, sha256: str) -> Policy:
         quality=QualityPolicy(**{k: float(v) for k, v in data["quality"].items()}),
         diagnostics=_diagnostics(diag),
         lossless=LosslessPolicy(**{k: float(v) for k, v in data.get("lossless", {}).items()}),
+        sequential=_sequential(data.get("sequential", {})),
     )
+
+
+def _sequential(table: Mapping[str, Any]) -> SequentialPolicy:
+    d = SequentialPolicy()
+    return SequentialPolicy(speed_burn_in=int(table.get("speed_burn_in", d.speed_burn_in)),
+                            speed_opt_items=int(table.get("speed_opt_items",
+                                                          d.speed_opt_items)),
+                            kld_clip=float(table.get("kld_clip", d.kld_clip)))
 
 
 def load_policy(path: str | Path | None = None) -> Policy:

@@ -49,6 +49,7 @@ from abgate.compare.gates import (
 )
 from abgate.compare.mde import REACH_FACTOR
 from abgate.compare.policy import Policy
+from abgate.compare.sequential import sequential_gates
 
 __all__ = ["ACCEPT", "EXIT_CODES", "INCONCLUSIVE_DECISION", "REJECT", "Verdict", "decide"]
 
@@ -155,7 +156,26 @@ def _inconclusive_reasons(open_gates: list[Gate], more: int | None, pairs_per_it
     return reasons
 
 
+def _sequential_gates(comparison: Mapping[str, Any], section: Mapping[str, Any],
+                      policy: Policy) -> tuple[Gate, ...]:
+    """A sequential A/B: the anytime-valid gates at the stopping look (they need no
+    ``min_items``: the sample-size gate records the items the sequence used), then the
+    non-statistical gates as in a fixed-N verdict."""
+    n = int(section.get("n_items") or 0)
+    size = Gate("sample_size", "items in the sequence at the stopping look", None, float(n),
+                None, PASS, f"{n} items looked at sequentially (every "
+                f"{section.get('look_every')}, at most {section.get('max_items')}).")
+    gates = sequential_gates(section)
+    if comparison.get("speed_only"):
+        return (size, *gates)
+    return (size, *gates, *diagnostic_gates(comparison, policy),
+            *lossless_gates(comparison, policy), *probe_gates(comparison))
+
+
 def _gates(comparison: Mapping[str, Any], policy: Policy) -> tuple[Gate, ...]:
+    section = measured(comparison, "sequential")
+    if section is not None:
+        return _sequential_gates(comparison, section, policy)
     n_items = int(comparison["n_items"])
     speed_only = bool(comparison.get("speed_only"))
     statistical = [speed_gate(comparison, policy)]
@@ -194,12 +214,22 @@ def _reported_only(comparison: Mapping[str, Any], policy: Policy) -> list[str]:
 
 
 def _notes(comparison: Mapping[str, Any], policy: Policy) -> tuple[str, ...]:
-    """Evidence not measured, evidence reported but not deciding, and the differences
-    between the arms a reader must not miss (``difference_warnings``)."""
+    """How a sequential A/B stopped, evidence not measured, evidence reported but not
+    deciding, and the differences between the arms a reader must not miss
+    (``difference_warnings``)."""
     warnings = tuple(str(w) for w in comparison.get("difference_warnings") or [])
+    seq = measured(comparison, "sequential")
+    head: tuple[str, ...] = ()
+    if seq is not None:
+        when = (f"stopped early after {seq['stopped_at']} of at most {seq['max_items']} "
+                f"items, decided by {', '.join(seq['decided_by'])}"
+                if seq.get("stopped_early") else
+                f"looked at every {seq['look_every']} items up to {seq['n_items']}")
+        head = (f"Sequential A/B: {when}; guarantee: {seq['guarantee']}.",)
     if comparison.get("speed_only"):
-        return (f"Quality gates skipped: {comparison['speed_only']}.", *warnings)
-    return (*evidence_notes(comparison), *_reported_only(comparison, policy), *warnings)
+        return (*head, f"Quality gates skipped: {comparison['speed_only']}.", *warnings)
+    return (*head, *evidence_notes(comparison), *_reported_only(comparison, policy),
+            *warnings)
 
 
 def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
@@ -225,6 +255,11 @@ def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
         decision = INCONCLUSIVE_DECISION
         more = _more_samples(open_gates, pairs_per_item)
         reasons = _inconclusive_reasons(open_gates, more, pairs_per_item, n_items)
+        seq = measured(comparison, "sequential")
+        if seq is not None:
+            reasons = [*_headline(INCONCLUSIVE_DECISION, open_gates),
+                       f"Sequential: no gate failed and not every gate passed after "
+                       f"{seq.get('n_items')} items (at most {seq.get('max_items')})."]
     notes = _notes(comparison, policy)
     explanation = None
     if decision == INCONCLUSIVE_DECISION:

@@ -93,6 +93,23 @@ class AbSchedule(BaseModel):
     executed: list[str]
 
 
+class SequentialLook(BaseModel):
+    """One look of a sequential A/B: after how many items, each candidate's decision."""
+
+    n_items: int
+    decisions: dict[str, str]
+    at: float
+
+
+class AbSequential(BaseModel):
+    """How a sequential A/B stopped (``[schedule] stopping = "sequential"``)."""
+
+    look_every: int
+    max_items: int
+    looks: list[SequentialLook] = []
+    stopped_at: int | None = None
+
+
 class AbRecord(RecordHeader):
     """``ab.json``: the experiment, each arm's spec digest, the schedule as run, the
     engines as loaded, and the scoring pass's cost (or why not) per arm."""
@@ -107,6 +124,7 @@ class AbRecord(RecordHeader):
     # Per candidate: its differences from the baseline, declared and undeclared apart,
     # before the load ("request") and after it ("loaded"); see abgate.ab.declared.
     differences: dict[str, dict[str, Any]] = {}
+    sequential: AbSequential | None = None
 
 
 class BenchRecord(_Spec):
