@@ -20,8 +20,8 @@ from abgate.compare import compare_samples, decide, load_policy
 from abgate.compare.confseq import betting_bounds, mixture_bounds
 from abgate.compare.sequential import sequential_section
 from abgate.errors import UsageError
-from tests.test_agreement_support import aa_rows, broken_rows, rows_for
-from tests.test_compare_support import make_arm
+from tests.support.agreement import aa_rows, broken_rows, rows_for
+from tests.support.compare import make_arm
 
 POLICY = load_policy()
 
