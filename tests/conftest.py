@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -170,3 +171,12 @@ def _fast_tier_loads_no_real_engine(request: pytest.FixtureRequest,
 
     monkeypatch.setattr(llamacpp.LlamaCppEngine, "__init__", refuse)
     monkeypatch.setattr(transformers.TransformersEngine, "__init__", refuse)
+
+
+_PROGRESS = re.compile(r"^abgate: (?!error:)[^:]*: \d+/\d+\b")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """stderr without the progress lines a command prints when stderr is not a terminal
+    (``abgate: run R: 3/8 (38%), ...``): what a one-line-error test counts."""
+    return [line for line in stderr.strip().splitlines() if not _PROGRESS.match(line)]

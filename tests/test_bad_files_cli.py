@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, abgate, no_engine_env
+from tests.conftest import REPO, abgate, error_lines, no_engine_env
 
 EXPERIMENT = (REPO / "examples" / "smollm2-kv-q8.toml").read_text()
 GOOD_ROW = json.dumps({"question": "Tom has 2 apples. How many?", "answer": "2\n#### 2"})
@@ -46,7 +46,7 @@ def test_damaged_file_is_one_line_and_writes_nothing(case: str, tmp_path: Path) 
     r = abgate(*[a.replace("{f}", str(path)) for a in args], "-o", str(out), env=env,
                timeout=300)
     assert r.returncode in (1, 2), r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = error_lines(r.stderr)
     assert len(lines) == 1 and lines[0].startswith("abgate: error:"), r.stderr
     assert "Traceback" not in r.stderr
     assert name in lines[0] or "engine-arg" in lines[0], lines[0]
@@ -65,6 +65,6 @@ def test_resume_with_a_damaged_config_is_one_line(tmp_path: Path) -> None:
     env, imported = no_engine_env(tmp_path)
     r = abgate("run", "--resume", str(out), env=env, timeout=300)
     assert r.returncode == 2, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "run.json: config" in r.stderr, r.stderr
+    assert len(error_lines(r.stderr)) == 1 and "run.json: config" in r.stderr, r.stderr
     assert (out / "run.json").read_bytes() == before and not imported.exists()
     assert sorted(p.name for p in out.iterdir()) == ["run.json"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate, no_engine_env
+from tests.conftest import abgate, error_lines, no_engine_env
 
 RUN = ["run", "--suite", "synthetic", "--limit", "1", "--max-tokens", "2"]
 
@@ -19,7 +19,7 @@ def _refused(tmp_path: Path, *args: str, needle: str) -> str:
     out = tmp_path / "R"
     r = abgate(*args, "-o", str(out), env=env)
     assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = error_lines(r.stderr)
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert needle in lines[0], lines[0]
     assert not out.exists() and not marker.exists()

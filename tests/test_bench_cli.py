@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate, no_engine_env, read_lines, thread_flags
+from tests.conftest import abgate, error_lines, no_engine_env, read_lines, thread_flags
 
 # One thread (unless ABGATE_TEST_THREADS says otherwise) keeps these small runs quick on a
 # shared machine (llama.cpp's worker threads spin-wait, which a busy 2-core machine
@@ -60,7 +60,7 @@ def test_one_token_past_the_context_is_a_usage_error(tmp_path: Path) -> None:
     r = abgate("bench", "--input-len", "241", "--output-len", "16", "--engine-arg", "n_ctx=256",
                *thread_flags(default=1), "-o", str(out))
     assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
+    lines = error_lines(r.stderr)
     assert len(lines) == 1 and "n_ctx=256" in lines[0] and "240" in lines[0]
     assert not out.exists()
 
@@ -71,7 +71,7 @@ def test_wrong_prompt_sha_refuses_to_run(tmp_path: Path) -> None:
                *thread_flags(default=1), "--expect-prompt-sha", "ab" * 32,
                "-o", str(tmp_path / "B"))
     assert r.returncode == 2 and "refusing to run" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "B").exists()
+    assert len(error_lines(r.stderr)) == 1 and not (tmp_path / "B").exists()
 
 
 def test_bad_options_fail_fast(tmp_path: Path) -> None:
@@ -83,6 +83,6 @@ def test_bad_options_fail_fast(tmp_path: Path) -> None:
                  ("--engine-arg", "n_ctxx=5"), ("--probes", "--probe-depth", "2")):
         r = abgate("bench", *args, "-o", str(tmp_path / "B"), env=env)
         assert r.returncode == 2, (args, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert len(error_lines(r.stderr)) == 1, r.stderr
         assert not imported.exists(), args
     assert not (tmp_path / "B").exists()

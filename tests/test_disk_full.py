@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate, read_lines
+from tests.conftest import abgate, error_lines, read_lines
 from tests.support.fault_server import FaultServer
 
 INJECT = '''
@@ -65,7 +65,7 @@ def test_disk_full_mid_run_is_one_line_and_keeps_the_samples(tmp_path: Path, aft
                                "ABGATE_TEST_DISK_FULL_AFTER": str(after),
                                "ABGATE_TEST_DISK_ERRNO": err}, timeout=300)
         assert r.returncode == 1, r.stderr
-        lines = r.stderr.strip().splitlines()
+        lines = error_lines(r.stderr)
         assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
         assert os.strerror(getattr(errno, err)) in lines[0] and str(out) in lines[0], lines[0]
         assert not list(out.glob("*.tmp"))  # no partial record left

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import abgate, read_lines
+from tests.conftest import abgate, error_lines, read_lines
 from tests.support.fault_server import FaultServer
 
 
@@ -18,7 +18,7 @@ def test_run_whose_samples_all_failed_is_a_failure(tmp_path: Path) -> None:
         r = abgate("run", "--engine", "openai", "--endpoint", fs.url, "--suite", "synthetic",
                    "--limit", "3", "--max-tokens", "4", "-o", str(out), timeout=300)
     assert r.returncode == 1, r.stderr
-    line = r.stderr.strip().splitlines()
+    line = error_lines(r.stderr)
     assert len(line) == 1 and "every sample (3) is an engine error" in line[0], r.stderr
     assert "HTTP 400" in line[0] and "Traceback" not in r.stderr
     run = json.loads((out / "run.json").read_text())
@@ -57,7 +57,7 @@ probes = false
         r = abgate("ab", str(exp), "-o", str(tmp_path / "AB"), timeout=300)
     assert r.returncode == 1, r.stderr
     assert "every sample (2) is an engine error" in r.stderr and "HTTP 400" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert len(error_lines(r.stderr)) == 1, r.stderr
     ab = json.loads((tmp_path / "AB" / "ab.json").read_text())
     assert ab["status"] == "failed"
     assert not (tmp_path / "AB" / "comparison.json").exists()

@@ -16,7 +16,7 @@ from abgate.ab.experiment import check_arm_name
 from abgate.dirlock import LOCK_FILE, exclusive
 from abgate.errors import UsageError
 from abgate.runner.outdir import prepare_new_dir
-from tests.conftest import HANG_S, abgate, no_engine_env, wait_until
+from tests.conftest import HANG_S, abgate, error_lines, no_engine_env, wait_until
 from tests.support.fault_server import FaultServer
 
 HOLD = ("import sys, time; from pathlib import Path; from abgate.dirlock import exclusive\n"
@@ -44,7 +44,7 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
             for args in (["run", "--resume", str(out)], [*_run_args(fs.url, out), "--force"]):
                 r = abgate(*args)
                 assert r.returncode == 2, r.stderr
-                lines = r.stderr.strip().splitlines()
+                lines = error_lines(r.stderr)
                 assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
                 assert f"being written by pid {first.pid}" in lines[0], lines[0]
                 assert "abgate" in lines[0] and str(out) in lines[0]
@@ -86,7 +86,7 @@ probes = false
             r = abgate("ab", "--resume", str(out))
             assert r.returncode == 2, r.stderr
             assert f"being written by pid {first.pid}" in r.stderr, r.stderr
-            assert len(r.stderr.strip().splitlines()) == 1
+            assert len(error_lines(r.stderr)) == 1
             assert json.loads((out / "ab.json").read_text())["status"] == "running"
         finally:
             first.kill()
@@ -120,7 +120,7 @@ def test_force_refuses_a_directory_abgate_did_not_write(tmp_path: Path) -> None:
     r = abgate("run", "--suite", "synthetic", "--limit", "1", "-o", str(project), "--force",
                env=env)
     assert r.returncode == 2 and "not a valid abgate record" in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    assert len(error_lines(r.stderr)) == 1
     assert (project / "src" / "main.py").read_text() == "print('mine')\n"
     assert sorted(p.name for p in project.iterdir()) == ["run.json", "src"]
     assert not marker.exists()
@@ -169,7 +169,7 @@ def test_ab_with_an_escaping_arm_name_writes_nothing(tmp_path: Path) -> None:
     r = abgate("ab", str(exp), "-o", str(out), env=env)
     assert r.returncode == 2, r.stderr
     assert "arm name '../../escaped' is not allowed" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    assert len(error_lines(r.stderr)) == 1
     assert not (tmp_path / "deep").exists() and not (tmp_path / "escaped").exists()
     assert not marker.exists()
 

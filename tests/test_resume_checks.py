@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 from abgate.dirlock import LOCK_FILE
-from tests.conftest import HANG_S, abgate, no_engine_env, read_lines, thread_flags, toml_engine_args
+from tests.conftest import (
+    HANG_S,
+    abgate,
+    error_lines,
+    no_engine_env,
+    read_lines,
+    thread_flags,
+    toml_engine_args,
+)
 
 BASE = ["--suite", "synthetic", "--limit", "2", "--seeds", "0", "--max-tokens", "4",
         *thread_flags(1)]
@@ -44,7 +52,7 @@ def _refused(tmp_path: Path, out: Path, *needles: str) -> None:
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != LOCK_FILE}
     r = abgate("run", "--resume", str(out), env=env)
     assert r.returncode == 2, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert len(error_lines(r.stderr)) == 1 and "Traceback" not in r.stderr, r.stderr
     for needle in needles:
         assert needle in r.stderr, r.stderr
     assert not marker.exists()
@@ -95,7 +103,7 @@ def test_shots_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     r = abgate("run", *BASE, "--shots", "1", "--shots-file", str(shots), "-o",
                str(tmp_path / "R"), env=env)
     assert r.returncode == 2 and "not UTF-8" in r.stderr and str(shots) in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    assert len(error_lines(r.stderr)) == 1
     assert not (tmp_path / "R").exists() and not marker.exists()
 
 
@@ -132,7 +140,7 @@ def test_resume_refuses_a_checkout_made_dirty(tmp_path: Path) -> None:
     r = abgate("run", "--resume", "runs/R", cwd=repo, env=env)
     assert r.returncode == 2, r.stderr
     assert "source checkout changed" in r.stderr and "clean then, dirty now" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and not marker.exists()
+    assert len(error_lines(r.stderr)) == 1 and not marker.exists()
     r = abgate("run", "--resume", "runs/R", "--allow-source-change", cwd=repo)  # opt-in
     assert r.returncode == 0, r.stderr
     resumes = json.loads((repo / "runs" / "R" / "run.json").read_text())["resumes"]
@@ -187,7 +195,7 @@ def test_resume_refuses_a_changed_effective_config(tmp_path: Path) -> None:
                        timeout=HANG_S)
     assert r.returncode == 1, r.stderr
     assert "effective configuration differs" in r.stderr and "n_threads" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert len(error_lines(r.stderr)) == 1, r.stderr
     doc = json.loads((out / "run.json").read_text())
     assert doc["engine"]["effective_config"]["n_threads"] == 1  # the first start's, kept
     assert doc["resumes"][-1]["engine"]["effective_config"]["n_threads"] == 2

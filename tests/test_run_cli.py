@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_S, abgate, no_engine_env, read_lines, thread_flags, wait_until
+from tests.conftest import (
+    HANG_S,
+    abgate,
+    error_lines,
+    no_engine_env,
+    read_lines,
+    thread_flags,
+    wait_until,
+)
 
 
 @pytest.mark.engine
@@ -57,7 +65,7 @@ def test_bad_engine_arg_fails_fast(tmp_path: Path) -> None:
                "-o", str(tmp_path / "R"), env=env)
     assert r.returncode == 2
     assert "flash_attn" in r.stderr and "flash_atn" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    assert len(error_lines(r.stderr)) == 1
     assert not imported.exists()
     assert not (tmp_path / "R").exists()
 
@@ -76,7 +84,7 @@ def test_bad_engine_arg_fails_fast(tmp_path: Path) -> None:
 def test_bad_input_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     r = abgate("run", *args, "--limit", "1", "-o", str(tmp_path / "R"))
     assert r.returncode == 2, r.stderr
-    assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert message in r.stderr and len(error_lines(r.stderr)) == 1
     assert not (tmp_path / "R").exists()
 
 
