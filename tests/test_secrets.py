@@ -400,3 +400,12 @@ def test_run_log_lines_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
                                ("http://u:p@h:1",), None)
     assert RedactingFormatter("%(message)s").format(record) == \
         f"endpoint http://{REDACTED}@h:1 failed; max_tokens=8 {REDACTED}"
+
+
+def test_pass_in_prose_is_not_a_password() -> None:
+    from abgate.redact import redact_text
+
+    assert redact_text("All gates pass: accuracy, speed") == "All gates pass: accuracy, speed"
+    assert redact_text("PASS=hunter2x") == "PASS=<redacted>"
+    assert redact_text("--pass hunter2x") == "--pass <redacted>"
+    assert "hunter2x" not in redact_text("password: hunter2x")

@@ -134,8 +134,15 @@ def _sub_flag(m: re.Match[str]) -> str:
     return f"{m['flag']}{m['sep']}{REDACTED}"
 
 
+# In prose, "pass: x" is a gate passing ("gates pass: accuracy"), not a password: the
+# bare word PASS makes a name secret as NAME=VALUE, a flag or a key, never as "pass: x".
+_PROSE = frozenset({"pass"})
+
+
 def _sub_name(m: re.Match[str]) -> str:
     if not is_secret_name(m["name"]) or REDACTED in m["value"]:
+        return m[0]
+    if m["name"].lower() in _PROSE and m["sep"].startswith(":"):
         return m[0]
     return f"{m['name']}{m['sep']}{REDACTED}"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import abgate
 from abgate.runner.documents import read_record
 from tests.support.fake import ACCEPT_ARGS, REJECT_ARGS, RUN_FLAGS, cli, experiment, fake_run
 
@@ -169,6 +170,29 @@ def test_ab_interleaves_and_resumes_to_the_same_samples(tmp_path: Path) -> None:
     for arm in ("a", "b"):
         keys = _keys(out / "arms" / arm / "samples.jsonl")
         assert len(keys) == len(set(keys)) == 10
+
+
+def test_ab_resume_with_an_edited_policy_file_is_refused(tmp_path: Path) -> None:
+    """The policy's bytes are an input of the A/B (its path is in the experiment): a
+    resume after the file was edited is refused (exit 2, before any engine loads);
+    with the file as it was, it finishes."""
+    exp = experiment(tmp_path / "e.toml", "perturb = 0.05, crash_after = 5", limit=6,
+                     agreement=False)
+    policy = tmp_path / "policy.toml"
+    text = (Path(abgate.__file__).parent / "policies" / "fast-path.toml").read_text()
+    policy.write_text(text)
+    out = tmp_path / "ab"
+    assert cli("ab", str(exp), "-o", str(out), "--policy", str(policy)).returncode == 130
+    assert len(read_record(out / "ab.json", "ab")["inputs"]["policy"]) == 64
+    policy.write_text(text + "\n# edited\n")
+    edited = cli("ab", "--resume", str(out))
+    assert edited.returncode == 2 and "the --policy differs" in edited.stderr, edited.stderr
+    policy.write_text(text)
+    for _ in range(4):
+        again = cli("ab", "--resume", str(out))
+        if again.returncode != 130:
+            break
+    assert again.returncode in (0, 1, 3), again.stderr
 
 
 def test_report_is_rebuilt_from_the_records(tmp_path: Path) -> None:

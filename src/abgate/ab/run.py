@@ -462,8 +462,10 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
     differences = request_differences(exp, prepared)
     mode = choose_mode(exp)
     with claimed(out, resume=resume, force=force, marker=AB_FILE):
+        # the policy's bytes too: a resumed (sequential) A/B decides under the same rules
+        inputs = {**input_hashes(prov), "policy": rules.sha256}
         doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out),
-                          input_hashes(prov), prov.allow_source_change)
+                          inputs, prov.allow_source_change)
         for arm, entry in differences.items():
             doc["differences"].setdefault(arm, {}).update(entry)
         runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov,
