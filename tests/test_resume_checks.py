@@ -38,9 +38,19 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _interrupt(out: Path) -> None:
+    """Mark a finished run interrupted, as a killed one is: a complete run's --resume only
+    says "already complete" (nothing would be read or run), so these checks need one
+    that would continue."""
+    doc = json.loads((out / "run.json").read_text())
+    doc["status"] = "interrupted"
+    (out / "run.json").write_text(json.dumps(doc))
+
+
 def _tampered(src: Path, tmp_path: Path, lines: list[str]) -> Path:
     out = tmp_path / "R"
     shutil.copytree(src, out)
+    _interrupt(out)
     (out / "samples.jsonl").write_text("".join(line + "\n" for line in lines))
     return out
 
@@ -93,6 +103,7 @@ def test_resume_refuses_a_changed_shots_file(tmp_path: Path) -> None:
     r = abgate("run", *BASE, "--shots", "1", "--shots-file", str(shots), "-o", str(out))
     assert r.returncode == 0, r.stderr
     shots.write_text('{"question": "What is 2 + 2?", "answer": "4"}\n')
+    _interrupt(out)
     _refused(tmp_path, out, "spec differs", "prompt.shots_sha256")
 
 
@@ -131,16 +142,19 @@ def test_resume_refuses_a_checkout_made_dirty(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads((repo / "runs" / "R" / "run.json").read_text())
     assert doc["git"]["dirty"] is False
+    _interrupt(repo / "runs" / "R")
     r = abgate("run", "--resume", "runs/R", cwd=repo)
     assert r.returncode == 0, r.stderr
     resumes = json.loads((repo / "runs" / "R" / "run.json").read_text())["resumes"]
     assert [x["git"]["dirty"] for x in resumes] == [False]  # recorded per resume
     (repo / "README").write_text("edited\n")
+    _interrupt(repo / "runs" / "R")
     env, marker = no_engine_env(tmp_path)
     r = abgate("run", "--resume", "runs/R", cwd=repo, env=env)
     assert r.returncode == 2, r.stderr
     assert "source checkout changed" in r.stderr and "clean then, dirty now" in r.stderr
     assert len(error_lines(r.stderr)) == 1 and not marker.exists()
+    _interrupt(repo / "runs" / "R")  # (the refusal left it as it was: interrupted)
     r = abgate("run", "--resume", "runs/R", "--allow-source-change", cwd=repo)  # opt-in
     assert r.returncode == 0, r.stderr
     resumes = json.loads((repo / "runs" / "R" / "run.json").read_text())["resumes"]
@@ -190,6 +204,7 @@ def test_resume_refuses_a_changed_effective_config(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "abgate", *base], capture_output=True, text=True,
                        preexec_fn=_pinned({cpus[0]}), timeout=HANG_S)
     assert r.returncode == 0, r.stderr
+    _interrupt(out)
     r = subprocess.run([sys.executable, "-m", "abgate", "run", "--resume", str(out)],
                        capture_output=True, text=True, preexec_fn=_pinned(set(cpus[:2])),
                        timeout=HANG_S)
@@ -210,6 +225,7 @@ def test_resume_refuses_a_changed_or_dropped_contract(tmp_path: Path) -> None:
                "-o", str(out))
     assert r.returncode == 0, r.stderr
     assert json.loads((out / "run.json").read_text())["inputs"]["contract"]
+    _interrupt(out)
     _refused(tmp_path, out, "--contract differs", "now")  # resumed without it
     contract.write_text('name = "renamed"\nengine = "llamacpp"\n[settings]\nn_ctx = 512\n')
     (tmp_path / "again").mkdir()
