@@ -24,8 +24,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("base") / "B"
     r = abgate(*RECORD, "-o", str(out))
     assert r.returncode == 0, r.stderr
-    # progress on a non-terminal stderr: 2 cases x 1 request, then the 3 probes
-    assert "abgate: baseline record B: 5/5 (100%), " in r.stderr, r.stderr
+    # progress on a non-terminal stderr: 2 cases x (1 warm-up + 2 repeats), then 3 probes
+    assert "abgate: baseline record B: 9/9 (100%), " in r.stderr, r.stderr
     return out
 
 

@@ -167,12 +167,14 @@ def test_ignore_eos_max_tokens_and_stop_strings(engine: hf.TransformersEngine) -
 
 def test_eos_ends_the_output_and_is_not_kept(engine: hf.TransformersEngine) -> None:
     eos = min(engine._eos)
-    watch = hf._Watch(engine, SamplingParams(max_tokens=10), prompt_len=2)
+    watch = hf._Watch(torch, engine._on_cuda, engine._eos, engine.detokenize,
+                      SamplingParams(max_tokens=10), prompt_len=2)
     assert not watch.should_stop(torch.tensor([[1, 2, 40]]))
     assert watch.should_stop(torch.tensor([[1, 2, 40, eos]]))
     assert watch.cut([40, eos, 41]) == ([40], "stop", None)
     assert watch.cut(list(range(40, 60))) == (list(range(40, 50)), "length", None)
-    keep = hf._Watch(engine, SamplingParams(max_tokens=10, ignore_eos=True), prompt_len=2)
+    keep = hf._Watch(torch, engine._on_cuda, engine._eos, engine.detokenize,
+                     SamplingParams(max_tokens=10, ignore_eos=True), prompt_len=2)
     assert not keep.should_stop(torch.tensor([[1, 2, eos, 41]]))
     assert keep.cut([eos, 41]) == ([eos, 41], "length", None)
     # the streamer: the prompt marks the start, then tokens arrive with their times

@@ -90,7 +90,7 @@ def test_complete_run_is_already_complete(tmp_path: Path) -> None:
     # reopened by the library and then interrupted: the record stays complete
     doc = json.loads((out / "run.json").read_text())
     recorder = RunRecorder(prepare(RunConfig.from_dict(doc["config"], "config")), out,
-                           resume=True, force=False)
+                           resume=True, force=False, git=doc.get("git"))
     recorder.finish("interrupted", "interrupted by the user")
     after = json.loads((out / "run.json").read_text())
     assert after["status"] == "complete" and after["error"] is None

@@ -139,8 +139,10 @@ class EngineSession:
 
 # Effective-config keys that differ between two loads of one configuration (a launched
 # server's port, log and start-up time; vLLM's KV blocks, sized from free memory).
+# keys that name one load, not the configuration: a launched server's log, port and
+# start-up time, its /v1/models answer (a creation timestamp), vLLM's profiled KV blocks
 VOLATILE = frozenset({"server_log", "server_ready_s", "launch", "endpoints", "probe",
-                      "num_gpu_blocks"})
+                      "num_gpu_blocks", "served_models"})
 
 
 def record_engine(doc: dict[str, Any], info: dict[str, Any], run_dir: Path | None) -> None:
