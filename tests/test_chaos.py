@@ -210,5 +210,6 @@ def test_baseline_record_killed_anywhere_leaves_no_corrupt_file(tmp_path: Path) 
     assert killed
     r = subprocess.run(args, capture_output=True, text=True, timeout=HANG_S)
     assert r.returncode == 0, r.stderr
-    check = abgate("baseline", "check", str(out), *thread_flags(1))
+    # --tolerance 1: tokens only; a busy host's speed between two runs is not under test
+    check = abgate("baseline", "check", str(out), "--tolerance", "1", *thread_flags(1))
     assert check.returncode == 0, check.stdout + check.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -102,12 +103,18 @@ def test_report_has_the_reviewers_figures(audited: tuple[Path, Path]) -> None:
 
 @pytest.mark.engine
 def test_decide_then_attach_the_whole_ab(audited: tuple[Path, Path], tmp_path: Path) -> None:
-    repo, out = audited
+    # A copy: this test records a decision and commits to the repo, and the module's other
+    # tests (in any order: pytest-randomly) read the audited A/B as it was written.
+    repo, out = tmp_path / "repo", tmp_path / "AB"
+    shutil.copytree(audited[0], repo, symlinks=True)
+    shutil.copytree(audited[1], out, symlinks=True)
+    ledger = {"ABGATE_LEDGER": str(tmp_path / "ledger.sqlite")}  # the shared one has the original
     bad = abgate("decide", str(out), "--decision", "keep-default", "--why", "x")
     assert bad.returncode == 2 and "did you mean 'keep-default-on'" in bad.stderr
     assert not (out / DECISIONS_FILE).exists()
     r = abgate("decide", str(out), "--decision", "keep-default-on", "--by", "lead", "--why",
-               "task-accurate speedup; identity alone does not reject; GGML_NO_FA=1 opts out")
+               "task-accurate speedup; identity alone does not reject; GGML_NO_FA=1 opts out",
+               env=ledger)
     assert r.returncode == 0, r.stderr
     (line,) = (out / DECISIONS_FILE).read_text().splitlines()
     decision = json.loads(line)
@@ -116,7 +123,7 @@ def test_decide_then_attach_the_whole_ab(audited: tuple[Path, Path], tmp_path: P
     assert "Engineer's decision: keep-default-on** (settles the machine verdict INCONCLUSIVE)" \
         in (out / "report.md").read_text()
     assert json.loads((out / "report.json").read_text())["decisions"][0]["by"] == "lead"
-    ls = abgate("ledger", "ls", "--kind", "ab")
+    ls = abgate("ledger", "ls", "--kind", "ab", env=ledger)
     assert "INCONCLUSIVE; decided keep-default-on" in " ".join(ls.stdout.split()), ls.stdout
     tested = git(repo, "rev-parse", "HEAD")
     git(repo, "commit", "-q", "--allow-empty", "-m", "merge: same tree")
