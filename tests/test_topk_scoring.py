@@ -16,10 +16,10 @@ import pytest
 from abgate.ab.evidence import agreement_row
 from abgate.compare.agreement import summarize_agreement
 from abgate.compare.topk_kl import kl_lower_bound
-from abgate.engines import openai_scoring as sc
 from abgate.engines.base import TokenScores
-from abgate.engines.logits import scores_from_logits
-from abgate.engines.prompt_logprobs import prompt_position, scores_from_rows
+from abgate.engines.openai import scoring as sc
+from abgate.engines.shared.logits import scores_from_logits
+from abgate.engines.shared.prompt_logprobs import prompt_position, scores_from_rows
 from abgate.errors import AbgateError
 
 
