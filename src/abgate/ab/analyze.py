@@ -20,10 +20,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from abgate.ab import declared
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
+from abgate.compare.results import (
+    Agreement,
+    ArmResult,
+    ComparisonDoc,
+    Probes,
+    ScoringCost,
+    Sequential,
+)
 from abgate.compare.sequential import sequential_section
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
@@ -52,30 +62,52 @@ def _generation_seconds(samples: Sequence[Mapping[str, Any]]) -> float | None:
     return sum(times) if times else None
 
 
+class _Scoring(BaseModel):
+    """One arm's entry of ``ab.json["scoring"]`` (the scoring pass as recorded)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    seconds: float | None = None
+    n_tokens: int | None = None
+    max_tokens_per_sequence: int | None = None
+    n_sequences: int | None = None
+    prompts_restored: int | None = None
+    method: str | None = None
+    error: str | None = None
+    reason: str | None = None
+
+
+def _scoring(ab: Mapping[str, Any], arm: str) -> _Scoring:
+    """``ab.json["scoring"][arm]``, typed (empty when absent or not an object)."""
+    info = _get(ab, "scoring", arm)
+    try:
+        return _Scoring.model_validate(info if isinstance(info, Mapping) else {})
+    except ValidationError:
+        return _Scoring()
+
+
 def _cost(ab: Mapping[str, Any], arm: str, base: str,
-          samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+          samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, ScoringCost]:
     """Scoring seconds and tokens per arm against the arm's generation seconds."""
-    out: dict[str, Any] = {}
+    out: dict[str, ScoringCost] = {}
     for name in (base, arm):
-        info = _get(ab, "scoring", name)
-        info = info if isinstance(info, Mapping) else {}
-        seconds, generation = info.get("seconds"), _generation_seconds(samples[name])
-        ratio = (seconds / generation if isinstance(seconds, int | float) and generation
-                 else None)
-        out[name] = {"scoring_seconds": seconds, "n_tokens": info.get("n_tokens"),
-                     "max_tokens_per_sequence": info.get("max_tokens_per_sequence"),
-                     "n_sequences": info.get("n_sequences"),
-                     "prompts_restored": info.get("prompts_restored"),
-                     "method": info.get("method"), "generation_seconds": generation,
-                     "scoring_over_generation": ratio}
+        info, generation = _scoring(ab, name), _generation_seconds(samples[name])
+        seconds = info.seconds
+        out[name] = ScoringCost(
+            scoring_seconds=seconds, n_tokens=info.n_tokens,
+            max_tokens_per_sequence=info.max_tokens_per_sequence,
+            n_sequences=info.n_sequences, prompts_restored=info.prompts_restored,
+            method=info.method, generation_seconds=generation,
+            scoring_over_generation=seconds / generation
+            if seconds is not None and generation else None)
     return out
 
 
 def _agreement(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
-               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> Agreement:
     path = out / "arms" / arm / AGREEMENT_FILE
-    recorded = _get(ab, "scoring", arm)
-    why = _get(recorded, "error") or _get(recorded, "reason")
+    recorded = _scoring(ab, arm)
+    why = recorded.error or recorded.reason
     if not path.exists():
         section = not_measured(f"{why}" if why else f"no {AGREEMENT_FILE} for arm {arm!r} "
                                "(the engine cannot score, or the A/B predates scoring)")
@@ -84,8 +116,7 @@ def _agreement(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
             section = summarize_agreement(rec.read_samples(path), confidence=confidence)
         except AbgateError as exc:
             section = not_measured(f"{path.name} is unreadable: {exc}")
-    section["cost"] = _cost(ab, arm, base, samples)
-    return section
+    return section.model_copy(update={"cost": _cost(ab, arm, base, samples)})
 
 
 def _probes_doc(out: Path, arm: str) -> tuple[Any, str | None]:
@@ -98,7 +129,7 @@ def _probes_doc(out: Path, arm: str) -> tuple[Any, str | None]:
         return None, f"{PROBES_FILE} of arm {arm!r} is unreadable ({exc})"
 
 
-def _probes(out: Path, arm: str, base: str) -> dict[str, Any] | None:
+def _probes(out: Path, arm: str, base: str) -> Probes | None:
     """Both arms' probes side by side; None when neither arm ran probes."""
     if not any((out / "arms" / name / PROBES_FILE).exists() for name in (base, arm)):
         return None
@@ -147,7 +178,7 @@ def item_order(samples: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def sequential_for(out: Path, ab: Mapping[str, Any], arm: str, base: str, policy: Policy,
-                   samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+                   samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> Sequential:
     """The sequential evaluation of one candidate from the saved records (the A/B's
     looks and the analysis both call this, so they agree on every look)."""
     sched = _get(ab, "experiment", "schedule") or {}  # max_items as run: ab.json's
@@ -167,7 +198,7 @@ def sequential_for(out: Path, ab: Mapping[str, Any], arm: str, base: str, policy
 def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
                 policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
                 seed: int = 0, n_boot: int = 2000,
-                allow_unmatched: bool = False) -> dict[str, Any]:
+                allow_unmatched: bool = False) -> ArmResult:
     """One candidate against the baseline: paired statistics, ``extras`` beside them, and
     the policy's verdict. ``abgate ab`` and ``abgate compare`` both call this, so the
     two can never disagree on the same samples. ``allow_unmatched``: an unfinished A/B,
@@ -176,20 +207,20 @@ def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, A
     comparison = compare_samples(base, cand, seed=seed, n_boot=n_boot, arm_names=arm_names,
                                  confidence=policy.speed.confidence,
                                  allow_unmatched=allow_unmatched)
-    comparison.update(extras)
-    verdict = decide(comparison, policy)
-    return {"comparison": comparison, "verdict": verdict.to_dict()}
+    comparison = comparison.with_extras(**extras)
+    return ArmResult(comparison=comparison, verdict=decide(comparison, policy))
 
 
 def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             n_boot: int = 2000) -> dict[str, Any]:
-    """Compare every candidate arm against the baseline; write and return the result."""
+    """Compare every candidate arm against the baseline; write ``comparison.json`` and
+    return it (the JSON document: :class:`ComparisonDoc` dumped)."""
     ab = read_record(out / "ab.json", "ab")
     exp = ab["experiment"]
     policy = load_policy(policy_path if policy_path is not None else exp.get("policy"))
     base = exp["baseline"]
     samples = {arm: arm_samples(out, arm) for arm in exp["arms"]}
-    comparisons: dict[str, Any] = {}
+    comparisons: dict[str, ArmResult] = {}
     for arm in exp["arms"]:
         if arm == base:
             continue
@@ -199,19 +230,13 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot,
                                        allow_unmatched=ab["status"] != "complete")
-    decisions = [c["verdict"]["decision"] for c in comparisons.values()]
+    decisions = [c.verdict.decision for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
     if ab["status"] != "complete" and overall == "ACCEPT":
         overall = "INCONCLUSIVE"  # never accept on an unfinished run
-    result = {
-        "schema_version": rec.SCHEMA_VERSION,
-        "kind": "ab-comparison",
-        "ab_status": ab["status"],
-        "baseline": base,
-        "policy": policy.to_dict(),
-        "comparisons": comparisons,
-        "decision": overall,
-        "exit_code": EXIT_CODES[overall],
-    }
+    result = ComparisonDoc(schema_version=rec.SCHEMA_VERSION, kind="ab-comparison",
+                           ab_status=ab["status"], baseline=base, policy=policy.to_dict(),
+                           comparisons=comparisons, decision=overall,
+                           exit_code=EXIT_CODES[overall]).to_json()
     rec.write_json_atomic(out / COMPARISON_FILE, result)
     return result

@@ -16,6 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from abgate.compare.pairing import Pair, health_value
+from abgate.compare.results import (
+    ArmFloats,
+    ChangeRow,
+    Diagnostics,
+    IdenticalOutputs,
+    OutputTokens,
+)
 
 __all__ = ["change_text", "diagnostics", "same_output"]
 
@@ -69,23 +76,16 @@ def change_text(pair: Pair) -> str:
             f"{_tokens(pair.b)} / {_rep_text(pair.b)}, {where}")
 
 
-def _row(pair: Pair) -> dict[str, Any]:
-    return {
-        "key": pair.key,
-        "a_tokens": _tokens(pair.a),
-        "b_tokens": _tokens(pair.b),
-        "a_rep": _rep(pair.a),
-        "b_rep": _rep(pair.b),
-        "a_correct": pair.a.get("correct"),
-        "b_correct": pair.b.get("correct"),
-        "text": change_text(pair),
-    }
+def _row(pair: Pair) -> ChangeRow:
+    return ChangeRow(key=pair.key, a_tokens=_tokens(pair.a), b_tokens=_tokens(pair.b),
+                     a_rep=_rep(pair.a), b_rep=_rep(pair.b), a_correct=pair.a.get("correct"),
+                     b_correct=pair.b.get("correct"), text=change_text(pair))
 
 
-def _largest(pairs: Sequence[Pair], size: Callable[[Pair], float | None]) -> list[dict[str, Any]]:
+def _largest(pairs: Sequence[Pair], size: Callable[[Pair], float | None]) -> tuple[ChangeRow, ...]:
     scored = [(value, p) for p in pairs if (value := size(p)) is not None and value > 0]
     scored.sort(key=lambda vp: (-vp[0], vp[1].key))
-    return [_row(p) for _, p in scored[:TOP_N]]
+    return tuple(_row(p) for _, p in scored[:TOP_N])
 
 
 def _length_change(pair: Pair) -> float | None:
@@ -118,7 +118,7 @@ def drift(samples: Sequence[Mapping[str, Any]]) -> float | None:
     return statistics.median(rates[-half:]) / statistics.median(rates[:half]) - 1.0
 
 
-def diagnostics(pairs: Sequence[Pair]) -> dict[str, Any]:
+def diagnostics(pairs: Sequence[Pair]) -> Diagnostics:
     """The diagnostics section of a comparison, over the non-error pairs."""
     same = [s for p in pairs if (s := same_output(p.a, p.b)) is not None]
     n_same = sum(1 for s in same if s)
@@ -128,17 +128,14 @@ def diagnostics(pairs: Sequence[Pair]) -> dict[str, Any]:
                and (p.b.get("prompt") or {}).get("sha256") is not None]
     lengths = [(a, b) for p in pairs
                if (a := _tokens(p.a)) is not None and (b := _tokens(p.b)) is not None]
-    return {
-        "identical_outputs": {"n": n_same, "of": len(same), "text": f"{n_same}/{len(same)}",
-                              "fraction": n_same / len(same) if same else None},
-        "prompt_mismatches": sum(prompts),
-        "output_tokens": {
-            "a_mean": _mean([a for a, _ in lengths]),
-            "b_mean": _mean([b for _, b in lengths]),
-            "mean_diff": _mean([b - a for a, b in lengths]),
-            "mean_abs_diff": _mean([abs(b - a) for a, b in lengths]),
-        },
-        "speed_drift": {"a": drift([p.a for p in pairs]), "b": drift([p.b for p in pairs])},
-        "largest_length_changes": _largest(pairs, _length_change),
-        "largest_repetition_changes": _largest(pairs, _rep_change),
-    }
+    return Diagnostics(
+        identical_outputs=IdenticalOutputs(n=n_same, of=len(same), text=f"{n_same}/{len(same)}",
+                                           fraction=n_same / len(same) if same else None),
+        prompt_mismatches=sum(prompts),
+        output_tokens=OutputTokens(
+            a_mean=_mean([a for a, _ in lengths]), b_mean=_mean([b for _, b in lengths]),
+            mean_diff=_mean([b - a for a, b in lengths]),
+            mean_abs_diff=_mean([abs(b - a) for a, b in lengths])),
+        speed_drift=ArmFloats(a=drift([p.a for p in pairs]), b=drift([p.b for p in pairs])),
+        largest_length_changes=_largest(pairs, _length_change),
+        largest_repetition_changes=_largest(pairs, _rep_change))

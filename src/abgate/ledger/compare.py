@@ -189,8 +189,8 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
                              n_boot=n_boot)
     except AbgateError as exc:  # unpairable input: exit 2, never 1 (which means REJECT)
         raise UsageError(f"{a.label} vs {b.label}: {exc}") from None
-    decision = result["verdict"]["decision"]
+    decision = str(result.verdict.decision)
     return {"kind": "ledger-compare", "a": a.label, "b": b.label, "arm_names": list(names),
             "interleaved": interleaved, "warning": warning, "policy": policy.to_dict(),
             "configuration": configuration_drift(a, b, allow_diff),
-            **result, "decision": decision, "exit_code": EXIT_CODES[decision]}
+            **result.to_json(), "decision": decision, "exit_code": EXIT_CODES[decision]}
