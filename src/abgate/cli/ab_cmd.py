@@ -20,6 +20,7 @@ from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.compare.results import Comparison
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
@@ -115,7 +116,7 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         for note in v.get("notes", []):
             if str(note).startswith("Sequential A/B:"):
                 console.print(f"  {escape(str(note))}")
-        evidence = evidence_line(c.get("comparison") or {}, arm)
+        evidence = evidence_line(Comparison.model_validate(c.get("comparison") or {}), arm)
         if evidence:
             console.print(f"  [dim]{escape(evidence)}[/dim]")
         for note in v.get("notes", []):
