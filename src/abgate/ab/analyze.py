@@ -5,7 +5,7 @@ Besides the samples, each candidate's comparison gets:
 
 - ``agreement``: distribution agreement with the baseline from
   ``arms/<arm>/agreement.jsonl`` (teacher-forced scoring), with its cost from
-  ``ab.json["scoring"]`` against the arm's generation time; "not measured" with the
+  the ``scoring`` section of ab.json against the arm's generation time; "not measured" with the
   reason when the file is missing or unusable;
 - ``probes``: both arms' ``arms/<arm>/probes.json`` side by side, when probes ran;
 - ``expect``: the experiment's ``expect`` ("lossy" unless set);
@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from abgate.ab import declared
+from abgate.ab.recorded import AbView, ab_view
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
+from abgate.compare.pairing import Sampled
 from abgate.compare.probes import compare_probes
 from abgate.compare.results import (
     Agreement,
@@ -47,51 +47,21 @@ DECISION_ORDER = ("REJECT", "INCONCLUSIVE", "ACCEPT")  # worst first
 
 def arm_samples(out: Path, arm: str) -> list[dict[str, Any]]:
     path = out / "arms" / arm / rec.SAMPLES_FILE
-    return [s for s in rec.read_samples(path) if not s.get("warmup")]
-
-
-def _get(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        doc = doc.get(key) if isinstance(doc, Mapping) else None
-    return doc
+    return [s for s in rec.read_samples(path) if not Sampled.of(s).warmup]
 
 
 def _generation_seconds(samples: Sequence[Mapping[str, Any]]) -> float | None:
-    times = [float(t) for s in samples
-             if isinstance(t := _get(s, "timing", "e2e_s"), int | float) and math.isfinite(t)]
+    times = [float(t) for s in map(Sampled.of, samples)
+             if isinstance(t := s.timing.get("e2e_s"), int | float) and math.isfinite(t)]
     return sum(times) if times else None
 
 
-class _Scoring(BaseModel):
-    """One arm's entry of ``ab.json["scoring"]`` (the scoring pass as recorded)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    seconds: float | None = None
-    n_tokens: int | None = None
-    max_tokens_per_sequence: int | None = None
-    n_sequences: int | None = None
-    prompts_restored: int | None = None
-    method: str | None = None
-    error: str | None = None
-    reason: str | None = None
-
-
-def _scoring(ab: Mapping[str, Any], arm: str) -> _Scoring:
-    """``ab.json["scoring"][arm]``, typed (empty when absent or not an object)."""
-    info = _get(ab, "scoring", arm)
-    try:
-        return _Scoring.model_validate(info if isinstance(info, Mapping) else {})
-    except ValidationError:
-        return _Scoring()
-
-
-def _cost(ab: Mapping[str, Any], arm: str, base: str,
+def _cost(ab: AbView, arm: str, base: str,
           samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, ScoringCost]:
     """Scoring seconds and tokens per arm against the arm's generation seconds."""
     out: dict[str, ScoringCost] = {}
     for name in (base, arm):
-        info, generation = _scoring(ab, name), _generation_seconds(samples[name])
+        info, generation = ab.scoring_of(name), _generation_seconds(samples[name])
         seconds = info.seconds
         out[name] = ScoringCost(
             scoring_seconds=seconds, n_tokens=info.n_tokens,
@@ -103,10 +73,10 @@ def _cost(ab: Mapping[str, Any], arm: str, base: str,
     return out
 
 
-def _agreement(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
+def _agreement(out: Path, ab: AbView, arm: str, base: str, confidence: float,
                samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> Agreement:
     path = out / "arms" / arm / AGREEMENT_FILE
-    recorded = _scoring(ab, arm)
+    recorded = ab.scoring_of(arm)
     why = recorded.error or recorded.reason
     if not path.exists():
         section = not_measured(f"{why}" if why else f"no {AGREEMENT_FILE} for arm {arm!r} "
@@ -137,33 +107,33 @@ def _probes(out: Path, arm: str, base: str) -> Probes | None:
     return compare_probes(base_doc, cand_doc, base_missing=base_why, cand_missing=cand_why)
 
 
-def random_weights(ab: Mapping[str, Any], arm: str,
+def random_weights(ab: AbView | Mapping[str, Any], arm: str,
                    samples: Sequence[Mapping[str, Any]]) -> str | None:
     """Why ``arm`` runs random weights ("speed only"), or None."""
-    for where, doc in (("effective config", _get(ab, "engines", arm, "effective_config")),
-                       ("engine args", _get(ab, "experiment", "arms", arm, "engine_args"))):
-        if _get(doc, "load_format") == "dummy":
+    for where, value in ab_view(ab).load_formats(arm):
+        if value == "dummy":
             return f"arm {arm!r} runs random weights ({where}: load_format = \"dummy\"), " \
                    "speed only"
-    if any(s.get("random_weights") for s in samples):
+    if any(Sampled.of(s).random_weights for s in samples):
         return f"arm {arm!r} runs random weights (its samples say so), speed only"
     return None
 
 
-def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
-               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
+               confidence: float, samples: Mapping[str, Sequence[Mapping[str, Any]]]
+               ) -> dict[str, Any]:
     """What a candidate's comparison gets besides the paired statistics: ``expect``,
     ``speed_only``, ``agreement``, ``difference_warnings`` and (when probes ran)
-    ``probes``."""
-    exp = ab["experiment"]
+    ``probes`` (keyword arguments of :meth:`Comparison.with_extras`)."""
+    ab = ab_view(doc)
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
     extras: dict[str, Any] = {
-        "expect": exp.get("expect", "lossy"),
+        "expect": ab.experiment.expect,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": declared.warnings(_get(ab, "differences", arm) or {}),
+        "difference_warnings": declared.warnings(ab.differences.get(arm) or {}),
     }
     probes = _probes(out, arm, base)
     if probes is not None:
@@ -174,23 +144,24 @@ def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
 def item_order(samples: Sequence[Mapping[str, Any]]) -> list[str]:
     """Item IDs in the order the samples were recorded (the sequence of a sequential
     A/B: appended in schedule order, so a resumed A/B keeps it)."""
-    return list(dict.fromkeys(str(s.get("item_id")) for s in samples))
+    return list(dict.fromkeys(str(Sampled.of(s).item_id) for s in samples))
 
 
-def sequential_for(out: Path, ab: Mapping[str, Any], arm: str, base: str, policy: Policy,
-                   samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> Sequential:
+def sequential_for(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
+                   policy: Policy, samples: Mapping[str, Sequence[Mapping[str, Any]]]
+                   ) -> Sequential:
     """The sequential evaluation of one candidate from the saved records (the A/B's
     looks and the analysis both call this, so they agree on every look)."""
-    sched = _get(ab, "experiment", "schedule") or {}  # max_items as run: ab.json's
+    ab = ab_view(doc)
     path = out / "arms" / arm / AGREEMENT_FILE
-    ev = _get(ab, "experiment", "evidence") or {}
     rows = (rec.read_samples(path, repair=True) if path.exists()
-            and ev.get("agreement", True) else None)
+            and ab.experiment.evidence.agreement else None)
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
     return sequential_section(samples[base], samples[arm], item_order(samples[base]), policy,
-                              look_every=int(sched.get("look_every") or 1),
-                              max_items=_get(ab, "sequential", "max_items"),
+                              look_every=int(ab.experiment.schedule.look_every or 1),
+                              # max_items as run: ab.json's
+                              max_items=ab.sequential.max_items if ab.sequential else None,
                               agreement=rows, speed_only=bool(speed_only),
                               arm_names=(base, arm))
 
@@ -215,27 +186,27 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             n_boot: int = 2000) -> dict[str, Any]:
     """Compare every candidate arm against the baseline; write ``comparison.json`` and
     return it (the JSON document: :class:`ComparisonDoc` dumped)."""
-    ab = read_record(out / "ab.json", "ab")
-    exp = ab["experiment"]
-    policy = load_policy(policy_path if policy_path is not None else exp.get("policy"))
-    base = exp["baseline"]
-    samples = {arm: arm_samples(out, arm) for arm in exp["arms"]}
+    ab = ab_view(read_record(out / "ab.json", "ab"), str(out / "ab.json"))
+    exp = ab.experiment
+    policy = load_policy(policy_path if policy_path is not None else exp.policy)
+    base = str(exp.baseline)
+    samples = {arm: arm_samples(out, arm) for arm in exp.arms}
     comparisons: dict[str, ArmResult] = {}
-    for arm in exp["arms"]:
+    for arm in exp.arms:
         if arm == base:
             continue
         extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
-        if _get(exp, "schedule", "stopping") == "sequential":
+        if exp.schedule.stopping == "sequential":
             extras["sequential"] = sequential_for(out, ab, arm, base, policy, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot,
-                                       allow_unmatched=ab["status"] != "complete")
+                                       allow_unmatched=ab.status != "complete")
     decisions = [c.verdict.decision for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
-    if ab["status"] != "complete" and overall == "ACCEPT":
+    if ab.status != "complete" and overall == "ACCEPT":
         overall = "INCONCLUSIVE"  # never accept on an unfinished run
     result = ComparisonDoc(schema_version=rec.SCHEMA_VERSION, kind="ab-comparison",
-                           ab_status=ab["status"], baseline=base, policy=policy.to_dict(),
+                           ab_status=ab.status, baseline=base, policy=policy.to_dict(),
                            comparisons=comparisons, decision=overall,
                            exit_code=EXIT_CODES[overall]).to_json()
     rec.write_json_atomic(out / COMPARISON_FILE, result)

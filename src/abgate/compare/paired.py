@@ -20,7 +20,7 @@ from scipy import stats as sps
 
 from abgate.compare.diagnostics import diagnostics
 from abgate.compare.mde import mde
-from abgate.compare.pairing import Pair, health_value, pair_samples, sample_errored
+from abgate.compare.pairing import Pair, Sampled, pair_samples
 from abgate.compare.results import (
     Accuracy,
     ArmAccuracy,
@@ -91,11 +91,10 @@ def _paired_delta(pairs: Sequence[Pair], a: Sequence[float], b: Sequence[float],
 
 
 def _accuracy(pairs: Sequence[Pair], z: float) -> Accuracy:
-    scored = [p for p in pairs if p.a.get("correct") is not None
-              and p.b.get("correct") is not None]
+    scored = [p for p in pairs if p.a.correct is not None and p.b.correct is not None]
     items = [p.item_id for p in scored]
-    a = [bool(p.a["correct"]) for p in scored]
-    b = [bool(p.b["correct"]) for p in scored]
+    a = [bool(p.a.correct) for p in scored]
+    b = [bool(p.b.correct) for p in scored]
     diff, se = clustered_mean([float(y) - float(x) for x, y in zip(a, b, strict=True)], items)
     a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
     b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
@@ -110,18 +109,17 @@ def _accuracy(pairs: Sequence[Pair], z: float) -> Accuracy:
 def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> Quality:
     rates: dict[str, PairedDelta] = {}
     for name in RATE_FIELDS:
-        usable = [p for p in pairs if health_value(p.a, name) is not None
-                  and health_value(p.b, name) is not None]
-        rates[name] = _paired_delta(usable, [float(health_value(p.a, name)) for p in usable],
-                                    [float(health_value(p.b, name)) for p in usable], z)
-    rates["error"] = _paired_delta(
-        all_pairs, [float(sample_errored(p.a)) for p in all_pairs],
-        [float(sample_errored(p.b)) for p in all_pairs], z)
+        usable = [p for p in pairs if p.a.health_value(name) is not None
+                  and p.b.health_value(name) is not None]
+        rates[name] = _paired_delta(usable, [float(p.a.health_value(name)) for p in usable],
+                                    [float(p.b.health_value(name)) for p in usable], z)
+    rates["error"] = _paired_delta(all_pairs, [float(p.a.errored) for p in all_pairs],
+                                   [float(p.b.errored) for p in all_pairs], z)
     return Quality(accuracy=_accuracy(pairs, z), rates=Rates(**rates))
 
 
-def _timing(sample: Mapping[str, Any], metric: str) -> float | None:
-    value = (sample.get("timing") or {}).get(metric)
+def _timing(sample: Sampled, metric: str) -> float | None:
+    value = sample.timing.get(metric)
     if value is None or not math.isfinite(value) or value <= 0:
         return None
     return float(value)

@@ -276,7 +276,7 @@ class WorstItem(Result):
 
 
 class ScoringCost(Result):
-    """One arm's scoring pass (from ``ab.json["scoring"]``) against its generation."""
+    """One arm's scoring pass (from ab.json's ``scoring``) against its generation."""
 
     scoring_seconds: float | None = None
     n_tokens: int | None = None

@@ -35,7 +35,7 @@ from abgate.compare.agreement import KL_CAP
 from abgate.compare.confseq import betting_bounds, mixture_bounds
 from abgate.compare.gates import FAIL, INCONCLUSIVE, PASS, Gate
 from abgate.compare.paired import SPEED_METRICS
-from abgate.compare.pairing import Pair, health_value, pair_samples, sample_errored
+from abgate.compare.pairing import Pair, pair_samples
 from abgate.compare.policy import Policy
 from abgate.compare.results import Look, Sequential
 
@@ -106,8 +106,7 @@ def _speed_values(pairs: Sequence[Pair], metric: str) -> dict[str, list[float]]:
     sign = float(SPEED_METRICS[metric])
     out: dict[str, list[float]] = {}
     for p in pairs:
-        a, b = _positive((p.a.get("timing") or {}).get(metric)), _positive(
-            (p.b.get("timing") or {}).get(metric))
+        a, b = _positive(p.a.timing.get(metric)), _positive(p.b.timing.get(metric))
         if a is not None and b is not None:
             out.setdefault(p.item_id, []).append(sign * math.log(b / a))
     return out
@@ -118,12 +117,12 @@ def _harm_values(pairs: Sequence[Pair], live: Sequence[Pair], field: str, sign: 
     out: dict[str, list[float]] = {}
     if field == "error":
         for p in pairs:
-            diff = float(sample_errored(p.b)) - float(sample_errored(p.a))
+            diff = float(p.b.errored) - float(p.a.errored)
             out.setdefault(p.item_id, []).append(sign * diff)
         return out
     for p in live:
-        a, b = ((p.a.get("correct"), p.b.get("correct")) if field == "correct"
-                else (health_value(p.a, field), health_value(p.b, field)))
+        a, b = ((p.a.correct, p.b.correct) if field == "correct"
+                else (p.a.health_value(field), p.b.health_value(field)))
         if isinstance(a, int | float) and isinstance(b, int | float):
             out.setdefault(p.item_id, []).append(sign * (float(b) - float(a)))
     return out
