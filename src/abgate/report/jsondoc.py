@@ -55,14 +55,14 @@ def report_document(data: AbData) -> dict[str, Any]:
         "status": ab.get("status"),
         "baseline": data.baseline,
         "candidates": data.candidates,
-        "decision": data.comparison.get("decision"),
-        "exit_code": data.comparison.get("exit_code"),
-        "verdicts": {arm: dig(data.verdict_of(arm), "decision") for arm in data.candidates},
+        "decision": data.analysis.decision,
+        "exit_code": data.analysis.exit_code,
+        "verdicts": {arm: data.arm_verdict(arm).decision for arm in data.candidates},
         "run": {**{k: ab.get(k) for k in RUN_KEYS}, "schedule": _schedule(ab)},
         "contract": matched_contract(data).to_dict(list(data.arms)),
         "arms": {name: _arm(data, name) for name in data.ordered},
         "differences": ab.get("differences"),
-        "comparison": data.comparison,
+        "comparison": data.analysis.to_json(),  # comparison.json as read
         "not_certified": _not_certified(data),
         "decisions": data.decisions,
     }

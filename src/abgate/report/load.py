@@ -18,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.decision import read_decisions
+from abgate.compare.results import (
+    ArmResult,
+    Comparison,
+    ComparisonDoc,
+    Verdict,
+    read_comparison_doc,
+)
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact
 from abgate.report.fmt import as_float, dig
@@ -55,9 +62,10 @@ class AbData:
     """Everything a report shows. ``arms`` keeps the experiment's order."""
 
     ab: dict[str, Any]
-    comparison: dict[str, Any]
+    comparison: dict[str, Any]  # comparison.json as read (for the sections that read keys)
     arms: dict[str, Arm]
     baseline: str
+    analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # the same, typed
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)
     decisions: list[dict[str, Any]] = field(default_factory=list)  # oldest first
 
@@ -69,6 +77,16 @@ class AbData:
     def ordered(self) -> list[str]:
         """The baseline first, then the candidates (the order of plot colours)."""
         return [self.baseline, *self.candidates]
+
+    def result_of(self, arm: str) -> ArmResult:
+        """One candidate's comparison and verdict, typed (empty when not recorded)."""
+        return self.analysis.comparisons.get(arm) or ArmResult()
+
+    def arm_comparison(self, arm: str) -> Comparison:
+        return self.result_of(arm).comparison
+
+    def arm_verdict(self, arm: str) -> Verdict:
+        return self.result_of(arm).verdict
 
     def verdict_of(self, arm: str) -> dict[str, Any]:
         found = dig(self.comparison, "comparisons", arm, "verdict")
@@ -148,6 +166,10 @@ def load_ab(out: Path) -> AbData:
                          "(abgate ab --resume DIR finishes and analyses it)")
     ab = _read(out / AB_FILE)
     comparison = _read(out / COMPARISON_FILE)
+    try:
+        analysis = read_comparison_doc(comparison, str(out / COMPARISON_FILE))
+    except AbgateError as exc:
+        raise UsageError(str(exc)) from None
     arm_names = dig(ab, "experiment", "arms")
     baseline = dig(ab, "experiment", "baseline") or comparison.get("baseline")
     if not isinstance(arm_names, Mapping) or not arm_names or not isinstance(baseline, str) \
@@ -161,7 +183,8 @@ def load_ab(out: Path) -> AbData:
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
     return AbData(ab=ab, comparison=comparison, arms=arms, baseline=str(baseline),
-                  weights=weights, decisions=[redact(d) for d in read_decisions(out)])
+                  analysis=analysis, weights=weights,
+                  decisions=[redact(d) for d in read_decisions(out)])
 
 
 def paired_points(data: AbData, arm: str) -> list[tuple[Point, Point]]:
