@@ -14,7 +14,6 @@ from rich.markup import escape
 
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
-from abgate.ab.experiment import check_stopping
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
@@ -27,6 +26,7 @@ from abgate.report.agreement_sections import evidence_line
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import RunConfig
+from abgate.schema import replaced
 from abgate.suites import parse_seeds
 
 
@@ -71,8 +71,9 @@ def _with_schedule_and_policy(exp: Experiment, schedule: str | None, warmup: int
                               policy: str | None) -> Experiment:
     if schedule is not None or warmup is not None:
         s = exp.schedule
-        exp = replace(exp, schedule=replace(s, mode=schedule or s.mode,
-                                            warmup=s.warmup if warmup is None else warmup))
+        exp = replace(exp, schedule=replaced(s, "--schedule/--warmup",
+                                             mode=schedule or s.mode,
+                                             warmup=s.warmup if warmup is None else warmup))
     return exp if policy is None else replace(exp, policy=policy)
 
 
@@ -83,15 +84,14 @@ def _with_stopping(exp: Experiment, sequential: bool | None, max_items: int | No
         return exp
     s = exp.schedule
     seq = s.sequential if sequential is None else sequential
-    new = replace(s, stopping="sequential" if seq else "fixed",
-                  max_items=(max_items if max_items is not None else s.max_items)
-                  if seq else None,
-                  look_every=(look_every if look_every is not None else s.look_every)
-                  if seq else 1)
     if not seq and (max_items is not None or look_every is not None):
         raise UsageError("--max-items and --look-every apply only to a sequential A/B "
                          "(--sequential, or [schedule] stopping = \"sequential\")")
-    check_stopping("--max-items/--look-every", new)
+    new = replaced(s, "--max-items/--look-every", stopping="sequential" if seq else "fixed",
+                   max_items=(max_items if max_items is not None else s.max_items)
+                   if seq else None,
+                   look_every=(look_every if look_every is not None else s.look_every)
+                   if seq else 1)
     return replace(exp, schedule=new)
 
 
