@@ -67,15 +67,16 @@ def refuse(message: str) -> PydanticCustomError:
     return PydanticCustomError("abgate", message.replace("{", "{{").replace("}", "}}"))
 
 
-def checked(kind: Any, check: Callable[[Any], str | None]) -> Any:
-    """``kind`` whose value ``check`` approves first (it returns None, or what the value
-    must be: "must be a number in (0, 1)"); shown as "KEY must be ..., got VALUE"."""
+def checked(check: Callable[[Any], str | None]) -> BeforeValidator:
+    """A value ``check`` approves first (it returns None, or what the value must be:
+    "must be a number in (0, 1)"), shown as "KEY must be ..., got VALUE":
+    ``Annotated[float, checked(_unit)]``."""
     def run(value: Any) -> Any:
         problem = check(value)
         if problem:
             raise PydanticCustomError("abgate_check", "{problem}", {"problem": problem})
         return value
-    return Annotated[kind, BeforeValidator(run)]
+    return BeforeValidator(run)
 
 
 @dataclass(frozen=True)
