@@ -148,3 +148,42 @@ def test_record_keeps_every_default() -> None:
     assert recorded["max_tokens"] == 512 and recorded["temperature"] == 0.0
     assert set(recorded) == set(RunConfig.__dataclass_fields__)
     assert RunConfig.from_dict(recorded) == RunConfig(suite="synthetic")
+
+
+def test_one_engine_group_on_every_engine_command() -> None:
+    """run, bench, baseline record and ab declare the same engine options (one group)."""
+    from typer.main import get_command
+
+    from abgate.cli import app
+    from abgate.cli.engine_opts import GROUP
+
+    root = get_command(app)
+    commands = {"run": root.commands["run"], "bench": root.commands["bench"],  # type: ignore[attr-defined]
+                "ab": root.commands["ab"],  # type: ignore[attr-defined]
+                "baseline record": root.commands["baseline"].commands["record"]}  # type: ignore[attr-defined]
+    for name, cmd in commands.items():
+        options = {p.name: (tuple(p.opts), p.help) for p in cmd.params if p.name in GROUP}
+        assert set(options) == set(GROUP), name
+        assert options == {p.name: (tuple(p.opts), p.help) for p in commands["run"].params
+                           if p.name in GROUP}, name
+
+
+def test_ab_without_a_file_takes_the_engine_group(tmp_path: Path) -> None:
+    out = tmp_path / "ab"
+    r = cli("ab", "--engine", "fake", "--limit", "2", "--max-tokens", "24",
+            "--env", "ABGATE_T_BOTH=1", "--b-env", "ABGATE_T_B=2", "--no-agreement",
+            "--no-probes", "-o", str(out))
+    assert r.returncode in (0, 1, 3), r.stderr
+    arms = json.loads((out / "ab.json").read_text())["experiment"]["arms"]
+    assert {a: (c["engine"], c["env"]) for a, c in arms.items()} == {
+        "A": ("fake", {"ABGATE_T_BOTH": "1"}),
+        "B": ("fake", {"ABGATE_T_BOTH": "1", "ABGATE_T_B": "2"})}
+
+
+def test_ab_with_a_file_refuses_the_engine_group(tmp_path: Path) -> None:
+    exp = experiment(tmp_path / "e.toml", "perturb = 0.05", limit=2)
+    r = cli("ab", str(exp), "--engine", "llamacpp", "--concurrency", "2", "-o",
+            str(tmp_path / "ab"))
+    assert r.returncode == 2 and len(error_lines(r.stderr)) == 1, r.stderr
+    assert "--engine, --concurrency: the engine options apply to an A/B without" in r.stderr
+    assert not (tmp_path / "ab").exists()

@@ -31,13 +31,15 @@ from abgate.suites import parse_seeds
 
 
 def _from_flags(suite: str, data: str | None, limit: int | None, seeds: str | None,
-                max_tokens: int | None, model: str | None, engine_arg: list[str],
+                max_tokens: int | None, flags: eo.EngineFlags,
                 a_arg: list[str], b_arg: list[str], a_env: list[str], b_env: list[str],
                 b_model: str | None, b_changes: list[str]) -> Experiment:
-    shared = RunConfig(suite=suite, data=data, limit=limit if limit is not None else 20,
+    """Without a file: two arms of the engine group's engine (``--engine``, ``--model``,
+    ``--engine-arg``, ``--env`` and the served options for both), A and B."""
+    shared = RunConfig(**flags.spec(), suite=suite, data=data,
+                       limit=limit if limit is not None else 20,
                        seeds=tuple(parse_seeds(seeds or "0")),
-                       max_tokens=max_tokens if max_tokens is not None else 256, model=model,
-                       engine_args=parse_pairs(engine_arg, "--engine-arg"))
+                       max_tokens=max_tokens if max_tokens is not None else 256)
     if not (a_arg or b_arg or a_env or b_env or b_model):
         raise UsageError("nothing differs between the arms: give --b-engine-arg, --b-env or "
                          "--b-model (or an experiment file)")
@@ -45,7 +47,7 @@ def _from_flags(suite: str, data: str | None, limit: int | None, seeds: str | No
     def arm(args: list[str], env: list[str], model_: str | None) -> RunConfig:
         return replace(shared, model=model_ or shared.model,
                        engine_args={**shared.engine_args, **parse_pairs(args, "--engine-arg")},
-                       env=parse_pairs(env, "--env", coerce=False))
+                       env={**shared.env, **parse_pairs(env, "--env", coerce=False)})
 
     changes = {"B": check_patterns("--b-changes", b_changes)} if b_changes else {}
     return Experiment(name="ab", arms={"A": arm(a_arg, a_env, None),
@@ -165,14 +167,18 @@ def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | No
                 limit: int | None, seeds: str | None, max_tokens: int | None,
                 flags: dict[str, Any]) -> Experiment:
     """The experiment to run: the file, else the resumed A/B's, else the flags'."""
-    if experiment is not None:
-        return _override(load_experiment(experiment), limit, seeds, max_tokens)
-    if recorded is not None:
-        return _override(recorded(), limit, seeds, max_tokens)
+    if experiment is not None or recorded is not None:
+        if given := flags["flags"].given():
+            raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B "
+                             "without an experiment file (the file's arms, or the resumed "
+                             "A/B's, say which engine each arm runs)")
+        exp = load_experiment(experiment) if experiment is not None else recorded()  # type: ignore[misc]
+        return _override(exp, limit, seeds, max_tokens)
     return _from_flags(limit=limit, seeds=seeds, max_tokens=max_tokens, **flags)
 
 
 @app.command("ab")
+@eo.engine_group
 def ab_command(
     experiment: Path = typer.Argument(None, help="Experiment TOML (see examples/)."),
     out: Path = typer.Option(None, "-o", "--out", help="A/B directory to write."),
@@ -188,9 +194,7 @@ def ab_command(
     warmup: int = typer.Option(None, help="Warm-up requests per arm (per load)."),
     suite: str = typer.Option("synthetic", help="Without a file: the suite."),
     data: str = typer.Option(None, help="Without a file: gsm8k data path."),
-    model: str = typer.Option(None, help="Without a file: the model for both arms."),
     b_model: str = typer.Option(None, help="Without a file: arm B's model."),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="Both arms: KEY=VALUE."),
     a_engine_arg: list[str] = typer.Option([], "--a-engine-arg", help="Arm A: KEY=VALUE."),
     b_engine_arg: list[str] = typer.Option([], "--b-engine-arg", help="Arm B: KEY=VALUE."),
     a_env: list[str] = typer.Option([], "--a-env", help="Arm A env: KEY=VALUE."),
@@ -221,6 +225,7 @@ def ab_command(
                                     "every item (default: the file's [schedule] stopping)."),
     max_items: int = typer.Option(None, help="Sequential: at most this many items."),
     look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
+    flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
     doc = None
@@ -233,12 +238,12 @@ def ab_command(
         raise UsageError("--reanalyse needs --resume AB_DIR (the A/B to re-analyse)")
     if out is None:
         raise UsageError("missing -o AB_DIR (where to write the A/B)")
-    flags = dict(suite=suite, data=data, model=model, engine_arg=engine_arg, a_arg=a_engine_arg,
-                 b_arg=b_engine_arg, a_env=a_env, b_env=b_env, b_model=b_model,
-                 b_changes=b_changes)
+    arm_flags = dict(suite=suite, data=data, flags=flags, a_arg=a_engine_arg,
+                     b_arg=b_engine_arg, a_env=a_env, b_env=b_env, b_model=b_model,
+                     b_changes=b_changes)
 
     def given(recorded: Callable[[], Experiment] | None) -> Experiment:
-        exp = _experiment(experiment, recorded, limit, seeds, max_tokens, flags)
+        exp = _experiment(experiment, recorded, limit, seeds, max_tokens, arm_flags)
         if allow_diff:
             exp = replace(exp, allow_differences=(
                 *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
