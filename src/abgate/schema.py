@@ -112,9 +112,20 @@ def validated(kind: type[T], data: Any, where: str, *, doc: TomlDoc | None = Non
         head = _where(where, doc, at, table=() if style.dotted else at)
         raise UsageError(f"{style.prefix}{head}: must be a table, got {_shown(data)}")
     try:
-        return TypeAdapter(kind).validate_python(dict(data))
+        value: T = _adapter(kind).validate_python(dict(data))
     except ValidationError as exc:
         raise usage_error(exc, kind, where, doc=doc, at=at, style=style) from None
+    return value
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    """One validator per model, built on first use."""
+    if kind not in _ADAPTERS:
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return _ADAPTERS[kind]
 
 
 def built(kind: Callable[..., T], where: str, /, **values: Any) -> T:

@@ -256,7 +256,7 @@ def load_policy(path: str | Path | None = None) -> Policy:
         doc = parse_toml(_shipped_text(name), f"abgate:policies/{name}.toml",
                          prefix="policy ")
     else:
-        doc = read_toml(Path(path), "policy file", prefix="policy ")
+        doc = read_toml(Path(path), "file", prefix="policy ")
     merged = _merge(default.data, doc.data)
     if "name" not in doc.data:
         merged["name"] = Path(path).stem
