@@ -61,10 +61,11 @@ StrList = Annotated[tuple[Str, ...], BeforeValidator(_sequence)]
 TEXT = BeforeValidator(_string)
 
 
-def refuse(message: str) -> PydanticCustomError:
+def refuse(message: str, key: str | None = None) -> PydanticCustomError:
     """An error for a model's own check: ``message`` (naming the key) is shown as it is,
-    after the file and table."""
-    return PydanticCustomError("abgate", message.replace("{", "{{").replace("}", "}}"))
+    after the file and table; ``key``: the key it is about, for the file's line."""
+    return PydanticCustomError("abgate", message.replace("{", "{{").replace("}", "}}"),
+                               {"key": key} if key else None)
 
 
 def checked(check: Callable[[Any], str | None]) -> BeforeValidator:
@@ -128,13 +129,14 @@ def _adapter(kind: Any) -> TypeAdapter[Any]:
     return _ADAPTERS[kind]
 
 
-def built(kind: Callable[..., T], where: str, /, **values: Any) -> T:
-    """``kind(**values)`` (a config made in code: CLI flags, a replaced field), a bad
-    value a one-line UsageError naming ``where``."""
+def built(kind: Callable[..., T], where: str, values: Mapping[str, Any],
+          doc: TomlDoc | None = None) -> T:
+    """``kind(**values)`` (a config made in code: CLI flags, a file's tables merged), a
+    bad value a one-line UsageError naming ``where`` (``doc``: the file, for lines)."""
     try:
         return kind(**values)
     except ValidationError as exc:
-        raise usage_error(exc, kind, where) from None
+        raise usage_error(exc, kind, where, doc=doc) from None
 
 
 def replaced(obj: T, where: str, /, **changes: Any) -> T:
@@ -151,11 +153,13 @@ def usage_error(exc: ValidationError, kind: Any, where: str, *, doc: TomlDoc | N
     """The one-line UsageError for ``exc`` (its first error), raised while validating a
     ``kind`` found at key path ``at`` of ``where``."""
     err = exc.errors(include_url=False)[0]
-    loc = (*at, *err["loc"])
-    last = max((i for i, p in enumerate(err["loc"]) if isinstance(p, str)), default=-1)
-    tables = [str(p) for p in err["loc"][:max(last, 0)]]
+    about = (err.get("ctx") or {}).get("key")  # a model's own check names its key
+    at_err = (*err["loc"], about) if about else tuple(err["loc"])
+    loc = (*at, *at_err)
+    last = max((i for i, p in enumerate(at_err) if isinstance(p, str)), default=-1)
+    tables = [str(p) for p in at_err[:max(last, 0)]]
     key = "".join(str(p) if i == last else f"[{p}]"
-                  for i, p in enumerate(err["loc"]) if i >= last >= 0)
+                  for i, p in enumerate(at_err) if i >= last >= 0)
     parent = _type_at(kind, tables)
     table_loc = (*at, *tables)
     shown_key = ".".join([*table_loc, key]) if style.dotted and key else key

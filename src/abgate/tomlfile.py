@@ -67,21 +67,27 @@ def _split_key(text: str) -> list[str] | None:
 
 
 def _find(lines: Sequence[str], keys: list[str]) -> int | None:
-    """The line of the header ``[keys]``, or of an assignment to ``keys`` (a dotted key
-    under any enclosing header)."""
+    """The line of the header ``[keys]`` or of an assignment to ``keys`` (a dotted key
+    under any enclosing header), else the first line that sets a key below ``keys``
+    (``engine_args.flash_attn = true`` for ``engine_args``)."""
     current: list[str] = []
+    below = None
     for number, line in enumerate(lines, start=1):
         header = _HEADER.match(line)
         if header:
             current = _split_key(header.group(1)) or []
-            if current == keys:
-                return number
-            continue
-        name, eq, _ = line.partition("=")
-        assigned = _split_key(name) if eq else None
-        if assigned and current + assigned == keys:
+            path = current
+        else:
+            name, eq, _ = line.partition("=")
+            assigned = _split_key(name) if eq else None
+            if not assigned:
+                continue
+            path = current + assigned
+        if path == keys:
             return number
-    return None
+        if below is None and path[:len(keys)] == keys:
+            below = number
+    return below
 
 
 def parse_toml(text: str, label: str, raw: bytes | None = None, prefix: str = "") -> TomlDoc:

@@ -38,6 +38,8 @@ def test_line_of_finds_headers_keys_inline_tables_and_dotted_keys() -> None:
     assert doc.line_of(("arms", "q8")) == 7
     assert doc.line_of(("arms", "q8", "engine_args", "flash_attn")) == 8  # inside the table
     assert doc.line_of(("arms", "q8", "env", "OMP_NUM_THREADS")) == 9
+    assert doc.line_of(("arms", "q8", "env")) == 9  # set only through a dotted key
+    assert doc.line_of(("arms",)) == 6  # no [arms] header: its first table's
     assert doc.line_of(("shared", "seeds", 0)) == 2  # not in the file: its table's line
     assert doc.line_of(("nowhere",)) is None
 
@@ -63,10 +65,12 @@ def test_toml_reader_errors_are_one_line_with_file_and_line(tmp_path: Path) -> N
      r"^e.toml:9 \[arms.q8.env\]: 'OMP_NUM_THREADS' must be str, got 2"),
     (("[arms.a]", "[schedule]\nwarmup = -1\n[arms.a]"),
      r"^e.toml:7 \[schedule\]: warmup must be >= 0, got -1"),
+    (("[arms.a]", "[schedule]\nmode = 'blocks'\nlook_every = 2\n[arms.a]"),
+     r"^e.toml:8 \[schedule\]: max_items and look_every apply only with stopping"),
     (('name = "x"', 'name = "x"\nexpect = "losles"'),
      r"^e.toml:2: expect 'losles' is not one of lossy, lossless \(did you mean 'lossless'"),
     (('name = "x"', 'name = "x"\nbaseline = "q88"'),
-     r"^e.toml: baseline 'q88' is not an arm \(did you mean 'q8'"),
+     r"^e.toml:2: baseline 'q88' is not an arm \(did you mean 'q8'"),
 ])
 def test_experiment_file_errors_name_file_line_and_key_path(
         tmp_path: Path, edit: tuple[str, str], message: str) -> None:

@@ -111,7 +111,8 @@ class Schedule:
     def _sequential_keys(self) -> Schedule:
         if not self.sequential and (self.max_items is not None or self.look_every != 1):
             raise refuse("max_items and look_every apply only with stopping = "
-                         "\"sequential\"")
+                         "\"sequential\"",
+                         "max_items" if self.max_items is not None else "look_every")
         return self
 
     @property
@@ -187,7 +188,7 @@ class Experiment:
             raise refuse("an experiment needs at least two [arms.NAME] tables")
         if self.baseline not in self.arms:
             raise refuse(f"baseline {self.baseline!r} is not an arm"
-                         + did_you_mean(self.baseline, self.arms))
+                         + did_you_mean(self.baseline, self.arms), "baseline")
         return self
 
     def __post_init__(self) -> None:
@@ -302,13 +303,13 @@ def parse_experiment(data: Mapping[str, Any], where: str, doc: TomlDoc | None = 
                             if isinstance(t, Mapping) and "changes" in t},
                     data.get("allow_differences"), data.get("evidence"))
     f = validated(ExperimentFile, data, where, doc=doc)
-    return built(Experiment, where, name=f.name, description=f.description,
-                 arms={name: arm_config(f.shared, t) for name, t in arms_table.items()},
-                 baseline=f.baseline if f.baseline is not None else next(iter(arms_table)),
-                 changes={n: tuple(a.changes) for n, a in f.arms.items() if a.changes},
-                 allow_differences=f.allow_differences, contract=f.contract,
-                 schedule=f.schedule, policy=f.policy, bench=f.bench, expect=f.expect,
-                 evidence=f.evidence)
+    return built(Experiment, where, dict(
+        name=f.name, description=f.description,
+        arms={name: arm_config(f.shared, t) for name, t in arms_table.items()},
+        baseline=f.baseline if f.baseline is not None else next(iter(arms_table)),
+        changes={n: tuple(a.changes) for n, a in f.arms.items() if a.changes},
+        allow_differences=f.allow_differences, contract=f.contract, schedule=f.schedule,
+        policy=f.policy, bench=f.bench, expect=f.expect, evidence=f.evidence), doc)
 
 
 def load_experiment(path: Path) -> Experiment:
