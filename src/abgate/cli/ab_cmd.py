@@ -167,14 +167,22 @@ def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | No
                 limit: int | None, seeds: str | None, max_tokens: int | None,
                 flags: dict[str, Any]) -> Experiment:
     """The experiment to run: the file, else the resumed A/B's, else the flags'."""
-    if experiment is not None or recorded is not None:
-        if given := flags["flags"].given():
-            raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B "
-                             "without an experiment file (the file's arms, or the resumed "
-                             "A/B's, say which engine each arm runs)")
-        exp = load_experiment(experiment) if experiment is not None else recorded()  # type: ignore[misc]
-        return _override(exp, limit, seeds, max_tokens)
-    return _from_flags(limit=limit, seeds=seeds, max_tokens=max_tokens, **flags)
+    if experiment is None and recorded is None:
+        return _from_flags(limit=limit, seeds=seeds, max_tokens=max_tokens, **flags)
+    _no_engine_flags(flags["flags"])
+    if experiment is not None:
+        return _override(load_experiment(experiment), limit, seeds, max_tokens)
+    assert recorded is not None  # (narrowing: one of the two is given)
+    return _override(recorded(), limit, seeds, max_tokens)
+
+
+def _no_engine_flags(flags: eo.EngineFlags) -> None:
+    """With a file (or ``--resume``) the arms say which engine each runs: the engine
+    group's options are refused, not ignored."""
+    if given := flags.given():
+        raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B without "
+                         "an experiment file (the file's arms, or the resumed A/B's, say "
+                         "which engine each arm runs)")
 
 
 @app.command("ab")
