@@ -52,8 +52,9 @@ def _string(value: Any) -> Any:
     raise PydanticCustomError("abgate_type", "str")
 
 
-IntList = Annotated[tuple[Int, ...], BeforeValidator(_sequence)]
-StrList = Annotated[tuple[Str, ...], BeforeValidator(_sequence)]
+LISTED = BeforeValidator(_sequence)  # before a tuple field: a list (or tuple) only
+IntList = Annotated[tuple[Int, ...], LISTED]
+StrList = Annotated[tuple[Str, ...], LISTED]
 
 
 # Before a ``Literal`` of strings: a value that is no string "must be str" (a misspelt

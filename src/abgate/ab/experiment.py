@@ -65,6 +65,7 @@ from abgate.errors import UsageError, did_you_mean
 from abgate.runner.spec import RunConfig
 from abgate.schema import (
     FORBID,
+    LISTED,
     TEXT,
     Bool,
     Int,
@@ -132,16 +133,14 @@ class Schedule:
 
 def _lengths(value: Any) -> Any:
     """``input_len = 512`` is one length; a list is several."""
-    return [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    return (value,) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 @dataclass(frozen=True, config=FORBID)
 class BenchPlan:
     """Fixed-length speed cases run for every arm after the quality samples."""
 
-    input_len: Annotated[tuple[AtLeast1, ...], BeforeValidator(_lengths),
-                         BeforeValidator(lambda v: tuple(v) if isinstance(v, list) else v)
-                         ] = ()
+    input_len: Annotated[tuple[AtLeast1, ...], LISTED, BeforeValidator(_lengths)] = ()
     output_len: AtLeast1 = 128
     repeats: AtLeast1 = 3
     warmup: AtLeast0 = 1
