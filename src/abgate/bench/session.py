@@ -20,7 +20,10 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from abgate.bench import limits
 from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
@@ -59,32 +62,47 @@ from abgate.runner.session import (
     prepare_engine,
     recorded_engine_part,
 )
+from abgate.schema import FORBID, Bool, Float, Int, Str, StrList, StrTable, Table, validated
 
 
-@dataclass(frozen=True)
+def _lengths(value: Any) -> Any:
+    """As recorded, ``"max"`` (fill the context) is ``None``."""
+    if isinstance(value, list | tuple):
+        return tuple(None if n == "max" else n for n in value)
+    return value
+
+
+@pydantic_dataclass(frozen=True, config=FORBID)
 class BenchConfig:
-    """Everything a user chooses for a bench. ``input_lens`` entries of ``None`` mean
-    ``max`` (fill the context)."""
+    """Everything a user chooses for a bench (``bench``, ``baseline record``; a
+    baseline's record read back): a pydantic model. ``input_lens`` entries of ``None``
+    mean ``max`` (fill the context)."""
 
-    engine: str = "llamacpp"
-    model: str | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    input_lens: tuple[int | None, ...] = (512,)
-    output_len: int = 128
-    warmup: int = 1
-    repeats: int = 3
-    prompt_seed: int = 0
-    expect_prompt_sha: tuple[str, ...] = ()
-    prompt: dict[str, Any] | None = None  # a read --prompt-file (bench/prompt_file.py)
-    probes: bool = False
-    probe_len: int = 1024
-    probe_depth: float = 0.5
-    probe_seed: int = 0
-    peak_bw_gbps: float | None = None
-    weights_bytes: int | None = None
-    bw_probe_mib: int = 512
+    engine: Str = "llamacpp"
+    model: Str | None = None
+    engine_args: Table = field(default_factory=dict)
+    env: StrTable = field(default_factory=dict)
+    engine_options: Table = field(default_factory=dict)
+    input_lens: Annotated[tuple[Int | None, ...], BeforeValidator(_lengths)] = (512,)
+    output_len: Int = 128
+    warmup: Int = 1
+    repeats: Int = 3
+    prompt_seed: Int = 0
+    expect_prompt_sha: StrList = ()
+    prompt: Table | None = None  # a read --prompt-file (bench/prompt_file.py)
+    probes: Bool = False
+    probe_len: Int = 1024
+    probe_depth: Float = 0.5
+    probe_seed: Int = 0
+    peak_bw_gbps: Float | None = None
+    weights_bytes: Int | None = None
+    bw_probe_mib: Int = 512
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "config") -> BenchConfig:
+        """The inverse of :meth:`to_dict` (a baseline's config read back), every key
+        and type checked: a one-line UsageError names ``where`` and the key."""
+        return validated(cls, d, where)
 
     def to_dict(self) -> dict[str, Any]:
         d = recorded_engine_part(asdict(self))

@@ -11,7 +11,6 @@ from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.render import print_run_summary
-from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.runner import RunConfig, execute, prepare
@@ -29,11 +28,9 @@ _CONFIG_PARAMS = ("engine", "model", "engine_arg", "env", "suite", "data", "diff
 
 
 def config_from_options(o: dict[str, Any]) -> RunConfig:
+    flags = eo.EngineFlags(**{k: o[k] for k in eo.GROUP})
     return RunConfig(
-        engine=o["engine"], model=o["model"],
-        engine_args=parse_pairs(o["engine_arg"] or [], "--engine-arg"),
-        engine_options=eo.engine_options(o), env=parse_pairs(o["env"] or [], "--env", coerce=False),
-        suite=o["suite"], data=o["data"], difficulty=o["difficulty"],
+        **flags.spec(), suite=o["suite"], data=o["data"], difficulty=o["difficulty"],
         synthetic_seed=o["synthetic_seed"], limit=o["limit"], sample=o["sample"],
         sample_seed=o["sample_seed"], seeds=tuple(parse_seeds(o["seeds"])),
         max_tokens=o["max_tokens"], temperature=o["temperature"], top_p=o["top_p"],
@@ -92,6 +89,7 @@ def _option_for(field: str) -> str:
 
 
 @app.command("run")
+@eo.engine_group
 def run_command(
     ctx: typer.Context,
     suite: str = typer.Option("gsm8k", help="Suite: gsm8k or synthetic."),
@@ -109,17 +107,7 @@ def run_command(
     shots: int = typer.Option(0, help="k-shot exemplars (never from the evaluated split)."),
     shots_file: str = typer.Option(None, help="JSONL of {question, answer} shots."),
     system: str = typer.Option(None, help="System prompt (default: the model template's)."),
-    engine: str = typer.Option("llamacpp", help="Engine name."),
-    model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
-    engine_arg: list[str] = typer.Option(None, "--engine-arg", help="KEY=VALUE, repeatable."),
-    env: list[str] = typer.Option(None, "--env", help="KEY=VALUE env override, repeatable."),
-    endpoint: eo.Endpoint = None,
-    launch: eo.Launch = None,
-    concurrency: eo.Concurrency = None,
-    api: eo.Api = None,
-    request_timeout: eo.RequestTimeout = None,
-    api_key_env: eo.ApiKeyEnv = None,
-    ready_timeout: eo.ReadyTimeout = None,
+    flags: eo.EngineFlags = eo.FLAGS,
     out: Path = typer.Option(None, "-o", "--out", help="Run directory to write."),
     resume: Path = typer.Option(None, help="Finish an interrupted run in this directory (a "
                                 "complete one is left as it is)."),
