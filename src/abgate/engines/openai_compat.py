@@ -44,6 +44,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
+from abgate.engines.multicast import MULTICAST_OFF
 from abgate.engines.openai_checks import usage_problem
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
 from abgate.errors import AbgateError, UsageError
@@ -154,6 +155,8 @@ class OpenAIEngine(Engine):
         self.requested_model = model
         self.stats = [EndpointStats(u.rstrip("/")) for u in opts.endpoints]
         self.cleanup_evidence: dict[str, Any] | None = None
+        # a launched server got multicast off (server.py); a remote one is not ours to know
+        self.process_env = dict(MULTICAST_OFF) if server is not None else {}
         self._rr = 0
         self.info = self._discover(model)
         self.eog_ids = tp.eog_ids(model)

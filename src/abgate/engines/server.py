@@ -39,6 +39,7 @@ import httpx
 import psutil
 
 from abgate.engines import supervise
+from abgate.engines.multicast import server_env
 from abgate.engines.server_cleanup import (
     HOST,
     MARKER_ENV,
@@ -209,7 +210,7 @@ class ManagedServer:
             self.proc = subprocess.Popen(
                 wrapped or self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, MARKER_ENV: self.marker},
+                env=server_env({**os.environ, MARKER_ENV: self.marker}),
                 preexec_fn=(_set_supervisor_pdeathsig if self.supervised
                             else _set_pdeathsig if _PRCTL is not None else None))
         except OSError as exc:
@@ -343,6 +344,7 @@ class ManagedServer:
             "grace_s": self.grace_s,
             "stop_s": round(time.monotonic() - t0, 3),
             "processes_tracked": len(self.tracker.seen),
+            "processes": self.tracker.processes(),
             "tracked_by": f"process tree, process group {self.proc.pid} and {MARKER_ENV}",
             "ready": self.ready_s is not None,
             "survivors": survivors,

@@ -71,19 +71,29 @@ def reap() -> dict[int, int]:
         done[pid] = os.waitstatus_to_exitcode(status)
 
 
-def end_tree(grace: float) -> None:
-    """SIGTERM to every descendant, SIGKILL after ``grace`` s to what is left, reaped."""
+def end_tree(grace: float, why: str) -> None:
+    """SIGTERM to every descendant, SIGKILL after ``grace`` s to what is left, reaped;
+    then one line to the server log (this process's stdout) saying what was ended and
+    that nothing survives, or which pids do."""
+    first = sorted(p.pid for p in descendants())
     signal_all(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while descendants() and time.monotonic() < deadline:
         reap()
         time.sleep(0.05)
+    killed: set[int] = set()
     for _ in range(100):  # SIGKILL until none is left (a new one may have been forked)
-        if not descendants():
+        left = descendants()
+        if not left:
             break
+        killed.update(p.pid for p in left)
         signal_all(signal.SIGKILL)
         time.sleep(0.05)
         reap()
+    survivors = sorted(p.pid for p in descendants())
+    print(f"# abgate-supervise: {why}: SIGTERM to {len(first)} process(es) {first}, "
+          f"SIGKILL to {len(killed)} {sorted(killed)}; "
+          + (f"SURVIVING: {survivors}" if survivors else "no process survives"), flush=True)
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -106,7 +116,7 @@ def supervise(argv: list[str], parent: int, grace: float) -> int:
         exited = reap()
         if child.pid in exited:
             child.returncode = exited[child.pid]  # reaped here, not by Popen
-            end_tree(grace)
+            end_tree(grace, f"the server exited ({exited[child.pid]})")
             code = exited[child.pid]
             return code if code >= 0 else 128 - code
         if os.getppid() != parent:  # a lost parent-death signal: the check is the net
@@ -114,7 +124,7 @@ def supervise(argv: list[str], parent: int, grace: float) -> int:
         while _EVENTS:
             event = _EVENTS.pop(0)
             if event == PARENT_DIED:
-                end_tree(grace)
+                end_tree(grace, f"abgate (pid {parent}) died")
                 return 128 + int(event)
             # abgate stopping the server (it escalates to SIGKILL itself): the processes
             # that left the group get the signal too

@@ -37,6 +37,7 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
+from abgate.engines.multicast import MULTICAST_OFF, multicast_off
 from abgate.engines.prompt_logprobs import scores_from_rows
 from abgate.engines.vllm_args import ARG_SPECS as ARG_SPECS  # the adapter's
 from abgate.engines.vllm_args import INSTALL_HINT
@@ -214,6 +215,7 @@ class VllmEngine(Engine):
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=True, engine_timings=False,
                                 scoring="top_k")
+    process_env = MULTICAST_OFF  # the EngineCore and every TP/PP worker start with it
 
     def __init__(self, model: str, args: Mapping[str, Any], concurrency: int = 1) -> None:
         try:
@@ -226,7 +228,8 @@ class VllmEngine(Engine):
         self._gpu_before = srv.gpu_memory()
         self._children_before = srv.child_pids()
         try:
-            self._llm: Any = vllm.LLM(model=model, **self.requested)
+            with multicast_off():  # inherited by the EngineCore and every worker it starts
+                self._llm: Any = vllm.LLM(model=model, **self.requested)
         except (ValueError, RuntimeError, OSError) as exc:
             raise AbgateError(f"vLLM could not load {model}: {exc}") from None
         self._workers: dict[int, tuple[float, str]] = {}  # pid -> (start time, command)
