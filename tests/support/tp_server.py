@@ -25,18 +25,23 @@ from tests.support.fault_server import FaultServer
 RANK = ("import ctypes, sys, time\n"
         "if sys.argv[1]:\n"
         "    ctypes.CDLL(sys.argv[1])\n"
+        "print('ready', flush=True)\n"
         "time.sleep(600)\n")
 
 
 def start_ranks(n: int, lib: str, skip: int | None, extra: list[str]) -> dict[str, int]:
     """N rank processes; argv[0] is the title vLLM gives its workers."""
-    pids = {}
+    pids, procs = {}, []
     for i in range(n):
         title = f"VLLM::Worker_TP{i}" if n > 1 else "VLLM::Worker"
         mapped = "" if i == skip else lib
         proc = subprocess.Popen([title, "-c", RANK, mapped, *extra], executable=sys.executable,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
         pids[f"TP{i}"] = proc.pid
+        procs.append(proc)
+    for proc in procs:  # every rank has mapped its library before the server listens
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.stdout.close()
     return pids
 
 
