@@ -111,7 +111,8 @@ def test_env_turning_multicast_on_is_refused_before_anything(tmp_path: Path) -> 
 
 def contract(tmp_path: Path, lib: Path) -> Path:
     path = tmp_path / "contract.toml"
-    path.write_text(f'name = "every-rank"\n[libraries]\nrequired = ["{lib}"]\n'
+    path.write_text(f'name = "tp2"\n[settings]\ntensor_parallel_size = 2\n'
+                    f'pipeline_parallel_size = 1\n[libraries]\nrequired = ["{lib}"]\n'
                     'mode = "every"\n')
     return path
 
@@ -140,6 +141,8 @@ def test_every_rank_maps_the_library_and_the_record_says_so(tmp_path: Path, lib:
     helpers = [m for m in prov["libraries"] if m["role"] == "helper"]
     assert helpers and all(str(lib) not in {x["path"] for x in m["libs"]} for m in helpers)
     assert prov["contract"]["passed"] and "libraries" in prov["contract"]["checked"]
+    eff = run["engine"]["effective_config"]  # seen from the ranks the server started
+    assert (eff["tensor_parallel_size"], eff["pipeline_parallel_size"]) == (2, 1)
     ev = run["cleanup"]["server"]
     assert ev["verified"] and ev["survivors"] == [] and ev["port_free"]
     assert {p["pid"] for p in ev["processes"]} >= set(ranks(tmp_path).values())
@@ -152,11 +155,13 @@ def test_a_rank_that_does_not_map_the_library_is_named(tmp_path: Path, lib: Path
     assert r.returncode == 1, r.stderr
     pid = ranks(tmp_path)["TP1"]
     (line,) = [ln for ln in error_lines(r.stderr) if "violated" in ln]
+    assert "(2 clauses)" in line and "settings.tensor_parallel_size: expected 2, got 3" in line
     assert f"rank TP1, pid {pid} (" in line and "did not map libabgate_tp_rank.so" in line
-    assert "TP0" not in line and "TP2" not in line
+    assert "rank TP0" not in line and "rank TP2" not in line
     run = json.loads((tmp_path / "R" / "run.json").read_text())
-    (v,) = run["provenance"]["contract"]["violations"]
-    assert v["stage"] == "libraries" and f"pid {pid}" in v["message"]
+    eff, lib_v = run["provenance"]["contract"]["violations"]
+    assert eff["stage"] == "effective" and eff["actual"] == 3
+    assert lib_v["stage"] == "libraries" and f"pid {pid}" in lib_v["message"]
     assert run["cleanup"]["server"]["verified"]
 
 

@@ -245,3 +245,16 @@ def test_cleanup_evidence_per_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     nv.used = [1 << 30]  # a device gone from NVML is not "returned"
     gone = server_cleanup.gpu_returned(before, wait_s=0)
     assert not gone["returned"] and gone["devices"][1]["after_bytes"] is None
+
+
+def test_parallel_sizes_from_the_ranks_a_server_started() -> None:
+    from abgate.engines.process_roles import parallel_sizes
+
+    def sizes(*titles: str) -> tuple[int, int] | None:
+        got = parallel_sizes(process_role("python3", [t]) for t in titles)
+        return (got["tensor_parallel_size"], got["pipeline_parallel_size"]) if got else None
+
+    assert sizes("VLLM::APIServer", "VLLM::EngineCore") == (1, 1)  # TP1: no worker process
+    assert sizes("VLLM::EngineCore", "VLLM::Worker_TP0", "VLLM::Worker_TP1") == (2, 1)
+    assert sizes(*(f"VLLM::Worker_PP{p}_TP{t}" for p in range(2) for t in range(4))) == (4, 2)
+    assert sizes("python3", "llama-server") is None  # not a known engine: nothing claimed

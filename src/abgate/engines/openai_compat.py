@@ -47,6 +47,7 @@ from abgate.engines.base import (
 from abgate.engines.multicast import MULTICAST_OFF
 from abgate.engines.openai_checks import usage_problem
 from abgate.engines.openai_options import ARG_SPECS, Options, check_options
+from abgate.engines.process_roles import parallel_sizes
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact_url
 
@@ -285,6 +286,8 @@ class OpenAIEngine(Engine):
                               "per_request": ["max_tokens", "temperature", "top_p", "top_k",
                                               "seed", "stop", "ignore_eos"]},
         }
+        if self.server is not None:  # vLLM's / SGLang's ranks, as the server started them
+            effective.update(parallel_sizes(self.server.roles()))
         return EngineInfo(name=NAME, version=info.version, model=info.model,
                           effective_config=effective, capabilities=self.capabilities)
 

@@ -14,7 +14,8 @@ process maps this library" check. Everything else is a plain ``process``.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 _TITLE = re.compile(r"^(VLLM|sglang)::(\w+)")
 _RANK = re.compile(r"^(?P<what>[A-Za-z]+?)(?:_(?P<rank>(?:(?:DP|PP|PCP|TP|DCP|EP)\d+_?)+))?$")
@@ -43,3 +44,20 @@ def process_role(name: str, cmdline: Sequence[str]) -> tuple[str, str | None]:
     if any(h in text for h in _HELPERS):
         return HELPER, None
     return "process", None
+
+
+def parallel_sizes(roles: Iterable[tuple[str, str | None]]) -> dict[str, Any]:
+    """The tensor- and pipeline-parallel sizes an engine runs with, seen from its
+    processes' ranks (``TP0``, ``TP1``: 2; ``PP1_TP0``: pipeline 2): what a launched
+    server really started, for a contract's ``tensor_parallel_size`` and
+    ``pipeline_parallel_size``. ``{}`` when no process carries a known engine's title
+    (a llama.cpp server, say): nothing is claimed then."""
+    titled = [(role, rank) for role, rank in roles if role not in ("process", HELPER)]
+    if not titled:
+        return {}
+    sizes = {"TP": 1, "PP": 1}
+    for _, rank in titled:
+        for kind, index in re.findall(r"(TP|PP)(\d+)", rank or ""):
+            sizes[kind] = max(sizes[kind], int(index) + 1)
+    return {"tensor_parallel_size": sizes["TP"], "pipeline_parallel_size": sizes["PP"],
+            "parallel_sizes_from": "the ranks in the server's process titles"}

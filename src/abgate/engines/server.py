@@ -40,6 +40,7 @@ import psutil
 
 from abgate.engines import supervise
 from abgate.engines.multicast import server_env
+from abgate.engines.process_roles import process_role
 from abgate.engines.server_cleanup import (
     HOST,
     MARKER_ENV,
@@ -216,7 +217,7 @@ class ManagedServer:
         except OSError as exc:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
-        self.tracker = ProcessTracker(self.proc.pid, self.proc.pid, self.marker)
+        self.tracker = ProcessTracker(self.proc.pid, self.proc.pid, self.marker, self._secrets)
         self.tracker.refresh()
         atexit.register(self.stop)
 
@@ -233,6 +234,16 @@ class ManagedServer:
         with contextlib.suppress(psutil.Error):
             tree += [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
         return tree[1:] if self.supervised else tree
+
+    def roles(self) -> list[tuple[str, str | None]]:
+        """``(role, rank)`` of every live process of the server's tree
+        (:mod:`abgate.engines.process_roles`)."""
+        out = []
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                out.append(process_role(p.name(), p.cmdline()))
+        return out
 
     def died_within(self, timeout: float) -> bool:
         """Whether the leader has exited, waiting up to ``timeout`` for it to do so."""

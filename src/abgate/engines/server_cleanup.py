@@ -18,13 +18,14 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psutil
 
 from abgate.engines.process_roles import process_role
 from abgate.host import NvmlUnavailable, nvml
+from abgate.redact import redact_text
 
 HOST = "127.0.0.1"
 MARKER_ENV = "ABGATE_SERVER_ID"
@@ -62,8 +63,10 @@ class ProcessTracker:
     """Remembers every process seen in a tree or process group, so that survivors can
     be found even after their parent died and they were re-parented."""
 
-    def __init__(self, root_pid: int, pgid: int | None, marker: str | None = None) -> None:
+    def __init__(self, root_pid: int, pgid: int | None, marker: str | None = None,
+                 secrets: Sequence[str] = ()) -> None:
         self.root_pid, self.pgid, self.marker = root_pid, pgid, marker
+        self.secrets = list(secrets)  # hidden in the commands the evidence shows
         self.seen: dict[int, tuple[float, str]] = {}
 
     def _ours(self, p: psutil.Process) -> bool:
@@ -90,11 +93,11 @@ class ProcessTracker:
     def processes(self) -> list[dict[str, Any]]:
         """Every process seen, per pid: its command, role and rank, and whether it has
         exited."""
-        return per_process(self.seen)
+        return per_process(self.seen, self.secrets)
 
     def survivors(self) -> list[dict[str, Any]]:
-        return [{"pid": pid, "cmd": cmd} for pid, (ct, cmd) in self.seen.items()
-                if _alive(pid, ct)]
+        return [{"pid": pid, "cmd": redact_text(cmd, self.secrets)}
+                for pid, (ct, cmd) in self.seen.items() if _alive(pid, ct)]
 
     def kill_all(self, sig: int) -> None:
         if self.pgid is not None:
@@ -173,13 +176,15 @@ def gpu_returned(before: Mapping[str, Any], wait_s: float = 30.0,
         time.sleep(0.5)
 
 
-def per_process(seen: Mapping[int, tuple[float, str]]) -> list[dict[str, Any]]:
-    """Cleanup evidence per process seen (pid -> start time, command): pid, command,
-    role and rank (:mod:`abgate.engines.process_roles`), whether it exited."""
+def per_process(seen: Mapping[int, tuple[float, str]],
+                secrets: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Cleanup evidence per process seen (pid -> start time, command): pid, command
+    (secrets hidden, :func:`abgate.redact.redact_text`), role and rank
+    (:mod:`abgate.engines.process_roles`), whether it exited."""
     out = []
     for pid, (created, cmd) in sorted(seen.items()):
         role, rank = process_role("", cmd.split(" ")[:1])
-        out.append({"pid": pid, "cmd": cmd, "role": role, "rank": rank,
+        out.append({"pid": pid, "cmd": redact_text(cmd, secrets), "role": role, "rank": rank,
                     "exited": not _alive(pid, created)})
     return out
 
