@@ -30,8 +30,8 @@ Steps (each writes its records under OUT/STEP and OUT/figures-STEP.json):
   kill         a served TP2 run: SIGKILL of one worker (VLLM::Worker_TP1), then of
                abgate; after 60 s no VLLM:: process may survive, the port must be free,
                NVML memory of both GPUs back near its pre-run reading; then the same for
-               the in-process engine (whose workers only vLLM's own parent-death
-               handling can end: abgate is gone)
+               the in-process engine (its workers ended by abgate's watchdog, which says
+               so in engine-watchdog.log)
   all          the steps above in order, each in its own process, until --deadline s
 """
 
@@ -300,7 +300,8 @@ def kill_once(a: argparse.Namespace, out: Path, served: bool) -> dict[str, Any]:
     proc.wait()
     time.sleep(60)
     left = [p for p in _vllm_procs() if p["pid"] not in {q["pid"] for q in procs_before}]
-    log = next(iter(run_dir.glob("server-*.log")), None)
+    log = next(iter(run_dir.glob("server-*.log")), None) or run_dir / "engine-watchdog.log"
+    log = log if log.exists() else None
     said = [ln for ln in log.read_text().splitlines()
             if ln.startswith("# abgate-supervise:")] if log else []
     return {"gpu_before": before, "gpu_after_60s": gpu_used(), "processes_during": during,
