@@ -8,8 +8,10 @@ after their parent died and they were re-parented *and* left the group with ``se
 (a worker started through a short-lived intermediate). A process that clears its own
 environment and leaves the group while its parent is gone is out of reach. Ports are
 checked by binding them (TIME_WAIT leftovers do not count). GPU memory is read through
-NVML (``pynvml`` from ``nvidia-ml-py``) where it is installed and a driver is present; otherwise the
-evidence says why it was not checked.
+NVML (``pynvml`` from ``nvidia-ml-py``) where it is installed and a driver is present, per
+device (index, UUID, before and after, tolerance, returned); otherwise the evidence says
+why it was not checked. Every process seen is listed per pid (command with secrets
+hidden, role and rank from its title, whether it exited).
 """
 
 from __future__ import annotations

@@ -185,10 +185,13 @@ def watch(targets: dict[int, float], parent: int, grace: float, log: str | None)
         if os.getppid() != parent:  # died before the signal was armed, or it was lost
             _EVENTS.append(int(PARENT_DIED))
         while _EVENTS:
-            if _EVENTS.pop(0) == PARENT_DIED:
+            if _EVENTS.pop(0) != PARENT_DIED:
+                return 0
+            # the signal also comes when the thread that started us exits: abgate itself
+            # must be gone (re-parented away) before anything is ended
+            if os.getppid() != parent:
                 end_watched(targets, grace, f"abgate (pid {parent}) died", log)
                 return 128 + int(PARENT_DIED)
-            return 0
         time.sleep(0.1)
 
 
