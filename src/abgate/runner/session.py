@@ -18,7 +18,7 @@ cleans up an engine.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +27,8 @@ from typing import Any
 from abgate.engines import EngineAdapter, engine_adapter
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
+from abgate.engines.shared.multicast import applied_env as applied_env  # re-exported
+from abgate.engines.shared.multicast import check_env as check_multicast_env
 from abgate.errors import AbgateError
 from abgate.identity import model_identity
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
@@ -93,27 +95,13 @@ def register_secrets(spec: EngineSpec) -> None:
 def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     """Validate everything about the engine that needs no load, in seconds."""
     register_secrets(spec)
+    check_multicast_env(spec.env)  # NVLink multicast stays off (engines/shared/multicast.py)
     adapter = engine_adapter(spec.engine)
     resolved = validate_args(spec.engine, spec.args, adapter.arg_specs)
     adapter.check_args(resolved)  # the engine's cross-argument checks, still before load
     adapter.validate_options(spec.options)
     model = adapter.resolve_model(spec.model)
     return PreparedEngine(spec, adapter, model, resolved, model_identity(model))
-
-
-@contextmanager
-def applied_env(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` set in ``os.environ`` for the block; every key restored afterwards."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def engine_processes(engine: Engine) -> list[int]:
@@ -132,8 +120,10 @@ class EngineSession:
 
     @contextmanager
     def env(self) -> Iterator[None]:
-        """Run work on this engine under its own env overrides."""
-        with applied_env(self.prepared.spec.env):
+        """Run work on this engine under its own env overrides, and the env its own
+        processes were started with (``Engine.process_env``: NVLink multicast off for
+        vLLM and launched servers), so the environment snapshot records it."""
+        with applied_env({**self.prepared.spec.env, **self.engine.process_env}):
             yield
 
 

@@ -46,6 +46,8 @@ from abgate.engines.openai import text_prompts as tp
 from abgate.engines.openai.checks import usage_problem
 from abgate.engines.openai.options import ARG_SPECS, Options, check_options
 from abgate.engines.shared import server as srv
+from abgate.engines.shared.multicast import MULTICAST_OFF
+from abgate.engines.shared.process_roles import parallel_sizes
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact_url
 
@@ -156,6 +158,8 @@ class OpenAIEngine(Engine):
         self.requested_model = model
         self.stats = [EndpointStats(u.rstrip("/")) for u in opts.endpoints]
         self.cleanup_evidence: dict[str, Any] | None = None
+        # a launched server got multicast off (server.py); a remote one is not ours to know
+        self.process_env = dict(MULTICAST_OFF) if server is not None else {}
         self._rr = 0
         self.info = self._discover(model)
         self.eog_ids = tp.eog_ids(model)
@@ -284,6 +288,8 @@ class OpenAIEngine(Engine):
                               "per_request": ["max_tokens", "temperature", "top_p", "top_k",
                                               "seed", "stop", "ignore_eos"]},
         }
+        if self.server is not None:  # vLLM's / SGLang's ranks, as the server started them
+            effective.update(parallel_sizes(self.server.roles()))
         return EngineInfo(name=NAME, version=info.version, model=info.model,
                           effective_config=effective, capabilities=self.capabilities)
 

@@ -37,6 +37,8 @@ from abgate.engines.base import (
     TokenScores,
 )
 from abgate.engines.shared import server_cleanup as srv
+from abgate.engines.shared import supervise as supervise
+from abgate.engines.shared.multicast import MULTICAST_OFF, multicast_off
 from abgate.engines.shared.prompt_logprobs import scores_from_rows
 from abgate.engines.vllm.args import ARG_SPECS as ARG_SPECS  # the adapter's
 from abgate.engines.vllm.args import INSTALL_HINT
@@ -50,6 +52,8 @@ _OPTIONS = frozenset({"concurrency"})
 # Prefix caching off unless asked (as the llamacpp engine clears its KV cache per
 # request): a bench repeats one prompt, and a cache hit would be measured as prefill.
 DEFAULTS: Mapping[str, Any] = {"seed": 0, "enable_prefix_caching": False}
+# where the workers' watchdog says what it ended if abgate dies (supervise.watch)
+WATCHDOG_LOG = "engine-watchdog.log"
 
 
 # -- pure helpers -----------------------------------------------------------------------
@@ -193,7 +197,8 @@ def looks_like_path(model: str) -> bool:
 
 def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
          run_dir: Path | None = None) -> VllmEngine:
-    return VllmEngine(model, args, check_options(options or {}))
+    log = None if run_dir is None else str(run_dir / WATCHDOG_LOG)
+    return VllmEngine(model, args, check_options(options or {}), watchdog_log=log)
 
 
 def check_options(options: Mapping[str, Any]) -> int:
@@ -214,8 +219,10 @@ class VllmEngine(Engine):
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=True, engine_timings=False,
                                 scoring="top_k")
+    process_env = MULTICAST_OFF  # the EngineCore and every TP/PP worker start with it
 
-    def __init__(self, model: str, args: Mapping[str, Any], concurrency: int = 1) -> None:
+    def __init__(self, model: str, args: Mapping[str, Any], concurrency: int = 1,
+                 watchdog_log: str | None = None) -> None:
         try:
             import vllm
         except ImportError:
@@ -226,11 +233,17 @@ class VllmEngine(Engine):
         self._gpu_before = srv.gpu_memory()
         self._children_before = srv.child_pids()
         try:
-            self._llm: Any = vllm.LLM(model=model, **self.requested)
+            with multicast_off():  # inherited by the EngineCore and every worker it starts
+                self._llm: Any = vllm.LLM(model=model, **self.requested)
         except (ValueError, RuntimeError, OSError) as exc:
             raise AbgateError(f"vLLM could not load {model}: {exc}") from None
         self._workers: dict[int, tuple[float, str]] = {}  # pid -> (start time, command)
         srv.new_children(self._children_before, self._workers)
+        # ends the workers if abgate dies outright (SIGKILL): they are our children, so no
+        # subreaper holds them; the watchdog itself is no worker of the engine
+        self._watchdog = supervise.start_watchdog(self._workers, watchdog_log)
+        if self._watchdog is not None:
+            self._children_before.add(self._watchdog.pid)
         self._tokenizer = self._llm.get_tokenizer()
         self._seq = 0
         self._weights: dict[str, Any] | None = None  # roofline figures, counted once
@@ -305,6 +318,10 @@ class VllmEngine(Engine):
         if self.cleanup_evidence is not None:
             return
         srv.new_children(self._children_before, self._workers)
+        watchdog = getattr(self, "_watchdog", None)
+        if watchdog is not None:  # we stop the workers ourselves now
+            watchdog.terminate()
+            watchdog.wait(timeout=10)
         llm, self._llm = getattr(self, "_llm", None), None
         shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None),
                            "shutdown", None)
