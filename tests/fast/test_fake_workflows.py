@@ -100,8 +100,11 @@ def test_ctrl_c_during_a_hanging_request_interrupts(tmp_path: Path) -> None:
            "-o", str(out), "--engine-arg", "hang_at=2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        _wait(lambda: (out / "samples.jsonl").exists() and bool(_keys(out / "samples.jsonl")),
-              proc)
+        # The first signal only once request 2 hangs: before it, between samples, the first
+        # signal alone ends the run (correctly) and the second would meet an exiting process.
+        _wait(lambda: (out / "run.log").exists()
+              and "request 2 hangs" in (out / "run.log").read_text(), proc)
+        assert len(_keys(out / "samples.jsonl")) == 1
         proc.send_signal(signal.SIGINT)
         _wait(lambda: "stopping after the request in flight" in (out / "run.log").read_text(),
               proc)

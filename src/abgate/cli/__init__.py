@@ -27,6 +27,7 @@ from abgate.cli import (  # noqa: F401  (registers commands)
 from abgate.cli.app import app
 from abgate.errors import AbgateError
 from abgate.redact import redact_text
+from abgate.runner.execute import Interrupted
 from abgate.schema import usage_error
 
 
@@ -43,7 +44,7 @@ def main() -> None:
     except OSError as exc:  # the environment's (a full disk, a directory gone): one line
         print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
         sys.exit(1)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt, Interrupted):  # Ctrl-C outside a tracked run
         print("abgate: interrupted", file=sys.stderr)
         sys.exit(130)
     except typer.Exit as exc:

@@ -49,6 +49,7 @@ class Interrupted(BaseException):
 
 
 _PENDING: list[int] = []  # signals received during a tracked run, not yet acted on
+_FINISHING: list[int] = []  # while a tracked run writes its final records: _PENDING's length then
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ def _interrupts() -> Iterator[None]:
     run would go on as if nothing had been asked."""
     def handler(signum: int, frame: FrameType | None) -> None:
         _PENDING.append(signum)
+        if _FINISHING and len(_PENDING) - _FINISHING[-1] < 2:
+            # The final records are being written: an exception now would tear them (a
+            # second signal in this phase still stops at once, e.g. a hung shutdown).
+            log.warning("signal %d: writing the final records first (again to stop now)",
+                        signum)
+            return
         if len(_PENDING) > 1:
             raise Interrupted(f"signal {signum}")
         log.warning("signal %d: stopping after the request in flight (again to stop now)",
@@ -86,6 +93,7 @@ def _interrupts() -> Iterator[None]:
         for s, h in previous.items():
             signal.signal(s, h)
         _PENDING.clear()
+        _FINISHING.clear()
 
 
 def check_interrupted() -> None:
@@ -318,7 +326,9 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
 
 def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: str) -> None:
     """``finish``, whose own failure (a full disk, a directory gone read-only) is one
-    line that keeps the first error, not a traceback that hides it."""
+    line that keeps the first error, not a traceback that hides it. A Ctrl-C or SIGTERM
+    while it runs is noted, not raised (the records are written whole)."""
+    _FINISHING.append(len(_PENDING))
     try:
         finish(status)
     except Exception as exc:
