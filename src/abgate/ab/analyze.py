@@ -184,7 +184,7 @@ def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, A
 def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             n_boot: int = 2000) -> dict[str, Any]:
     """Compare every candidate arm against the baseline; write and return the result."""
-    ab = read_record(out / "ab.json", "ab")
+    ab = read_record(out / "ab.json", "ab").to_dict()  # typed: AbRecord
     exp = ab["experiment"]
     policy = load_policy(policy_path if policy_path is not None else exp.get("policy"))
     base = exp["baseline"]

@@ -27,7 +27,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.ledger.imports import import_samples, read_import
 from abgate.ledger.store import Ledger
 from abgate.runner import records as rec
-from abgate.runner.documents import read_record
+from abgate.runner.documents import AbRecord, RunRecord, read_record
 
 # The measured figures of docs/statistics.md ("Sequential A/A"), quoted, not re-derived.
 SEQUENTIAL_AA = (
@@ -86,25 +86,25 @@ def resolve(text: str, ledger: Ledger | None = None) -> Ref:
         entry = read_import(path)
         return Ref(text, path, samples=import_samples(path), started_at=entry.started_at)
     if (path / "ab.json").exists():
-        ab = read_record(path / "ab.json")
-        arms = list((ab.get("experiment") or {}).get("arms") or {})
+        ab = read_record(path / "ab.json", "ab", model=AbRecord)
+        arms = list(ab.experiment.arms)
         if arm is None or arm not in arms:
             what = "name an arm" if arm is None else f"no arm {arm!r}"
             raise UsageError(f"{text}: {what} of this A/B: "
                              + ", ".join(f"{head}:{a}" for a in arms))
-        doc = read_record(path / "arms" / arm / rec.RUN_FILE)
-        return Ref(text, path, arm, ab, arm_samples(path, arm), doc.get("started_at"),
-                   doc.get("ended_at"), doc)
+        doc = read_record(path / "arms" / arm / rec.RUN_FILE, model=RunRecord)
+        return Ref(text, path, arm, ab.to_dict(), arm_samples(path, arm), doc.started_at,
+                   doc.ended_at, doc.to_dict())
     if (path / rec.RUN_FILE).exists():
         if arm is not None:
             raise UsageError(f"{text}: {path} is a run, not an A/B; drop ':{arm}'")
-        doc = read_record(path / rec.RUN_FILE)
-        if doc["kind"] != "run":
-            raise UsageError(f"{text}: a {doc['kind']} directory has no paired samples to "
+        run = read_record(path / rec.RUN_FILE)
+        if not isinstance(run, RunRecord) or run.kind != "run":
+            raise UsageError(f"{text}: a {run.kind} directory has no paired samples to "
                              "compare (compare runs, A/B arms or imported samples)")
         samples = [s for s in rec.read_samples(path / rec.SAMPLES_FILE) if not s.get("warmup")]
-        return Ref(text, path, samples=samples, started_at=doc.get("started_at"),
-                   ended_at=doc.get("ended_at"), record=doc)
+        return Ref(text, path, samples=samples, started_at=run.started_at,
+                   ended_at=run.ended_at, record=run.to_dict())
     raise UsageError(f"{text}: not a run directory, ABDIR:ARM, lm-eval samples file or "
                      "vllm bench result")
 
