@@ -177,3 +177,14 @@ def test_every_json_document_is_written_through_its_model(tmp_path: Path) -> Non
                                                               cases=[]))
     assert read_document(tmp_path / "bench.json", AbBenchDocument).plan == {"input_len": [8]}
     assert json.loads((tmp_path / "bench.json").read_text())["kind"] == "ab-bench"
+
+
+def test_every_json_file_abgate_writes_is_accounted_for() -> None:
+    """Each JSON or JSON Lines name abgate owns in an output directory has its model
+    (written through write_record), or is named as a line file or as not a record."""
+    from abgate.runner.documents import DOCUMENT_FILES, LINE_FILES, NOT_RECORDS
+    from abgate.runner.outdir import OWNED_FILES, OWNED_PATTERNS
+
+    names = {n for n in (*OWNED_FILES, *OWNED_PATTERNS) if n.endswith((".json", ".jsonl"))}
+    known = {*DOCUMENT_FILES, *LINE_FILES, *NOT_RECORDS}
+    assert names == known, (sorted(names - known), sorted(known - names))

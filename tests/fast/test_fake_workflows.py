@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import abgate
-from abgate.runner.documents import read_record
+from abgate.runner.documents import AbRecord, read_record
 from tests.support.fake import ACCEPT_ARGS, REJECT_ARGS, RUN_FLAGS, cli, experiment, fake_run
 
 
@@ -164,9 +164,9 @@ def test_ab_interleaves_and_resumes_to_the_same_samples(tmp_path: Path) -> None:
         if again.returncode != 130:
             break
     assert again.returncode in (0, 1, 3), again.stderr
-    doc = read_record(out / "ab.json", "ab")
-    assert doc["status"] == "complete" and doc["schedule"]["mode"] == "interleave"
-    assert len(doc["resumes"]) >= 1
+    doc = read_record(out / "ab.json", "ab", model=AbRecord)
+    assert doc.status == "complete" and doc.schedule.mode == "interleave"
+    assert len(doc.resumes) >= 1
     for arm in ("a", "b"):
         keys = _keys(out / "arms" / arm / "samples.jsonl")
         assert len(keys) == len(set(keys)) == 10
@@ -183,7 +183,8 @@ def test_ab_resume_with_an_edited_policy_file_is_refused(tmp_path: Path) -> None
     policy.write_text(text)
     out = tmp_path / "ab"
     assert cli("ab", str(exp), "-o", str(out), "--policy", str(policy)).returncode == 130
-    assert len(read_record(out / "ab.json", "ab")["inputs"]["policy"]) == 64
+    inputs = read_record(out / "ab.json", "ab", model=AbRecord).inputs
+    assert inputs is not None and len(inputs["policy"] or "") == 64
     policy.write_text(text + "\n# edited\n")
     edited = cli("ab", "--resume", str(out))
     assert edited.returncode == 2 and "the --policy differs" in edited.stderr, edited.stderr

@@ -22,9 +22,9 @@ from abgate.runner.documents import (
     read_document,
     read_record,
 )
+from abgate.runner.records import check_schema, read_json
 from abgate.runner.samples import load_samples
 from abgate.runner.summary import Summary
-from abgate.runner.records import check_schema, read_json
 from tests.support.fake import cli
 from tests.support.golden import GOLDEN, version_tag, write_all
 

@@ -8,7 +8,6 @@ into long repetition loops that hit the token limit and one request errors: REJE
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -141,9 +140,11 @@ def _ab_doc(arms: list[str]) -> dict[str, Any]:
 
 
 def _arm_doc(ab: dict[str, Any], arm: str) -> dict[str, Any]:
-    """An arm's run.json: the A/B's header (one source tree, one host), its spec."""
-    header = {k: ab[k] for k in ("abgate_version", "git", "host", "started_at", "ended_at",
-                                 "error")}
+    """An arm's run.json: the A/B's header (its host and times) and its spec. Its source
+    tree is none (as an arm run outside a checkout records): the decide tests need arms
+    whose tree differs from ab.json's."""
+    header = {k: ab[k] for k in ("abgate_version", "host", "started_at", "ended_at",
+                                 "error")} | {"git": None}
     return {"schema_version": 1, "kind": "ab-arm", "status": "complete", **header,
             "config": _config(arm), "spec": _spec(arm), "spec_digest": f"{arm}-digest",
             "engine": ab["engines"][arm], "resumes": [], "inputs": None, "n_samples": 80}

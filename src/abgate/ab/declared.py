@@ -27,7 +27,7 @@ from pathlib import PurePath
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
-from abgate.runner.sections import ArmDifferences, DiffStage, EngineRecord, Provenance
+from abgate.runner.sections import ArmDifferences, DiffStage, EngineRecord, Provenance, Spec
 
 MISSING = "(not set)"
 # Effective-config keys that name one instance rather than a configuration (a launched
@@ -56,11 +56,13 @@ def _group(prefix: str, table: Any) -> dict[str, str]:
 
 def request_facts(spec: Mapping[str, Any]) -> dict[str, str]:
     """The keys a prepared arm's spec shows before any load."""
-    model = spec.get("model")
-    sha = model.get("sha256") if isinstance(model, Mapping) else None
-    facts = {"engine": _text(spec.get("engine")), "model": _text(sha or model)}
-    for group in ("engine_args", "engine_options", "env"):
-        facts.update(_group(group, spec.get(group)))
+    typed = Spec.model_validate(spec)
+    model = typed.model
+    facts = {"engine": _text(typed.engine),
+             "model": _text(model.sha256 or model.to_dict()) if model else _text(None)}
+    for group, table in (("engine_args", typed.engine_args),
+                         ("engine_options", typed.engine_options), ("env", typed.env)):
+        facts.update(_group(group, table))
     return facts
 
 

@@ -14,7 +14,7 @@
   fails is a failing gate.
 
 The statistics over these files are :mod:`abgate.compare.agreement` (pure); the cost of
-the pass (seconds per arm) goes to ``ab.json["scoring"]``.
+the pass (seconds per arm) goes to ``scoring`` in ``ab.json``.
 """
 
 from __future__ import annotations

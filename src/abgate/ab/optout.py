@@ -6,7 +6,8 @@ a candidate whose every request difference is an ``env.*`` key, :func:`opt_out_e
 records
 
 - the keys the engine reports differently after the load (effective configuration,
-  engine version, mapped libraries: ``ab.json["differences"][arm]["loaded"]``);
+  engine version, mapped libraries: the ``loaded`` stage of the arm's ``differences``
+  in ``ab.json``);
 - the engine log lines that match the experiment's ``[evidence] log_patterns``
   (regular expressions), per arm, from the logs the engine wrote into the arm's
   directory (a launched server's ``server-*.log``; an in-process engine writes none);

@@ -317,21 +317,22 @@ class AbRunner:
         plan = self.exp.bench
         if not plan.input_len:
             return
-        from abgate.bench import BenchCase, run_bench
+        from abgate.bench import BenchCase, CaseResult, run_bench
 
-        results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in sessions}
+        results: dict[str, list[CaseResult]] = {arm: [] for arm in sessions}
         cases = [BenchCase(n, plan.output_len) for n in plan.input_len]
         for arm, case in schedule.interleaved(cases, list(sessions)):
             with sessions[arm].env():
                 res = run_bench(sessions[arm].engine, [case], warmup=plan.warmup,
                                 repeats=plan.repeats)
-            results[arm].extend(c.to_dict(samples=True) for c in res.cases)
-        shas = {arm: [c["prompt_sha256"] for c in cs] for arm, cs in results.items()}
+            results[arm].extend(res.cases)
+        shas = {arm: [c.prompt_sha256 for c in cs] for arm, cs in results.items()}
         if len({tuple(v) for v in shas.values()}) > 1:
             raise AbgateError(f"bench prompts differ between arms: {shas}")
         for arm, cs in results.items():
             write_record(self.out / "arms" / arm / "bench.json", AbBenchDocument.new(
-                plan=vars(plan) | {"input_len": list(plan.input_len)}, cases=cs))
+                plan=vars(plan) | {"input_len": list(plan.input_len)},
+                cases=[c.to_dict(samples=True) for c in cs]))
 
     def bench_done(self) -> bool:
         return all((self.out / "arms" / arm / "bench.json").exists() for arm in self.exp.arms)

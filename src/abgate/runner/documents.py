@@ -36,11 +36,13 @@ from abgate.redact import redact
 from abgate.runner import records as rec
 from abgate.runner.sections import (
     ArmDifferences,
+    Distribution,
     EngineRecord,
     GitState,
     HostInfo,
     Number,
     Provenance,
+    QualitySummary,
     Resume,
     Section,
     Spec,
@@ -239,6 +241,19 @@ class BaselineRecord(SpecRecord):
     host_load: dict[str, Any] | None = None
 
 
+class Summary(Document):
+    """A run's (an A/B arm's) ``summary.json``: quality and speed of its measured
+    samples (``runner.summary.summarize``); ``status`` is the run's when the summary was
+    written at its end."""
+
+    NAME = "summary"
+    n: int
+    n_warmup: int = 0
+    quality: QualitySummary
+    speed: dict[str, Distribution]
+    status: str | None = None
+
+
 class ProbesDocument(Document):
     """An A/B arm's ``probes.json``: each probe's result (none, with why, when the
     engine cannot run them)."""
@@ -301,6 +316,25 @@ BODIES: dict[str, type[AnyRecord]] = {"run": RunRecord, "ab-arm": RunRecord,
                                       "ab": AbRecord, "bench": BenchRecord,
                                       "baseline": BaselineRecord}
 _ = Number  # re-exported for documents' users
+
+
+# Every JSON file abgate writes in an output directory (``runner.outdir.OWNED_FILES``):
+# the models it is written through (write_record) and read through, or, for the files
+# not typed here, what they are and who writes them.
+DOCUMENT_FILES: dict[str, tuple[type[Document], ...]] = {
+    "run.json": (RunRecord, BenchRecord), "ab.json": (AbRecord,),
+    "baseline.json": (BaselineRecord,), "summary.json": (Summary, BenchSummary),
+    "probes.json": (ProbesDocument,), "bench.json": (AbBenchDocument,)}
+LINE_FILES = {  # JSON Lines, appended line by line
+    "samples.jsonl": "runner.records.SampleWriter; each line a runner.samples.Sample",
+    "agreement.jsonl": "ab.evidence rows, one per scored sequence (compare/ reads them)",
+    "decisions.jsonl": "ab.decision: one DecisionRecord per line",
+    "attachments.jsonl": "provenance.attach: attachment lines"}
+NOT_RECORDS = {  # JSON that is not one of these record documents
+    "comparison.json": "ab.analyze's statistics and verdicts (typed with compare/)",
+    "manifest.json": "provenance.manifest, with its own schema and version",
+    "report.json": "a rendered report (report.jsondoc)",
+    "weights-diff-*.json": "weights.diff, schema abgate.weights_diff"}
 
 
 def source_state(out: Path | None = None) -> GitState | None:

@@ -6,23 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from abgate.metrics import distribution
-from abgate.runner.documents import SCHEMA_VERSIONS, Document
+from abgate.runner.documents import SCHEMA_VERSIONS, Summary
 from abgate.runner.sections import Distribution, QualitySummary
 from abgate.scoring.health import aggregate_health
 
 SPEED_FIELDS = ("steady_decode_tps", "tpot_ms", "ttft_s", "prefill_tps", "e2e_s", "output_tps")
-
-
-class Summary(Document):
-    """A run's (an A/B arm's) ``summary.json``: quality and speed of its measured
-    samples; ``status`` is the run's when the summary was written at its end."""
-
-    NAME = "summary"
-    n: int
-    n_warmup: int = 0
-    quality: QualitySummary
-    speed: dict[str, Distribution]
-    status: str | None = None
+__all__ = ["SPEED_FIELDS", "Summary", "health_rows", "summarize"]
 
 
 def health_rows(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
