@@ -27,17 +27,9 @@ from abgate.engines import engine_adapter
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.provenance import ContractOutcome, ContractViolation
+from abgate.runner import documents as docs
 from abgate.runner import records as rec
-from abgate.runner.documents import (
-    AbBenchDocument,
-    AbRecord,
-    AbSequential,
-    SequentialLook,
-    new_record,
-    read_record,
-    source_state,
-    write_record,
-)
+from abgate.runner.documents import new_record, read_record, source_state, write_record
 from abgate.runner.execute import (
     WARMUP_PREFIX,
     RunRecorder,
@@ -142,11 +134,11 @@ def choose_mode(exp: Experiment) -> str:
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
                 resume: bool, force: bool, git: GitState | None,
-                inputs: dict[str, str | None], allow_source_change: bool) -> AbRecord:
+                inputs: dict[str, str | None], allow_source_change: bool) -> docs.AbRecord:
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
-        doc = read_record(out / AB_FILE, "ab", model=AbRecord)
+        doc = read_record(out / AB_FILE, "ab", model=docs.AbRecord)
         if doc.digest != digest:
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
@@ -161,7 +153,7 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
                       schedule={"mode": mode, "warmup": exp.schedule.warmup,
                                 "block_size": exp.schedule.block_size, "executed": []},
                       engines={}, resumes=[], differences={})
-    assert isinstance(made, AbRecord)
+    assert isinstance(made, docs.AbRecord)
     write_record(out / AB_FILE, made)  # before arms/: a --force later finds it abgate's
     return made
 
@@ -170,7 +162,7 @@ class AbRunner:
     """Holds the per-arm recorders and runs requests in schedule order."""
 
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
-                 doc: AbRecord, resume: bool, force: bool,
+                 doc: docs.AbRecord, resume: bool, force: bool,
                  progress: Progress | None, provenance: ProvenanceOptions,
                  on_phase: OnPhase | None = None, policy: Policy | None = None) -> None:
         git = doc.git_for_arms()  # one for all arms
@@ -330,7 +322,7 @@ class AbRunner:
         if len({tuple(v) for v in shas.values()}) > 1:
             raise AbgateError(f"bench prompts differ between arms: {shas}")
         for arm, cs in results.items():
-            write_record(self.out / "arms" / arm / "bench.json", AbBenchDocument.new(
+            write_record(self.out / "arms" / arm / "bench.json", docs.AbBenchDocument.new(
                 plan=vars(plan) | {"input_len": list(plan.input_len)},
                 cases=[c.to_dict(samples=True) for c in cs]))
 
@@ -362,7 +354,7 @@ class AbRunner:
         # only if it is at or before this look (it uses the first n_items items only).
         stops = {a: d["stopped_at"] is not None and d["stopped_at"] <= n_items
                  for a, d in decisions.items()}
-        seq.looks.append(SequentialLook(n_items=n_items, at=time.time(), decisions={
+        seq.looks.append(docs.SequentialLook(n_items=n_items, at=time.time(), decisions={
             a: d["decision"] if stops[a] else "INCONCLUSIVE" for a, d in decisions.items()}))
         done = all(stops.values())
         if done:
@@ -376,7 +368,7 @@ class AbRunner:
         """Interleaved, with a look after every ``look_every`` items (and the last)."""
         keys = self.sequence()
         looks = self.doc.sequential.looks if self.doc.sequential else []
-        self.doc.sequential = AbSequential(look_every=self.exp.schedule.look_every,
+        self.doc.sequential = docs.AbSequential(look_every=self.exp.schedule.look_every,
                                            max_items=len({item.id for item, _ in keys}),
                                            looks=looks, stopped_at=None)
         order = schedule.interleaved(keys, list(self.exp.arms))
