@@ -78,7 +78,7 @@ def gsm8k_path() -> Path:
 
 @pytest.fixture(scope="session")
 def model_path() -> str:
-    from abgate.engines.llamacpp import default_model_path
+    from abgate.engines.llamacpp.engine import default_model_path
 
     return str(default_model_path())
 
@@ -163,7 +163,8 @@ def _fast_tier_loads_no_real_engine(request: pytest.FixtureRequest,
     ``--durations``.)"""
     if request.node.get_closest_marker("engine") is not None:
         return
-    from abgate.engines import llamacpp, transformers
+    from abgate.engines.llamacpp import engine as llamacpp
+    from abgate.engines.transformers import engine as transformers
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("this test loads a real engine: mark it @pytest.mark.engine, "

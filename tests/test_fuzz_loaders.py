@@ -26,7 +26,7 @@ from abgate.baseline.core import read_baseline
 from abgate.bench import BenchConfig
 from abgate.compare.policy import load_policy
 from abgate.engines.args import parse_pairs, validate_args
-from abgate.engines.llamacpp import ARG_SPECS
+from abgate.engines.llamacpp.engine import ARG_SPECS
 from abgate.integrity import seal
 from abgate.provenance.contract_toml import load_contract
 from abgate.provenance.loading import load_manifest

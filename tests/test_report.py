@@ -253,7 +253,7 @@ def test_weights_diff_is_rendered_as_a_diagnostic(tmp_path: Path) -> None:
     import shutil
 
     pytest.importorskip("gguf", reason="the 'weights' extra is not installed")
-    from abgate.engines.llamacpp import default_model_path
+    from abgate.engines.llamacpp.engine import default_model_path
     from abgate.report import render
     from abgate.weights import diff_checkpoints
 

@@ -16,10 +16,10 @@ import pytest
 from abgate.ab.evidence import agreement_row
 from abgate.compare.agreement import summarize_agreement
 from abgate.compare.topk_kl import kl_lower_bound
-from abgate.engines import openai_scoring as sc
 from abgate.engines.base import TokenScores
-from abgate.engines.logits import scores_from_logits
-from abgate.engines.prompt_logprobs import prompt_position, scores_from_rows
+from abgate.engines.openai import scoring as sc
+from abgate.engines.shared.logits import scores_from_logits
+from abgate.engines.shared.prompt_logprobs import prompt_position, scores_from_rows
 from abgate.errors import AbgateError
 from abgate.runner.samples import Sample
 
@@ -93,8 +93,8 @@ def test_agreement_rows_for_every_mix_of_full_and_top_k() -> None:
     assert None in both["logp_cand"] or None in both["logp_base"]
     assert agreement_row(sample, ka, ka)["kl"] == [0.0] * 12
     section = summarize_agreement([both])
-    assert section["measured"] and section["approximate"] and section["k"] == 20
-    assert section["mean_kld"]["estimate"] <= summarize_agreement([full])["mean_kld"]["estimate"]
+    assert section.measured and section.approximate and section.k == 20
+    assert section.mean_kld.estimate <= summarize_agreement([full]).mean_kld.estimate
     with pytest.raises(AbgateError, match="different token sequences"):
         agreement_row(sample, ka, scores_from_logits(b, tokens[::-1], 20).as_top_k(20))
 

@@ -352,10 +352,10 @@ class AbRunner:
         seq.looks = [lk for lk in seq.looks if lk.n_items != n_items]
         # On resume the records may hold items past this look: the section's stop counts
         # only if it is at or before this look (it uses the first n_items items only).
-        stops = {a: d["stopped_at"] is not None and d["stopped_at"] <= n_items
+        stops = {a: d.stopped_at is not None and d.stopped_at <= n_items
                  for a, d in decisions.items()}
         seq.looks.append(docs.SequentialLook(n_items=n_items, at=time.time(), decisions={
-            a: d["decision"] if stops[a] else "INCONCLUSIVE" for a, d in decisions.items()}))
+            a: d.decision if stops[a] else "INCONCLUSIVE" for a, d in decisions.items()}))
         done = all(stops.values())
         if done:
             seq.stopped_at = n_items

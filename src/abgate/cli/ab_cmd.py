@@ -20,6 +20,7 @@ from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
@@ -105,6 +106,7 @@ def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None)
 
 def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:
     console = Console(soft_wrap=True)  # a verdict line stays one line in a log or pipe
+    typed = read_comparison_doc(result, "comparison.json")
     for arm, c in result["comparisons"].items():
         v = c["verdict"]
         title = escape(f"{arm} vs {result['baseline']}: {v['decision']}")
@@ -116,7 +118,7 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         for note in v.get("notes", []):
             if str(note).startswith("Sequential A/B:"):
                 console.print(f"  {escape(str(note))}")
-        evidence = evidence_line(c.get("comparison") or {}, arm)
+        evidence = evidence_line(typed.comparisons[arm].comparison, arm)
         if evidence:
             console.print(f"  [dim]{escape(evidence)}[/dim]")
         for note in v.get("notes", []):

@@ -50,7 +50,7 @@ from abgate.engines.base import (
     TokenScores,
     one_at_a_time,
 )
-from abgate.engines.logits import scores_from_logits
+from abgate.engines.shared.logits import scores_from_logits
 from abgate.errors import UsageError
 
 NAME = "fake"

@@ -9,7 +9,6 @@ from typing import Any
 
 from abgate.report.blocks import Bullets
 from abgate.report.contract import matched_contract
-from abgate.report.fmt import dig
 from abgate.report.limits import not_certified
 from abgate.report.load import AbData
 from abgate.runner.documents import SCHEMA_VERSIONS, AbRecord
@@ -56,14 +55,14 @@ def report_document(data: AbData) -> dict[str, Any]:
         "status": record.status,
         "baseline": data.baseline,
         "candidates": data.candidates,
-        "decision": data.comparison.get("decision"),
-        "exit_code": data.comparison.get("exit_code"),
-        "verdicts": {arm: dig(data.verdict_of(arm), "decision") for arm in data.candidates},
+        "decision": data.analysis.decision,
+        "exit_code": data.analysis.exit_code,
+        "verdicts": {arm: data.arm_verdict(arm).decision for arm in data.candidates},
         "run": {**{k: ab.get(k) for k in RUN_KEYS}, "schedule": _schedule(record)},
         "contract": matched_contract(data).to_dict(list(data.arms)),
         "arms": {name: _arm(data, name) for name in data.ordered},
         "differences": {arm: d.to_dict() for arm, d in record.differences.items()},
-        "comparison": data.comparison,
+        "comparison": data.analysis.to_json(),  # comparison.json as read
         "not_certified": _not_certified(data),
         "decisions": [d.model_dump() for d in data.decisions],
     }

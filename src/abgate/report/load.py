@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.decision import read_decisions
+from abgate.compare.results import (
+    ArmResult,
+    Comparison,
+    ComparisonDoc,
+    Verdict,
+    read_comparison_doc,
+)
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact
 from abgate.report.fmt import as_float, dig
@@ -76,9 +83,10 @@ class AbData:
     """Everything a report shows. ``arms`` keeps the experiment's order."""
 
     record: AbRecord
-    comparison: dict[str, Any]
+    comparison: dict[str, Any]  # comparison.json as read (for the sections that read keys)
     arms: dict[str, Arm]
     baseline: str
+    analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # the same, typed
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)
     decisions: list[DecisionRecord] = field(default_factory=list)  # oldest first
 
@@ -95,6 +103,16 @@ class AbData:
     def ordered(self) -> list[str]:
         """The baseline first, then the candidates (the order of plot colours)."""
         return [self.baseline, *self.candidates]
+
+    def result_of(self, arm: str) -> ArmResult:
+        """One candidate's comparison and verdict, typed (empty when not recorded)."""
+        return self.analysis.comparisons.get(arm) or ArmResult()
+
+    def arm_comparison(self, arm: str) -> Comparison:
+        return self.result_of(arm).comparison
+
+    def arm_verdict(self, arm: str) -> Verdict:
+        return self.result_of(arm).verdict
 
     def verdict_of(self, arm: str) -> dict[str, Any]:
         found = dig(self.comparison, "comparisons", arm, "verdict")
@@ -157,6 +175,10 @@ def load_ab(out: Path) -> AbData:
                          "(abgate ab --resume DIR finishes and analyses it)")
     ab = read_record(out / AB_FILE, "ab", model=AbRecord, redacted=True)
     comparison = _read(out / COMPARISON_FILE)
+    try:
+        analysis = read_comparison_doc(comparison, str(out / COMPARISON_FILE))
+    except AbgateError as exc:
+        raise UsageError(str(exc)) from None
     baseline = ab.experiment.baseline
     if not ab.experiment.arms or baseline not in ab.experiment.arms:
         raise UsageError(f"{out / AB_FILE}: no experiment arms or baseline recorded")
@@ -170,7 +192,7 @@ def load_ab(out: Path) -> AbData:
     decisions = [DecisionRecord.model_validate(redact(d.model_dump()))
                  for d in read_decisions(out)]
     return AbData(record=ab, comparison=comparison, arms=arms, baseline=baseline,
-                  weights=weights, decisions=decisions)
+                  analysis=analysis, weights=weights, decisions=decisions)
 
 
 def paired_points(data: AbData, arm: str) -> list[tuple[Point, Point]]:

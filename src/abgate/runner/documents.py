@@ -161,7 +161,7 @@ class SequentialLook(Section):
     """One look of a sequential A/B: after how many items, each candidate's decision."""
 
     n_items: int
-    decisions: dict[str, str]
+    decisions: dict[str, str | None]
     at: float
 
 

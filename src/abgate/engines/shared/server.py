@@ -9,7 +9,7 @@ visible through NVML, that device memory is back near its pre-launch level. The
 result of those checks is the *cleanup evidence* that ends up in ``run.json``.
 
 Safety nets: :meth:`ManagedServer.stop` is idempotent and also registered with
-``atexit``; on Linux the server runs under :mod:`abgate.engines.supervise`, a child
+``atexit``; on Linux the server runs under :mod:`abgate.engines.shared.supervise`, a child
 subreaper whose parent-death signal ends the server's whole tree (late ``setsid``
 children and ``sh -c 'server | cat'`` pipelines included) if abgate itself is killed
 outright.
@@ -38,8 +38,8 @@ from typing import IO, Any
 import httpx
 import psutil
 
-from abgate.engines import supervise
-from abgate.engines.server_cleanup import (
+from abgate.engines.shared import supervise as supervise
+from abgate.engines.shared.server_cleanup import (
     HOST,
     MARKER_ENV,
     ProcessTracker,
@@ -168,7 +168,7 @@ def _set_supervisor_pdeathsig() -> None:  # the supervisor's: it ends the tree o
 
 
 def supervised(argv: Sequence[str], grace_s: float) -> list[str] | None:
-    """``argv`` run under :mod:`abgate.engines.supervise` (a subreaper that ends the
+    """``argv`` run under :mod:`abgate.engines.shared.supervise` (a subreaper that ends the
     server's whole tree when abgate dies, SIGKILL included); None off Linux."""
     if sys.platform != "linux" or _PRCTL is None:
         return None

@@ -1,6 +1,6 @@
 """The supervisor between abgate and a server it launches (Linux).
 
-``python -m abgate.engines.supervise --parent PID --grace S -- ARGV...`` runs ARGV as
+``python -m abgate.engines.shared.supervise --parent PID --grace S -- ARGV...`` runs ARGV as
 its child and makes two promises abgate alone cannot keep:
 
 - **The whole tree stays tracked.** The supervisor is a *child subreaper*

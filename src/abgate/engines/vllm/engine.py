@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from abgate.engines import server_cleanup as srv
 from abgate.engines.base import (
     Capabilities,
     Engine,
@@ -37,12 +36,13 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
-from abgate.engines.prompt_logprobs import scores_from_rows
-from abgate.engines.vllm_args import ARG_SPECS as ARG_SPECS  # the adapter's
-from abgate.engines.vllm_args import INSTALL_HINT
-from abgate.engines.vllm_args import spec_for as spec_for
-from abgate.engines.vllm_args import specs_from_dataclass as specs_from_dataclass
-from abgate.engines.vllm_weights import model_bytes
+from abgate.engines.shared import server_cleanup as srv
+from abgate.engines.shared.prompt_logprobs import scores_from_rows
+from abgate.engines.vllm.args import ARG_SPECS as ARG_SPECS  # the adapter's
+from abgate.engines.vllm.args import INSTALL_HINT
+from abgate.engines.vllm.args import spec_for as spec_for
+from abgate.engines.vllm.args import specs_from_dataclass as specs_from_dataclass
+from abgate.engines.vllm.weights import model_bytes
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
 NAME = "vllm"
@@ -284,7 +284,7 @@ class VllmEngine(Engine):
               top_k: int = 5) -> TokenScores:
         """Top-k teacher-forced log-probs from vLLM's ``prompt_logprobs`` over the
         prompt and continuation (one request; ``top_k`` at most the engine's
-        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.prompt_logprobs`."""
+        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.shared.prompt_logprobs`."""
         prompt, cont = [int(t) for t in prompt_token_ids], [int(t) for t in continuation]
         if not prompt or not cont:
             raise ValueError("scoring needs a non-empty prompt and continuation")

@@ -3,7 +3,7 @@
 Drives vLLM, SGLang, llama.cpp's server and llama-cpp-python's server with an async
 streaming client: ``--endpoint URL`` (repeatable: data-parallel replicas, requests go
 to the least busy one) or ``--launch "CMD ... --port {port}"`` (a managed server, see
-:mod:`abgate.engines.server`). ``--concurrency N`` bounds the requests in flight over
+:mod:`abgate.engines.shared.server`). ``--concurrency N`` bounds the requests in flight over
 all endpoints. Token counts come from the server's usage report, never from
 re-tokenized text; where a server sends none, the number of streamed chunks is used
 and the record says so (``token_counts`` in the effective configuration,
@@ -28,11 +28,6 @@ from typing import Any
 
 import httpx
 
-from abgate.engines import openai_chat_render as cr
-from abgate.engines import openai_scoring as sc
-from abgate.engines import openai_stream as st
-from abgate.engines import openai_text_prompts as tp
-from abgate.engines import server as srv
 from abgate.engines.base import (
     Capabilities,
     Engine,
@@ -44,8 +39,13 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
-from abgate.engines.openai_checks import usage_problem
-from abgate.engines.openai_options import ARG_SPECS, Options, check_options
+from abgate.engines.openai import chat_render as cr
+from abgate.engines.openai import scoring as sc
+from abgate.engines.openai import stream as st
+from abgate.engines.openai import text_prompts as tp
+from abgate.engines.openai.checks import usage_problem
+from abgate.engines.openai.options import ARG_SPECS, Options, check_options
+from abgate.engines.shared import server as srv
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact_url
 
@@ -80,7 +80,9 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
                          "server is already running (configure it where it is started)")
     _check_llama_cpp_concurrency(opts, args)
     if not model and opts.launch and "{model}" in opts.launch:
-        from abgate.engines.default_model import default_model_path  # as --engine llamacpp does
+        from abgate.engines.shared.default_model import (
+            default_model_path,  # as --engine llamacpp does
+        )
         model = str(default_model_path().resolve())
     key = _api_key(opts.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
