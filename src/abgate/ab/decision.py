@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from abgate.compare.results import read_comparison_doc
 from abgate.errors import UsageError, did_you_mean
 from abgate.redact import redact_text
 from abgate.runner import records as rec
@@ -69,10 +70,9 @@ def _verdicts(out: Path) -> tuple[str | None, dict[str, Any]]:
     if not path.exists():
         raise UsageError(f"{out}: no comparison.json; the A/B has not been analysed "
                          "(abgate ab --resume DIR finishes it): there is no verdict to decide on")
-    comparison = rec.read_json(path)
-    arms = {arm: (c.get("verdict") or {}).get("decision")
-            for arm, c in (comparison.get("comparisons") or {}).items()}
-    return comparison.get("decision"), arms
+    comparison = read_comparison_doc(rec.read_json(path), str(path))
+    arms = {arm: c.verdict.decision for arm, c in comparison.comparisons.items()}
+    return comparison.decision, arms
 
 
 def record_decision(out: Path, decision: str, why: str, by: str | None = None,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.decision import read_decisions
+from abgate.compare.results import read_comparison_doc
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.integrity import verify_seal
@@ -30,7 +31,6 @@ from abgate.ledger.entries import (
 from abgate.ledger.imports import read_import
 from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
-from abgate.report.fmt import dig
 from abgate.runner import records as rec
 from abgate.runner.documents import (
     AbRecord,
@@ -125,11 +125,10 @@ def _ab_dir(path: Path) -> Entry:
                                     name=arm))
     comparison_path = path / "comparison.json"
     if comparison_path.exists():
-        comparison = rec.read_json(comparison_path)
-        entry.decision = comparison.get("decision")
-        entry.verdicts = {"baseline": comparison.get("baseline"), "arms": {
-            arm: dig(c, "verdict", "decision")
-            for arm, c in (comparison.get("comparisons") or {}).items()}}
+        comparison = read_comparison_doc(rec.read_json(comparison_path), str(comparison_path))
+        entry.decision = comparison.decision
+        entry.verdicts = {"baseline": comparison.baseline, "arms": {
+            arm: c.verdict.decision for arm, c in comparison.comparisons.items()}}
     decisions = read_decisions(path)
     if decisions:  # the engineer's latest decision beside the machine's
         latest = decisions[-1]

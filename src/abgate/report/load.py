@@ -29,7 +29,7 @@ from abgate.compare.results import (
 )
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact
-from abgate.report.fmt import as_float, dig
+from abgate.report.fmt import as_float
 from abgate.runner import records as rec
 from abgate.runner.documents import (
     AbBenchDocument,
@@ -113,14 +113,6 @@ class AbData:
 
     def arm_verdict(self, arm: str) -> Verdict:
         return self.result_of(arm).verdict
-
-    def verdict_of(self, arm: str) -> dict[str, Any]:
-        found = dig(self.comparison, "comparisons", arm, "verdict")
-        return found if isinstance(found, dict) else {}
-
-    def comparison_of(self, arm: str) -> dict[str, Any]:
-        found = dig(self.comparison, "comparisons", arm, "comparison")
-        return found if isinstance(found, dict) else {}
 
 
 def to_point(sample: Sample) -> Point:

@@ -13,7 +13,6 @@ from abgate.report.fmt import (
     as_float,
     dig,
     duration,
-    mapping,
     ms,
     num,
     rate,
@@ -37,27 +36,26 @@ def arm_label(data: AbData, arm: str) -> str:
 
 
 def headline(data: AbData) -> list[Block]:
-    exp = data.record.experiment
-    decision = str(data.comparison.get("decision", NA))
+    exp, analysis = data.record.experiment, data.analysis
+    decision = analysis.decision or NA
     blocks: list[Block] = [Heading(1, f"A/B report: {exp.name or 'unnamed'}")]
     if exp.description:
         blocks.append(Para(exp.description))
-    code = data.comparison.get("exit_code")
-    status = data.comparison.get("ab_status") or data.record.status or NA
+    code = analysis.exit_code
+    status = analysis.ab_status or data.record.status or NA
     blocks.append(Para(f"**Decision: {decision}** (exit code {code if code is not None else NA})"
                        f" for {len(data.candidates)} candidate arm(s) against the baseline "
                        f"`{data.baseline}`; the A/B run is **{status}**."))
     items = []
     for arm in data.candidates:
-        verdict = data.verdict_of(arm)
-        reasons = verdict.get("reasons") or []
-        decision = str(verdict.get("decision", NA))
-        first = str(reasons[0]) if reasons else ""
+        verdict = data.arm_verdict(arm)
+        decision = verdict.decision or NA
+        first = verdict.reasons[0] if verdict.reasons else ""
         first = first[len(decision) + 2:] if first.startswith(f"{decision}: ") else first
-        if verdict.get("explanation"):  # an INCONCLUSIVE's one line says more than a gate
-            first = str(verdict["explanation"]).removeprefix(f"{decision} ")
+        if verdict.explanation:  # an INCONCLUSIVE's one line says more than a gate
+            first = verdict.explanation.removeprefix(f"{decision} ")
         first = f": {first}" if first else ""
-        items.append(f"`{arm}` vs `{data.baseline}`: **{verdict.get('decision', NA)}**{first}")
+        items.append(f"`{arm}` vs `{data.baseline}`: **{decision}**{first}")
     if items:
         blocks.append(Bullets(tuple(items)))
     return blocks + decision_blocks(data)
@@ -135,8 +133,8 @@ def setup(data: AbData) -> list[Block]:
     started, ended = ab.started_at, ab.ended_at
     elapsed = ended - started if ended is not None else None
     mode = sched.mode
-    policy = mapping(data.comparison.get("policy"))
-    boot = dig(data.comparison_of(data.candidates[0]) if data.candidates else {}, "bootstrap")
+    policy = data.analysis.policy  # the policy's own description (compare.policy)
+    boot = data.arm_comparison(data.candidates[0]).bootstrap if data.candidates else None
     items = [
         "Arms: " + ", ".join(arm_label(data, a) for a in data.ordered) + ".",
         f"Status **{ab.status or NA}**; started {utc(started)}, ended {utc(ended)} "
@@ -149,9 +147,9 @@ def setup(data: AbData) -> list[Block]:
         f"Policy: `{policy.get('name', NA)}` ({policy.get('source', NA)}, sha256 "
         f"{short(policy.get('sha256'))}): {policy.get('description', NA)}.",
     ]
-    if isinstance(boot, Mapping):
-        items.append(f"Speed intervals: {boot.get('method', 'bootstrap')}, "
-                     f"{boot.get('n_boot', NA)} resamples, seed {boot.get('seed', NA)}.")
+    if boot is not None and boot.model_fields_set:
+        items.append(f"Speed intervals: {boot.method or 'bootstrap'}, "
+                     f"{_na(boot.n_boot)} resamples, seed {_na(boot.seed)}.")
     if ab.error:
         items.append(f"Recorded error: {value_text(ab.error, 200)}")
     items.extend(_provenance(data))
@@ -168,12 +166,14 @@ def contract_section(data: AbData, contract: Contract) -> list[Block]:
     ]
     checks = []
     for arm in data.candidates:
-        comp = data.comparison_of(arm)
-        mismatches = dig(comp, "diagnostics", "prompt_mismatches")
-        checks.append(f"`{arm}` vs `{data.baseline}`: {comp.get('n_pairs', NA)} pairs matched "
+        comp = data.arm_comparison(arm)
+        mismatches = comp.diagnostics.prompt_mismatches
+        unmatched = comp.n_unmatched.to_json() if "n_unmatched" in comp.model_fields_set \
+            else None
+        checks.append(f"`{arm}` vs `{data.baseline}`: {_na(comp.n_pairs)} pairs matched "
                       f"by (item, seed); prompt token hashes differ in "
-                      f"{mismatches if mismatches is not None else NA} of them; unmatched "
-                      f"samples {value_text(comp.get('n_unmatched'))}.")
+                      f"{_na(mismatches)} of them; unmatched "
+                      f"samples {value_text(unmatched)}.")
     if checks:
         blocks.append(Bullets(tuple(checks)))
     blocks.append(Para("What differed between the arms:"))
