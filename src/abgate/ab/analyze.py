@@ -186,7 +186,7 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             n_boot: int = 2000) -> dict[str, Any]:
     """Compare every candidate arm against the baseline; write ``comparison.json`` and
     return it (the JSON document: :class:`ComparisonDoc` dumped)."""
-    ab = ab_view(read_record(out / "ab.json", "ab"), str(out / "ab.json"))
+    ab = ab_view(read_record(out / "ab.json", "ab").to_dict(), str(out / "ab.json"))
     exp = ab.experiment
     policy = load_policy(policy_path if policy_path is not None else exp.policy)
     base = str(exp.baseline)

@@ -24,6 +24,7 @@ from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.report.agreement_sections import evidence_line
+from abgate.runner.documents import AbRecord, AnyRecord
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import RunConfig
@@ -130,9 +131,13 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
                          + ", ".join(str(p) for p in paths)))
 
 
-def _recorded(resume: Path, doc: dict[str, Any]) -> Experiment:
+def _experiment_of(doc: AnyRecord) -> dict[str, Any] | None:
+    return doc.experiment.to_dict() if isinstance(doc, AbRecord) else None
+
+
+def _recorded(resume: Path, doc: AnyRecord) -> Experiment:
     """The experiment an A/B directory was started with."""
-    exp = Experiment.from_dict(doc.get("experiment"), f"{resume / AB_FILE}: experiment")
+    exp = Experiment.from_dict(_experiment_of(doc), f"{resume / AB_FILE}: experiment")
     hidden = [f"{arm}.{path}" for arm, c in exp.arms.items() for path in c.redacted()]
     if hidden:
         raise UsageError(f"--resume {resume}: the recorded experiment has redacted secrets "
@@ -141,15 +146,15 @@ def _recorded(resume: Path, doc: dict[str, Any]) -> Experiment:
     return exp
 
 
-def _finished(resume: Path, doc: dict[str, Any], exp: Callable[[Experiment], Experiment],
+def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experiment],
               reanalyse: bool, policy: str | None) -> None:
     """``--resume`` of a complete A/B (or ``--reanalyse``): say so, show the verdict
     (recorded, or recomputed from the saved samples) and exit with it; nothing runs.
     ``exp`` makes the experiment given (file, overrides) from the recorded one."""
-    recorded = Experiment.from_dict(doc.get("experiment"), f"{resume / AB_FILE}: experiment")
+    recorded = Experiment.from_dict(_experiment_of(doc), f"{resume / AB_FILE}: experiment")
     if (replace(exp(recorded), policy=None).to_dict()
             != replace(recorded, policy=None).to_dict()):
-        raise UsageError(f"--resume {resume}: the A/B there is {doc['status']}, and the "
+        raise UsageError(f"--resume {resume}: the A/B there is {doc.status}, and the "
                          "experiment given differs from the one it recorded; use a new "
                          "directory (or --force to run the given one there)")
     if reanalyse:
@@ -261,7 +266,7 @@ def ab_command(
                              agreement, probes)
         return _with_stopping(exp, sequential, max_items, look_every)
 
-    complete = doc is not None and doc["status"] == "complete"
+    complete = doc is not None and doc.status == "complete"
     if resume is not None and doc is not None and (reanalyse or (complete and not force)):
         _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
                   policy)

@@ -59,13 +59,13 @@ def record_command(
                               provenance=ProvenanceOptions(contract, manifest,
                                                            allow_stale_manifest),
                               progress=rep)
-    for case in doc["cases"]:
+    for case in doc.cases:
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
                    f"{case['prompt_sha256'][:16]} output "
                    f"{(case['output_sha256'] or 'text ' + case['output_text_sha256'])[:16]} "
                    f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s; "
                    f"{case['repeat_agreement']['summary']}")
-    for p in doc["probes"]:
+    for p in doc.probes:
         typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
     _not_certified(limits.BASELINE)
     typer.echo(f"baseline written to {out / 'baseline.json'}")

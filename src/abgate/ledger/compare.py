@@ -29,7 +29,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.ledger.imports import import_samples, read_import
 from abgate.ledger.store import Ledger
 from abgate.runner import records as rec
-from abgate.runner.documents import RecordHeader, read_record
+from abgate.runner.documents import AbRecord, RunRecord, read_record
 
 # The measured figures of docs/statistics.md ("Sequential A/A"), quoted, not re-derived.
 SEQUENTIAL_AA = (
@@ -88,28 +88,26 @@ def resolve(text: str, ledger: Ledger | None = None) -> Ref:
         entry = read_import(path)
         return Ref(text, path, samples=import_samples(path), started_at=entry.started_at)
     if (path / "ab.json").exists():
-        ab = read_record(path / "ab.json")
-        arms = list(ab_view(ab, str(path / "ab.json")).experiment.arms)
+        ab = read_record(path / "ab.json", "ab", model=AbRecord)
+        arms = list(ab.experiment.arms)
         if arm is None or arm not in arms:
             what = "name an arm" if arm is None else f"no arm {arm!r}"
             raise UsageError(f"{text}: {what} of this A/B: "
                              + ", ".join(f"{head}:{a}" for a in arms))
-        doc = read_record(path / "arms" / arm / rec.RUN_FILE)
-        header = RecordHeader.model_validate(doc)
-        return Ref(text, path, arm, ab, arm_samples(path, arm), header.started_at,
-                   header.ended_at, doc)
+        doc = read_record(path / "arms" / arm / rec.RUN_FILE, model=RunRecord)
+        return Ref(text, path, arm, ab.to_dict(), arm_samples(path, arm), doc.started_at,
+                   doc.ended_at, doc.to_dict())
     if (path / rec.RUN_FILE).exists():
         if arm is not None:
             raise UsageError(f"{text}: {path} is a run, not an A/B; drop ':{arm}'")
-        doc = read_record(path / rec.RUN_FILE)
-        header = RecordHeader.model_validate(doc)
-        if header.kind != "run":
-            raise UsageError(f"{text}: a {header.kind} directory has no paired samples to "
+        run = read_record(path / rec.RUN_FILE)
+        if not isinstance(run, RunRecord) or run.kind != "run":
+            raise UsageError(f"{text}: a {run.kind} directory has no paired samples to "
                              "compare (compare runs, A/B arms or imported samples)")
         samples = [s for s in rec.read_samples(path / rec.SAMPLES_FILE)
                    if not Sampled.of(s).warmup]
-        return Ref(text, path, samples=samples, started_at=header.started_at,
-                   ended_at=header.ended_at, record=doc)
+        return Ref(text, path, samples=samples, started_at=run.started_at,
+                   ended_at=run.ended_at, record=run.to_dict())
     raise UsageError(f"{text}: not a run directory, ABDIR:ARM, lm-eval samples file or "
                      "vllm bench result")
 

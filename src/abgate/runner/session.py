@@ -32,6 +32,8 @@ from abgate.engines.shared.multicast import check_env as check_multicast_env
 from abgate.errors import AbgateError
 from abgate.identity import model_identity
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
+from abgate.runner.documents import Loadable, RunRecord
+from abgate.runner.sections import EngineRecord
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class EngineSession:
     def __init__(self, prepared: PreparedEngine, engine: Engine) -> None:
         self.prepared, self.engine = prepared, engine
         self.info = engine.describe().to_dict()
+        self.described = EngineRecord.model_validate(self.info)  # the same, typed
         self.processes = engine_processes(engine)
 
     @contextmanager
@@ -135,17 +138,17 @@ VOLATILE = frozenset({"server_log", "server_ready_s", "launch", "endpoints", "pr
                       "num_gpu_blocks", "served_models"})
 
 
-def record_engine(doc: dict[str, Any], info: dict[str, Any], run_dir: Path | None) -> None:
+def record_engine(doc: Loadable, info: dict[str, Any], run_dir: Path | None) -> None:
     """``doc["engine"]``: the first start's engine as loaded. A resume records its own
     under ``resumes[-1].engine`` and must load the same effective configuration (a
     changed CPU affinity changes llama.cpp's default thread count): else it is refused
     before any sample, naming what differs."""
-    first, resumes = doc.get("engine"), doc.get("resumes") or []
+    first, resumes = doc.engine, doc.resumes if isinstance(doc, RunRecord) else []
     if first is None or not resumes:
-        doc["engine"] = info
+        doc.engine = EngineRecord.model_validate(info)
         return
-    resumes[-1]["engine"] = info
-    before, now = first.get("effective_config") or {}, info.get("effective_config") or {}
+    resumes[-1].engine = EngineRecord.model_validate(info)
+    before, now = first.effective_config, info.get("effective_config") or {}
     diffs = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now"
              for k in sorted(set(before) | set(now))
              if k not in VOLATILE and before.get(k) != now.get(k)]
@@ -157,7 +160,7 @@ def record_engine(doc: dict[str, Any], info: dict[str, Any], run_dir: Path | Non
 
 @contextmanager
 def loaded(p: PreparedEngine, run_dir: Path | None = None,
-           doc: dict[str, Any] | None = None) -> Iterator[EngineSession]:
+           doc: Loadable | None = None) -> Iterator[EngineSession]:
     """Load ``p`` (under its env), yield the session, always close it.
 
     With ``doc``, the record gets ``engine`` (describe), ``engine_processes`` and, on the
@@ -175,19 +178,19 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
         session = EngineSession(p, engine)
         if doc is not None:
             record_engine(doc, session.info, run_dir)
-            doc["engine_processes"] = session.processes
+            doc.engine_processes = list(session.processes)
         yield session
     finally:
         with applied_env(p.spec.env):
             engine.close()
         if doc is not None:
-            doc["cleanup"] = engine.cleanup_evidence
+            doc.cleanup = engine.cleanup_evidence
 
 
-def _failed_start_cleanup(doc: dict[str, Any], exc: BaseException) -> None:
+def _failed_start_cleanup(doc: Loadable, exc: BaseException) -> None:
     """The cleanup evidence an engine attached to its load failure (a launched server's
     whole tree stopped and checked), in the shape a closed engine leaves."""
     server = getattr(exc, "cleanup_evidence", None)
     if isinstance(server, dict):
-        doc["cleanup"] = {"launched": True, "ready": False, "server": server,
+        doc.cleanup = {"launched": True, "ready": False, "server": server,
                           "verified": bool(server.get("verified"))}
