@@ -342,10 +342,10 @@ def source_state(out: Path | None = None) -> GitState | None:
     own output directory ``out`` excluded (its records are not source: an A/B's second
     arm must not find the tree dirty because the first arm's files are untracked)."""
     try:
-        return GitState.model_validate(
-            git_state(Path.cwd(), ignore=[out] if out is not None else []))
+        state = git_state(Path.cwd(), ignore=[out] if out is not None else [])
     except AbgateError:
         return None
+    return None if state is None else GitState.model_validate(state)
 
 
 def new_record(kind: Kind, *, out: Path | None = None, **fields: Any) -> AnyRecord:
