@@ -110,3 +110,16 @@ def test_readme_examples_run_as_written(tmp_path: Path, gsm8k_path: Path) -> Non
     ls = outputs["abgate ledger ls"].stdout
     assert "runs/R" in ls or str(work / "runs" / "R") in ls, ls
     assert (work / "history.html").exists()
+
+
+def test_the_first_set_up_command_runs_a_shipped_example() -> None:
+    """README's first command ends in ``abgate ab <example> ...``: that part parses
+    against the real CLI and its experiment file loads (every key, every arm checked)."""
+    from abgate.ab.experiment import load_experiment
+
+    first = re.findall(r"```bash\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)[0]
+    job = shlex.split(first.split("&&")[-1])
+    assert job[:2] == ["abgate", "ab"], first
+    _parse(job[1:])
+    exp = load_experiment(REPO / job[2])
+    assert exp.baseline in exp.arms and len(exp.arms) == 2
