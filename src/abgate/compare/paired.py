@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from abgate.compare.diagnostics import diagnostics
 from abgate.compare.mde import mde
@@ -173,6 +172,8 @@ def _mde(quality: Mapping[str, Any], speed: Mapping[str, Any], confidence: float
     n_scored = int(acc["n_scored"])
     discordance_high = None
     if n_scored:
+        from scipy import stats as sps  # lazily, as in compare/stats.py
+
         test = sps.binomtest(int(acc["mcnemar"]["n_discordant"]), n_scored)
         discordance_high = float(test.proportion_ci(confidence_level=confidence).high)
     speed_mde: dict[str, Any] = {}
