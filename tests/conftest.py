@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import re
@@ -7,7 +10,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -118,6 +122,53 @@ def no_engine_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
         "raise ImportError('llama_cpp was imported although the input was bad')\n")
     path = os.pathsep.join(p for p in (str(poison), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path}, marker
+
+
+class _RefusedLlamaCpp(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``llama_cpp`` and its submodules, and fails to load them as the poisoned
+    package of :func:`no_engine_env` does, noting each attempt."""
+
+    def __init__(self) -> None:
+        self.attempts: list[str] = []
+
+    def find_spec(self, name: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "llama_cpp" and not name.startswith("llama_cpp."):
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.attempts.append(module.__name__)
+        raise ImportError("llama_cpp was imported although the input was bad")
+
+
+@contextlib.contextmanager
+def engine_refused() -> Iterator[list[str]]:
+    """:func:`no_engine_env` for commands run in this process (``tests.support.fake.cli``):
+    inside, importing ``llama_cpp`` fails (a copy already imported is set aside) and so
+    does constructing the llama.cpp engine; the list yielded names each attempt. Empty
+    at the end: the commands never got as far as loading an engine."""
+    from abgate.engines import llamacpp
+
+    refuse = _RefusedLlamaCpp()
+
+    def load(*args: object, **kwargs: object) -> None:
+        refuse.attempts.append("abgate.engines.llamacpp.LlamaCppEngine")
+        raise ImportError("llama_cpp was imported although the input was bad")
+
+    aside = {n: m for n, m in sys.modules.items()
+             if n == "llama_cpp" or n.startswith("llama_cpp.")}
+    init = llamacpp.LlamaCppEngine.__init__
+    for name in aside:
+        del sys.modules[name]
+    sys.meta_path.insert(0, refuse)
+    llamacpp.LlamaCppEngine.__init__ = load  # type: ignore[method-assign,assignment]
+    try:
+        yield refuse.attempts
+    finally:
+        llamacpp.LlamaCppEngine.__init__ = init  # type: ignore[method-assign]
+        sys.meta_path.remove(refuse)
+        sys.modules.update(aside)
 
 
 def llama_server_binary() -> Path | None:
