@@ -20,6 +20,7 @@ from tests.conftest import (
     thread_flags,
     wait_until,
 )
+from tests.support.fake import cli
 
 
 @pytest.mark.engine
@@ -82,7 +83,8 @@ def test_bad_engine_arg_fails_fast(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    r = abgate("run", *args, "--limit", "1", "-o", str(tmp_path / "R"))
+    # in this process (test_bad_engine_arg_fails_fast is the same path through a subprocess)
+    r = cli("run", *args, "--limit", "1", "-o", str(tmp_path / "R"))
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and len(error_lines(r.stderr)) == 1
     assert not (tmp_path / "R").exists()
@@ -91,7 +93,7 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, args: list[str], message: str
 def test_malformed_dataset_names_line(tmp_path: Path) -> None:
     bad = tmp_path / "d.jsonl"
     bad.write_text('{"question": "a", "answer": "#### 1"}\n{broken\n')
-    r = abgate("run", "--data", str(bad), "-o", str(tmp_path / "R"))
+    r = cli("run", "--data", str(bad), "-o", str(tmp_path / "R"))
     assert r.returncode == 2 and f"{bad}:2" in r.stderr
 
 
