@@ -6,6 +6,7 @@ import importlib.machinery
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,13 @@ def abgate(*args: str, timeout: float = HANG_S, env: dict[str, str] | None = Non
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "abgate", *args], capture_output=True,
                           text=True, timeout=timeout, env=full_env, cwd=cwd)
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that a test sends SIGINT: started from a background job
+    (``cmd &`` in a script), a child inherits SIGINT ignored, which abgate keeps (as it
+    should), and the test would wait for a Ctrl-C that never lands."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def read_lines(path: Path) -> list[dict[str, object]]:

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import (
     HANG_S,
     abgate,
+    default_sigint,
     error_lines,
     no_engine_env,
     read_lines,
@@ -145,7 +146,7 @@ def test_sigint_marks_interrupted_and_resumes(tmp_path: Path) -> None:
     args = ["run", "--suite", "synthetic", "--limit", "6", "--max-tokens", "48",
             *thread_flags(), "-o", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     samples = out / "samples.jsonl"
     wait_until(lambda: samples.exists() and samples.stat().st_size > 0, proc, "a sample")
     proc.send_signal(signal.SIGINT)

@@ -16,7 +16,7 @@ import pytest
 
 from abgate.engines import server, server_cleanup
 from abgate.errors import AbgateError, UsageError
-from tests.conftest import abgate, read_lines, thread_flags
+from tests.conftest import abgate, default_sigint, read_lines, thread_flags
 from tests.test_openai_engine import FAKE_SERVER, needs_server
 
 
@@ -156,7 +156,7 @@ def test_signal_to_abgate_stops_the_server(fake: Path, tmp_path: Path,
             "--engine", "openai", "--launch", cmd(fake, "--delay 0.1", "--spawn", marker),
             "-o", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while not ((out / "samples.jsonl").exists() and read_lines(out / "samples.jsonl")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
