@@ -88,6 +88,17 @@ def model_path() -> str:
     return str(default_model_path())
 
 
+@pytest.fixture(scope="session")
+def smollm2_self_diff(model_path: str) -> dict[str, object]:
+    """``diff_checkpoints`` of the embedded model against itself (every tensor, a few
+    seconds), computed once for the tests that check it and render it; read, never
+    changed, by them."""
+    pytest.importorskip("gguf", reason="the 'weights' extra is not installed")
+    from abgate.weights import diff_checkpoints
+
+    return diff_checkpoints(Path(model_path), Path(model_path))
+
+
 def abgate(*args: str, timeout: float = HANG_S, env: dict[str, str] | None = None,
            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (as a user would)."""
