@@ -14,6 +14,7 @@ import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,6 +87,22 @@ def model_path() -> str:
     from abgate.engines.llamacpp import default_model_path
 
     return str(default_model_path())
+
+
+@pytest.fixture
+def small_bandwidth_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bench in this process probes the CPU's memory bandwidth on 16 MiB once, not on
+    512 MiB six times (2-3 s of page faults and sums): the same probe, the same fields
+    in the record, for tests that check the record and not this host's bandwidth."""
+    from abgate.bench import session
+
+    probe = session.measure_peak_bandwidth
+
+    def small(size_mib: int = 512, repeats: int = 5,
+              threads: int | None = None) -> dict[str, Any]:
+        return probe(16, 1, threads)
+
+    monkeypatch.setattr(session, "measure_peak_bandwidth", small)
 
 
 @pytest.fixture(scope="session")
