@@ -153,7 +153,7 @@ def test_signal_to_abgate_stops_the_server(fake: Path, tmp_path: Path,
     out = tmp_path / "R"
     marker = f"m{uuid.uuid4().hex[:8]}"
     args = ["run", "--suite", "synthetic", "--limit", "4", "--max-tokens", "40",
-            "--engine", "openai", "--launch", cmd(fake, "--delay 0.1", "--spawn", marker),
+            "--engine", "openai", "--launch", cmd(fake, "--delay 0.05", "--spawn", marker),
             "-o", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
