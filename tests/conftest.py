@@ -105,6 +105,16 @@ def small_bandwidth_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session, "measure_peak_bandwidth", small)
 
 
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``openai`` engine in this process retries without the exponential back-off
+    between attempts (0.5 s, then 1 s), for tests that check how many attempts are made
+    (the back-off itself: test_fault_server.py)."""
+    from abgate.engines import openai_compat
+
+    monkeypatch.setattr(openai_compat, "_backoff", lambda attempt, retry_after: 0.0)
+
+
 @pytest.fixture(scope="session")
 def smollm2_self_diff(model_path: str) -> dict[str, object]:
     """``diff_checkpoints`` of the embedded model against itself (every tensor, a few

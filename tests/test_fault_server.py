@@ -76,13 +76,6 @@ FAULTS = {
 }
 
 
-@pytest.fixture()
-def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Retries without the exponential back-off between them (0.5 s, then 1 s): how
-    many attempts are made is what these tests check, the back-off is checked below."""
-    monkeypatch.setattr(openai_compat, "_backoff", lambda attempt, retry_after: 0.0)
-
-
 def test_backoff_doubles_and_waits_at_least_a_capped_retry_after() -> None:
     assert [openai_compat._backoff(a, None) for a in range(5)] == [0.5, 1.0, 2.0, 4.0, 5.0]
     assert openai_compat._backoff(0, 3.0) == 3.0 and openai_compat._backoff(2, 0.0) == 2.0

@@ -179,7 +179,7 @@ def test_stream_usage_token_ids_and_explicit_sampling(
 
 
 def test_retry_before_first_token_is_bounded_and_recorded(
-        fake_engine: openai_compat.OpenAIEngine) -> None:
+        fake_engine: openai_compat.OpenAIEngine, no_backoff: None) -> None:
     ok, bad = fake_engine.generate([req("f", "FLAKY question"), req("b", "BAD question")])
     assert ok.finish_reason == "length" and ok.engine_timings["attempts"] == 3.0
     assert fake_engine.stats[0].retries == 2  # two 503s before any token, then success
@@ -191,7 +191,8 @@ def test_retry_before_first_token_is_bounded_and_recorded(
     assert ev["endpoint_stats"][0]["requests"] == 2 and ev["endpoint_stats"][0]["errors"] == 1
 
 
-def test_retries_exhausted_is_an_error_sample(fake_script: Path, tmp_path: Path) -> None:
+def test_retries_exhausted_is_an_error_sample(fake_script: Path, tmp_path: Path,
+                                              no_backoff: None) -> None:
     engine = openai_compat.load("", {}, {"launch": fake_cmd(fake_script, "--fail-first 99"),
                                          "ready_timeout": 30.0}, tmp_path)
     try:
