@@ -70,6 +70,29 @@ def toml_engine_args(args: dict[str, object], default_threads: int | None = None
     return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in merged.items()) + " }"
 
 
+_ENGINE_MODULE = re.compile(r"^pytestmark = pytest\.mark\.engine\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test module marked ``engine`` as a whole (``pytestmark = pytest.mark.engine``)
+    is not even imported when ``-m`` deselects engine tests (the fast tier): importing
+    one costs the tier its imports (torch and transformers, 1.5 s of CPU) and selects
+    nothing. (Its tests are then not counted as deselected.)"""
+    expr = config.getoption("markexpr")
+    if not expr or collection_path.suffix != ".py" or not collection_path.name.startswith(
+            "test_"):
+        return None
+    from _pytest.mark.expression import Expression
+
+    if Expression.compile(expr).evaluate(lambda name, **kwargs: name == "engine"):
+        return None
+    try:
+        whole_module_engine = _ENGINE_MODULE.search(collection_path.read_text()) is not None
+    except OSError:
+        return None
+    return True if whole_module_engine else None
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     n = os.environ.get(THREADS_ENV, "").strip()
     return f"{THREADS_ENV}: {n or 'unset (engines use their default thread count)'}"
