@@ -86,10 +86,10 @@ def test_detached_worker_of_a_failed_start_is_found_and_stopped(
         launcher: Path, tmp_path: Path, exits: bool) -> None:
     pid_file = tmp_path / f"worker-{uuid.uuid4().hex[:8]}.pid"
     extra = ("--exit", "1") if exits else ()
-    match = "exited with code 1" if exits else "not ready after 3 s"
+    match = "exited with code 1" if exits else "not ready after 2 s"
     with pytest.raises(AbgateError, match=match) as info:
         server.launch(command(launcher, pid_file, *extra), model="", args={},
-                      log_dir=tmp_path, ready_timeout=3, grace_s=1.0)
+                      log_dir=tmp_path, ready_timeout=2, grace_s=1.0)
     pid = worker_pid(pid_file)
     ev = info.value.cleanup_evidence  # type: ignore[attr-defined]
     assert gone(pid), "the detached worker survived the failed start"
