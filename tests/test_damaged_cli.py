@@ -7,6 +7,7 @@ CLI in this process (``tests.support.fake.cli``, as the console script runs it).
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -20,11 +21,20 @@ from tests.support.report import build_ab_dir
 from tests.test_ledger import _entry
 
 
-def _ledger(tmp_path: Path) -> Path:
-    path = tmp_path / "ledger.sqlite"
+@pytest.fixture(scope="module")
+def pristine_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger of a few pages, written once (40 committed puts); each test damages its
+    own copy (:func:`_ledger`), never this file."""
+    path = tmp_path_factory.mktemp("ledger") / "ledger.sqlite"
     with opened(path) as db:
         for i in range(40):  # a few pages
             db.put(_entry(i, 100.0 + i, 1.0, f"c{i:02d}" * 10))
+    return path
+
+
+def _ledger(pristine: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.sqlite"
+    shutil.copyfile(pristine, path)
     return path
 
 
@@ -40,8 +50,9 @@ COMMANDS = [["ledger", "ls"], ["ledger", "check"], ["history", "steady_decode_tp
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_ledger_cell_that_is_not_json(tmp_path: Path, command: list[str]) -> None:
-    path = _ledger(tmp_path)
+def test_ledger_cell_that_is_not_json(tmp_path: Path, command: list[str],
+                                      pristine_ledger: Path) -> None:
+    path = _ledger(pristine_ledger, tmp_path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE units SET metrics = '{not json'")
         db.execute("UPDATE records SET verdicts = '{not json'")
@@ -49,8 +60,9 @@ def test_ledger_cell_that_is_not_json(tmp_path: Path, command: list[str]) -> Non
 
 
 @pytest.mark.parametrize("command", [*COMMANDS, ["ledger", "add"]])
-def test_ledger_with_a_damaged_page(tmp_path: Path, command: list[str]) -> None:
-    path = _ledger(tmp_path)
+def test_ledger_with_a_damaged_page(tmp_path: Path, command: list[str],
+                                    pristine_ledger: Path) -> None:
+    path = _ledger(pristine_ledger, tmp_path)
     data = bytearray(path.read_bytes())
     page = 4096
     assert len(data) > 3 * page
