@@ -35,7 +35,7 @@ from abgate.compare.agreement import summarize_agreement
 from abgate.compare.agreement_gates import agreement_gates
 from abgate.compare.policy import Policy, load_policy
 from abgate.engines.base import GenerationRequest, SamplingParams, TokenScores
-from abgate.engines.llamacpp import load, resolve_model
+from abgate.engines.llamacpp.engine import load, resolve_model
 from abgate.suites import load_suite
 from abgate.suites.prompts import PromptConfig, build_messages
 from abgate.weights.readers import read_gguf_tensors

@@ -121,8 +121,8 @@ def serve(port_file: Path, itl_s: float) -> None:
 def measure(url: str, concurrency: int, tokens: int, batch: int, tag: str) -> dict[str, Any]:
     import httpx
 
-    from abgate.engines import openai_compat
     from abgate.engines.base import GenerationRequest, SamplingParams
+    from abgate.engines.openai import engine as openai_compat
 
     engine = openai_compat.load("", {}, {"endpoints": [url], "concurrency": concurrency,
                                          "request_timeout": 600.0})

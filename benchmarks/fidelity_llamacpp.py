@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from abgate.bench import BenchCase, run_bench
-from abgate.engines import llamacpp
 from abgate.engines.args import parse_pairs, validate_args
+from abgate.engines.llamacpp import engine as llamacpp
 from abgate.host import cpu_model
 
 COLUMNS = (("abgate decode tok/s", "steady_decode_tps", "timing", ".2f"),

@@ -93,8 +93,8 @@ def worker(a: argparse.Namespace) -> None:
     import torch
 
     from abgate.bench.prompts import fixed_length_prompt
-    from abgate.engines import transformers as hf
     from abgate.engines.base import SamplingParams
+    from abgate.engines.transformers import engine as hf
 
     det = bool(spec.get("use_deterministic_algorithms"))
     det_error = None
@@ -330,7 +330,7 @@ def smollm2(a: argparse.Namespace) -> dict[str, Any]:
 def divergence_gaps(a: argparse.Namespace, figures: dict[str, Any]) -> dict[str, Any]:
     """Top-2 log-prob gaps (= logit gaps) where the greedy outputs diverged: each
     divergent pair's common prefix scored by a fresh dynamic-cache engine."""
-    from abgate.engines import transformers as hf
+    from abgate.engines.transformers import engine as hf
 
     out: dict[str, Any] = {}
     pairs = []

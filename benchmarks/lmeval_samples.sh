@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 LIMIT=${1:-5}
 OUT=${2:-tests/data/lmeval}
 DATA=$(realpath ../shared/data/gsm8k/test.jsonl)
-GGUF=$(.venv/bin/python -c "from abgate.engines.llamacpp import default_model_path; print(default_model_path())")
+GGUF=$(.venv/bin/python -c "from abgate.engines.llamacpp.engine import default_model_path; print(default_model_path())")
 WORK=$(mktemp -d)
 PORT=${PORT:-18431}
 SERVER_PID=

@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, "src")
 from abgate.bench.resources import gpu_memory as process_gpu  # noqa: E402
-from abgate.engines.server_cleanup import gpu_memory, gpu_returned  # noqa: E402
+from abgate.engines.shared.server_cleanup import gpu_memory, gpu_returned  # noqa: E402
 from abgate.host import gpus  # noqa: E402
 
 out = {"gpus": gpus()}

@@ -16,7 +16,7 @@ import argparse
 import statistics
 import time
 
-from abgate.engines.llamacpp import load, resolve_model
+from abgate.engines.llamacpp.engine import load, resolve_model
 
 
 def main() -> None:

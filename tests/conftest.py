@@ -107,7 +107,7 @@ def gsm8k_path() -> Path:
 
 @pytest.fixture(scope="session")
 def model_path() -> str:
-    from abgate.engines.llamacpp import default_model_path
+    from abgate.engines.llamacpp.engine import default_model_path
 
     return str(default_model_path())
 
@@ -133,7 +133,7 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ``openai`` engine in this process retries without the exponential back-off
     between attempts (0.5 s, then 1 s), for tests that check how many attempts are made
     (the back-off itself: test_fault_server.py)."""
-    from abgate.engines import openai_compat
+    from abgate.engines.openai import engine as openai_compat
 
     monkeypatch.setattr(openai_compat, "_backoff", lambda attempt, retry_after: 0.0)
 
@@ -217,12 +217,12 @@ def engine_refused() -> Iterator[list[str]]:
     inside, importing ``llama_cpp`` fails (a copy already imported is set aside) and so
     does constructing the llama.cpp engine; the list yielded names each attempt. Empty
     at the end: the commands never got as far as loading an engine."""
-    from abgate.engines import llamacpp
+    from abgate.engines.llamacpp import engine as llamacpp
 
     refuse = _RefusedLlamaCpp()
 
     def load(*args: object, **kwargs: object) -> None:
-        refuse.attempts.append("abgate.engines.llamacpp.LlamaCppEngine")
+        refuse.attempts.append("abgate.engines.llamacpp.engine.LlamaCppEngine")
         raise ImportError("llama_cpp was imported although the input was bad")
 
     aside = {n: m for n, m in sys.modules.items()
@@ -283,7 +283,8 @@ def _fast_tier_loads_no_real_engine(request: pytest.FixtureRequest,
     ``--durations``.)"""
     if request.node.get_closest_marker("engine") is not None:
         return
-    from abgate.engines import llamacpp, transformers
+    from abgate.engines.llamacpp import engine as llamacpp
+    from abgate.engines.transformers import engine as transformers
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("this test loads a real engine: mark it @pytest.mark.engine, "

@@ -146,22 +146,25 @@ def test_contract_applies_to_every_arm_with_the_declared_switch_exempt(tmp_path:
 
 def test_opt_out_evidence_from_engine_logs(tmp_path: Path) -> None:
     from abgate.ab.optout import compile_patterns, opt_out_evidence
+    from abgate.runner.sections import ArmDifferences
 
     base, cand = tmp_path / "base", tmp_path / "cand"
     for d, value in ((base, 1), (cand, 0)):
         d.mkdir()
         (d / "server-llama.log").write_text(f"load\nllama_context: flash_attn = {value}\nok\n")
         (d / "run.log").write_text("flash_attn = 9\n")  # abgate's own log never counts
-    entry = {"request": {"declared": {"env.GGML_NO_FA": ["(not set)", '"1"']}},
-             "loaded": {"declared": {}, "undeclared": {}}}
+    entry = ArmDifferences.model_validate(
+        {"request": {"declared": {"env.GGML_NO_FA": ["(not set)", '"1"']}},
+         "loaded": {"declared": {}, "undeclared": {}}})
     found = opt_out_evidence(entry, (base, cand), [r"flash_attn = \d"])
-    assert found is not None and found["observed"] and found["warning"] is None
-    assert found["log_lines"] == {"baseline": ["llama_context: flash_attn = 1"],
-                                  "candidate": ["llama_context: flash_attn = 0"]}
+    assert found is not None and found.observed and found.warning is None
+    assert found.log_lines.to_dict() == {"baseline": ["llama_context: flash_attn = 1"],
+                                         "candidate": ["llama_context: flash_attn = 0"]}
     silent = opt_out_evidence(entry, (base, cand), [r"no such line"])
-    assert silent is not None and not silent["observed"]
-    assert "only in env.GGML_NO_FA" in str(silent["warning"])
-    mixed = {"request": {"declared": {"env.X": ["a", "b"], "engine_args.n_ctx": ["1", "2"]}}}
+    assert silent is not None and not silent.observed
+    assert "only in env.GGML_NO_FA" in str(silent.warning)
+    mixed = ArmDifferences.model_validate(
+        {"request": {"declared": {"env.X": ["a", "b"], "engine_args.n_ctx": ["1", "2"]}}})
     assert opt_out_evidence(mixed, (base, cand), []) is None  # not an env-only difference
     with pytest.raises(UsageError, match=r"log_patterns '\(' is not a regular expression"):
         compile_patterns("x.toml [evidence]", ["("])

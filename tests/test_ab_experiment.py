@@ -101,7 +101,8 @@ def test_force_clears_only_an_ab_directory(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="not a valid abgate record"):
         prepare_new_dir(d, force=True, marker="ab.json")
     write_record(d / "ab.json", new_record(
-        "ab", experiment={}, arm_spec_digests={}, digest="x", engines={}, resumes=[],
+        "ab", experiment={"baseline": "a", "arms": {"a": {}}}, arm_spec_digests={}, digest="x",
+        engines={}, resumes=[],
         schedule={"mode": "blocks", "warmup": 0, "block_size": 1, "executed": []}))
     prepare_new_dir(d, force=True, marker="ab.json")
     assert list(d.iterdir()) == []

@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 
 from abgate.ab.analyze import analyze
+from abgate.compare import Comparison
+from abgate.compare.agreement import not_measured
+from abgate.compare.results import read_comparison_doc
 from abgate.report import build_doc, render, render_data
 from abgate.report.agreement_sections import evidence_line
 from abgate.report.blocks import Heading
@@ -65,11 +68,12 @@ def test_comparison_json_has_agreement_probes_and_cost(ab_dir: Path) -> None:
 
 def test_terminal_evidence_line(ab_dir: Path) -> None:
     fast = _arm(ab_dir, "fast")["comparison"]
-    line = evidence_line(fast, "fast")
+    line = evidence_line(Comparison.model_validate(fast), "fast")
     assert line is not None and line.startswith("distribution agreement (")
     assert "mean KLD 0 nats (95% CI 0 to 0)" in line and "top-1 agreement 100.0%" in line
     assert "scoring took" in line and "x this arm's generation time" in line
-    assert evidence_line({"agreement": {"measured": False, "reason": "x"}}, "fast") is None
+    unmeasured = Comparison(agreement=not_measured("x"))
+    assert evidence_line(unmeasured, "fast") is None
 
 
 def test_broken_arm_rejected_on_agreement_and_probe(ab_dir: Path) -> None:
@@ -113,6 +117,7 @@ def test_agreement_comes_first_when_accuracy_is_at_the_floor(ab_dir: Path) -> No
     data = load_ab(ab_dir)
     acc = data.comparison["comparisons"]["loopy"]["comparison"]["quality"]["accuracy"]
     acc["a"]["estimate"], acc["b"]["estimate"] = 0.05, 0.025
+    data.analysis = read_comparison_doc(data.comparison, "comparison.json")
     doc = build_doc(data, plots=False)
     headings = [b.text for b in doc.blocks if isinstance(b, Heading)]
     start = headings.index("loopy vs base")

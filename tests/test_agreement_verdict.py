@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from abgate.ab.experiment import Experiment, parse_experiment
-from abgate.compare import Verdict, compare_samples, decide, load_policy
+from abgate.compare import Comparison, Gate, Verdict, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.probes import compare_probes
 from abgate.errors import UsageError
@@ -20,14 +20,12 @@ from tests.support.compare import make_arm, make_sample
 
 
 def comparison(a: list[dict[str, Any]], b: list[dict[str, Any]], **extra: Any
-               ) -> dict[str, Any]:
-    result = compare_samples(a, b, n_boot=500)
-    result.update(extra)
-    return result
+               ) -> Comparison:
+    return compare_samples(a, b, n_boot=500).with_extras(**extra)
 
 
-def gate(result: Verdict, name: str) -> dict[str, Any]:
-    return next(g.to_dict() for g in result.gates if g.name == name)
+def gate(result: Verdict, name: str) -> Gate:
+    return next(g for g in result.gates if g.name == name)
 
 
 def names(result: Verdict) -> list[str]:
@@ -46,14 +44,14 @@ def test_broken_arm_at_the_accuracy_floor_is_rejected_by_kld() -> None:
     a, b = floor_arms()
     plain = decide(comparison(a, b), load_policy(None))
     assert plain.decision == "INCONCLUSIVE"  # what accuracy alone can say
-    assert gate(plain, "accuracy")["outcome"] == "inconclusive"
+    assert gate(plain, "accuracy").outcome == "inconclusive"
     result = decide(comparison(a, b, agreement=summarize_agreement(broken_rows(40))),
                     load_policy(None))
     assert result.decision == "REJECT"
-    assert gate(result, "accuracy")["outcome"] == "inconclusive"
+    assert gate(result, "accuracy").outcome == "inconclusive"
     kld, top1 = gate(result, "mean_kld"), gate(result, "top1_agreement")
-    assert kld["outcome"] == "fail" and top1["outcome"] == "fail"
-    assert kld["ci"][0] > 0.1 and kld["observed"] == pytest.approx(2.0, rel=0.1)
+    assert kld.outcome == "fail" and top1.outcome == "fail"
+    assert kld.ci[0] > 0.1 and kld.observed == pytest.approx(2.0, rel=0.1)
     assert result.reasons[0].startswith("REJECT: distribution agreement: mean KLD ")
     assert "exceeds the allowed 0.1 nats" in result.reasons[0]
     assert "is below the required 85.00%" in result.reasons[1]
@@ -65,8 +63,8 @@ def test_identical_arms_pass_the_agreement_gates_and_can_be_accepted() -> None:
     result = decide(comparison(a, b, agreement=summarize_agreement(aa_rows(40))),
                     load_policy(None))
     assert result.decision == "ACCEPT"
-    assert gate(result, "mean_kld")["outcome"] == "pass"
-    assert gate(result, "top1_agreement")["outcome"] == "pass"
+    assert gate(result, "mean_kld").outcome == "pass"
+    assert gate(result, "top1_agreement").outcome == "pass"
     assert result.reasons[0].startswith("ACCEPT: speed: ")
     assert "mean_kld, top1_agreement" in result.reasons[1]
 
@@ -76,9 +74,9 @@ def test_kld_near_the_limit_is_inconclusive_with_items_needed() -> None:
     rows = rows_for(range(40), kl=lambda i, p: 0.19 if i % 2 else 0.02)  # mean 0.105
     result = decide(comparison(a, a, agreement=summarize_agreement(rows)), load_policy(None))
     kld = gate(result, "mean_kld")
-    assert kld["outcome"] == "inconclusive"
-    assert "cannot rule out exceeding the allowed 0.1 nats" in kld["evidence"]
-    assert kld["more_items_needed"] is not None or kld["out_of_reach"]
+    assert kld.outcome == "inconclusive"
+    assert "cannot rule out exceeding the allowed 0.1 nats" in kld.evidence
+    assert kld.more_items_needed is not None or kld.out_of_reach
 
 
 def test_agreement_gates_are_held_back_below_min_items() -> None:
@@ -86,8 +84,8 @@ def test_agreement_gates_are_held_back_below_min_items() -> None:
     result = decide(comparison(a, a, agreement=summarize_agreement(broken_rows(10))),
                     load_policy(None))
     kld = gate(result, "mean_kld")
-    assert kld["outcome"] == "inconclusive"
-    assert "it would fail, but 10 items < min_items 30" in kld["evidence"]
+    assert kld.outcome == "inconclusive"
+    assert "it would fail, but 10 items < min_items 30" in kld.evidence
     assert result.decision == "INCONCLUSIVE"
 
 
@@ -96,8 +94,8 @@ def test_approximate_kld_is_labelled_in_the_evidence() -> None:
     rows = rows_for(range(40), method="top_k", k=20, kl=0.001)
     kld = gate(decide(comparison(a, a, agreement=summarize_agreement(rows)),
                       load_policy(None)), "mean_kld")
-    assert kld["outcome"] == "pass"
-    assert "top-k approximation (k=20), a lower bound of the full KL" in kld["evidence"]
+    assert kld.outcome == "pass"
+    assert "top-k approximation (k=20), a lower bound of the full KL" in kld.evidence
 
 
 def test_missing_agreement_is_noted_and_its_gates_are_absent() -> None:
@@ -107,7 +105,7 @@ def test_missing_agreement_is_noted_and_its_gates_are_absent() -> None:
     assert "mean_kld" not in names(result) and "top1_agreement" not in names(result)
     assert result.notes == ("Distribution agreement not measured: no agreement.jsonl; "
                             "its gates are absent.",)
-    assert result.to_dict()["notes"] == list(result.notes)
+    assert result.to_json()["notes"] == list(result.notes)
 
 
 def test_lossless_rejects_divergent_outputs() -> None:
@@ -118,7 +116,7 @@ def test_lossless_rejects_divergent_outputs() -> None:
     assert lossy.decision == "ACCEPT" and "lossless_outputs" not in names(lossy)
     result = decide(comparison(a, b, expect="lossless"), load_policy(None))
     assert result.decision == "REJECT"
-    assert gate(result, "lossless_outputs")["observed"] == pytest.approx(1 / 40)
+    assert gate(result, "lossless_outputs").observed == pytest.approx(1 / 40)
     assert result.reasons[0].startswith("REJECT: lossless outputs: expect = lossless: 1 of 40")
 
 
@@ -127,9 +125,9 @@ def test_lossless_rejects_kld_above_the_noise_level(tmp_path: Path) -> None:
     b = make_arm(40, noise=0.05, rng_seed=1, tps=130.0)
     noisy = summarize_agreement(rows_for(range(40), kl=1e-3))
     result = decide(comparison(a, b, expect="lossless", agreement=noisy), load_policy(None))
-    assert gate(result, "lossless_outputs")["outcome"] == "pass"
-    assert gate(result, "lossless_kld")["outcome"] == "fail"
-    assert gate(result, "mean_kld")["outcome"] == "pass"  # fine for a lossy switch
+    assert gate(result, "lossless_outputs").outcome == "pass"
+    assert gate(result, "lossless_kld").outcome == "fail"
+    assert gate(result, "mean_kld").outcome == "pass"  # fine for a lossy switch
     assert result.decision == "REJECT"
     exact = summarize_agreement(aa_rows(40))
     assert decide(comparison(a, b, expect="lossless", agreement=exact),
@@ -151,8 +149,8 @@ def test_probe_regression_rejects_and_failing_in_both_is_only_reported() -> None
                        {"name": "arithmetic", "passed": True, "reason": "ok"}]}
     result = decide(comparison(a, b, probes=compare_probes(base, cand)), load_policy(None))
     assert result.decision == "REJECT"
-    assert gate(result, "probe_copy")["outcome"] == "fail"
-    assert gate(result, "probe_arithmetic")["outcome"] == "pass"
+    assert gate(result, "probe_copy").outcome == "fail"
+    assert gate(result, "probe_arithmetic").outcome == "pass"
     assert "probe_needle" not in names(result)
     assert result.reasons[0] == ("REJECT: probe: probe copy passes under A but fails under B: "
                                  "record garbled.")
@@ -186,8 +184,8 @@ def test_out_of_reach_needs_are_not_printed_as_a_number() -> None:
                  tps=150.0)
     result = decide(comparison(a, b), load_policy(None))
     accuracy = gate(result, "accuracy")
-    assert accuracy["outcome"] == "inconclusive"
-    assert accuracy["out_of_reach"] is True and accuracy["more_items_needed"] is None
+    assert accuracy.outcome == "inconclusive"
+    assert accuracy.out_of_reach is True and accuracy.more_items_needed is None
     assert result.more_samples_needed is None
     assert ("Out of reach at this effect size: settling accuracy would take more than 10x "
             "this run's 40 items.") in result.reasons
@@ -197,14 +195,15 @@ def test_out_of_reach_needs_are_not_printed_as_a_number() -> None:
 def test_per_arm_accuracy_intervals_stay_inside_zero_and_one() -> None:
     a = make_arm(40, correct_items=set(), noise=0.05)
     b = make_arm(40, correct_items={7}, noise=0.05, rng_seed=1)
-    acc = compare_samples(a, b)["quality"]["accuracy"]
+    acc = compare_samples(a, b).quality.accuracy
     for arm in ("a", "b"):
-        low, high = acc[arm]["ci"]
-        assert 0.0 <= low <= acc[arm]["estimate"] <= high <= 1.0
-        assert acc[arm]["ci_method"] == "wilson"
-    assert acc["a"]["ci"][1] > 0.05  # zero successes still leave a real upper bound
+        side = getattr(acc, arm)
+        low, high = side.ci
+        assert 0.0 <= low <= side.estimate <= high <= 1.0
+        assert side.ci_method == "wilson"
+    assert acc.a.ci[1] > 0.05  # zero successes still leave a real upper bound
     # The normal interval of 1/40 would go below 0.
-    assert acc["b"]["estimate"] - 1.96 * acc["b"]["se"] < 0 < acc["b"]["ci"][0] + 1e-12
+    assert acc.b.estimate - 1.96 * acc.b.se < 0 < acc.b.ci[0] + 1e-12
 
 
 def write(tmp_path: Path, text: str) -> Path:

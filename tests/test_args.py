@@ -4,8 +4,8 @@ import inspect
 
 import pytest
 
-from abgate.engines import llamacpp
 from abgate.engines.args import coerce_value, parse_pairs, validate_args
+from abgate.engines.llamacpp import engine as llamacpp
 from abgate.errors import UsageError
 from abgate.redact import redact_argv, redact_env
 

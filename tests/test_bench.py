@@ -20,8 +20,8 @@ from abgate.bench import (
 from abgate.bench.fidelity import fidelity
 from abgate.bench.prompts import parse_input_lens, parse_shas
 from abgate.bench.run import bench_request, resolve_cases
-from abgate.engines import llamacpp
 from abgate.engines.base import GenerationResult
+from abgate.engines.llamacpp import engine as llamacpp
 from abgate.errors import UsageError
 from abgate.metrics import request_timing
 from abgate.runner.samples import ids_sha256
@@ -53,7 +53,7 @@ def test_prompts_have_exact_lengths_and_stable_shas(engine: llamacpp.LlamaCppEng
 @pytest.mark.engine
 def test_prompt_sha_is_the_same_in_another_process(engine: llamacpp.LlamaCppEngine,
                                                    model_path: str) -> None:
-    code = ("from abgate.engines import llamacpp; from abgate.bench import *;"
+    code = ("from abgate.engines.llamacpp import engine as llamacpp; from abgate.bench import *;"
             f"e = llamacpp.load({model_path!r}, {{'n_ctx': 256, **{THREADS!r}}});"
             "print(prompt_sha256(fixed_length_prompt(e.tokenize, 64)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

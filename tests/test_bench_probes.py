@@ -23,8 +23,8 @@ from abgate.bench.roofline import (
     model_bytes_for,
     roofline,
 )
-from abgate.engines import llamacpp
 from abgate.engines.base import FinishReason, GenerationResult
+from abgate.engines.llamacpp import engine as llamacpp
 from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
 from tests.conftest import engine_threads

@@ -184,7 +184,7 @@ def test_baseline_record_killed_anywhere_leaves_no_corrupt_file(tmp_path: Path) 
     (loading, measuring, writing): the directory holds either no ``baseline.json`` or a
     complete, valid one, never a partial file; recording again with --force completes
     and the baseline then checks (same tokens)."""
-    from abgate.runner.documents import read_record
+    from abgate.runner.documents import BaselineRecord, read_record
     from tests.conftest import abgate, thread_flags
 
     rng = random.Random(SEED)
@@ -206,7 +206,7 @@ def test_baseline_record_killed_anywhere_leaves_no_corrupt_file(tmp_path: Path) 
         proc.wait(timeout=HANG_S)
         assert not list(out.rglob("*.tmp")), list(out.rglob("*"))
         if (out / "baseline.json").exists():  # the old one, or a new one written whole
-            assert read_record(out / "baseline.json", "baseline")["cases"]
+            assert read_record(out / "baseline.json", "baseline", model=BaselineRecord).cases
     assert killed
     r = subprocess.run(args, capture_output=True, text=True, timeout=HANG_S)
     assert r.returncode == 0, r.stderr

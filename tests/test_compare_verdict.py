@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from abgate.compare import Policy, Verdict, compare_samples, decide, load_policy
+from abgate.compare import Gate, Policy, Verdict, compare_samples, decide, load_policy
 from abgate.errors import AbgateError
 from tests.support.compare import make_arm, make_sample
 
@@ -18,8 +18,8 @@ def verdict(a: list[dict[str, object]], b: list[dict[str, object]],
     return decide(compare_samples(a, b), policy or load_policy(None))
 
 
-def gate(result: Verdict, name: str) -> dict[str, object]:
-    return next(g.to_dict() for g in result.gates if g.name == name)
+def gate(result: Verdict, name: str) -> Gate:
+    return next(g for g in result.gates if g.name == name)
 
 
 @pytest.mark.parametrize("noise_seed", range(12))
@@ -45,12 +45,12 @@ def test_clearly_degraded_b_is_rejected_whatever_its_speed() -> None:
     b = make_arm(100, accuracy=0.2, noise=0.05, rng_seed=1, tps=300.0)
     result = verdict(a, b)
     assert result.decision == "REJECT" and result.exit_code == 1
-    assert gate(result, "speed")["outcome"] == "pass"
+    assert gate(result, "speed").outcome == "pass"
     accuracy = gate(result, "accuracy")
-    assert accuracy["outcome"] == "fail"
-    assert accuracy["observed"] == pytest.approx(-0.4)
-    assert "McNemar" in str(accuracy["evidence"])
-    assert result.reasons == (f"REJECT: accuracy: {accuracy['evidence']}",)
+    assert accuracy.outcome == "fail"
+    assert accuracy.observed == pytest.approx(-0.4)
+    assert "McNemar" in str(accuracy.evidence)
+    assert result.reasons == (f"REJECT: accuracy: {accuracy.evidence}",)
 
 
 def test_clearly_faster_b_with_identical_outputs_is_accepted() -> None:
@@ -59,8 +59,8 @@ def test_clearly_faster_b_with_identical_outputs_is_accepted() -> None:
     result = verdict(a, b)
     assert result.decision == "ACCEPT" and result.exit_code == 0
     speed = gate(result, "speed")
-    assert speed["observed"] == pytest.approx(0.25, abs=0.03)
-    assert speed["ci"][0] > 0.02  # type: ignore[index]
+    assert speed.observed == pytest.approx(0.25, abs=0.03)
+    assert speed.ci[0] > 0.02  # type: ignore[index]
     assert result.more_samples_needed is None
     assert "faster" in result.reasons[0]
 
@@ -70,7 +70,7 @@ def test_slower_b_is_rejected() -> None:
     b = make_arm(60, noise=0.05, rng_seed=1, tps=85.0)
     result = verdict(a, b)
     assert result.decision == "REJECT"
-    assert gate(result, "speed")["outcome"] == "fail"
+    assert gate(result, "speed").outcome == "fail"
     assert "slower" in result.reasons[0]
 
 
@@ -88,7 +88,7 @@ def test_ttft_policy_uses_lower_is_better(tmp_path: Path) -> None:
     b = make_arm(40, ttft=0.1, tps=90.0)  # slower decode does not matter here
     result = verdict(a, b, policy)
     assert result.decision == "ACCEPT"
-    assert gate(result, "speed")["observed"] == pytest.approx(1.0)
+    assert gate(result, "speed").observed == pytest.approx(1.0)
 
 
 def test_more_engine_errors_reject() -> None:
@@ -97,7 +97,7 @@ def test_more_engine_errors_reject() -> None:
     b[:30] = [make_sample(i, finish="error") for i in range(30)]
     result = verdict(a, b)
     assert result.decision == "REJECT"
-    assert gate(result, "error_rate")["outcome"] == "fail"
+    assert gate(result, "error_rate").outcome == "fail"
 
 
 def test_b_that_always_errors_is_rejected() -> None:
@@ -118,8 +118,8 @@ def test_noisy_small_quality_change_is_inconclusive_with_samples_needed() -> Non
     result = verdict(a, b)
     assert result.decision == "INCONCLUSIVE"
     accuracy = gate(result, "accuracy")
-    assert accuracy["outcome"] == "inconclusive"
-    more_items = accuracy["more_items_needed"]
+    assert accuracy.outcome == "inconclusive"
+    more_items = accuracy.more_items_needed
     assert isinstance(more_items, int) and more_items > 0
     assert result.more_samples_needed == 2 * more_items  # two seeds per item
     # With that many more items showing the same effect, the gate decides.
@@ -128,7 +128,7 @@ def test_noisy_small_quality_change_is_inconclusive_with_samples_needed() -> Non
                      correct_items={i for i in range(40 * scale) if i % 40 < 24})
     big_b = make_arm(40 * scale, seeds=2, noise=0.05, rng_seed=1, tps=150.0,
                      correct_items={i for i in range(40 * scale) if 2 <= i % 40 < 26})
-    assert gate(verdict(big_a, big_b), "accuracy")["outcome"] == "pass"
+    assert gate(verdict(big_a, big_b), "accuracy").outcome == "pass"
 
 
 def test_too_few_items_never_decides() -> None:
@@ -136,8 +136,8 @@ def test_too_few_items_never_decides() -> None:
     b = make_arm(10, seeds=3, noise=0.05, rng_seed=1, tps=50.0)
     result = verdict(a, b)
     assert result.decision == "INCONCLUSIVE"
-    assert gate(result, "sample_size")["outcome"] == "inconclusive"
-    assert "it would fail, but 10 items < min_items 30" in str(gate(result, "speed")["evidence"])
+    assert gate(result, "sample_size").outcome == "inconclusive"
+    assert "it would fail, but 10 items < min_items 30" in str(gate(result, "speed").evidence)
     assert result.more_samples_needed == 20 * 3
 
 
@@ -151,8 +151,8 @@ def test_diagnostics_decide_only_when_the_policy_says_so(tmp_path: Path) -> None
                     "max_mean_abs_length_change = 5\n")
     result = verdict(a, b, load_policy(path))
     assert result.decision == "REJECT"
-    assert str(gate(result, "identical_outputs")["evidence"]).startswith("39/40")
-    assert gate(result, "length_change")["outcome"] == "pass"
+    assert str(gate(result, "identical_outputs").evidence).startswith("39/40")
+    assert gate(result, "length_change").outcome == "pass"
 
 
 def test_gates_are_complete_and_verdict_serializes() -> None:
@@ -163,7 +163,7 @@ def test_gates_are_complete_and_verdict_serializes() -> None:
     for g in result.gates:
         assert g.outcome in {"pass", "fail", "inconclusive"}
         assert g.metric and g.evidence.endswith(".") and "\n" not in g.evidence
-    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    data = json.loads(json.dumps(result.to_json(), allow_nan=False))
     assert data["decision"] == "INCONCLUSIVE" and data["exit_code"] == 3
     assert data["policy"]["name"] == "default"
     assert set(data["gates"][1]) >= {"name", "metric", "threshold", "observed", "ci",

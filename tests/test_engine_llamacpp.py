@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from abgate.engines import llamacpp
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
+from abgate.engines.llamacpp import engine as llamacpp
 from abgate.errors import UsageError
 from tests.conftest import HANG_S, engine_threads
 
@@ -120,7 +120,7 @@ def test_greedy_is_deterministic_across_processes(model_path: str) -> None:
     threads = engine_threads() or {"n_threads": llamacpp.default_threads(),
                                    "n_threads_batch": llamacpp.default_threads()}
     code = (
-        "import json; from abgate.engines import llamacpp; "
+        "import json; from abgate.engines.llamacpp import engine as llamacpp; "
         "from abgate.engines.base import GenerationRequest, SamplingParams; "
         f"e = llamacpp.load({model_path!r}, {{'n_ctx': 1024, **{threads!r}}}); "
         f"r = e.generate([GenerationRequest(id='r', params=SamplingParams(max_tokens=48), "

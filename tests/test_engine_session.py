@@ -79,10 +79,10 @@ def test_run_json_and_manifest_agree_on_dirty(tmp_path: Path,
     subprocess.run([*git, "commit", "-qm", "a"], check=True)
     (repo / "untracked.txt").write_text("new\n")  # untracked, not ignored: dirty
     monkeypatch.chdir(repo)
-    header = new_record("run")
+    header = new_record("run", config={}, spec={}, spec_digest="x")
     manifest = build_manifest(repo)
-    assert header["git"]["dirty"] is True
-    assert header["git"] == manifest["source"]["git"]
+    assert header.git is not None and header.git.dirty is True
+    assert header.git.to_dict() == manifest["source"]["git"]
 
 
 # -- loaded(): env isolation, processes, hashing once ---------------------------------------

@@ -30,8 +30,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from abgate.bench.fidelity import fidelity
 from abgate.bench.roofline import model_bytes_for
 from abgate.engines import engine_adapter
-from abgate.engines import transformers as hf
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
+from abgate.engines.transformers import engine as hf
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
 from abgate.runner.session import EngineSpec, prepare_engine
@@ -100,7 +100,7 @@ def req(max_tokens: int = 24, rid: str = "r", **kw: Any) -> GenerationRequest:
 
 def test_registered_lazily_and_torch_is_imported_only_on_load() -> None:
     assert engine_adapter("transformers").load is hf.load
-    code = ("import sys, abgate.engines.transformers as t, abgate.runner.session; "
+    code = ("import sys, abgate.engines.transformers.engine as t, abgate.runner.session; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
@@ -303,7 +303,7 @@ def test_device_map_places_the_model(tiny: Path, engine: hf.TransformersEngine) 
 
 def test_deterministic_switch_is_scoped_and_described(
         tiny: Path, engine: hf.TransformersEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    from abgate.engines import transformers_determinism as det
+    from abgate.engines.transformers import determinism as det
 
     assert engine.describe().effective_config["deterministic"] is False
     if CUDA:  # this process started CUDA already (the module's engine): refused unless set
@@ -337,7 +337,7 @@ def test_deterministic_switch_is_scoped_and_described(
 
 def test_deterministic_needs_cublas_workspace_before_cuda(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from abgate.engines import transformers_determinism as det
+    from abgate.engines.transformers import determinism as det
 
     class FakeCuda:
         started = False

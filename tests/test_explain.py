@@ -19,7 +19,7 @@ def test_a_busy_host_is_named_from_the_speed_spread() -> None:
     line = v.explanation
     assert "\n" not in line and line.startswith("INCONCLUSIVE at 60 items: speed ")
     assert "the host was busy" in line and "spread ±" in line
-    assert v.to_dict()["explanation"] == line
+    assert v.to_json()["explanation"] == line
 
 
 def test_a_steady_host_and_no_speedup_says_the_change_does_not_move_speed() -> None:

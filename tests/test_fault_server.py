@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from abgate.engines import openai_compat
 from abgate.engines.base import GenerationRequest, SamplingParams
+from abgate.engines.openai import engine as openai_compat
 from tests.conftest import HANG_S, REPO, read_lines, wait_until
 from tests.support.fake import cli
 from tests.support.fault_server import FaultServer

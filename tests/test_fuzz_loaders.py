@@ -26,13 +26,13 @@ from abgate.baseline.core import read_baseline
 from abgate.bench import BenchConfig
 from abgate.compare.policy import load_policy
 from abgate.engines.args import parse_pairs, validate_args
-from abgate.engines.llamacpp import ARG_SPECS
+from abgate.engines.llamacpp.engine import ARG_SPECS
 from abgate.integrity import seal
 from abgate.provenance.contract_toml import load_contract
 from abgate.provenance.loading import load_manifest
 from abgate.provenance.manifest import build_manifest, write_manifest
 from abgate.report.load import load_ab
-from abgate.runner.documents import read_record
+from abgate.runner.documents import RunRecord, read_record
 from abgate.runner.records import read_samples
 from abgate.runner.spec import RunConfig
 from abgate.suites import gsm8k
@@ -164,7 +164,8 @@ def test_run_json_config_for_resume(ab_dir: Path, data: st.DataObject, tmp_path:
     run = json.loads((ab_dir / "arms" / "base" / "run.json").read_bytes())
     run["config"] = data.draw(broken_doc(run["config"], JSON_VALUES))
     path = fresh(tmp_path, "run.json", json.dumps(run).encode())
-    check_clean(lambda: RunConfig.from_dict(read_record(path)["config"], where=str(path)), path)
+    check_clean(lambda: RunConfig.from_dict(read_record(path, model=RunRecord).config,
+                                            where=str(path)), path)
 
 
 # -- baseline.json (abgate baseline check) -------------------------------------------
@@ -201,7 +202,7 @@ def test_baseline_json(data: st.DataObject, tmp_path: Path) -> None:
 def test_baseline_json_as_recorded_reads(tmp_path: Path) -> None:
     path = fresh(tmp_path, "baseline.json", json.dumps(BASELINE).encode())
     doc, config = read_baseline(path)
-    assert config.input_lens == (32,) and doc["cases"][0]["input_len"] == 32
+    assert config.input_lens == (32,) and doc.cases[0]["input_len"] == 32
 
 
 # -- engine-arg strings --------------------------------------------------------------

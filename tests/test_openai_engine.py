@@ -18,8 +18,9 @@ from typing import Any
 import psutil
 import pytest
 
-from abgate.engines import openai_compat, server
 from abgate.engines.base import GenerationRequest, SamplingParams
+from abgate.engines.openai import engine as openai_compat
+from abgate.engines.shared import server as server
 from abgate.errors import AbgateError, UsageError
 from tests.conftest import HANG_S, abgate, read_lines, thread_flags, wait_until
 

@@ -177,7 +177,7 @@ def test_ab_with_an_escaping_arm_name_writes_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv", [["python", "-m", "a/../../b"], ["python3", "x/../y z.py"],
                                   ["/opt/../srv"], ["python", "-m", ".hidden"]])
 def test_server_log_names_stay_in_the_run_directory(argv: list[str]) -> None:
-    from abgate.engines.server import server_name
+    from abgate.engines.shared.server import server_name
 
     name = server_name(argv)
     assert name and "/" not in name and not name.startswith(".") and name != ".."

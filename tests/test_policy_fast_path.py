@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from abgate.compare import Verdict, compare_samples, decide, load_policy
+from abgate.compare import Comparison, Verdict, compare_samples, decide, load_policy
 from abgate.compare.agreement import summarize_agreement
 from abgate.errors import UsageError
 from tests.support.agreement import broken_rows
@@ -16,10 +16,8 @@ from tests.support.compare import make_arm
 
 
 def comparison(a: list[dict[str, Any]], b: list[dict[str, Any]], **extra: Any
-               ) -> dict[str, Any]:
-    result = compare_samples(a, b, n_boot=500)
-    result.update(extra)
-    return result
+               ) -> Comparison:
+    return compare_samples(a, b, n_boot=500).with_extras(**extra)
 
 
 def outcomes(result: Verdict) -> dict[str, str]:

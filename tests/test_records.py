@@ -9,7 +9,16 @@ import pytest
 
 from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner.documents import (
+    AbBenchDocument,
+    AbRecord,
+    ProbesDocument,
+    RunRecord,
+    new_record,
+    read_document,
+    read_record,
+    write_record,
+)
 from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
 from abgate.runner.outdir import prepare_new_dir
 
@@ -79,23 +88,28 @@ def test_record_documents_are_typed_per_kind(tmp_path: Path) -> None:
                      spec_digest="d" * 64, resumes=[])
     path = tmp_path / "run.json"
     write_record(path, run)
-    assert read_record(path, "run")["spec_digest"] == "d" * 64
+    back = read_record(path, "run", model=RunRecord)
+    assert back.spec_digest == "d" * 64 and back.spec.engine == "llamacpp"
     with pytest.raises(AbgateError, match=r"run.json: a 'run' record, where ab was expected"):
         read_record(path, "ab")
-    bad = {**run, "spec_digest": 7}
-    with pytest.raises(AbgateError, match=r"run.json: spec_digest: Input should be a valid "
-                                          r"string"):
+    with pytest.raises(AbgateError, match=r"run.json: a 'run' record, where a AbRecord was"):
+        read_record(path, model=AbRecord)
+    # a writer's bug that slipped past the model (an unvalidated copy) is refused on write
+    bad = run.model_copy(update={"spec_digest": 7})
+    with pytest.warns(UserWarning), pytest.raises(
+            AbgateError, match=r"run.json: spec_digest: Input should be a valid string"):
         write_record(path, bad)
-    assert read_record(path)["spec_digest"] == "d" * 64  # the refused write left it as it was
-    path.write_text(json.dumps({**run, "engine": {"name": "llamacpp"}}))
+    assert read_record(path).spec_digest == "d" * 64  # the refused write left it as it was
+    path.write_text(json.dumps({**run.to_dict(), "engine": {"name": "llamacpp"}}))
     with pytest.raises(AbgateError, match=r"run.json: engine.effective_config: Field required"):
         read_record(path)
-    ab = new_record("ab", experiment={}, arm_spec_digests={"a": "x"}, digest="y",
-                    schedule={"mode": "sideways", "warmup": 0, "block_size": 8,
-                              "executed": []}, engines={}, resumes=[])
-    with pytest.raises(AbgateError, match=r"ab.json: schedule.mode: Input should be "
+    # a new record is built as its model: a bad field is refused before anything is written
+    with pytest.raises(AbgateError, match=r"schedule.mode: Input should be "
                                           r"'interleave' or 'blocks'"):
-        write_record(tmp_path / "ab.json", ab)
+        new_record("ab", experiment={"baseline": "a", "arms": {"a": {}}},
+                   arm_spec_digests={"a": "x"}, digest="y",
+                   schedule={"mode": "sideways", "warmup": 0, "block_size": 8,
+                             "executed": []}, engines={}, resumes=[])
     assert not (tmp_path / "ab.json").exists()
 
 
@@ -122,3 +136,55 @@ def test_a_signal_interrupts_between_samples_and_a_second_at_once() -> None:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_an_older_schema_version_is_upgraded_on_read(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a document's schema moves on, its older files read through the registered
+    steps (a version-aware before-validator), and a newer file than the reader knows is
+    refused in one line. Here ``summary`` goes to a (pretend) version 2 that renamed
+    version 1's ``count`` to ``n``."""
+    from abgate.runner import documents
+    from abgate.runner.summary import Summary, summarize
+
+    now = summarize([]).to_dict()
+    old = {k: v for k, v in now.items() if k != "n"} | {"count": 0, "schema_version": 1}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(old))
+    monkeypatch.setitem(documents.SCHEMA_VERSIONS, "summary", 2)
+    with pytest.raises(AbgateError, match=r"summary.json: n: Field required"):
+        read_document(path, Summary)  # no step registered: version 1 is not version 2
+    monkeypatch.setitem(documents.MIGRATIONS, "summary", {
+        1: lambda d: {**{k: v for k, v in d.items() if k != "count"}, "n": d["count"]}})
+    upgraded = read_document(path, Summary)
+    assert upgraded.n == 0 and upgraded.schema_version == 2
+    assert "count" not in upgraded.to_dict()
+    path.write_text(json.dumps({**now, "schema_version": 3}))
+    with pytest.raises(AbgateError, match=r"summary schema_version 3 is newer than this "
+                                          r"abgate understands \(2\)"):
+        read_document(path, Summary)
+
+
+def test_every_json_document_is_written_through_its_model(tmp_path: Path) -> None:
+    """summary.json, probes.json and an arm's bench.json go through the same checked
+    write as the records: a document its model refuses never reaches the disk."""
+    bad = ProbesDocument.new(probes=[]).model_copy(update={"probes": "none"})
+    with pytest.warns(UserWarning), pytest.raises(
+            AbgateError, match=r"probes.json: probes: Input should be a valid list"):
+        write_record(tmp_path / "probes.json", bad)
+    assert not (tmp_path / "probes.json").exists()
+    write_record(tmp_path / "bench.json", AbBenchDocument.new(plan={"input_len": [8]},
+                                                              cases=[]))
+    assert read_document(tmp_path / "bench.json", AbBenchDocument).plan == {"input_len": [8]}
+    assert json.loads((tmp_path / "bench.json").read_text())["kind"] == "ab-bench"
+
+
+def test_every_json_file_abgate_writes_is_accounted_for() -> None:
+    """Each JSON or JSON Lines name abgate owns in an output directory has its model
+    (written through write_record), or is named as a line file or as not a record."""
+    from abgate.runner.documents import DOCUMENT_FILES, LINE_FILES, NOT_RECORDS
+    from abgate.runner.outdir import OWNED_FILES, OWNED_PATTERNS
+
+    names = {n for n in (*OWNED_FILES, *OWNED_PATTERNS) if n.endswith((".json", ".jsonl"))}
+    known = {*DOCUMENT_FILES, *LINE_FILES, *NOT_RECORDS}
+    assert names == known, (sorted(names - known), sorted(known - names))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from abgate.report import render, write_reports
+from abgate.runner.documents import AbBenchDocument, write_record
 from tests.conftest import abgate
 from tests.support.report import build_ab_dir
 
@@ -226,8 +227,8 @@ def test_bench_results_are_rendered_side_by_side(ab_dir: Path, tmp_path: Path) -
     for arm, tps in (("base", 40.0), ("fast", 44.0)):
         case = {"input_len": 512, "output_len": 128,
                 "speed": {"steady_decode_tps": {"median": tps}, "ttft_s": {"median": 0.25}}}
-        (out / "arms" / arm / "bench.json").write_text(
-            json.dumps({"schema_version": 1, "kind": "bench", "cases": [case]}))
+        write_record(out / "arms" / arm / "bench.json", AbBenchDocument.new(
+            plan={"input_len": [512], "output_len": 128}, cases=[case]))
     md = render(out, "md")
     assert "## Bench (fixed-length prompts)" in md
     assert "| 512/128 | 40.00 | 250.0 | 44.00 | 250.0 |" in md

@@ -196,7 +196,7 @@ def _cli(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess
 
 
 def _free_port() -> int:
-    from abgate.engines.server_cleanup import free_port
+    from abgate.engines.shared.server_cleanup import free_port
 
     return free_port()
 

@@ -76,15 +76,14 @@ def test_mixture_bounds_error_rate_after_burn_in() -> None:
 def test_broken_arm_rejected_within_ten_items() -> None:
     a, b = make_arm(40, noise=0.05, rng_seed=1), make_arm(40, noise=0.05, rng_seed=2)
     sec = sequential_section(a, b, order_of(a), POLICY, agreement=broken_rows(40))
-    assert sec["decision"] == "REJECT" and sec["stopped_early"]
-    assert sec["stopped_at"] <= 10 and "mean_kld" in sec["decided_by"]
-    assert sec["looks"][-1] == {"n_items": sec["stopped_at"], "decision": "REJECT"}
-    comparison = compare_samples(a, b)
-    comparison["sequential"] = sec
+    assert sec.decision == "REJECT" and sec.stopped_early
+    assert sec.stopped_at <= 10 and "mean_kld" in sec.decided_by
+    assert sec.looks[-1].to_json() == {"n_items": sec.stopped_at, "decision": "REJECT"}
+    comparison = compare_samples(a, b).with_extras(sequential=sec)
     verdict = decide(comparison, POLICY)
     assert verdict.decision == "REJECT"
     assert verdict.reasons[0].startswith("REJECT: distribution agreement: sequential mean_kld")
-    assert f"stopped early after {sec['stopped_at']} of at most 40 items" in verdict.notes[0]
+    assert f"stopped early after {sec.stopped_at} of at most 40 items" in verdict.notes[0]
     assert "0.025 per side at any stopping time" in verdict.notes[0]
 
 
@@ -98,8 +97,8 @@ def test_identical_arms_never_rejected_or_accepted() -> None:
         a = make_arm(60, noise=0.08, rng_seed=2 * trial)
         b = make_arm(60, noise=0.08, rng_seed=2 * trial + 1)
         sec = sequential_section(a, b, order_of(a), POLICY, agreement=rows)
-        seq_decided += sec["decision"] != "INCONCLUSIVE"
-        assert sec["decision"] != "REJECT"
+        seq_decided += sec.decision != "INCONCLUSIVE"
+        assert sec.decision != "REJECT"
     peek_policy = load_policy()  # zero margins expose the raw peeking inflation
     peek_policy = dataclasses.replace(peek_policy, min_items=2, speed=dataclasses.replace(
         peek_policy.speed, min_speedup=0.0, max_slowdown=0.0))
@@ -119,8 +118,8 @@ def test_slowdown_rejected_by_speed_after_burn_in() -> None:
     a = make_arm(40, tps=100.0, noise=0.05, rng_seed=1)
     b = make_arm(40, tps=70.0, noise=0.05, rng_seed=2)
     sec = sequential_section(a, b, order_of(a), POLICY, agreement=aa_rows(40))
-    assert sec["decision"] == "REJECT" and sec["decided_by"] == ["speed"]
-    assert sec["stopped_at"] == POLICY.sequential.speed_burn_in
+    assert sec.decision == "REJECT" and sec.decided_by == ("speed",)
+    assert sec.stopped_at == POLICY.sequential.speed_burn_in
 
 
 def test_real_speedup_accepted_when_every_gate_passes() -> None:
@@ -131,12 +130,12 @@ def test_real_speedup_accepted_when_every_gate_passes() -> None:
     a = make_arm(n, noise=0.05, rng_seed=1)
     b = make_arm(n, tps=130.0, noise=0.05, rng_seed=2)
     sec = sequential_section(a, b, order_of(a), POLICY, agreement=aa_rows(n), look_every=10)
-    assert sec["decision"] == "ACCEPT" and sec["stopped_early"]
-    assert 183 <= sec["stopped_at"] < n and sec["stopped_at"] % 10 == 0
-    assert set(sec["decided_by"]) <= {"invalid_rate", "truncated_rate", "error_rate",
+    assert sec.decision == "ACCEPT" and sec.stopped_early
+    assert 183 <= sec.stopped_at < n and sec.stopped_at % 10 == 0
+    assert set(sec.decided_by) <= {"invalid_rate", "truncated_rate", "error_rate",
                                       "repetition"}
-    gates = {g["name"]: g for g in sec["gates"]}
-    assert gates["speed"]["outcome"] == "pass" and gates["mean_kld"]["outcome"] == "pass"
+    gates = {g.name: g for g in sec.gates}
+    assert gates["speed"].outcome == "pass" and gates["mean_kld"].outcome == "pass"
 
 
 def test_decisions_are_a_pure_function_of_the_samples() -> None:
@@ -145,11 +144,11 @@ def test_decisions_are_a_pure_function_of_the_samples() -> None:
     a, b = make_arm(40, noise=0.05, rng_seed=1), make_arm(40, noise=0.05, rng_seed=2)
     rows = broken_rows(40)
     full = sequential_section(a, b, order_of(a), POLICY, agreement=rows, max_items=40)
-    stop = full["stopped_at"]
+    stop = full.stopped_at
     prefix = sequential_section(a[:stop], b[:stop], order_of(a), POLICY,
                                 agreement=rows[:stop], max_items=40)
-    assert prefix["n_items_run"] == stop
-    assert {**prefix, "n_items_run": 40} == full
+    assert prefix.n_items_run == stop
+    assert prefix.model_copy(update={"n_items_run": 40}) == full
     again = sequential_section(a, b, order_of(a), POLICY, agreement=rows, max_items=40)
     assert again == full
 
@@ -158,12 +157,12 @@ def test_look_every_and_max_items() -> None:
     a, b = make_arm(12, noise=0.05, rng_seed=1), make_arm(12, noise=0.05, rng_seed=2)
     sec = sequential_section(a, b, order_of(a), POLICY, agreement=aa_rows(12), look_every=5,
                              max_items=12)
-    assert [look["n_items"] for look in sec["looks"]] == [5, 10, 12]
-    assert sec["decision"] == "INCONCLUSIVE" and sec["stopped_at"] is None
-    assert not sec["stopped_early"] and sec["n_items"] == 12
+    assert [look.n_items for look in sec.looks] == [5, 10, 12]
+    assert sec.decision == "INCONCLUSIVE" and sec.stopped_at is None
+    assert not sec.stopped_early and sec.n_items == 12
     partial = sequential_section(a[:7], b[:7], order_of(a), POLICY, look_every=5,
                                  max_items=12)
-    assert [look["n_items"] for look in partial["looks"]] == [5]  # 12 not reached yet
+    assert [look.n_items for look in partial.looks] == [5]  # 12 not reached yet
     with pytest.raises(ValueError, match="look_every"):
         sequential_section(a, b, order_of(a), POLICY, look_every=0)
 
@@ -173,8 +172,8 @@ def test_kld_clip_only_lowers_values() -> None:
     a, b = make_arm(20), make_arm(20)
     rows = rows_for(range(20), kl=30.0)
     sec = sequential_section(a, b, order_of(a), POLICY, agreement=rows)
-    kld = next(g for g in sec["gates"] if g["name"] == "mean_kld")
-    assert kld["outcome"] == "fail" and kld["observed"] == POLICY.sequential.kld_clip
+    kld = next(g for g in sec.gates if g.name == "mean_kld")
+    assert kld.outcome == "fail" and kld.observed == POLICY.sequential.kld_clip
 
 
 def test_policy_sequential_section_validated(tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ from typing import Any
 import psutil
 import pytest
 
-from abgate.engines import llamacpp, openai_compat
 from abgate.engines.base import GenerationRequest, SamplingParams
-from abgate.engines.llamacpp import default_model_path
+from abgate.engines.llamacpp import engine as llamacpp
+from abgate.engines.llamacpp.engine import default_model_path
+from abgate.engines.openai import engine as openai_compat
 from abgate.errors import AbgateError
 from abgate.gguf_file import token_texts
 from tests.conftest import (

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from abgate.ab.evidence import SCORE_K, agreement_row
-from abgate.engines import llamacpp, openai_compat
 from abgate.engines.base import GenerationRequest, SamplingParams
+from abgate.engines.llamacpp import engine as llamacpp
+from abgate.engines.openai import engine as openai_compat
 from tests.conftest import (
     abgate,
     llama_server_args,

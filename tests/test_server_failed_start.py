@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from abgate.engines import server
+from abgate.engines.shared import server as server
 from abgate.errors import AbgateError
 from tests.conftest import abgate, thread_flags
 from tests.test_openai_engine import needs_server

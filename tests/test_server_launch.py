@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from abgate.engines import server, server_cleanup
+from abgate.engines.shared import server as server
+from abgate.engines.shared import server_cleanup as server_cleanup
 from abgate.errors import AbgateError, UsageError
 from tests.conftest import abgate, default_sigint, read_lines, thread_flags
 from tests.test_openai_engine import FAKE_SERVER, needs_server

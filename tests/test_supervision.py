@@ -16,7 +16,8 @@ import httpx
 import psutil
 import pytest
 
-from abgate.engines import server, server_cleanup
+from abgate.engines.shared import server as server
+from abgate.engines.shared import server_cleanup as server_cleanup
 from tests.conftest import read_lines
 from tests.test_openai_engine import FAKE_SERVER
 from tests.test_server_launch import cmd, processes_with

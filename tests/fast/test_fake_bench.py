@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from abgate.runner.documents import read_record
+from abgate.runner.documents import BaselineRecord, read_record
 from tests.support.fake import cli
 
 BENCH = ("--engine", "fake", "--input-len", "64,128", "--output-len", "16", "--repeats", "3",
@@ -19,7 +19,7 @@ def test_bench_runs_every_case_and_records_it(tmp_path: Path, small_bandwidth_pr
     r = cli("bench", *BENCH, "-o", str(tmp_path / "b"))
     assert r.returncode == 0, r.stderr
     doc = read_record(tmp_path / "b" / "run.json", "bench")
-    assert doc["status"] == "complete" and doc["engine"]["name"] == "fake"
+    assert doc.status == "complete" and doc.engine is not None and doc.engine.name == "fake"
     samples = [json.loads(x) for x in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * (1 + 3)
     measured = [s for s in samples if not s.get("warmup")]
@@ -41,7 +41,7 @@ def test_baseline_holds_on_the_same_build_and_catches_changes(tmp_path: Path) ->
     rec = cli("baseline", "record", "--engine", "fake", "--input-len", "64", "--output-len",
               "16", "--no-probes", "-o", str(base))
     assert rec.returncode == 0, rec.stderr
-    assert read_record(base / "baseline.json", "baseline")["cases"][0]["top_k"]
+    assert read_record(base / "baseline.json", "baseline", model=BaselineRecord).cases[0]["top_k"]
     same = cli("baseline", "check", str(base))
     assert same.returncode == 0, same.stdout + same.stderr
     changed = cli("baseline", "check", str(base), "--engine-arg", "perturb=4.0")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import abgate
-from abgate.runner.documents import read_record
+from abgate.runner.documents import AbRecord, read_record
 from tests.conftest import default_sigint
 from tests.support.fake import ACCEPT_ARGS, REJECT_ARGS, RUN_FLAGS, cli, experiment, fake_run
 
@@ -37,7 +37,7 @@ def test_run_records_every_sample_and_a_summary_from_them(tmp_path: Path) -> Non
     r = fake_run(tmp_path / "r", "--engine-arg", "accuracy=0.5")
     assert r.returncode == 0, r.stderr
     doc = read_record(tmp_path / "r" / "run.json", "run")
-    assert doc["status"] == "complete" and doc["engine"]["name"] == "fake"
+    assert doc.status == "complete" and doc.engine is not None and doc.engine.name == "fake"
     samples = _lines(tmp_path / "r" / "samples.jsonl")
     assert len(samples) == 12 and len({s["key"] for s in samples}) == 12
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
@@ -50,7 +50,7 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path: Path) 
     out = tmp_path / "r"
     first = fake_run(out, "--engine-arg", "crash_after=5")
     assert first.returncode == 130, first.stderr
-    assert read_record(out / "run.json", "run")["status"] == "interrupted"
+    assert read_record(out / "run.json", "run").status == "interrupted"
     assert len(_keys(out / "samples.jsonl")) == 5
     for _ in range(3):  # each process of the fake crashes after 5 more requests
         again = cli("run", "--resume", str(out))
@@ -58,7 +58,7 @@ def test_interrupted_run_resumes_without_redoing_or_duplicating(tmp_path: Path) 
             break
         assert again.returncode == 130, again.stderr
     keys = _keys(out / "samples.jsonl")
-    assert read_record(out / "run.json", "run")["status"] == "complete"
+    assert read_record(out / "run.json", "run").status == "complete"
     assert len(keys) == len(set(keys)) == 12
     straight = fake_run(tmp_path / "s")
     assert straight.returncode == 0
@@ -102,8 +102,11 @@ def test_ctrl_c_during_a_hanging_request_interrupts(tmp_path: Path) -> None:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
     try:
-        _wait(lambda: (out / "samples.jsonl").exists() and bool(_keys(out / "samples.jsonl")),
-              proc)
+        # The first signal only once request 2 hangs: before it, between samples, the first
+        # signal alone ends the run (correctly) and the second would meet an exiting process.
+        _wait(lambda: (out / "run.log").exists()
+              and "request 2 hangs" in (out / "run.log").read_text(), proc)
+        assert len(_keys(out / "samples.jsonl")) == 1
         proc.send_signal(signal.SIGINT)
         _wait(lambda: "stopping after the request in flight" in (out / "run.log").read_text(),
               proc)
@@ -113,7 +116,7 @@ def test_ctrl_c_during_a_hanging_request_interrupts(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert read_record(out / "run.json", "run")["status"] == "interrupted"
+    assert read_record(out / "run.json", "run").status == "interrupted"
     assert len(_keys(out / "samples.jsonl")) == 1
 
 
@@ -136,7 +139,7 @@ def test_ab_verdict_follows_the_numeric_change(tmp_path: Path, cand: str, decisi
     assert r.returncode == code, r.stderr + r.stdout
     comparison = json.loads((tmp_path / "ab" / "comparison.json").read_text())
     assert comparison["decision"] == decision
-    assert read_record(tmp_path / "ab" / "ab.json", "ab")["status"] == "complete"
+    assert read_record(tmp_path / "ab" / "ab.json", "ab").status == "complete"
     report = (tmp_path / "ab" / "report.md").read_text()
     assert decision in report and "distribution agreement" in report
     agreement = _lines(tmp_path / "ab" / "arms" / "b" / "agreement.jsonl")
@@ -160,15 +163,15 @@ def test_ab_interleaves_and_resumes_to_the_same_samples(tmp_path: Path) -> None:
     out = tmp_path / "ab"
     first = cli("ab", str(exp), "-o", str(out))
     assert first.returncode == 130, first.stderr
-    assert read_record(out / "ab.json", "ab")["status"] == "interrupted"
+    assert read_record(out / "ab.json", "ab").status == "interrupted"
     for _ in range(4):
         again = cli("ab", "--resume", str(out))
         if again.returncode != 130:
             break
     assert again.returncode in (0, 1, 3), again.stderr
-    doc = read_record(out / "ab.json", "ab")
-    assert doc["status"] == "complete" and doc["schedule"]["mode"] == "interleave"
-    assert len(doc["resumes"]) >= 1
+    doc = read_record(out / "ab.json", "ab", model=AbRecord)
+    assert doc.status == "complete" and doc.schedule.mode == "interleave"
+    assert len(doc.resumes) >= 1
     for arm in ("a", "b"):
         keys = _keys(out / "arms" / arm / "samples.jsonl")
         assert len(keys) == len(set(keys)) == 10
@@ -185,7 +188,8 @@ def test_ab_resume_with_an_edited_policy_file_is_refused(tmp_path: Path) -> None
     policy.write_text(text)
     out = tmp_path / "ab"
     assert cli("ab", str(exp), "-o", str(out), "--policy", str(policy)).returncode == 130
-    assert len(read_record(out / "ab.json", "ab")["inputs"]["policy"]) == 64
+    inputs = read_record(out / "ab.json", "ab", model=AbRecord).inputs
+    assert inputs is not None and len(inputs["policy"] or "") == 64
     policy.write_text(text + "\n# edited\n")
     edited = cli("ab", "--resume", str(out))
     assert edited.returncode == 2 and "the --policy differs" in edited.stderr, edited.stderr

@@ -15,8 +15,16 @@ import pytest
 
 from abgate.ab.analyze import analyze
 from abgate.report import render
-from abgate.runner.documents import read_record
+from abgate.runner.documents import (
+    BODIES,
+    BenchSummary,
+    ProbesDocument,
+    read_document,
+    read_record,
+)
 from abgate.runner.records import check_schema, read_json
+from abgate.runner.samples import load_samples
+from abgate.runner.summary import Summary
 from tests.support.fake import cli
 from tests.support.golden import GOLDEN, version_tag, write_all
 
@@ -37,7 +45,7 @@ def test_the_current_versions_have_a_golden_set() -> None:
 def test_golden_records_read_back(golden: Path) -> None:
     for name, kind in RECORDS.items():
         doc = read_record(golden / name, kind)
-        assert doc["kind"] == kind and doc["status"] == "complete", name
+        assert doc.kind == kind and doc.status == "complete", name
     for name in JSON_FILES:
         check_schema(read_json(golden / name), golden / name)
 
@@ -85,3 +93,33 @@ def test_todays_writers_keep_every_golden_field(tmp_path: Path, small_bandwidth_
         new = _paths(json.loads((tmp_path / "now" / name).read_text()))
         lost = sorted(p for p in old - new if not p.startswith(VARIABLE))
         assert not lost, f"{name}: fields gone without a new schema version: {lost[:8]}"
+
+
+TYPED_DOCUMENTS = {  # file -> the model read_document reads it into
+    "run/summary.json": Summary, "ab/arms/a/summary.json": Summary,
+    "ab/arms/b/summary.json": Summary, "bench/summary.json": BenchSummary,
+    "ab/arms/a/probes.json": ProbesDocument, "ab/arms/b/probes.json": ProbesDocument}
+SAMPLE_FILES = ["run/samples.jsonl", "ab/arms/a/samples.jsonl", "ab/arms/b/samples.jsonl"]
+
+
+@pytest.mark.parametrize("golden", SETS, ids=[p.name for p in SETS])
+def test_every_golden_file_reads_through_its_typed_model(golden: Path) -> None:
+    """Records, summaries, probes and sample lines of every golden set read into their
+    models; written again, a current-version file is the JSON it was (the same keys and
+    values: the models keep what they do not name and add nothing)."""
+    current = golden.name == version_tag()
+    for name, kind in RECORDS.items():
+        doc = read_record(golden / name, kind)
+        assert isinstance(doc, BODIES[kind]), name
+        if current:
+            assert doc.to_dict() == json.loads((golden / name).read_text()), name
+    for name, model in TYPED_DOCUMENTS.items():
+        typed = read_document(golden / name, model)
+        if current:
+            assert typed.to_dict() == json.loads((golden / name).read_text()), name
+    for name in SAMPLE_FILES:
+        lines = [json.loads(x) for x in (golden / name).read_text().splitlines()]
+        samples = load_samples(golden / name)
+        assert len(samples) == len(lines) and all(s.key for s in samples), name
+        if current:
+            assert [s.to_dict() for s in samples] == lines, name

@@ -20,7 +20,7 @@ def test_a_command_that_loads_llama_cpp_is_noticed(tmp_path: Path) -> None:
     with engine_refused() as imported:
         r = cli("run", "--suite", "synthetic", "--limit", "1", "--max-tokens", "2",
                 "-o", str(out))
-    assert r.returncode != 0 and imported == ["abgate.engines.llamacpp.LlamaCppEngine"]
+    assert r.returncode != 0 and imported == ["abgate.engines.llamacpp.engine.LlamaCppEngine"]
 
 
 def test_importing_llama_cpp_is_refused_and_noticed_then_restored() -> None:

@@ -8,12 +8,13 @@ into long repetition loops that hit the token limit and one request errors: REJE
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from abgate.ab.analyze import analyze
+from abgate.runner.documents import AbRecord, RunRecord, write_record
+from abgate.runner.records import SampleWriter
 from abgate.runner.summary import summarize
 
 N_ITEMS, SEEDS = 40, (0, 1)
@@ -113,11 +114,6 @@ def _effective(arm: str) -> dict[str, Any]:
             "type_v": "f16", "seed": 0}
 
 
-def _write(path: Path, doc: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-
-
 def _ab_doc(arms: list[str]) -> dict[str, Any]:
     executed = [f"{arm}:item-{i:04d}#{s}" for i in range(N_ITEMS) for s in SEEDS for arm in arms]
     return {
@@ -143,18 +139,34 @@ def _ab_doc(arms: list[str]) -> dict[str, Any]:
     }
 
 
+def _arm_doc(ab: dict[str, Any], arm: str) -> dict[str, Any]:
+    """An arm's run.json: the A/B's header (its host and times) and its spec. Its source
+    tree is none (as an arm run outside a checkout records): the decide tests need arms
+    whose tree differs from ab.json's."""
+    header = {k: ab[k] for k in ("abgate_version", "host", "started_at", "ended_at",
+                                 "error")} | {"git": None}
+    return {"schema_version": 1, "kind": "ab-arm", "status": "complete", **header,
+            "config": _config(arm), "spec": _spec(arm), "spec_digest": f"{arm}-digest",
+            "engine": ab["engines"][arm], "resumes": [], "inputs": None, "n_samples": 80}
+
+
 def build_ab_dir(out: Path) -> Path:
-    """Write the A/B records, then analyse them (comparison.json) as ``abgate ab`` does."""
+    """Write the A/B records through the real writers (each validated by its model, as
+    ``abgate ab`` writes them), then analyse them (comparison.json) as ``abgate ab``
+    does."""
     arms = list(ARM_ARGS)
-    _write(out / "ab.json", _ab_doc(arms))
+    ab = _ab_doc(arms)
+    out.mkdir(parents=True, exist_ok=True)
+    write_record(out / "ab.json", AbRecord.model_validate(ab))
     for arm in arms:
         samples = [make_sample(arm, 0, 0, warmup=True)]
         samples += [make_sample(arm, i, s) for i in range(N_ITEMS) for s in SEEDS]
         arm_dir = out / "arms" / arm
-        _write(arm_dir / "run.json", {"schema_version": 1, "kind": "ab-arm",
-                                      "status": "complete", "config": _config(arm),
-                                      "spec": _spec(arm), "spec_digest": f"{arm}-digest"})
-        (arm_dir / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-        _write(arm_dir / "summary.json", {**summarize(samples), "status": "complete"})
+        arm_dir.mkdir(parents=True)
+        write_record(arm_dir / "run.json", RunRecord.model_validate(_arm_doc(ab, arm)))
+        with SampleWriter(arm_dir / "samples.jsonl") as writer:
+            for sample in samples:
+                writer.append(sample)
+        write_record(arm_dir / "summary.json", summarize(samples, "complete"))
     analyze(out, n_boot=500)
     return out

@@ -5,7 +5,7 @@ Besides the samples, each candidate's comparison gets:
 
 - ``agreement``: distribution agreement with the baseline from
   ``arms/<arm>/agreement.jsonl`` (teacher-forced scoring), with its cost from
-  ``ab.json["scoring"]`` against the arm's generation time; "not measured" with the
+  the ``scoring`` section of ab.json against the arm's generation time; "not measured" with the
   reason when the file is missing or unusable;
 - ``probes``: both arms' ``arms/<arm>/probes.json`` side by side, when probes ran;
 - ``expect``: the experiment's ``expect`` ("lossy" unless set);
@@ -21,9 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab import declared
+from abgate.ab.recorded import AbView, ab_view
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
+from abgate.compare.pairing import Sampled
 from abgate.compare.probes import compare_probes
+from abgate.compare.results import (
+    Agreement,
+    ArmResult,
+    ComparisonDoc,
+    Probes,
+    ScoringCost,
+    Sequential,
+)
 from abgate.compare.sequential import sequential_section
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
@@ -37,45 +47,37 @@ DECISION_ORDER = ("REJECT", "INCONCLUSIVE", "ACCEPT")  # worst first
 
 def arm_samples(out: Path, arm: str) -> list[dict[str, Any]]:
     path = out / "arms" / arm / rec.SAMPLES_FILE
-    return [s for s in rec.read_samples(path) if not s.get("warmup")]
-
-
-def _get(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        doc = doc.get(key) if isinstance(doc, Mapping) else None
-    return doc
+    return [s for s in rec.read_samples(path) if not Sampled.of(s).warmup]
 
 
 def _generation_seconds(samples: Sequence[Mapping[str, Any]]) -> float | None:
-    times = [float(t) for s in samples
-             if isinstance(t := _get(s, "timing", "e2e_s"), int | float) and math.isfinite(t)]
+    times = [float(t) for s in map(Sampled.of, samples)
+             if isinstance(t := s.timing.get("e2e_s"), int | float) and math.isfinite(t)]
     return sum(times) if times else None
 
 
-def _cost(ab: Mapping[str, Any], arm: str, base: str,
-          samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def _cost(ab: AbView, arm: str, base: str,
+          samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, ScoringCost]:
     """Scoring seconds and tokens per arm against the arm's generation seconds."""
-    out: dict[str, Any] = {}
+    out: dict[str, ScoringCost] = {}
     for name in (base, arm):
-        info = _get(ab, "scoring", name)
-        info = info if isinstance(info, Mapping) else {}
-        seconds, generation = info.get("seconds"), _generation_seconds(samples[name])
-        ratio = (seconds / generation if isinstance(seconds, int | float) and generation
-                 else None)
-        out[name] = {"scoring_seconds": seconds, "n_tokens": info.get("n_tokens"),
-                     "max_tokens_per_sequence": info.get("max_tokens_per_sequence"),
-                     "n_sequences": info.get("n_sequences"),
-                     "prompts_restored": info.get("prompts_restored"),
-                     "method": info.get("method"), "generation_seconds": generation,
-                     "scoring_over_generation": ratio}
+        info, generation = ab.scoring_of(name), _generation_seconds(samples[name])
+        seconds = info.seconds
+        out[name] = ScoringCost(
+            scoring_seconds=seconds, n_tokens=info.n_tokens,
+            max_tokens_per_sequence=info.max_tokens_per_sequence,
+            n_sequences=info.n_sequences, prompts_restored=info.prompts_restored,
+            method=info.method, generation_seconds=generation,
+            scoring_over_generation=seconds / generation
+            if seconds is not None and generation else None)
     return out
 
 
-def _agreement(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
-               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def _agreement(out: Path, ab: AbView, arm: str, base: str, confidence: float,
+               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> Agreement:
     path = out / "arms" / arm / AGREEMENT_FILE
-    recorded = _get(ab, "scoring", arm)
-    why = _get(recorded, "error") or _get(recorded, "reason")
+    recorded = ab.scoring_of(arm)
+    why = recorded.error or recorded.reason
     if not path.exists():
         section = not_measured(f"{why}" if why else f"no {AGREEMENT_FILE} for arm {arm!r} "
                                "(the engine cannot score, or the A/B predates scoring)")
@@ -84,8 +86,7 @@ def _agreement(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
             section = summarize_agreement(rec.read_samples(path), confidence=confidence)
         except AbgateError as exc:
             section = not_measured(f"{path.name} is unreadable: {exc}")
-    section["cost"] = _cost(ab, arm, base, samples)
-    return section
+    return section.model_copy(update={"cost": _cost(ab, arm, base, samples)})
 
 
 def _probes_doc(out: Path, arm: str) -> tuple[Any, str | None]:
@@ -98,7 +99,7 @@ def _probes_doc(out: Path, arm: str) -> tuple[Any, str | None]:
         return None, f"{PROBES_FILE} of arm {arm!r} is unreadable ({exc})"
 
 
-def _probes(out: Path, arm: str, base: str) -> dict[str, Any] | None:
+def _probes(out: Path, arm: str, base: str) -> Probes | None:
     """Both arms' probes side by side; None when neither arm ran probes."""
     if not any((out / "arms" / name / PROBES_FILE).exists() for name in (base, arm)):
         return None
@@ -106,33 +107,33 @@ def _probes(out: Path, arm: str, base: str) -> dict[str, Any] | None:
     return compare_probes(base_doc, cand_doc, base_missing=base_why, cand_missing=cand_why)
 
 
-def random_weights(ab: Mapping[str, Any], arm: str,
+def random_weights(ab: AbView | Mapping[str, Any], arm: str,
                    samples: Sequence[Mapping[str, Any]]) -> str | None:
     """Why ``arm`` runs random weights ("speed only"), or None."""
-    for where, doc in (("effective config", _get(ab, "engines", arm, "effective_config")),
-                       ("engine args", _get(ab, "experiment", "arms", arm, "engine_args"))):
-        if _get(doc, "load_format") == "dummy":
+    for where, value in ab_view(ab).load_formats(arm):
+        if value == "dummy":
             return f"arm {arm!r} runs random weights ({where}: load_format = \"dummy\"), " \
                    "speed only"
-    if any(s.get("random_weights") for s in samples):
+    if any(Sampled.of(s).random_weights for s in samples):
         return f"arm {arm!r} runs random weights (its samples say so), speed only"
     return None
 
 
-def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence: float,
-               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
+               confidence: float, samples: Mapping[str, Sequence[Mapping[str, Any]]]
+               ) -> dict[str, Any]:
     """What a candidate's comparison gets besides the paired statistics: ``expect``,
     ``speed_only``, ``agreement``, ``difference_warnings`` and (when probes ran)
-    ``probes``."""
-    exp = ab["experiment"]
+    ``probes`` (keyword arguments of :meth:`Comparison.with_extras`)."""
+    ab = ab_view(doc)
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
     extras: dict[str, Any] = {
-        "expect": exp.get("expect", "lossy"),
+        "expect": ab.experiment.expect,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": declared.warnings(_get(ab, "differences", arm) or {}),
+        "difference_warnings": declared.warnings(ab.differences.get(arm) or {}),
     }
     probes = _probes(out, arm, base)
     if probes is not None:
@@ -143,23 +144,24 @@ def arm_extras(out: Path, ab: Mapping[str, Any], arm: str, base: str, confidence
 def item_order(samples: Sequence[Mapping[str, Any]]) -> list[str]:
     """Item IDs in the order the samples were recorded (the sequence of a sequential
     A/B: appended in schedule order, so a resumed A/B keeps it)."""
-    return list(dict.fromkeys(str(s.get("item_id")) for s in samples))
+    return list(dict.fromkeys(str(Sampled.of(s).item_id) for s in samples))
 
 
-def sequential_for(out: Path, ab: Mapping[str, Any], arm: str, base: str, policy: Policy,
-                   samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def sequential_for(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
+                   policy: Policy, samples: Mapping[str, Sequence[Mapping[str, Any]]]
+                   ) -> Sequential:
     """The sequential evaluation of one candidate from the saved records (the A/B's
     looks and the analysis both call this, so they agree on every look)."""
-    sched = _get(ab, "experiment", "schedule") or {}  # max_items as run: ab.json's
+    ab = ab_view(doc)
     path = out / "arms" / arm / AGREEMENT_FILE
-    ev = _get(ab, "experiment", "evidence") or {}
     rows = (rec.read_samples(path, repair=True) if path.exists()
-            and ev.get("agreement", True) else None)
+            and ab.experiment.evidence.agreement else None)
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
     return sequential_section(samples[base], samples[arm], item_order(samples[base]), policy,
-                              look_every=int(sched.get("look_every") or 1),
-                              max_items=_get(ab, "sequential", "max_items"),
+                              look_every=int(ab.experiment.schedule.look_every or 1),
+                              # max_items as run: ab.json's
+                              max_items=ab.sequential.max_items if ab.sequential else None,
                               agreement=rows, speed_only=bool(speed_only),
                               arm_names=(base, arm))
 
@@ -167,7 +169,7 @@ def sequential_for(out: Path, ab: Mapping[str, Any], arm: str, base: str, policy
 def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
                 policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
                 seed: int = 0, n_boot: int = 2000,
-                allow_unmatched: bool = False) -> dict[str, Any]:
+                allow_unmatched: bool = False) -> ArmResult:
     """One candidate against the baseline: paired statistics, ``extras`` beside them, and
     the policy's verdict. ``abgate ab`` and ``abgate compare`` both call this, so the
     two can never disagree on the same samples. ``allow_unmatched``: an unfinished A/B,
@@ -176,42 +178,36 @@ def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, A
     comparison = compare_samples(base, cand, seed=seed, n_boot=n_boot, arm_names=arm_names,
                                  confidence=policy.speed.confidence,
                                  allow_unmatched=allow_unmatched)
-    comparison.update(extras)
-    verdict = decide(comparison, policy)
-    return {"comparison": comparison, "verdict": verdict.to_dict()}
+    comparison = comparison.with_extras(**extras)
+    return ArmResult(comparison=comparison, verdict=decide(comparison, policy))
 
 
 def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             n_boot: int = 2000) -> dict[str, Any]:
-    """Compare every candidate arm against the baseline; write and return the result."""
-    ab = read_record(out / "ab.json", "ab")
-    exp = ab["experiment"]
-    policy = load_policy(policy_path if policy_path is not None else exp.get("policy"))
-    base = exp["baseline"]
-    samples = {arm: arm_samples(out, arm) for arm in exp["arms"]}
-    comparisons: dict[str, Any] = {}
-    for arm in exp["arms"]:
+    """Compare every candidate arm against the baseline; write ``comparison.json`` and
+    return it (the JSON document: :class:`ComparisonDoc` dumped)."""
+    ab = ab_view(read_record(out / "ab.json", "ab").to_dict(), str(out / "ab.json"))
+    exp = ab.experiment
+    policy = load_policy(policy_path if policy_path is not None else exp.policy)
+    base = str(exp.baseline)
+    samples = {arm: arm_samples(out, arm) for arm in exp.arms}
+    comparisons: dict[str, ArmResult] = {}
+    for arm in exp.arms:
         if arm == base:
             continue
         extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
-        if _get(exp, "schedule", "stopping") == "sequential":
+        if exp.schedule.stopping == "sequential":
             extras["sequential"] = sequential_for(out, ab, arm, base, policy, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot,
-                                       allow_unmatched=ab["status"] != "complete")
-    decisions = [c["verdict"]["decision"] for c in comparisons.values()]
+                                       allow_unmatched=ab.status != "complete")
+    decisions = [c.verdict.decision for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
-    if ab["status"] != "complete" and overall == "ACCEPT":
+    if ab.status != "complete" and overall == "ACCEPT":
         overall = "INCONCLUSIVE"  # never accept on an unfinished run
-    result = {
-        "schema_version": rec.SCHEMA_VERSION,
-        "kind": "ab-comparison",
-        "ab_status": ab["status"],
-        "baseline": base,
-        "policy": policy.to_dict(),
-        "comparisons": comparisons,
-        "decision": overall,
-        "exit_code": EXIT_CODES[overall],
-    }
+    result = ComparisonDoc(schema_version=rec.SCHEMA_VERSION, kind="ab-comparison",
+                           ab_status=ab.status, baseline=base, policy=policy.to_dict(),
+                           comparisons=comparisons, decision=overall,
+                           exit_code=EXIT_CODES[overall]).to_json()
     rec.write_json_atomic(out / COMPARISON_FILE, result)
     return result

@@ -18,10 +18,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from abgate.compare.results import read_comparison_doc
 from abgate.errors import UsageError, did_you_mean
 from abgate.redact import redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import DecisionRecord, read_record
+from abgate.runner.documents import AbRecord, DecisionRecord, RunRecord, read_record
+from abgate.runner.sections import GitState
 
 DECISIONS_FILE = "decisions.jsonl"
 DECISIONS = ("keep-default-on", "make-opt-in", "revert")
@@ -39,12 +41,12 @@ def relation(decision: str, verdict: str | None) -> str:
 def arms_source(out: Path) -> dict[str, Any]:
     """The one source tree (commit, tree, dirty) that ``ab.json`` and every arm's
     ``run.json`` record; arms on different trees, or none recorded, is a UsageError."""
-    ab = read_record(out / "ab.json", "ab")
-    found: dict[str, tuple[Any, Any, Any]] = {"ab.json": _git(ab.get("git"))}
-    for arm in ab["experiment"]["arms"]:
+    ab = read_record(out / "ab.json", "ab", model=AbRecord)
+    found: dict[str, tuple[Any, Any, Any]] = {"ab.json": _git(ab.git)}
+    for arm in ab.experiment.arms:
         path = out / "arms" / arm / rec.RUN_FILE
         if path.exists():
-            found[f"arm {arm!r}"] = _git(rec.read_json(path).get("git"))
+            found[f"arm {arm!r}"] = _git(read_record(path, "ab-arm", model=RunRecord).git)
     if len(set(found.values())) > 1:
         shown = "; ".join(f"{where}: commit {str(g[0])[:12]} tree {str(g[1])[:12]}"
                           f"{' dirty' if g[2] else ''}" for where, g in found.items())
@@ -57,10 +59,10 @@ def arms_source(out: Path) -> dict[str, Any]:
     return {"commit": commit, "tree": tree, "dirty": dirty}
 
 
-def _git(git: Any) -> tuple[Any, Any, Any]:
-    if not isinstance(git, Mapping):
+def _git(git: GitState | None) -> tuple[Any, Any, Any]:
+    if git is None:
         return None, None, None
-    return git.get("commit"), git.get("tree"), git.get("dirty")
+    return git.commit, git.tree, git.dirty
 
 
 def _verdicts(out: Path) -> tuple[str | None, dict[str, Any]]:
@@ -68,14 +70,13 @@ def _verdicts(out: Path) -> tuple[str | None, dict[str, Any]]:
     if not path.exists():
         raise UsageError(f"{out}: no comparison.json; the A/B has not been analysed "
                          "(abgate ab --resume DIR finishes it): there is no verdict to decide on")
-    comparison = rec.read_json(path)
-    arms = {arm: (c.get("verdict") or {}).get("decision")
-            for arm, c in (comparison.get("comparisons") or {}).items()}
-    return comparison.get("decision"), arms
+    comparison = read_comparison_doc(rec.read_json(path), str(path))
+    arms = {arm: c.verdict.decision for arm, c in comparison.comparisons.items()}
+    return comparison.decision, arms
 
 
 def record_decision(out: Path, decision: str, why: str, by: str | None = None,
-                    arm: str | None = None) -> dict[str, Any]:
+                    arm: str | None = None) -> DecisionRecord:
     """Append a decision to ``out/decisions.jsonl`` and return it (as recorded).
     Bad input (an unknown decision, no reason, an unanalysed A/B, arms on different
     trees) is a UsageError with nothing written."""
@@ -86,7 +87,7 @@ def record_decision(out: Path, decision: str, why: str, by: str | None = None,
         raise UsageError("--why is empty: say why (the rule applied, the evidence read)")
     if not (out / "ab.json").is_file():
         raise UsageError(f"{out}: not an A/B directory (no ab.json)")
-    if read_record(out / "ab.json", "ab").get("status") == "running":
+    if read_record(out / "ab.json", "ab").status == "running":
         raise UsageError(f"{out}: the A/B is recorded as running (still running, or killed: "
                          "abgate ab --resume DIR finishes it); decide on a finished A/B")
     overall, arms = _verdicts(out)
@@ -103,9 +104,8 @@ def record_decision(out: Path, decision: str, why: str, by: str | None = None,
             "decided_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     except ValidationError as exc:  # a writer's bug, never a bad line on disk
         raise UsageError(f"decision record: {exc.errors()[0]['msg']}") from None
-    line = doc.model_dump()
-    _append(out / DECISIONS_FILE, line)
-    return line
+    _append(out / DECISIONS_FILE, doc.model_dump())
+    return doc
 
 
 def _append(path: Path, doc: Mapping[str, Any]) -> None:
@@ -118,17 +118,16 @@ def _append(path: Path, doc: Mapping[str, Any]) -> None:
         os.close(fd)
 
 
-def read_decisions(out: Path) -> list[dict[str, Any]]:
-    """Every recorded decision, oldest first (a torn last line is skipped)."""
+def read_decisions(out: Path) -> list[DecisionRecord]:
+    """Every recorded decision, oldest first (a torn last line, or a line that is not a
+    decision record, is skipped)."""
     path = out / DECISIONS_FILE
     if not path.exists():
         return []
     found = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            doc = json.loads(line)
-        except json.JSONDecodeError:
+            found.append(DecisionRecord.model_validate_json(line))
+        except ValidationError:
             continue
-        if isinstance(doc, dict):
-            found.append(doc)
     return found

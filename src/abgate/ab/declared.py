@@ -27,6 +27,7 @@ from pathlib import PurePath
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
+from abgate.runner.sections import ArmDifferences, DiffStage, EngineRecord, Provenance, Spec
 
 MISSING = "(not set)"
 # Effective-config keys that name one instance rather than a configuration (a launched
@@ -55,30 +56,29 @@ def _group(prefix: str, table: Any) -> dict[str, str]:
 
 def request_facts(spec: Mapping[str, Any]) -> dict[str, str]:
     """The keys a prepared arm's spec shows before any load."""
-    model = spec.get("model")
-    sha = model.get("sha256") if isinstance(model, Mapping) else None
-    facts = {"engine": _text(spec.get("engine")), "model": _text(sha or model)}
-    for group in ("engine_args", "engine_options", "env"):
-        facts.update(_group(group, spec.get(group)))
+    typed = Spec.model_validate(spec)
+    model = typed.model
+    facts = {"engine": _text(typed.engine),
+             "model": _text(model.sha256 or model.to_dict()) if model else _text(None)}
+    for group, table in (("engine_args", typed.engine_args),
+                         ("engine_options", typed.engine_options), ("env", typed.env)):
+        facts.update(_group(group, table))
     return facts
 
 
-def _libraries(provenance: Any) -> dict[str, str]:
+def _libraries(provenance: Provenance | None) -> dict[str, str]:
     libs: dict[str, set[str]] = {}
-    procs = provenance.get("libraries") if isinstance(provenance, Mapping) else None
-    for proc in procs if isinstance(procs, list) else []:
-        for lib in proc.get("libs") or [] if isinstance(proc, Mapping) else []:
-            if isinstance(lib, Mapping) and isinstance(lib.get("path"), str):
-                libs.setdefault(PurePath(lib["path"]).name, set()).add(str(lib.get("sha256")))
+    procs = provenance.libraries if provenance is not None else None
+    for proc in procs or []:
+        for lib in proc.libs:
+            libs.setdefault(PurePath(lib.path).name, set()).add(str(lib.sha256))
     return {f"library.{name}": ",".join(sorted(shas)) for name, shas in libs.items()}
 
 
-def loaded_facts(engine: Mapping[str, Any], provenance: Any) -> dict[str, str]:
+def loaded_facts(engine: EngineRecord, provenance: Provenance | None) -> dict[str, str]:
     """The keys a loaded arm shows: engine version, effective config, libraries."""
-    facts = {"engine_version": _text(engine.get("version"))}
-    config = engine.get("effective_config")
-    if isinstance(config, Mapping):
-        config = {k: v for k, v in config.items() if k not in INSTANCE_KEYS}
+    facts = {"engine_version": _text(engine.version)}
+    config = {k: v for k, v in engine.effective_config.items() if k not in INSTANCE_KEYS}
     facts.update(_group("effective", config))
     facts.update(_libraries(provenance))
     return facts
@@ -118,9 +118,9 @@ def check_patterns(where: str, value: Any) -> tuple[str, ...]:
 
 
 def section(declared: dict[str, list[str]], undeclared: dict[str, list[str]],
-            patterns: Sequence[str]) -> dict[str, Any]:
-    """One stage of an arm's ``ab.json["differences"]`` entry."""
-    return {"patterns": list(patterns), "declared": declared, "undeclared": undeclared}
+            patterns: Sequence[str]) -> DiffStage:
+    """One stage of an arm's ``differences`` entry in ``ab.json``."""
+    return DiffStage(patterns=list(patterns), declared=declared, undeclared=undeclared)
 
 
 def unused(patterns: Sequence[str], diff: Mapping[str, list[str]]) -> list[str]:
@@ -157,20 +157,19 @@ def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
     return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
 
 
-def warnings(entry: Mapping[str, Any]) -> list[str]:
+def warnings(entry: ArmDifferences | Mapping[str, Any]) -> list[str]:
     """What a reader of a candidate's differences must not miss: undeclared differences
     (when nothing was declared, so none was refused) and an opt-out nothing shows."""
+    if not isinstance(entry, ArmDifferences):  # as read from ab.json
+        entry = ArmDifferences.model_validate(entry)
     out = []
-    for stage, label in (("request", "before the load"), ("loaded", "after the load")):
-        undeclared = (entry.get(stage) or {}).get("undeclared") or {}
-        if undeclared:
+    for stage, label in ((entry.request, "before the load"), (entry.loaded, "after the load")):
+        if stage is not None and stage.undeclared:
             out.append(f"Undeclared differences {label} (nothing declared, so none was "
-                       f"refused): {', '.join(undeclared)}.")
-    unobserved = entry.get("unobserved") or []
-    if unobserved:
-        out.append(f"Declared, but no recorded value differs: {', '.join(unobserved)} "
+                       f"refused): {', '.join(stage.undeclared)}.")
+    if entry.unobserved:
+        out.append(f"Declared, but no recorded value differs: {', '.join(entry.unobserved)} "
                    "(the switch may not be set in this arm, or not be reported).")
-    opt = entry.get("opt_out") or {}
-    if opt.get("warning"):
-        out.append(f"Opt-out evidence: none: {opt['warning']}.")
+    if entry.opt_out is not None and entry.opt_out.warning:
+        out.append(f"Opt-out evidence: none: {entry.opt_out.warning}.")
     return out

@@ -14,7 +14,7 @@
   fails is a failing gate.
 
 The statistics over these files are :mod:`abgate.compare.agreement` (pure); the cost of
-the pass (seconds per arm) goes to ``ab.json["scoring"]``.
+the pass (seconds per arm) goes to ``scoring`` in ``ab.json``.
 """
 
 from __future__ import annotations
@@ -35,15 +35,16 @@ from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
+from abgate.runner.documents import AbRecord, ProbesDocument, ScoringCost, write_record
 from abgate.runner.execute import check_interrupted
-from abgate.runner.samples import ids_sha256
+from abgate.runner.samples import Sample, ids_sha256, load_samples
 from abgate.runner.session import EngineSession
 
 log = logging.getLogger("abgate.ab")
 TOP_N = 5  # top tokens kept per position in agreement.jsonl (for the report)
 # log-probs asked of each arm per position: a top-k engine's bound is over these cells
 SCORE_K = 20
-Prompt = Callable[[dict[str, Any]], list[int]]  # sample -> the prompt token IDs it had
+Prompt = Callable[[Sample], list[int]]  # sample -> the prompt token IDs it had
 Detok = Callable[[list[int]], str | None]  # token IDs -> text, None where unknown
 OnStart = Callable[[int, int, str], None]  # (done, total, phase): a progress phase begins
 OnStep = Callable[[dict[str, Any]], None]  # one step done ({"output": {"tokens": n}})
@@ -102,7 +103,7 @@ def _logps(values: npt.NDArray[np.float32]) -> list[float | None]:
     return [round(float(x), 6) if math.isfinite(x) else None for x in values.tolist()]
 
 
-def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScores,
+def agreement_row(sample: Sample, base: TokenScores, cand: TokenScores,
                   detok: Detok | None = None,
                   source: str = "baseline_output") -> dict[str, Any]:
     """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence.
@@ -117,7 +118,7 @@ def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScore
     else:
         kl = _kl_top_k(base, cand)
         method, k = "top_k", min(base.top_ids.shape[1], cand.top_ids.shape[1])
-    return {"key": sample["key"], "item_id": sample["item_id"], "seed": sample["seed"],
+    return {"key": sample.key, "item_id": sample.item_id, "seed": sample.seed,
             "source": source, "method": method, "k": k,
             "tokens": list(base.tokens), "kl": [float(f"{x:.6g}") for x in kl],
             "top1_base": base.top_ids[:, 0].tolist(), "top1_cand": cand.top_ids[:, 0].tolist(),
@@ -125,21 +126,21 @@ def agreement_row(sample: Mapping[str, Any], base: TokenScores, cand: TokenScore
             "top_base": _top(base, detok), "top_cand": _top(cand, detok)}
 
 
-def scorable(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def scorable(samples: Sequence[Sample]) -> list[Sample]:
     """Baseline samples with an output to score (errors and empty outputs carry none)."""
-    return [s for s in samples if not s.get("warmup") and s.get("finish_reason") != "error"
-            and (s.get("output", {}).get("token_ids") or s.get("output", {}).get("text"))]
+    return [s for s in samples if s.measured and s.finish_reason != "error"
+            and (s.output.token_ids or s.output.text)]
 
 
-def continuation(sample: Mapping[str, Any], session: EngineSession) -> tuple[list[int], str]:
+def continuation(sample: Sample, session: EngineSession) -> tuple[list[int], str]:
     """The token IDs to score for a baseline sample and where they came from: the IDs it
     generated, or (servers whose API returns none, e.g. llama-server) its output text
     tokenized by the baseline engine, a sequence with the same text."""
-    ids = sample.get("output", {}).get("token_ids")
+    ids = sample.output.token_ids
     if ids:
         return [int(t) for t in ids], "baseline_output"
     with session.env():
-        return session.engine.tokenize(sample["output"]["text"]), "baseline_output_retokenized"
+        return session.engine.tokenize(sample.output.text or ""), "baseline_output_retokenized"
 
 
 def _detok(session: EngineSession) -> Detok:
@@ -147,17 +148,14 @@ def _detok(session: EngineSession) -> Detok:
 
 
 def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
-                 cost: dict[str, Any]) -> TokenScores:
+                 cost: ScoringCost) -> TokenScores:
     t0 = time.perf_counter()
     with session.env():
         scores = session.engine.score(prompt, tokens, SCORE_K)
-    cost["seconds"] = cost.get("seconds", 0.0) + time.perf_counter() - t0
-    cost["n_tokens"] = cost.get("n_tokens", 0) + len(tokens)
-    cost["method"] = scores.method
-    cost["n_sequences"] = cost.get("n_sequences", 0) + 1
+    cost.add(time.perf_counter() - t0, len(tokens), scores.method)
     restored = session.engine.prompts_restored  # llama.cpp keeps prompts
     if restored is not None:
-        cost["prompts_restored"] = restored
+        cost.prompts_restored = restored
     return scores
 
 
@@ -165,10 +163,10 @@ def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
     """Arms whose engine cannot score teacher-forced sequences, with the reason."""
     out = {}
     for arm, s in sessions.items():
-        if s.info["capabilities"].get("scoring") in ("full", "top_k"):
+        if s.described.capabilities.scoring in ("full", "top_k"):
             continue
-        why = (s.info.get("effective_config") or {}).get("scoring", {})
-        out[arm] = (f"engine {s.info['name']!r} cannot score teacher-forced sequences"
+        why = s.described.effective_config.get("scoring", {})
+        out[arm] = (f"engine {s.described.name!r} cannot score teacher-forced sequences"
                     + (f": {why['why_not']}" if isinstance(why, Mapping)
                        and why.get("why_not") else " (capabilities.scoring = None)"))
     return out
@@ -179,7 +177,7 @@ def scoring_preflight(arm: str, session: EngineSession) -> None:
     that cannot after all (vLLM started with ``--max-logprobs`` below ``SCORE_K``, a
     llama-server too old for ``n_probs`` log-probs) is refused before any sample is
     generated, not after the whole run."""
-    method = session.info["capabilities"].get("scoring")
+    method = session.described.capabilities.scoring
     if method is None:
         return
     with session.env():
@@ -194,43 +192,44 @@ def scoring_preflight(arm: str, session: EngineSession) -> None:
                               "without distribution agreement: --no-agreement)") from None
 
 
-def agreement_pass(out: Path, doc: dict[str, Any], baseline: str,
+def agreement_pass(out: Path, doc: AbRecord, baseline: str,
                    sessions: Mapping[str, EngineSession], prompt_of: Prompt,
                    max_tokens: int = 0, on_start: OnStart | None = None,
                    on_step: OnStep | None = None) -> None:
     """Score the baseline's outputs (their first ``max_tokens`` tokens; 0: all) with
     the baseline and every candidate in ``sessions``; append the rows; record the cost
-    (or why not) in ``doc["scoring"]``. Progress: ``on_start`` once, ``on_step`` per
+    (or why not) in ``doc.scoring``. Progress: ``on_start`` once, ``on_step`` per
     baseline sample scored (its tokens times the arms that scored it)."""
-    scoring = doc.setdefault("scoring", {})
+    scoring = doc.scoring
     refused = cannot_score(sessions)
     if baseline in refused:
         for arm in sessions:
-            scoring[arm] = {"reason": refused[baseline]}
+            scoring[arm] = ScoringCost(reason=refused[baseline])
         return
     cands = [a for a in sessions if a != baseline and a not in refused]
     for arm in set(refused) - {baseline}:
-        scoring[arm] = {"reason": refused[arm]}
+        scoring[arm] = ScoringCost(reason=refused[arm])
     paths = {a: out / "arms" / a / AGREEMENT_FILE for a in cands}
     done = {a: {r["key"] for r in rec.read_samples(p, repair=True)} for a, p in paths.items()}
-    samples = scorable(rec.read_samples(out / "arms" / baseline / rec.SAMPLES_FILE))
+    samples = scorable(load_samples(out / "arms" / baseline / rec.SAMPLES_FILE))
     writers = {a: rec.SampleWriter(p) for a, p in paths.items()}
     if on_start:
-        on_start(sum(all(s["key"] in done[a] for a in cands) for s in samples), len(samples),
+        on_start(sum(all(s.key in done[a] for a in cands) for s in samples), len(samples),
                  f"scoring {', '.join(cands)} against {baseline}")
     try:
         for sample in samples:
             check_interrupted()
-            todo = [a for a in cands if sample["key"] not in done[a]]
+            todo = [a for a in cands if sample.key not in done[a]]
             if not todo:
                 continue
-            prompt, (tokens, source) = prompt_of(dict(sample)), continuation(
+            prompt, (tokens, source) = prompt_of(sample), continuation(
                 sample, sessions[baseline])
             tokens = tokens[:max_tokens] if max_tokens else tokens
             if not tokens:
                 continue
             for arm in (baseline, *todo):
-                scoring.setdefault(arm, {})["max_tokens_per_sequence"] = max_tokens or None
+                scoring.setdefault(arm, ScoringCost()).max_tokens_per_sequence = (
+                    max_tokens or None)
             base = _timed_score(sessions[baseline], prompt, tokens, scoring[baseline])
             for arm in todo:
                 cand = _timed_score(sessions[arm], prompt, tokens, scoring[arm])
@@ -255,26 +254,25 @@ def probes_pass(out: Path, arm: str, session: EngineSession, probe_len: int) -> 
             results = [r.to_dict() for r in run_probes(session.engine, probes,
                                                        _n_ctx(session))]
         except AbgateError as exc:  # e.g. the retrieval probe does not fit the context
-            rec.write_json_atomic(path, {"schema_version": rec.SCHEMA_VERSION, "probes": [],
-                                         "error": str(exc)})
+            write_record(path, ProbesDocument.new(probes=[], error=str(exc)))
             return
-    rec.write_json_atomic(path, {"schema_version": rec.SCHEMA_VERSION, "probes": results})
+    write_record(path, ProbesDocument.new(probes=results))
 
 
 def _n_ctx(session: EngineSession) -> int | None:
-    n = session.info["effective_config"].get("n_ctx")
+    n = session.described.effective_config.get("n_ctx")
     return n if isinstance(n, int) else None
 
 
 def prompt_from(session: EngineSession) -> Prompt:
     """The prompt token IDs of a baseline sample, rendered by the baseline engine and
     checked against the SHA the sample recorded (the prompts scored are those sent)."""
-    def prompt(sample: dict[str, Any]) -> list[int]:
+    def prompt(sample: Sample) -> list[int]:
         with session.env():
-            ids = session.engine.render_prompt(sample["prompt"]["messages"])
-        recorded = sample.get("prompt", {}).get("sha256")
+            ids = session.engine.render_prompt(sample.prompt.messages or [])
+        recorded = sample.prompt.sha256
         if recorded and ids_sha256(ids) != recorded:
-            raise AbgateError(f"scoring {sample['key']}: the re-rendered prompt's SHA differs "
+            raise AbgateError(f"scoring {sample.key}: the re-rendered prompt's SHA differs "
                               "from the one recorded with the sample")
         return ids
     return prompt

@@ -41,35 +41,51 @@ difference is refused (``abgate.ab.declared``). ``contract = "FILE"`` at the top
 every arm to a contract (as ``--contract`` does; the flag wins). Everything that decides
 *what* is asked (items, seeds, sampling, prompt) is shared by construction, and
 checked again after preparation.
+
+The file's tables and the experiment itself are pydantic models (``abgate.schema``):
+an experiment made from a file, from flags or from a record (``--resume``) is checked
+by the same types, ranges and cross-checks.
 """
 
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+from pydantic.dataclasses import dataclass
 
 from abgate.ab.declared import check_patterns
 from abgate.ab.optout import compile_patterns
 from abgate.compare.policy import shipped_name
-from abgate.errors import UsageError, did_you_mean, one_line
+from abgate.errors import UsageError, did_you_mean
 from abgate.runner.spec import RunConfig
+from abgate.schema import (
+    FORBID,
+    LISTED,
+    TEXT,
+    Bool,
+    Int,
+    Str,
+    StrList,
+    StrTable,
+    Table,
+    built,
+    refuse,
+    validated,
+)
+from abgate.tomlfile import TomlDoc, read_toml
 
-ARM_KEYS = ("engine", "model", "engine_args", "engine_options", "env", "changes")
-MERGED = ("engine_args", "engine_options", "env")
-SCHEDULE_MODES = ("auto", "interleave", "blocks")
-TOP_KEYS = ("name", "description", "baseline", "shared", "schedule", "arms", "policy", "bench",
-            "expect", "evidence", "allow_differences", "contract")
-EVIDENCE_KEYS = ("agreement", "agreement_tokens", "probes", "probe_len", "log_patterns")
-EXPECTS = ("lossy", "lossless")
-SCHEDULE_KEYS = ("mode", "warmup", "block_size", "stopping", "max_items", "look_every")
-STOPPINGS = ("fixed", "sequential")
-BENCH_KEYS = ("input_len", "output_len", "repeats", "warmup")
+MERGED = ("engine_args", "engine_options", "env")  # an arm's tables merge over [shared]'s
 # An arm's name is a directory (arms/<arm>/) and part of file names: a safe identifier.
 ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+Expect = Annotated[Literal["lossy", "lossless"], TEXT]
+AtLeast0 = Annotated[Int, Field(ge=0)]
+AtLeast1 = Annotated[Int, Field(ge=1)]
 
 
 def check_arm_name(where: str, name: object) -> str:
@@ -83,14 +99,22 @@ def check_arm_name(where: str, name: object) -> str:
     return name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=FORBID)
 class Schedule:
-    mode: str = "auto"
-    warmup: int = 2
-    block_size: int = 8
-    stopping: str = "fixed"
-    max_items: int | None = None  # sequential: the most items run (None: all)
-    look_every: int = 1  # sequential: items between looks
+    mode: Annotated[Literal["auto", "interleave", "blocks"], TEXT] = "auto"
+    warmup: AtLeast0 = 2
+    block_size: AtLeast1 = 8
+    stopping: Annotated[Literal["fixed", "sequential"], TEXT] = "fixed"
+    max_items: AtLeast1 | None = None  # sequential: the most items run (None: all)
+    look_every: AtLeast1 = 1  # sequential: items between looks
+
+    @model_validator(mode="after")
+    def _sequential_keys(self) -> Schedule:
+        if not self.sequential and (self.max_items is not None or self.look_every != 1):
+            raise refuse("max_items and look_every apply only with stopping = "
+                         "\"sequential\"",
+                         "max_items" if self.max_items is not None else "look_every")
+        return self
 
     @property
     def sequential(self) -> bool:
@@ -107,25 +131,30 @@ class Schedule:
         return out
 
 
-@dataclass(frozen=True)
+def _lengths(value: Any) -> Any:
+    """``input_len = 512`` is one length; a list is several."""
+    return (value,) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+@dataclass(frozen=True, config=FORBID)
 class BenchPlan:
     """Fixed-length speed cases run for every arm after the quality samples."""
 
-    input_len: tuple[int, ...] = ()
-    output_len: int = 128
-    repeats: int = 3
-    warmup: int = 1
+    input_len: Annotated[tuple[AtLeast1, ...], LISTED, BeforeValidator(_lengths)] = ()
+    output_len: AtLeast1 = 128
+    repeats: AtLeast1 = 3
+    warmup: AtLeast0 = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=FORBID)
 class Evidence:
     """Quality evidence gathered per arm besides the samples."""
 
-    agreement: bool = True
-    agreement_tokens: int = 64  # the first N output tokens of each sample are scored; 0: all
-    probes: bool = True
-    probe_len: int = 512
-    log_patterns: tuple[str, ...] = ()  # engine log lines recorded as opt-out evidence
+    agreement: Bool = True
+    agreement_tokens: AtLeast0 = 64  # the first N output tokens of each sample; 0: all
+    probes: Bool = True
+    probe_len: Annotated[Int, Field(ge=64)] = 512  # tokens
+    log_patterns: StrList = ()  # engine log lines recorded as opt-out evidence
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: v for k, v in vars(self).items() if k != "log_patterns"}
@@ -134,20 +163,36 @@ class Evidence:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=FORBID)
 class Experiment:
-    name: str
+    """An A/B as run and as recorded (``to_dict``/``from_dict``): the same model checks
+    an experiment made from a file, from flags and from a record."""
+
+    name: Str
     arms: dict[str, RunConfig]  # in file order
-    baseline: str
+    baseline: Str
     schedule: Schedule = field(default_factory=Schedule)
-    policy: str | None = None
+    policy: Str | None = None
     bench: BenchPlan = field(default_factory=BenchPlan)
-    description: str = ""
-    expect: str = "lossy"
+    description: Str = ""
+    expect: Expect = "lossy"
     evidence: Evidence = field(default_factory=Evidence)
-    changes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # arm -> patterns
-    allow_differences: tuple[str, ...] = ()
-    contract: str | None = None  # a contract TOML every arm is held to (--contract wins)
+    changes: dict[str, StrList] = field(default_factory=dict)  # arm -> patterns
+    allow_differences: StrList = ()
+    contract: Str | None = None  # a contract TOML every arm is held to (--contract wins)
+
+    @model_validator(mode="after")
+    def _arms_and_baseline(self) -> Experiment:
+        if len(self.arms) < 2:
+            raise refuse("an experiment needs at least two [arms.NAME] tables")
+        if self.baseline not in self.arms:
+            raise refuse(f"baseline {self.baseline!r} is not an arm"
+                         + did_you_mean(self.baseline, self.arms), "baseline")
+        return self
+
+    def __post_init__(self) -> None:
+        for arm in self.arms:  # every way an experiment is made: file, flags, record
+            check_arm_name(f"experiment {self.name!r}", arm)
 
     @property
     def declares(self) -> bool:
@@ -159,35 +204,19 @@ class Experiment:
         return (*self.changes.get(arm, ()), *self.changes.get(self.baseline, ()),
                 *self.allow_differences)
 
-    def __post_init__(self) -> None:
-        for arm in self.arms:  # every way an experiment is made: file, flags, record
-            check_arm_name(f"experiment {self.name!r}", arm)
-
     @property
     def candidates(self) -> list[str]:
         return [a for a in self.arms if a != self.baseline]
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "experiment") -> Experiment:
-        """The inverse of :meth:`to_dict` (how ``--resume`` finds the experiment); a
-        damaged record is a one-line UsageError naming ``where``."""
-        try:
-            bench = dict(d.get("bench") or {})
-            bench["input_len"] = tuple(bench.get("input_len", ()))
-            return cls(name=d["name"], description=d.get("description", ""),
-                       baseline=d["baseline"],
-                       arms={k: RunConfig.from_dict(v, f"{where}.arms.{k}")
-                             for k, v in d["arms"].items()},
-                       schedule=Schedule(**d["schedule"]), policy=d.get("policy"),
-                       bench=BenchPlan(**bench), expect=d.get("expect", "lossy"),
-                       evidence=Evidence(**{**d.get("evidence", {}), "log_patterns": tuple(
-                           (d.get("evidence") or {}).get("log_patterns") or ())}),
-                       changes={k: tuple(v) for k, v in (d.get("changes") or {}).items()},
-                       allow_differences=tuple(d.get("allow_differences") or ()),
-                       contract=d.get("contract"))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise UsageError(f"{where}: cannot be read back ({type(exc).__name__}: "
-                             f"{one_line(exc)})") from None
+        """The inverse of :meth:`to_dict` (how ``--resume`` finds the experiment),
+        through the same model and checks as a file; a damaged or out-of-range record
+        is a one-line UsageError naming ``where``."""
+        if isinstance(d, Mapping):
+            _check_declared(where, d.get("changes") or {}, d.get("allow_differences"),
+                            d.get("evidence"))
+        return validated(cls, d, where)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ``expect`` only when not the default "lossy", so the digest of
@@ -210,154 +239,81 @@ class Experiment:
         return out
 
 
-def _check_keys(where: str, table: Mapping[str, Any], allowed: tuple[str, ...] | list[str]
-                ) -> None:
-    for key in table:
-        if key not in allowed:
-            raise UsageError(f"{where}: unknown key {key!r}" + did_you_mean(key, allowed))
+def _check_declared(where: str, changes: Any, allow: Any, evidence: Any) -> None:
+    """The key patterns (``changes``, ``allow_differences``) and ``log_patterns``, in
+    their own one-line errors (shared by a file and a record)."""
+    if not isinstance(changes, Mapping):
+        raise UsageError(f"{where}: 'changes' must be a table of arm -> patterns, got "
+                         f"{changes!r}")
+    for arm, patterns in changes.items():
+        check_patterns(f"{where} [arms.{arm}] changes", patterns)
+    if allow is not None:
+        check_patterns(f"{where} allow_differences", allow)
+    if isinstance(evidence, Mapping) and "log_patterns" in evidence:
+        compile_patterns(f"{where} [evidence]", evidence["log_patterns"])
 
 
-def _typed(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise UsageError(f"{where}: {key!r} must be {name}, got {value!r}")
-    return value
+@dataclass(frozen=True, config=FORBID)
+class ArmTable:
+    """An ``[arms.NAME]`` table: what an arm overrides (``changes``: see declared.py)."""
+
+    engine: Str | None = None
+    model: Str | None = None
+    engine_args: Table = field(default_factory=dict)
+    engine_options: Table = field(default_factory=dict)
+    env: StrTable = field(default_factory=dict)
+    changes: Any = None
 
 
-def shared_config(where: str, shared: Any) -> RunConfig:
-    """A RunConfig from a TOML table, with types checked against the dataclass."""
-    return RunConfig.from_dict(_table(where, shared), where)
+@dataclass(frozen=True, config=FORBID)
+class ExperimentFile:
+    """An experiment file's top level, as written (arms not yet merged over shared)."""
+
+    name: Str = "ab"
+    description: Str = ""
+    baseline: Str | None = None
+    shared: RunConfig = field(default_factory=RunConfig)
+    schedule: Schedule = field(default_factory=Schedule)
+    arms: dict[str, ArmTable] = field(default_factory=dict)
+    policy: Str | None = None
+    bench: BenchPlan = field(default_factory=BenchPlan)
+    expect: Expect = "lossy"
+    evidence: Evidence = field(default_factory=Evidence)
+    allow_differences: StrList = ()
+    contract: Str | None = None
 
 
-def _table(where: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise UsageError(f"{where}: must be a table, got {value!r}")
-    return value
-
-
-def arm_config(where: str, shared: RunConfig, arm: Any) -> RunConfig:
-    _check_keys(where, _table(where, arm), ARM_KEYS)
-    updates: dict[str, Any] = {}
-    for key, value in arm.items():
-        if key == "changes":
-            continue
-        if key in MERGED:
-            _typed(where, key, value, dict)
-            updates[key] = {**getattr(shared, key), **value}
-        else:
-            updates[key] = _typed(where, key, value, str)
+def arm_config(shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:
+    """An arm's config: its tables merged over the shared ones, the rest replaced."""
+    updates: dict[str, Any] = {key: {**getattr(shared, key), **value} if key in MERGED else value
+               for key, value in arm.items() if key != "changes"}
     return replace(shared, **updates)
 
 
-def _schedule(where: str, table: Any) -> Schedule:
-    _check_keys(where, _table(where, table), SCHEDULE_KEYS)
-    s = Schedule(**table)
-    _typed(where, "mode", s.mode, str)
-    if s.mode not in SCHEDULE_MODES:
-        raise UsageError(f"{where}: mode {s.mode!r} is not one of {', '.join(SCHEDULE_MODES)}"
-                         + did_you_mean(s.mode, SCHEDULE_MODES))
-    _typed(where, "warmup", s.warmup, int)
-    _typed(where, "block_size", s.block_size, int)
-    if s.warmup < 0 or s.block_size < 1:
-        raise UsageError(f"{where}: warmup must be >= 0 and block_size >= 1")
-    check_stopping(where, s)
-    return s
-
-
-def check_stopping(where: str, s: Schedule) -> None:
-    """``stopping``, ``max_items`` and ``look_every``: one-line errors naming the key."""
-    _typed(where, "stopping", s.stopping, str)
-    if s.stopping not in STOPPINGS:
-        raise UsageError(f"{where}: stopping {s.stopping!r} is not one of "
-                         f"{', '.join(STOPPINGS)}" + did_you_mean(s.stopping, STOPPINGS))
-    if s.max_items is not None and _typed(where, "max_items", s.max_items, int) < 1:
-        raise UsageError(f"{where}: max_items must be >= 1, got {s.max_items}")
-    if _typed(where, "look_every", s.look_every, int) < 1:
-        raise UsageError(f"{where}: look_every must be >= 1, got {s.look_every}")
-    if not s.sequential and (s.max_items is not None or s.look_every != 1):
-        raise UsageError(f"{where}: max_items and look_every apply only with stopping = "
-                         "\"sequential\"")
-
-
-def _bench(where: str, table: Any) -> BenchPlan:
-    _check_keys(where, _table(where, table), BENCH_KEYS)
-    lens = table.get("input_len", [])
-    lens = [lens] if isinstance(lens, int) else _typed(where, "input_len", lens, list)
-    for n in lens:
-        _typed(where, "input_len", n, int)
-    for key in ("output_len", "repeats", "warmup"):
-        if key in table:
-            _typed(where, key, table[key], int)
-    return BenchPlan(input_len=tuple(lens), **{k: v for k, v in table.items()
-                                              if k != "input_len"})
-
-
-def parse_experiment(doc: Mapping[str, Any], where: str) -> Experiment:
-    _check_keys(where, doc, TOP_KEYS)
-    shared = shared_config(f"{where} [shared]", doc.get("shared", {}))
-    arms_table = doc.get("arms", {})
-    if not isinstance(arms_table, dict) or len(arms_table) < 2:
+def parse_experiment(data: Mapping[str, Any], where: str, doc: TomlDoc | None = None
+                     ) -> Experiment:
+    """An experiment from a file's tables (``doc``: the file, for its lines)."""
+    arms_table = data.get("arms") if isinstance(data, Mapping) else None
+    if not isinstance(arms_table, Mapping) or len(arms_table) < 2:
         raise UsageError(f"{where}: an experiment needs at least two [arms.NAME] tables")
-    arms = {check_arm_name(where, name): arm_config(f"{where} [arms.{name}]", shared, table)
-            for name, table in arms_table.items()}
-    baseline = _typed(where, "baseline", doc.get("baseline", next(iter(arms))), str)
-    for key in ("name", "description"):
-        if key in doc:
-            _typed(where, key, doc[key], str)
-    if baseline not in arms:
-        raise UsageError(f"{where}: baseline {baseline!r} is not an arm"
-                         + did_you_mean(str(baseline), arms))
-    policy = doc.get("policy")
-    if policy is not None:
-        _typed(where, "policy", policy, str)
-    if "contract" in doc:
-        _typed(where, "contract", doc["contract"], str)
-    expect = _typed(where, "expect", doc.get("expect", "lossy"), str)
-    if expect not in EXPECTS:
-        raise UsageError(f"{where}: expect {expect!r} is not one of {', '.join(EXPECTS)}"
-                         + did_you_mean(expect, EXPECTS))
-    changes = {name: check_patterns(f"{where} [arms.{name}] changes", table["changes"])
-               for name, table in arms_table.items() if "changes" in table}
-    allow = check_patterns(f"{where} allow_differences", doc["allow_differences"]) \
-        if "allow_differences" in doc else ()
-    return Experiment(name=str(doc.get("name", "ab")), arms=arms, baseline=baseline,
-                      changes=changes, allow_differences=allow, contract=doc.get("contract"),
-                      schedule=_schedule(f"{where} [schedule]", doc.get("schedule", {})),
-                      policy=policy, bench=_bench(f"{where} [bench]", doc.get("bench", {})),
-                      description=str(doc.get("description", "")), expect=expect,
-                      evidence=_evidence(f"{where} [evidence]", doc.get("evidence", {})))
-
-
-def _evidence(where: str, table: Any) -> Evidence:
-    if not isinstance(table, dict):
-        raise UsageError(f"{where}: must be a table")
-    _check_keys(where, table, EVIDENCE_KEYS)
-    for key in ("agreement", "probes"):
-        if key in table:
-            _typed(where, key, table[key], bool)
-    if "agreement_tokens" in table and _typed(where, "agreement_tokens",
-                                              table["agreement_tokens"], int) < 0:
-        raise UsageError(f"{where}: agreement_tokens must be >= 0 (0: every output token), "
-                         f"got {table['agreement_tokens']}")
-    if "probe_len" in table and (_typed(where, "probe_len", table["probe_len"], int) < 64):
-        raise UsageError(f"{where}: probe_len must be >= 64 tokens, got {table['probe_len']}")
-    patterns = compile_patterns(where, table["log_patterns"]) if "log_patterns" in table \
-        else ()
-    return Evidence(**{**table, "log_patterns": patterns})
+    for name in arms_table:
+        check_arm_name(where, name)
+    _check_declared(where, {n: t["changes"] for n, t in arms_table.items()
+                            if isinstance(t, Mapping) and "changes" in t},
+                    data.get("allow_differences"), data.get("evidence"))
+    f = validated(ExperimentFile, data, where, doc=doc)
+    return built(Experiment, where, dict(
+        name=f.name, description=f.description,
+        arms={name: arm_config(f.shared, t) for name, t in arms_table.items()},
+        baseline=f.baseline if f.baseline is not None else next(iter(arms_table)),
+        changes={n: tuple(a.changes) for n, a in f.arms.items() if a.changes},
+        allow_differences=f.allow_differences, contract=f.contract, schedule=f.schedule,
+        policy=f.policy, bench=f.bench, expect=f.expect, evidence=f.evidence), doc)
 
 
 def load_experiment(path: Path) -> Experiment:
-    if not path.is_file():
-        raise UsageError(f"experiment file not found: {path}")
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: invalid TOML: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    exp = parse_experiment(doc, str(path))
+    doc = read_toml(path, "experiment file")
+    exp = parse_experiment(doc.data, str(path), doc)
     if exp.policy is not None and not Path(exp.policy).is_absolute() and not (
             shipped_name(exp.policy) and not (path.parent / exp.policy).exists()):
         exp = replace(exp, policy=str(path.parent / exp.policy))

@@ -6,7 +6,8 @@ a candidate whose every request difference is an ``env.*`` key, :func:`opt_out_e
 records
 
 - the keys the engine reports differently after the load (effective configuration,
-  engine version, mapped libraries: ``ab.json["differences"][arm]["loaded"]``);
+  engine version, mapped libraries: the ``loaded`` stage of the arm's ``differences``
+  in ``ab.json``);
 - the engine log lines that match the experiment's ``[evidence] log_patterns``
   (regular expressions), per arm, from the logs the engine wrote into the arm's
   directory (a launched server's ``server-*.log``; an in-process engine writes none);
@@ -18,11 +19,12 @@ recorded evidence tells apart.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
+from abgate.runner.sections import ArmDifferences, DiffStage, OptOut, OptOutLines
 
 LOG_GLOB = "*.log"
 MAX_LINES = 20
@@ -62,22 +64,22 @@ def log_lines(arm_dir: Path, patterns: Sequence[str]) -> list[str]:
     return found
 
 
-def env_only(request: Mapping[str, Any]) -> list[str]:
+def env_only(request: DiffStage) -> list[str]:
     """The env keys of a candidate whose request differs from the baseline only in
     environment variables; empty otherwise."""
-    keys = [*(request.get("declared") or {}), *(request.get("undeclared") or {})]
+    keys = [*request.declared, *request.undeclared]
     return keys if keys and all(k.startswith("env.") for k in keys) else []
 
 
-def opt_out_evidence(entry: Mapping[str, Any], arm_dirs: tuple[Path, Path],
-                     patterns: Sequence[str]) -> dict[str, Any] | None:
+def opt_out_evidence(entry: ArmDifferences, arm_dirs: tuple[Path, Path],
+                     patterns: Sequence[str]) -> OptOut | None:
     """The ``opt_out`` section of a candidate's differences, or None when its request
     differs in anything but env (or not at all)."""
-    env = env_only(entry.get("request") or {})
+    env = env_only(entry.request or DiffStage())
     if not env:
         return None
-    loaded = entry.get("loaded") or {}
-    reported = sorted({*(loaded.get("declared") or {}), *(loaded.get("undeclared") or {})})
+    loaded = entry.loaded or DiffStage()
+    reported = sorted({*loaded.declared, *loaded.undeclared})
     base_lines, cand_lines = (log_lines(d, patterns) for d in arm_dirs)
     logs_differ = base_lines != cand_lines
     observed = bool(reported) or logs_differ
@@ -88,6 +90,6 @@ def opt_out_evidence(entry: Mapping[str, Any], arm_dirs: tuple[Path, Path],
         warning = (f"the arms differ only in {', '.join(env)}, and nothing the engine reports "
                    f"differs after the load (effective configuration, version, libraries; "
                    f"{how}): no recorded evidence shows the variable took effect")
-    return {"env": env, "reported": reported, "log_patterns": list(patterns),
-            "log_lines": {"baseline": base_lines, "candidate": cand_lines},
-            "observed": observed, "warning": warning}
+    return OptOut(env=env, reported=reported, log_patterns=list(patterns),
+                  log_lines=OptOutLines(baseline=base_lines, candidate=cand_lines),
+                  observed=observed, warning=warning)

@@ -27,9 +27,11 @@ from abgate.engines import engine_adapter
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.provenance import ContractOutcome, ContractViolation
+from abgate.runner import documents as docs
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, source_state, write_record
 from abgate.runner.execute import (
+    WARMUP_PREFIX,
     RunRecorder,
     Status,
     check_same_source,
@@ -45,7 +47,8 @@ from abgate.runner.provenance import (
     input_hashes,
     record_after_load,
 )
-from abgate.runner.samples import ids_sha256, sample_key
+from abgate.runner.samples import ids_sha256, load_samples, sample_key
+from abgate.runner.sections import ArmDifferences, DiffStage, EngineRecord, GitState, Resume
 from abgate.runner.session import EngineSession, loaded
 from abgate.runner.spec import PreparedRun, prepare
 from abgate.suites import Item
@@ -78,12 +81,12 @@ def prepare_arms(exp: Experiment) -> dict[str, PreparedRun]:
 
 
 def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
-                        ) -> dict[str, dict[str, Any]]:
+                        ) -> dict[str, ArmDifferences]:
     """Each candidate's differences from the baseline before any load, declared and
     undeclared apart; an undeclared one is refused (exit 2, nothing written) when the
     experiment declares anything, else logged as a warning."""
     base = declared.request_facts(prepared[exp.baseline].spec)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ArmDifferences] = {}
     for arm in exp.candidates:
         patterns = exp.declared_for(arm)
         diff = declared.differing(base, declared.request_facts(prepared[arm].spec))
@@ -94,8 +97,8 @@ def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
             log.warning("arm %r differs from %r in %s, declared nowhere (declare the switch "
                         "with changes = [...] to have any other difference refused)", arm,
                         exp.baseline, ", ".join(unknown))
-        out[arm] = {"declares": exp.declares,
-                    "request": declared.section(known, unknown, patterns)}
+        out[arm] = ArmDifferences(declares=exp.declares,
+                                  request=declared.section(known, unknown, patterns))
     return out
 
 
@@ -130,46 +133,46 @@ def choose_mode(exp: Experiment) -> str:
 
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
-                resume: bool, force: bool, git: dict[str, Any] | None,
-                inputs: dict[str, str | None], allow_source_change: bool) -> dict[str, Any]:
+                resume: bool, force: bool, git: GitState | None,
+                inputs: dict[str, str | None], allow_source_change: bool) -> docs.AbRecord:
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
-        doc = read_record(out / AB_FILE, "ab")
-        if doc.get("digest") != digest:
+        doc = read_record(out / AB_FILE, "ab", model=docs.AbRecord)
+        if doc.digest != digest:
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
-        changed = check_same_source(out, doc.get("git"), git, allow_source_change)
-        check_same_inputs(out, doc.get("inputs"), inputs)
-        doc["resumes"].append({"at": time.time(), "from_status": doc["status"], "git": git,
-                               "inputs": inputs, "source_changed": changed})
-        doc.setdefault("differences", {})
+        changed = check_same_source(out, doc.git, git, allow_source_change)
+        check_same_inputs(out, doc.inputs, inputs)
+        doc.resumes = [*doc.resumes, Resume(at=time.time(), from_status=doc.status, git=git,
+                                            inputs=inputs, source_changed=changed)]
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
-    doc = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
-                     arm_spec_digests=specs, digest=digest,
-                     schedule={"mode": mode, "warmup": exp.schedule.warmup,
-                               "block_size": exp.schedule.block_size, "executed": []},
-                     engines={}, resumes=[], differences={})
-    write_record(out / AB_FILE, doc)  # before arms/: a --force later finds it abgate's
-    return doc
+    made = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
+                      arm_spec_digests=specs, digest=digest,
+                      schedule={"mode": mode, "warmup": exp.schedule.warmup,
+                                "block_size": exp.schedule.block_size, "executed": []},
+                      engines={}, resumes=[], differences={})
+    assert isinstance(made, docs.AbRecord)
+    write_record(out / AB_FILE, made)  # before arms/: a --force later finds it abgate's
+    return made
 
 
 class AbRunner:
     """Holds the per-arm recorders and runs requests in schedule order."""
 
     def __init__(self, exp: Experiment, prepared: dict[str, PreparedRun], out: Path,
-                 doc: dict[str, Any], resume: bool, force: bool,
+                 doc: docs.AbRecord, resume: bool, force: bool,
                  progress: Progress | None, provenance: ProvenanceOptions,
                  on_phase: OnPhase | None = None, policy: Policy | None = None) -> None:
-        git = doc["resumes"][-1]["git"] if doc["resumes"] else doc["git"]  # one for all arms
+        git = doc.git_for_arms()  # one for all arms
         self.exp, self.prepared, self.out, self.doc = exp, prepared, out, doc
         self.policy = policy or load_policy(exp.policy)
         self.provenance = provenance
         # Every arm is held to the contract; only its own declared switch is exempt.
         self.contracts = check_contracts(exp, prepared, provenance)
         self.progress, self.on_phase = progress, on_phase
-        self.previous = doc["resumes"][-1]["from_status"] if resume and doc["resumes"] else None
+        self.previous = doc.resumes[-1].from_status if resume and doc.resumes else None
         # an arm without run.json yet (killed right after ab.json) starts afresh
         self.recorders = {name: RunRecorder(p, out / "arms" / name, force=False, git=git,
                                             allow_source_change=provenance.allow_source_change,
@@ -178,11 +181,11 @@ class AbRunner:
                                             kind="ab-arm")
                           for name, p in prepared.items()}
         self.prompt_sha: dict[str, str] = {}  # key -> sha seen first, across arms
-        self.session = len(doc["resumes"])
+        self.session = len(doc.resumes)
         for r in self.recorders.values():
-            for s in rec.read_samples(r.samples_path):
-                if not s.get("warmup") and s["prompt"]["sha256"]:
-                    self.prompt_sha.setdefault(s["key"], s["prompt"]["sha256"])
+            for s in load_samples(r.samples_path):
+                if s.measured and s.key and s.prompt.sha256:
+                    self.prompt_sha.setdefault(s.key, s.prompt.sha256)
 
     def save(self) -> None:
         write_record(self.out / AB_FILE, self.doc)
@@ -208,10 +211,10 @@ class AbRunner:
                               "differs)")
 
     def loaded_facts(self, arm: str) -> dict[str, str] | None:
-        engine = self.doc["engines"].get(arm)
+        engine = self.doc.engines.get(arm)
         if engine is None:
             return None
-        return declared.loaded_facts(engine, self.recorders[arm].doc.get("provenance"))
+        return declared.loaded_facts(engine, self.recorders[arm].doc.provenance)
 
     def check_loaded(self) -> None:
         """After a load: each candidate whose and whose baseline's engines have loaded
@@ -225,11 +228,11 @@ class AbRunner:
             patterns = self.exp.declared_for(arm)
             diff = declared.differing(base, facts)
             known, unknown = declared.split(diff, patterns)
-            entry = self.doc.setdefault("differences", {}).setdefault(arm, {})
-            entry["loaded"] = declared.section(known, unknown, patterns)
-            request = entry.get("request") or {}
-            entry["unobserved"] = declared.unused(  # the arm's own claims, not allowances
-                self.exp.changes.get(arm, ()), {**request.get("declared", {}), **known})
+            entry = self.doc.differences.setdefault(arm, ArmDifferences())
+            entry.loaded = declared.section(known, unknown, patterns)
+            request = entry.request or DiffStage()
+            entry.unobserved = declared.unused(  # the arm's own claims, not allowances
+                self.exp.changes.get(arm, ()), {**request.declared, **known})
             self.opt_out(arm, entry)
             if unknown and self.exp.declares:
                 self.save()
@@ -239,24 +242,24 @@ class AbRunner:
                 log.warning("arm %r differs from %r after the load in %s, declared nowhere",
                             arm, self.exp.baseline, ", ".join(unknown))
 
-    def opt_out(self, arm: str, entry: dict[str, Any]) -> None:
+    def opt_out(self, arm: str, entry: ArmDifferences) -> None:
         """Arms that differ only by env: record what shows the variable took effect."""
         dirs = (self.out / "arms" / self.exp.baseline, self.out / "arms" / arm)
         found = optout.opt_out_evidence(entry, dirs, self.exp.evidence.log_patterns)
         if found is None:
             return
-        entry["opt_out"] = found
-        if found["warning"]:
-            log.warning("arm %r: %s", arm, found["warning"])
+        entry.opt_out = found
+        if found.warning:
+            log.warning("arm %r: %s", arm, found.warning)
 
     def warmup(self, arm: str, session: EngineSession) -> None:
         rec_ = self.recorders[arm]
         for i, (item, seed) in enumerate(self.keys()[: self.exp.schedule.warmup]):
             with session.env():
                 result = session.engine.generate([rec_.request(item, seed)])[0]
-            sample = rec_.record(item, seed, result, warmup=True)
+            rec_.record(item, seed, result, warmup=True)
             sample_id = f"warmup{self.session}-{i}"
-            rec_.done.discard(sample["key"])
+            rec_.done.discard(WARMUP_PREFIX + sample_key(item.id, seed))
             rec_.done.add(sample_id)
 
     def run_one(self, arm: str, session: EngineSession, item: Item, seed: int) -> None:
@@ -273,7 +276,7 @@ class AbRunner:
                 raise AbgateError(f"prompt SHA mismatch for {key} in arm {arm!r}: "
                                   f"{sha[:12]} vs {first[:12]}; aborting (arms not matched)")
         sample = rec_.record(item, seed, result)
-        self.doc["schedule"]["executed"].append(f"{arm}:{key}")
+        self.doc.schedule.executed.append(f"{arm}:{key}")
         if self.progress:
             self.progress(sample)
 
@@ -283,7 +286,7 @@ class AbRunner:
         rec_ = self.recorders[arm]
         session = stack.enter_context(loaded(self.prepared[arm].engine,
                                              self.out / "arms" / arm, rec_.doc))
-        self.doc["engines"][arm] = session.info
+        self.doc.engines[arm] = EngineRecord.model_validate(session.info)
         try:
             record_after_load(self.provenance, self.contracts[arm], session, rec_.doc)
         except ContractViolation as exc:
@@ -306,23 +309,22 @@ class AbRunner:
         plan = self.exp.bench
         if not plan.input_len:
             return
-        from abgate.bench import BenchCase, run_bench
+        from abgate.bench import BenchCase, CaseResult, run_bench
 
-        results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in sessions}
+        results: dict[str, list[CaseResult]] = {arm: [] for arm in sessions}
         cases = [BenchCase(n, plan.output_len) for n in plan.input_len]
         for arm, case in schedule.interleaved(cases, list(sessions)):
             with sessions[arm].env():
                 res = run_bench(sessions[arm].engine, [case], warmup=plan.warmup,
                                 repeats=plan.repeats)
-            results[arm].extend(c.to_dict(samples=True) for c in res.cases)
-        shas = {arm: [c["prompt_sha256"] for c in cs] for arm, cs in results.items()}
+            results[arm].extend(res.cases)
+        shas = {arm: [c.prompt_sha256 for c in cs] for arm, cs in results.items()}
         if len({tuple(v) for v in shas.values()}) > 1:
             raise AbgateError(f"bench prompts differ between arms: {shas}")
         for arm, cs in results.items():
-            rec.write_json_atomic(self.out / "arms" / arm / "bench.json",
-                                  {"schema_version": rec.SCHEMA_VERSION, "kind": "ab-bench",
-                                   "plan": vars(plan) | {"input_len": list(plan.input_len)},
-                                   "cases": cs})
+            write_record(self.out / "arms" / arm / "bench.json", docs.AbBenchDocument.new(
+                plan=vars(plan) | {"input_len": list(plan.input_len)},
+                cases=[c.to_dict(samples=True) for c in cs]))
 
     def bench_done(self) -> bool:
         return all((self.out / "arms" / arm / "bench.json").exists() for arm in self.exp.arms)
@@ -342,31 +344,33 @@ class AbRunner:
             evidence.agreement_pass(self.out, self.doc, base, sessions,
                                     evidence.prompt_from(sessions[base]), ev.agreement_tokens)
         samples = {arm: arm_samples(self.out, arm) for arm in self.exp.arms}
-        decisions = {arm: sequential_for(self.out, self.doc, arm, base, self.policy, samples)
+        ab = self.doc.to_dict()
+        decisions = {arm: sequential_for(self.out, ab, arm, base, self.policy, samples)
                      for arm in self.exp.candidates}
-        seq = self.doc["sequential"]
-        seq["looks"] = [lk for lk in seq["looks"] if lk["n_items"] != n_items]
+        seq = self.doc.sequential
+        assert seq is not None
+        seq.looks = [lk for lk in seq.looks if lk.n_items != n_items]
         # On resume the records may hold items past this look: the section's stop counts
         # only if it is at or before this look (it uses the first n_items items only).
-        stops = {a: d["stopped_at"] is not None and d["stopped_at"] <= n_items
+        stops = {a: d.stopped_at is not None and d.stopped_at <= n_items
                  for a, d in decisions.items()}
-        seq["looks"].append({"n_items": n_items, "at": time.time(), "decisions": {
-            a: d["decision"] if stops[a] else "INCONCLUSIVE" for a, d in decisions.items()}})
+        seq.looks.append(docs.SequentialLook(n_items=n_items, at=time.time(), decisions={
+            a: d.decision if stops[a] else "INCONCLUSIVE" for a, d in decisions.items()}))
         done = all(stops.values())
         if done:
-            seq["stopped_at"] = n_items
+            seq.stopped_at = n_items
             log.info("sequential: every verdict decided after %d items: %s", n_items,
-                     seq["looks"][-1]["decisions"])
+                     seq.looks[-1].decisions)
         self.save()
         return done
 
     def run_sequential(self, sessions: dict[str, EngineSession]) -> None:
         """Interleaved, with a look after every ``look_every`` items (and the last)."""
         keys = self.sequence()
-        self.doc["sequential"] = {**(self.doc.get("sequential") or {"looks": []}),
-                                  "look_every": self.exp.schedule.look_every,
-                                  "max_items": len({item.id for item, _ in keys}),
-                                  "stopped_at": None}
+        looks = self.doc.sequential.looks if self.doc.sequential else []
+        self.doc.sequential = docs.AbSequential(look_every=self.exp.schedule.look_every,
+                                           max_items=len({item.id for item, _ in keys}),
+                                           looks=looks, stopped_at=None)
         order = schedule.interleaved(keys, list(self.exp.arms))
         n_items = 0
         for i, (arm, (item, seed)) in enumerate(order):
@@ -439,13 +443,14 @@ class AbRunner:
                 self.run_bench_cases({arm: self.load(arm, stack)})
 
     def finish(self, status: str, error: str | None) -> dict[str, dict[str, Any]]:
-        summaries = {arm: r.finish(status, error) for arm, r in self.recorders.items()}
+        summaries = {arm: r.finish(status, error).to_dict()
+                     for arm, r in self.recorders.items()}
         if kept_status(self.previous, status) != status:
             log.warning("%s was complete before this resume, and stays so (this resume "
                         "ended %s)", self.out, status)
-            status, error = "complete", self.doc.get("error")
-        self.doc["status"], self.doc["error"] = status, error
-        self.doc["ended_at"] = time.time()
+            status, error = "complete", self.doc.error
+        self.doc.status, self.doc.error = status, error  # type: ignore[assignment]
+        self.doc.ended_at = time.time()
         self.save()
         return summaries
 
@@ -467,7 +472,8 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
         doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out),
                           inputs, prov.allow_source_change)
         for arm, entry in differences.items():
-            doc["differences"].setdefault(arm, {}).update(entry)
+            found = doc.differences.setdefault(arm, ArmDifferences())
+            found.declares, found.request = entry.declares, entry.request
         runner = AbRunner(exp, prepared, out, doc, resume, force, progress, prov,
                           on_phase, rules)
         runner.save()

@@ -26,11 +26,13 @@ from abgate.ab.run import (
     run_ab,
 )
 from abgate.compare import load_policy
+from abgate.errors import AbgateError
 from abgate.redact import redact
 from abgate.runner import records as rec
-from abgate.runner.documents import read_record
+from abgate.runner.documents import AbRecord, read_document, read_record
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions
+from abgate.runner.summary import Summary
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,9 @@ def _summaries(out: Path, arms: list[str]) -> dict[str, dict[str, Any]]:
     summaries = {}
     for arm in arms:
         try:
-            summaries[arm] = json.loads((out / "arms" / arm / rec.SUMMARY_FILE).read_text())
-        except (OSError, ValueError):
+            summaries[arm] = read_document(out / "arms" / arm / rec.SUMMARY_FILE,
+                                           Summary).to_dict()
+        except AbgateError:
             summaries[arm] = {}
     return summaries
 
@@ -115,8 +118,8 @@ def recorded_result(out: Path, *, reanalyse: bool = False,
     is loaded and no sample, score or probe is redone."""
     from abgate.report import FILES, write_reports
 
-    doc = read_record(out / AB_FILE, "ab")
-    outcome = AbOutcome(out, doc["status"], _summaries(out, list(doc["experiment"]["arms"])))
+    doc = read_record(out / AB_FILE, "ab", model=AbRecord)
+    outcome = AbOutcome(out, str(doc.status), _summaries(out, list(doc.experiment.arms)))
     comparison: dict[str, Any] | None = None
     if not reanalyse and policy is None:
         try:

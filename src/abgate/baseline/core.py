@@ -17,9 +17,10 @@ from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.host import host_info
-from abgate.integrity import seal, verify_seal
+from abgate.integrity import FIELD, seal, verify_seal
 from abgate.progress import Reporter
-from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner import records as rec
+from abgate.runner.documents import BaselineRecord, LoadFacts, new_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded
@@ -73,7 +74,7 @@ def _probes(engine: Engine, c: BenchConfig,
 
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                     provenance: ProvenanceOptions | None = None,
-                    progress: Reporter | None = None) -> dict[str, Any]:
+                    progress: Reporter | None = None) -> BaselineRecord:
     """Record and seal ``baseline.json``. A case whose own warm-up or repeats disagree
     with its first measured repeat is no reference: the baseline is written ``failed``
     (a check refuses it) and an ``AbgateError`` names the first divergence."""
@@ -85,23 +86,25 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
         doc = new_record("baseline", out=out, config=c.to_dict(), spec=p.spec,
                          spec_digest=p.spec_digest, recorded_at=time.time(),
                          not_certified=list(limits.BASELINE))
+        assert isinstance(doc, BaselineRecord)
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(prov, contract, session, doc)
             load_before = host_load()
-            doc["cases"], samples = _cases(session.engine, c, progress)
-            doc["host_load"] = {"before": load_before, "after": host_load()}
-            doc["probes"] = _probes(session.engine, c, progress)
+            doc.cases, samples = _cases(session.engine, c, progress)
+            doc.host_load = {"before": load_before, "after": host_load()}
+            doc.probes = _probes(session.engine, c, progress)
         problems = []
-        for case, case_samples in zip(doc["cases"], samples, strict=True):
+        for case, case_samples in zip(doc.cases, samples, strict=True):
             case["repeat_agreement"] = agreement(case["output_token_ids"], case["output_text"],
                                                  case_samples)
             if not case["repeat_agreement"]["all_match"]:
                 problems.append(_disagreement(case))
-        doc["status"], doc["ended_at"] = ("failed" if problems else "complete"), time.time()
-        doc["error"] = "; ".join(problems) or None
-        write_record(out / BASELINE_FILE, seal(doc))
+        doc.status, doc.ended_at = ("failed" if problems else "complete"), time.time()
+        doc.error = "; ".join(problems) or None
+        doc.integrity = seal(doc.to_dict())[FIELD]
+        write_record(out / BASELINE_FILE, doc)
     if problems:
-        raise AbgateError(f"{out / BASELINE_FILE}: not a reference: {doc['error']}")
+        raise AbgateError(f"{out / BASELINE_FILE}: not a reference: {doc.error}")
     return doc
 
 
@@ -113,33 +116,27 @@ def _disagreement(case: dict[str, Any]) -> str:
             "not repeatable on this build)")
 
 
-def config_from_record(doc: dict[str, Any]) -> BenchConfig:
-    d = dict(doc["config"])
-    d["input_lens"] = tuple(None if n == "max" else n for n in d["input_lens"])
-    d["expect_prompt_sha"] = tuple(d.get("expect_prompt_sha", ()))
-    return BenchConfig(**d)
+def config_from_record(doc: BaselineRecord, where: str = "baseline") -> BenchConfig:
+    """The bench config a baseline was recorded with, through the same model as the
+    flags' (``BenchConfig``): a damaged one is a one-line UsageError naming ``where``."""
+    return BenchConfig.from_dict(dict(doc.config), f"{where}: config")
 
 
 _CASE = {"input_len": int, "output_len": int, "prompt_sha256": str, "speed": dict,
          "prompt_ids": list}
-_CONFIG = {"engine": str, "engine_args": dict, "env": dict, "engine_options": dict,
-           "output_len": int, "warmup": int, "repeats": int, "prompt_seed": int,
-           "probes": bool, "probe_len": int}
 
 
-def read_baseline(path: Path) -> tuple[dict[str, Any], BenchConfig]:
+def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:
     """``baseline.json`` and its bench config, with what the check relies on checked:
     a damaged file is a one-line UsageError naming it, not a traceback mid-check."""
-    doc = read_record(path, "baseline")
-    verify_seal(path, doc)
-    if doc.get("status") != "complete":
-        raise UsageError(f"{path}: status {doc.get('status')!r}, not 'complete': "
-                         f"{doc.get('error') or 'an incomplete baseline'}; record it again")
+    doc = read_record(path, "baseline", model=BaselineRecord)
+    verify_seal(path, rec.read_json(path))  # the file's own bytes, as sealed
+    if doc.status != "complete":
+        raise UsageError(f"{path}: status {doc.status!r}, not 'complete': "
+                         f"{doc.error or 'an incomplete baseline'}; record it again")
+    c = config_from_record(doc, str(path))
     try:
-        c = config_from_record(doc)
-        for key, kind in _CONFIG.items():
-            _expect(f"config.{key}", getattr(c, key), kind)
-        cases, probes = doc["cases"], doc["probes"]
+        cases, probes = doc.cases, doc.probes
         _expect("cases", cases, list)
         _expect("probes", probes, list)
         for i, case in enumerate(cases):
@@ -253,8 +250,8 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
                          "'abgate baseline record'")
     doc, c = read_baseline(path)
     c = replace(c, engine_args={**c.engine_args, **(engine_args or {})},
-                expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc["cases"]),
-                input_lens=tuple(case["input_len"] for case in doc["cases"]))
+                expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc.cases),
+                input_lens=tuple(case["input_len"] for case in doc.cases))
     if repeats is not None:
         if repeats < 1:
             raise UsageError(f"--repeats must be >= 1, got {repeats}")
@@ -263,29 +260,30 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p.engine)
     report = CheckReport()
-    now: dict[str, Any] = {"spec": p.spec, "host": host_info()}
+    now = LoadFacts()
     with loaded(p.engine, None, now) as session, session.env():
         record_after_load(prov, contract, session, now)
-        found = drift(configuration(doc), configuration(now), allow_diff)
+        found = drift(configuration(doc.to_dict()), configuration(
+            {"spec": p.spec, "host": host_info(), **now.to_dict()}), allow_diff)
         report.configuration = found.to_dict()
-        report.provenance = now["provenance"]
+        report.provenance = now.provenance.to_dict() if now.provenance else {}
         report.passed &= found.passed
         _check_cases(session.engine, c, doc, tolerance, report, progress)
-    report.cleanup = now.get("cleanup")  # a launched server's stop, verified (or not)
+    report.cleanup = now.cleanup  # a launched server's stop, verified (or not)
     return report
 
 
-def _check_cases(engine: Engine, c: BenchConfig, doc: dict[str, Any], tolerance: float,
+def _check_cases(engine: Engine, c: BenchConfig, doc: BaselineRecord, tolerance: float,
                  report: CheckReport, progress: Reporter | None = None) -> None:
     load_before = host_load()
     current, samples = _cases(engine, c, progress)
-    report.host_load = {"recorded": doc.get("host_load"),
+    report.host_load = {"recorded": doc.host_load,
                         "current": {"before": load_before, "after": host_load()}}
-    for ref, cur, case_samples in zip(doc["cases"], current, samples, strict=True):
+    for ref, cur, case_samples in zip(doc.cases, current, samples, strict=True):
         row = _speed_row(_compare_case(engine, ref, cur, case_samples), ref, cur, tolerance)
         report.cases.append(row)
         report.passed &= row["passed"]
-    for old, new in zip(doc["probes"], _probes(engine, c, progress), strict=True):
+    for old, new in zip(doc.probes, _probes(engine, c, progress), strict=True):
         ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
         report.probes.append({"name": new["name"], "recorded": old["passed"],
                               "current": new["passed"], "reason": new["reason"], "ok": ok})

@@ -16,11 +16,14 @@ The order keeps failures cheap and records honest:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from abgate.bench import limits
 from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
@@ -47,7 +50,13 @@ from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.provenance import ContractOutcome
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, write_record
+from abgate.runner.documents import (
+    BenchRecord,
+    BenchSummary,
+    LoadFacts,
+    new_record,
+    write_record,
+)
 from abgate.runner.execute import Status, check_interrupted, tracked
 from abgate.runner.outdir import check_new_dir, claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
@@ -59,32 +68,47 @@ from abgate.runner.session import (
     prepare_engine,
     recorded_engine_part,
 )
+from abgate.schema import FORBID, Bool, Float, Int, Str, StrList, StrTable, Table, validated
 
 
-@dataclass(frozen=True)
+def _lengths(value: Any) -> Any:
+    """As recorded, ``"max"`` (fill the context) is ``None``."""
+    if isinstance(value, list | tuple):
+        return tuple(None if n == "max" else n for n in value)
+    return value
+
+
+@pydantic_dataclass(frozen=True, config=FORBID)
 class BenchConfig:
-    """Everything a user chooses for a bench. ``input_lens`` entries of ``None`` mean
-    ``max`` (fill the context)."""
+    """Everything a user chooses for a bench (``bench``, ``baseline record``; a
+    baseline's record read back): a pydantic model. ``input_lens`` entries of ``None``
+    mean ``max`` (fill the context)."""
 
-    engine: str = "llamacpp"
-    model: str | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    input_lens: tuple[int | None, ...] = (512,)
-    output_len: int = 128
-    warmup: int = 1
-    repeats: int = 3
-    prompt_seed: int = 0
-    expect_prompt_sha: tuple[str, ...] = ()
-    prompt: dict[str, Any] | None = None  # a read --prompt-file (bench/prompt_file.py)
-    probes: bool = False
-    probe_len: int = 1024
-    probe_depth: float = 0.5
-    probe_seed: int = 0
-    peak_bw_gbps: float | None = None
-    weights_bytes: int | None = None
-    bw_probe_mib: int = 512
+    engine: Str = "llamacpp"
+    model: Str | None = None
+    engine_args: Table = field(default_factory=dict)
+    env: StrTable = field(default_factory=dict)
+    engine_options: Table = field(default_factory=dict)
+    input_lens: Annotated[tuple[Int | None, ...], BeforeValidator(_lengths)] = (512,)
+    output_len: Int = 128
+    warmup: Int = 1
+    repeats: Int = 3
+    prompt_seed: Int = 0
+    expect_prompt_sha: StrList = ()
+    prompt: Table | None = None  # a read --prompt-file (bench/prompt_file.py)
+    probes: Bool = False
+    probe_len: Int = 1024
+    probe_depth: Float = 0.5
+    probe_seed: Int = 0
+    peak_bw_gbps: Float | None = None
+    weights_bytes: Int | None = None
+    bw_probe_mib: Int = 512
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "config") -> BenchConfig:
+        """The inverse of :meth:`to_dict` (a baseline's config read back), every key
+        and type checked: a one-line UsageError names ``where`` and the key."""
+        return validated(cls, d, where)
 
     def to_dict(self) -> dict[str, Any]:
         d = recorded_engine_part(asdict(self))
@@ -174,40 +198,49 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p.engine)
     check_new_dir(out, force, rec.RUN_FILE)
-    doc: dict[str, Any] = {}  # filled by loaded() (engine, processes, cleanup) and below
+    facts = LoadFacts()  # filled by loaded() (engine, processes, cleanup)
+    made: list[BenchRecord] = []  # the record, once the directory is written
     summary: dict[str, Any] = {}
     with ExitStack() as claim:  # the directory's lock, held until the last write
         try:
-            with loaded(p.engine, None, doc) as session:
+            with loaded(p.engine, None, facts) as session:
                 with session.env():
                     plan, probes = _plan(p, session.engine)
                 claim.enter_context(claimed(out, resume=False, force=force,
                                             marker=rec.RUN_FILE))
-                _run_claimed(p, out, force, session, plan, probes, doc, summary, progress,
-                             lambda: _record_provenance(prov, contract, session, doc))
+                made.append(_new_bench_record(p, out, force, facts))
+                _record_provenance(prov, contract, session, made[0])
+                _run_claimed(p, out, session, plan, probes, made[0], summary, progress)
         finally:
-            if doc.get("kind") == "bench":  # the directory was written: keep it complete
-                write_record(out / rec.RUN_FILE, doc)
-    return BenchOutcome(out, doc["status"], summary)
+            if made:  # the directory was written: keep it complete
+                made[0].cleanup = facts.cleanup
+                write_record(out / rec.RUN_FILE, made[0])
+    return BenchOutcome(out, str(made[0].status) if made else "failed", summary)
+
+
+def _new_bench_record(p: PreparedBench, out: Path, force: bool, facts: LoadFacts
+                      ) -> BenchRecord:
+    """The directory cleared and its record made, with what the load recorded."""
+    prepare_new_dir(out, force)
+    doc = new_record("bench", out=out, config=p.config.to_dict(), spec=p.spec,
+                     spec_digest=p.spec_digest, engine=facts.engine,
+                     engine_processes=facts.engine_processes)
+    assert isinstance(doc, BenchRecord)
+    return doc
 
 
 def _record_provenance(prov: ProvenanceOptions, contract: ContractOutcome | None,
-                       session: EngineSession, doc: dict[str, Any]) -> None:
+                       session: EngineSession, doc: BenchRecord) -> None:
     try:
         record_after_load(prov, contract, session, doc)
     except AbgateError as exc:  # (the directory is written: its run.json says why)
-        doc["status"], doc["error"], doc["ended_at"] = "failed", str(exc), time.time()
+        doc.status, doc.error, doc.ended_at = "failed", str(exc), time.time()
         raise
 
 
-def _run_claimed(p: PreparedBench, out: Path, force: bool, session: EngineSession,
-                 plan: BenchPlan, probes: list[Probe], doc: dict[str, Any],
-                 summary: dict[str, Any], progress: Reporter | None,
-                 record_provenance: Callable[[], None]) -> None:
-    prepare_new_dir(out, force)
-    doc.update({**new_record("bench", out=out, config=p.config.to_dict(), spec=p.spec,
-                             spec_digest=p.spec_digest), **doc})
-    record_provenance()
+def _run_claimed(p: PreparedBench, out: Path, session: EngineSession, plan: BenchPlan,
+                 probes: list[Probe], doc: BenchRecord, summary: dict[str, Any],
+                 progress: Reporter | None) -> None:
     write_record(out / rec.RUN_FILE, doc)
     if progress is not None:
         batch = int(p.config.engine_options.get("concurrency", 1))
@@ -217,17 +250,18 @@ def _run_claimed(p: PreparedBench, out: Path, force: bool, session: EngineSessio
 
 
 def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
-             probes: Sequence[Probe], out: Path, doc: dict[str, Any],
+             probes: Sequence[Probe], out: Path, doc: BenchRecord,
              summary: dict[str, Any], progress: Reporter | None) -> None:
     c, engine = p.config, session.engine
     parts: dict[str, Any] = {"result": None, "probes": [], "resources": {}}
 
     def finish(status: Status) -> None:
-        doc["status"], doc["error"] = status.value, status.error
-        doc["ended_at"] = time.time()
-        summary.update(build_summary(p, doc, plan, parts["result"], parts["probes"],
-                                     parts["resources"]))
-        rec.write_json_atomic(out / rec.SUMMARY_FILE, summary)
+        doc.status, doc.error = status.value, status.error  # type: ignore[assignment]
+        doc.ended_at = time.time()
+        made = build_summary(p, doc, plan, parts["result"], parts["probes"],
+                             parts["resources"])
+        write_record(out / rec.SUMMARY_FILE, made)
+        summary.update(made.to_dict())
         write_record(out / rec.RUN_FILE, doc)
 
     with tracked(out, "bench", finish), session.env(), \
@@ -263,27 +297,26 @@ def case_roofline(case: dict[str, Any], mb: ModelBytes, peak: float | None) -> d
     return roofline(mb, decode, mean_ctx, peak)
 
 
-def build_summary(p: PreparedBench, doc: dict[str, Any], plan: BenchPlan,
+def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
                   result: BenchResult | None, probes: Sequence[ProbeResult],
-                  resources: dict[str, Any]) -> dict[str, Any]:
+                  resources: dict[str, Any]) -> BenchSummary:
     """``summary.json``: per-case distributions, fidelity, reference SHAs and roofline;
     probes; resources; the bandwidth figures used."""
     c = p.config
     cases = [cr.to_dict(samples=False) for cr in (result.cases if result else plan.cases)]
     bandwidth: dict[str, Any] = {}
     mb = ModelBytes(None, "unknown")
-    if doc.get("status") == "complete":
-        mb = model_bytes_for(doc.get("engine", {}), c.weights_bytes)
-        bandwidth = peak_bandwidth(c, doc.get("engine", {}))
+    if doc.status == "complete":
+        engine = doc.engine.to_dict() if doc.engine is not None else {}
+        mb = model_bytes_for(engine, c.weights_bytes)
+        bandwidth = peak_bandwidth(c, engine)
         for case in cases:
             case["roofline"] = case_roofline(case, mb, bandwidth.get("gbps"))
-    return {
-        "schema_version": rec.SCHEMA_VERSION, "kind": "bench", "status": doc.get("status"),
-        "n_ctx": plan.n_ctx, "warmup": c.warmup, "repeats": c.repeats,
-        "prompt_seed": c.prompt_seed, "cases": cases,
-        "probes": None if not c.probes else {
+    return BenchSummary.new(
+        status=doc.status, n_ctx=plan.n_ctx, warmup=c.warmup, repeats=c.repeats,
+        prompt_seed=c.prompt_seed, cases=cases,
+        probes=None if not c.probes else {
             "n": len(probes), "n_passed": sum(r.passed for r in probes),
             "results": [r.to_dict() for r in probes]},
-        "resources": resources, "model_bytes": mb.to_dict(), "peak_bandwidth": bandwidth,
-        "not_certified": list(limits.BENCH),
-    }
+        resources=resources, model_bytes=mb.to_dict(), peak_bandwidth=bandwidth,
+        not_certified=list(limits.BENCH))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from pydantic import ValidationError
 
 from abgate.cli import (  # noqa: F401  (registers commands)
     ab_cmd,
@@ -26,19 +27,24 @@ from abgate.cli import (  # noqa: F401  (registers commands)
 from abgate.cli.app import app
 from abgate.errors import AbgateError
 from abgate.redact import redact_text
+from abgate.runner.execute import Interrupted
+from abgate.schema import usage_error
 
 
 def main() -> None:
     """Console-script entry point."""
     try:
-        rc = app(standalone_mode=False)
+        try:
+            rc = app(standalone_mode=False)
+        except ValidationError as exc:  # a config made in code from a bad value: one line
+            raise usage_error(exc, None, exc.title) from None
     except AbgateError as exc:
         print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
         sys.exit(exc.exit_code)
     except OSError as exc:  # the environment's (a full disk, a directory gone): one line
         print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
         sys.exit(1)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt, Interrupted):  # Ctrl-C outside a tracked run
         print("abgate: interrupted", file=sys.stderr)
         sys.exit(130)
     except typer.Exit as exc:

@@ -14,30 +14,34 @@ from rich.markup import escape
 
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
-from abgate.ab.experiment import check_stopping
 from abgate.ab.run import AB_FILE
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.report.agreement_sections import evidence_line
+from abgate.runner.documents import AbRecord, AnyRecord
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import RunConfig
+from abgate.schema import replaced
 from abgate.suites import parse_seeds
 
 
 def _from_flags(suite: str, data: str | None, limit: int | None, seeds: str | None,
-                max_tokens: int | None, model: str | None, engine_arg: list[str],
+                max_tokens: int | None, flags: eo.EngineFlags,
                 a_arg: list[str], b_arg: list[str], a_env: list[str], b_env: list[str],
                 b_model: str | None, b_changes: list[str]) -> Experiment:
-    shared = RunConfig(suite=suite, data=data, limit=limit if limit is not None else 20,
+    """Without a file: two arms of the engine group's engine (``--engine``, ``--model``,
+    ``--engine-arg``, ``--env`` and the served options for both), A and B."""
+    shared = RunConfig(**flags.spec(), suite=suite, data=data,
+                       limit=limit if limit is not None else 20,
                        seeds=tuple(parse_seeds(seeds or "0")),
-                       max_tokens=max_tokens if max_tokens is not None else 256, model=model,
-                       engine_args=parse_pairs(engine_arg, "--engine-arg"))
+                       max_tokens=max_tokens if max_tokens is not None else 256)
     if not (a_arg or b_arg or a_env or b_env or b_model):
         raise UsageError("nothing differs between the arms: give --b-engine-arg, --b-env or "
                          "--b-model (or an experiment file)")
@@ -45,7 +49,7 @@ def _from_flags(suite: str, data: str | None, limit: int | None, seeds: str | No
     def arm(args: list[str], env: list[str], model_: str | None) -> RunConfig:
         return replace(shared, model=model_ or shared.model,
                        engine_args={**shared.engine_args, **parse_pairs(args, "--engine-arg")},
-                       env=parse_pairs(env, "--env", coerce=False))
+                       env={**shared.env, **parse_pairs(env, "--env", coerce=False)})
 
     changes = {"B": check_patterns("--b-changes", b_changes)} if b_changes else {}
     return Experiment(name="ab", arms={"A": arm(a_arg, a_env, None),
@@ -71,8 +75,9 @@ def _with_schedule_and_policy(exp: Experiment, schedule: str | None, warmup: int
                               policy: str | None) -> Experiment:
     if schedule is not None or warmup is not None:
         s = exp.schedule
-        exp = replace(exp, schedule=replace(s, mode=schedule or s.mode,
-                                            warmup=s.warmup if warmup is None else warmup))
+        exp = replace(exp, schedule=replaced(s, "--schedule/--warmup",
+                                             mode=schedule or s.mode,
+                                             warmup=s.warmup if warmup is None else warmup))
     return exp if policy is None else replace(exp, policy=policy)
 
 
@@ -83,15 +88,14 @@ def _with_stopping(exp: Experiment, sequential: bool | None, max_items: int | No
         return exp
     s = exp.schedule
     seq = s.sequential if sequential is None else sequential
-    new = replace(s, stopping="sequential" if seq else "fixed",
-                  max_items=(max_items if max_items is not None else s.max_items)
-                  if seq else None,
-                  look_every=(look_every if look_every is not None else s.look_every)
-                  if seq else 1)
     if not seq and (max_items is not None or look_every is not None):
         raise UsageError("--max-items and --look-every apply only to a sequential A/B "
                          "(--sequential, or [schedule] stopping = \"sequential\")")
-    check_stopping("--max-items/--look-every", new)
+    new = replaced(s, "--max-items/--look-every", stopping="sequential" if seq else "fixed",
+                   max_items=(max_items if max_items is not None else s.max_items)
+                   if seq else None,
+                   look_every=(look_every if look_every is not None else s.look_every)
+                   if seq else 1)
     return replace(exp, schedule=new)
 
 
@@ -104,6 +108,7 @@ def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None)
 
 def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:
     console = Console(soft_wrap=True)  # a verdict line stays one line in a log or pipe
+    typed = read_comparison_doc(result, "comparison.json")
     for arm, c in result["comparisons"].items():
         v = c["verdict"]
         title = escape(f"{arm} vs {result['baseline']}: {v['decision']}")
@@ -115,7 +120,7 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
         for note in v.get("notes", []):
             if str(note).startswith("Sequential A/B:"):
                 console.print(f"  {escape(str(note))}")
-        evidence = evidence_line(c.get("comparison") or {}, arm)
+        evidence = evidence_line(typed.comparisons[arm].comparison, arm)
         if evidence:
             console.print(f"  [dim]{escape(evidence)}[/dim]")
         for note in v.get("notes", []):
@@ -126,9 +131,13 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
                          + ", ".join(str(p) for p in paths)))
 
 
-def _recorded(resume: Path, doc: dict[str, Any]) -> Experiment:
+def _experiment_of(doc: AnyRecord) -> dict[str, Any] | None:
+    return doc.experiment.to_dict() if isinstance(doc, AbRecord) else None
+
+
+def _recorded(resume: Path, doc: AnyRecord) -> Experiment:
     """The experiment an A/B directory was started with."""
-    exp = Experiment.from_dict(doc.get("experiment"), f"{resume / AB_FILE}: experiment")
+    exp = Experiment.from_dict(_experiment_of(doc), f"{resume / AB_FILE}: experiment")
     hidden = [f"{arm}.{path}" for arm, c in exp.arms.items() for path in c.redacted()]
     if hidden:
         raise UsageError(f"--resume {resume}: the recorded experiment has redacted secrets "
@@ -137,15 +146,15 @@ def _recorded(resume: Path, doc: dict[str, Any]) -> Experiment:
     return exp
 
 
-def _finished(resume: Path, doc: dict[str, Any], exp: Callable[[Experiment], Experiment],
+def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experiment],
               reanalyse: bool, policy: str | None) -> None:
     """``--resume`` of a complete A/B (or ``--reanalyse``): say so, show the verdict
     (recorded, or recomputed from the saved samples) and exit with it; nothing runs.
     ``exp`` makes the experiment given (file, overrides) from the recorded one."""
-    recorded = Experiment.from_dict(doc.get("experiment"), f"{resume / AB_FILE}: experiment")
+    recorded = Experiment.from_dict(_experiment_of(doc), f"{resume / AB_FILE}: experiment")
     if (replace(exp(recorded), policy=None).to_dict()
             != replace(recorded, policy=None).to_dict()):
-        raise UsageError(f"--resume {resume}: the A/B there is {doc['status']}, and the "
+        raise UsageError(f"--resume {resume}: the A/B there is {doc.status}, and the "
                          "experiment given differs from the one it recorded; use a new "
                          "directory (or --force to run the given one there)")
     if reanalyse:
@@ -165,14 +174,26 @@ def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | No
                 limit: int | None, seeds: str | None, max_tokens: int | None,
                 flags: dict[str, Any]) -> Experiment:
     """The experiment to run: the file, else the resumed A/B's, else the flags'."""
+    if experiment is None and recorded is None:
+        return _from_flags(limit=limit, seeds=seeds, max_tokens=max_tokens, **flags)
+    _no_engine_flags(flags["flags"])
     if experiment is not None:
         return _override(load_experiment(experiment), limit, seeds, max_tokens)
-    if recorded is not None:
-        return _override(recorded(), limit, seeds, max_tokens)
-    return _from_flags(limit=limit, seeds=seeds, max_tokens=max_tokens, **flags)
+    assert recorded is not None  # (narrowing: one of the two is given)
+    return _override(recorded(), limit, seeds, max_tokens)
+
+
+def _no_engine_flags(flags: eo.EngineFlags) -> None:
+    """With a file (or ``--resume``) the arms say which engine each runs: the engine
+    group's options are refused, not ignored."""
+    if given := flags.given():
+        raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B without "
+                         "an experiment file (the file's arms, or the resumed A/B's, say "
+                         "which engine each arm runs)")
 
 
 @app.command("ab")
+@eo.engine_group
 def ab_command(
     experiment: Path = typer.Argument(None, help="Experiment TOML (see examples/)."),
     out: Path = typer.Option(None, "-o", "--out", help="A/B directory to write."),
@@ -188,9 +209,7 @@ def ab_command(
     warmup: int = typer.Option(None, help="Warm-up requests per arm (per load)."),
     suite: str = typer.Option("synthetic", help="Without a file: the suite."),
     data: str = typer.Option(None, help="Without a file: gsm8k data path."),
-    model: str = typer.Option(None, help="Without a file: the model for both arms."),
     b_model: str = typer.Option(None, help="Without a file: arm B's model."),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="Both arms: KEY=VALUE."),
     a_engine_arg: list[str] = typer.Option([], "--a-engine-arg", help="Arm A: KEY=VALUE."),
     b_engine_arg: list[str] = typer.Option([], "--b-engine-arg", help="Arm B: KEY=VALUE."),
     a_env: list[str] = typer.Option([], "--a-env", help="Arm A env: KEY=VALUE."),
@@ -221,6 +240,7 @@ def ab_command(
                                     "every item (default: the file's [schedule] stopping)."),
     max_items: int = typer.Option(None, help="Sequential: at most this many items."),
     look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
+    flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
     doc = None
@@ -233,12 +253,12 @@ def ab_command(
         raise UsageError("--reanalyse needs --resume AB_DIR (the A/B to re-analyse)")
     if out is None:
         raise UsageError("missing -o AB_DIR (where to write the A/B)")
-    flags = dict(suite=suite, data=data, model=model, engine_arg=engine_arg, a_arg=a_engine_arg,
-                 b_arg=b_engine_arg, a_env=a_env, b_env=b_env, b_model=b_model,
-                 b_changes=b_changes)
+    arm_flags = dict(suite=suite, data=data, flags=flags, a_arg=a_engine_arg,
+                     b_arg=b_engine_arg, a_env=a_env, b_env=b_env, b_model=b_model,
+                     b_changes=b_changes)
 
     def given(recorded: Callable[[], Experiment] | None) -> Experiment:
-        exp = _experiment(experiment, recorded, limit, seeds, max_tokens, flags)
+        exp = _experiment(experiment, recorded, limit, seeds, max_tokens, arm_flags)
         if allow_diff:
             exp = replace(exp, allow_differences=(
                 *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
@@ -246,7 +266,7 @@ def ab_command(
                              agreement, probes)
         return _with_stopping(exp, sequential, max_items, look_every)
 
-    complete = doc is not None and doc["status"] == "complete"
+    complete = doc is not None and doc.status == "complete"
     if resume is not None and doc is not None and (reanalyse or (complete and not force)):
         _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
                   policy)

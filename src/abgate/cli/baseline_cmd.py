@@ -27,6 +27,7 @@ baseline_app = group("baseline", "Record reference outputs and check a build aga
 
 
 @baseline_app.command("record")
+@eo.engine_group
 def record_command(
     out: Path = typer.Option(..., "-o", "--out", help="Baseline directory to write."),
     input_len: str = typer.Option(None, help="Prompt lengths in tokens, or 'max' (default "
@@ -40,27 +41,14 @@ def record_command(
     warmup: int = typer.Option(1, help="Warm-up requests per case."),
     probes: bool = typer.Option(True, "--probes/--no-probes", help="Record probe health."),
     probe_len: int = typer.Option(512, help="Needle probe context length."),
-    engine: str = typer.Option("llamacpp", help="Engine name."),
-    model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
-    engine_arg: list[str] = typer.Option([], "--engine-arg", help="KEY=VALUE, repeatable."),
-    env: list[str] = typer.Option([], "--env", help="KEY=VALUE env override, repeatable."),
-    endpoint: eo.Endpoint = None,
-    launch: eo.Launch = None,
-    concurrency: eo.Concurrency = None,
-    api: eo.Api = None,
-    request_timeout: eo.RequestTimeout = None,
-    api_key_env: eo.ApiKeyEnv = None,
-    ready_timeout: eo.ReadyTimeout = None,
     contract: eo.Contract = None,
     manifest: eo.Manifest = None,
     allow_stale_manifest: eo.AllowStaleManifest = False,
     force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
+    flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Record greedy reference outputs, speed and probe health for the current build."""
-    config = BenchConfig(engine=engine, model=model,
-                         engine_args=parse_pairs(engine_arg, "--engine-arg"),
-                         env=parse_pairs(env, "--env", coerce=False),
-                         engine_options=eo.engine_options(locals()),
+    config = BenchConfig(**flags.spec(),
                          input_lens=input_lens(input_len, prompt_file, "128,512"),
                          prompt=read_prompt_file(prompt_file) if prompt_file else None,
                          expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)),
@@ -71,13 +59,13 @@ def record_command(
                               provenance=ProvenanceOptions(contract, manifest,
                                                            allow_stale_manifest),
                               progress=rep)
-    for case in doc["cases"]:
+    for case in doc.cases:
         typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
                    f"{case['prompt_sha256'][:16]} output "
                    f"{(case['output_sha256'] or 'text ' + case['output_text_sha256'])[:16]} "
                    f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s; "
                    f"{case['repeat_agreement']['summary']}")
-    for p in doc["probes"]:
+    for p in doc.probes:
         typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
     _not_certified(limits.BASELINE)
     typer.echo(f"baseline written to {out / 'baseline.json'}")

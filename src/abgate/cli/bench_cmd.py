@@ -17,7 +17,6 @@ from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
-from abgate.engines.args import parse_pairs
 from abgate.progress import reporter
 from abgate.runner.provenance import ProvenanceOptions
 
@@ -139,6 +138,7 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
 
 
 @app.command("bench")
+@eo.engine_group
 def bench_command(
     input_len: str = typer.Option(None, help="Prompt lengths in tokens, comma-separated; "
                                   "'max' fills the context (n_ctx - output len). Default "
@@ -159,32 +159,17 @@ def bench_command(
                                   "probe)."),
     weights_bytes: int = typer.Option(None, help="Weight bytes read per token (default: "
                                       "from the model file)."),
-    engine: str = typer.Option("llamacpp", help="Engine name."),
-    model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
-    engine_arg: Annotated[list[str] | None, typer.Option(
-        "--engine-arg", help="KEY=VALUE, repeatable.")] = None,
-    env: Annotated[list[str] | None, typer.Option(
-        "--env", help="KEY=VALUE env override, repeatable.")] = None,
-    endpoint: eo.Endpoint = None,
-    launch: eo.Launch = None,
-    concurrency: eo.Concurrency = None,
-    api: eo.Api = None,
-    request_timeout: eo.RequestTimeout = None,
-    api_key_env: eo.ApiKeyEnv = None,
-    ready_timeout: eo.ReadyTimeout = None,
     out: Annotated[Path | None, typer.Option(
         "-o", "--out", help="Run directory (default: runs/bench-<timestamp>).")] = None,
     force: bool = typer.Option(False, help="Overwrite an existing run directory."),
     contract: eo.Contract = None,
     manifest: eo.Manifest = None,
     allow_stale_manifest: eo.AllowStaleManifest = False,
+    flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Measure prefill, TTFT, steady decode and TPOT on fixed-length prompts."""
     config = BenchConfig(
-        engine=engine, model=model,
-        engine_args=parse_pairs(engine_arg or [], "--engine-arg"),
-        env=parse_pairs(env or [], "--env", coerce=False),
-        engine_options=eo.engine_options(locals()),
+        **flags.spec(),
         input_lens=input_lens(input_len, prompt_file, "512"),
         prompt=read_prompt_file(prompt_file) if prompt_file else None,
         output_len=output_len, warmup=warmup,
@@ -199,7 +184,7 @@ def bench_command(
         outcome = execute_bench(prepared, out, force=force, progress=rep,
                                 provenance=ProvenanceOptions(contract, manifest,
                                                              allow_stale_manifest))
-    print_bench(outcome.out_dir, outcome.status, outcome.summary, engine)
+    print_bench(outcome.out_dir, outcome.status, outcome.summary, flags.engine_name)
     index_finished(outcome.out_dir)
     if outcome.status == "interrupted":
         raise typer.Exit(130)

@@ -27,8 +27,8 @@ def decide_command(
     doc = record_decision(ab_dir, decision, why, by, arm)
     write_reports(ab_dir)
     index_finished(ab_dir)
-    src = doc["source"]
-    typer.echo(f"decided {doc['decision']} ({doc['relation']} the machine verdict "
-               f"{doc['machine_verdict']}) for tree {str(src['tree'])[:12]} "
-               f"(commit {str(src['commit'])[:12]}{', dirty' if src['dirty'] else ''}); "
+    src = doc.source
+    typer.echo(f"decided {doc.decision} ({doc.relation} the machine verdict "
+               f"{doc.machine_verdict}) for tree {str(src.tree)[:12]} "
+               f"(commit {str(src.commit)[:12]}{', dirty' if src.dirty else ''}); "
                f"recorded in {ab_dir / 'decisions.jsonl'}")

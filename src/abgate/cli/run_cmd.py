@@ -11,14 +11,15 @@ from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.render import print_run_summary
-from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.runner import RunConfig, execute, prepare
 from abgate.runner import records as rec
+from abgate.runner.documents import AnyRecord, RunRecord, read_document
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.records import RUN_FILE
+from abgate.runner.summary import Summary
 from abgate.suites import parse_seeds
 
 # CLI option name -> RunConfig field, for options that may be taken from a resumed run.
@@ -29,21 +30,23 @@ _CONFIG_PARAMS = ("engine", "model", "engine_arg", "env", "suite", "data", "diff
 
 
 def config_from_options(o: dict[str, Any]) -> RunConfig:
+    flags = eo.EngineFlags(**{k: o[k] for k in eo.GROUP})
     return RunConfig(
-        engine=o["engine"], model=o["model"],
-        engine_args=parse_pairs(o["engine_arg"] or [], "--engine-arg"),
-        engine_options=eo.engine_options(o), env=parse_pairs(o["env"] or [], "--env", coerce=False),
-        suite=o["suite"], data=o["data"], difficulty=o["difficulty"],
+        **flags.spec(), suite=o["suite"], data=o["data"], difficulty=o["difficulty"],
         synthetic_seed=o["synthetic_seed"], limit=o["limit"], sample=o["sample"],
         sample_seed=o["sample_seed"], seeds=tuple(parse_seeds(o["seeds"])),
         max_tokens=o["max_tokens"], temperature=o["temperature"], top_p=o["top_p"],
         top_k=o["top_k"], shots=o["shots"], shots_file=o["shots_file"], system=o["system"])
 
 
-def _merged_config(ctx: typer.Context, resume: Path, doc: dict[str, Any],
+def _config(doc: AnyRecord) -> dict[str, Any]:
+    return doc.config if isinstance(doc, RunRecord) else {}
+
+
+def _merged_config(ctx: typer.Context, resume: Path, doc: AnyRecord,
                    o: dict[str, Any]) -> RunConfig:
     """Options left at their defaults take the resumed run's recorded values."""
-    base = RunConfig.from_dict(doc["config"], f"{resume / RUN_FILE}: config")
+    base = RunConfig.from_dict(_config(doc), f"{resume / RUN_FILE}: config")
     explicit = {k for k in _CONFIG_PARAMS if _given(ctx, k)}
     if not explicit:
         return base
@@ -54,7 +57,7 @@ def _merged_config(ctx: typer.Context, resume: Path, doc: dict[str, Any],
     return RunConfig(**fields)
 
 
-def _resumed_config(ctx: typer.Context, resume: Path, doc: dict[str, Any],
+def _resumed_config(ctx: typer.Context, resume: Path, doc: AnyRecord,
                     o: dict[str, Any]) -> RunConfig:
     config = _merged_config(ctx, resume, doc, o)
     if hidden := config.redacted():
@@ -64,18 +67,19 @@ def _resumed_config(ctx: typer.Context, resume: Path, doc: dict[str, Any],
     return config
 
 
-def _already_complete(ctx: typer.Context, resume: Path, doc: dict[str, Any],
+def _already_complete(ctx: typer.Context, resume: Path, doc: AnyRecord,
                       o: dict[str, Any]) -> None:
     """``--resume`` of a complete run: say so, show its summary, exit 0; nothing loads."""
-    recorded = RunConfig.from_dict(doc["config"], f"{resume / RUN_FILE}: config").to_dict()
+    recorded = RunConfig.from_dict(_config(doc), f"{resume / RUN_FILE}: config").to_dict()
     if diffs := list(rec.iter_diff(recorded, _merged_config(ctx, resume, doc, o).to_dict())):
         raise UsageError(f"--resume {resume}: the run there is already complete; the options "
                          f"given change its {', '.join(diffs[:4])} (use a new directory, or "
                          "--force to run it again there)")
-    typer.echo(f"run {resume} is already complete ({doc.get('n_samples')} samples); nothing "
+    n = doc.n_samples if isinstance(doc, RunRecord) else None
+    typer.echo(f"run {resume} is already complete ({n} samples); nothing "
                "to resume (--force runs its recorded configuration again)", err=True)
-    summary = rec.read_json(resume / rec.SUMMARY_FILE) if (resume / rec.SUMMARY_FILE
-                                                            ).exists() else {}
+    summary = read_document(resume / rec.SUMMARY_FILE, Summary).to_dict() if (
+        resume / rec.SUMMARY_FILE).exists() else {}
     print_run_summary(resume, "complete", summary)
     raise typer.Exit(0)
 
@@ -92,6 +96,7 @@ def _option_for(field: str) -> str:
 
 
 @app.command("run")
+@eo.engine_group
 def run_command(
     ctx: typer.Context,
     suite: str = typer.Option("gsm8k", help="Suite: gsm8k or synthetic."),
@@ -109,17 +114,7 @@ def run_command(
     shots: int = typer.Option(0, help="k-shot exemplars (never from the evaluated split)."),
     shots_file: str = typer.Option(None, help="JSONL of {question, answer} shots."),
     system: str = typer.Option(None, help="System prompt (default: the model template's)."),
-    engine: str = typer.Option("llamacpp", help="Engine name."),
-    model: str = typer.Option(None, help="Model (llamacpp: PATH.gguf; default SmolLM2-135M)."),
-    engine_arg: list[str] = typer.Option(None, "--engine-arg", help="KEY=VALUE, repeatable."),
-    env: list[str] = typer.Option(None, "--env", help="KEY=VALUE env override, repeatable."),
-    endpoint: eo.Endpoint = None,
-    launch: eo.Launch = None,
-    concurrency: eo.Concurrency = None,
-    api: eo.Api = None,
-    request_timeout: eo.RequestTimeout = None,
-    api_key_env: eo.ApiKeyEnv = None,
-    ready_timeout: eo.ReadyTimeout = None,
+    flags: eo.EngineFlags = eo.FLAGS,
     out: Path = typer.Option(None, "-o", "--out", help="Run directory to write."),
     resume: Path = typer.Option(None, help="Finish an interrupted run in this directory (a "
                                 "complete one is left as it is)."),
@@ -140,7 +135,7 @@ def run_command(
             raise UsageError("give either -o DIR or --resume DIR, not two different directories")
         out = resume
         doc = read_resumable(resume, RUN_FILE, "run")
-        if doc["status"] == "complete":
+        if doc.status == "complete":
             if not force:
                 _already_complete(ctx, resume, doc, opts)
             redo = True

@@ -1,13 +1,14 @@
 """Paired A/B statistics, acceptance policies and verdicts (pure functions).
 
-``compare_samples`` turns two arms' ``samples.jsonl`` records into paired quality,
-speed, diagnostic and MDE statistics; ``load_policy`` reads an acceptance policy
-(the shipped default when no path is given); ``decide`` applies it and returns a
-:class:`Verdict` (ACCEPT / REJECT / INCONCLUSIVE, with every gate's evidence).
-See ``docs/statistics.md``.
+``compare_samples`` turns two arms' ``samples.jsonl`` records into a typed
+:class:`Comparison` (paired quality, speed, diagnostic and MDE statistics);
+``load_policy`` reads an acceptance policy (the shipped default when no path is
+given); ``decide`` applies it and returns a :class:`Verdict` (ACCEPT / REJECT /
+INCONCLUSIVE, with every gate's evidence). The result models are in
+:mod:`abgate.compare.results`; JSON only at the edges (``to_json``). See
+``docs/statistics.md``.
 """
 
-from abgate.compare.gates import Gate
 from abgate.compare.paired import compare_samples
 from abgate.compare.policy import (
     DiagnosticsPolicy,
@@ -17,9 +18,11 @@ from abgate.compare.policy import (
     SpeedPolicy,
     load_policy,
 )
-from abgate.compare.verdict import Verdict, decide
+from abgate.compare.results import Comparison, Gate, Verdict
+from abgate.compare.verdict import decide
 
 __all__ = [
+    "Comparison",
     "DiagnosticsPolicy",
     "Gate",
     "LosslessPolicy",

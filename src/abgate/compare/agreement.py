@@ -27,12 +27,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from abgate.compare.results import (
+    Agreement,
+    DeltaP,
+    DpPercentiles,
+    Histogram,
+    KlPercentiles,
+    Position,
+    RatioStat,
+    WorstItem,
+)
 from abgate.compare.stats import cluster_ratio, t_quantile
 
 __all__ = ["HIST_EDGES", "KL_CAP", "not_measured", "summarize_agreement"]
@@ -74,9 +84,9 @@ class _Row:
     top1_cand: list[Any]
 
 
-def not_measured(reason: str) -> dict[str, Any]:
+def not_measured(reason: str) -> Agreement:
     """The agreement section when nothing could be measured, with the reason."""
-    return {"measured": False, "reason": reason}
+    return Agreement(measured=False, reason=reason)
 
 
 def _num(value: float) -> float | None:
@@ -122,7 +132,18 @@ def _parse(row: Mapping[str, Any]) -> _Row:
         top1_base=list(row["top1_base"]), top1_cand=list(row["top1_cand"]))
 
 
-def _rows(rows: Sequence[Mapping[str, Any]]) -> tuple[list[_Row], dict[str, Any]]:
+@dataclass(frozen=True)
+class _Counts:
+    """What :func:`_rows` read and left out."""
+
+    n_rows: int
+    n_skipped: int
+    n_duplicate_keys: int
+    n_empty: int
+    problems: tuple[str, ...]
+
+
+def _rows(rows: Sequence[Mapping[str, Any]]) -> tuple[list[_Row], _Counts]:
     """Usable rows (first of each key, at least one token) and what was left out."""
     usable: list[_Row] = []
     seen: set[str] = set()
@@ -142,36 +163,36 @@ def _rows(rows: Sequence[Mapping[str, Any]]) -> tuple[list[_Row], dict[str, Any]
         else:
             seen.add(parsed.key)
             usable.append(parsed)
-    return usable, {"n_rows": len(rows), "n_skipped": skipped, "n_duplicate_keys": duplicates,
-                    "n_empty": empty, "problems": problems[:3]}
+    return usable, _Counts(len(rows), skipped, duplicates, empty, tuple(problems[:3]))
 
 
 def _ratio_section(sums: FloatArray, counts: FloatArray, confidence: float,
-                   bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict[str, Any]:
+                   bounds: tuple[float, float] = (-math.inf, math.inf)) -> RatioStat:
     """Ratio, clustered SE and two-sided Student-t interval (clipped to ``bounds``)."""
     estimate, se = cluster_ratio(list(sums), list(counts))
     df = int(sums.size) - 1
     t = t_quantile(0.5 + confidence / 2.0, df)
     low, high = estimate - t * se, estimate + t * se
     low, high = max(bounds[0], low), min(bounds[1], high)
-    return {"estimate": _num(estimate), "se": _num(se), "df": df if df >= 1 else None,
-            "ci": [_num(low), _num(high)], "confidence": confidence}
+    return RatioStat(estimate=_num(estimate), se=_num(se), df=df if df >= 1 else None,
+                     ci=(_num(low), _num(high)), confidence=confidence)
 
 
 def _percentiles(values: FloatArray, spec: Sequence[tuple[str, float]]) -> dict[str, Any]:
+    """Percentiles by name (the fields of :class:`KlPercentiles` or :class:`DpPercentiles`)."""
     if not values.size:
         return {name: None for name, _ in spec}
     found = np.percentile(values, [q for _, q in spec])
     return {name: _num(float(v)) for (name, _), v in zip(spec, found, strict=True)}
 
 
-def _histogram(kl: FloatArray) -> dict[str, Any]:
+def _histogram(kl: FloatArray) -> Histogram:
     edges = np.asarray(HIST_EDGES)
     inside = kl[(kl >= edges[0]) & (kl <= edges[-1])]
     counts, _ = np.histogram(inside, bins=edges)
-    return {"edges": list(HIST_EDGES), "counts": [int(c) for c in counts],
-            "below": int(np.sum(kl < edges[0])), "above": int(np.sum(kl > edges[-1])),
-            "unit": "nats"}
+    return Histogram(edges=HIST_EDGES, counts=tuple(int(c) for c in counts),
+                     below=int(np.sum(kl < edges[0])), above=int(np.sum(kl > edges[-1])),
+                     unit="nats")
 
 
 def _tops(entries: Sequence[Any], position: int) -> list[list[Any]] | None:
@@ -189,7 +210,7 @@ def _tops(entries: Sequence[Any], position: int) -> list[list[Any]] | None:
     return out
 
 
-def _largest(rows: Sequence[_Row], kl: FloatArray, limit: int) -> list[dict[str, Any]]:
+def _largest(rows: Sequence[_Row], kl: FloatArray, limit: int) -> tuple[Position, ...]:
     """The ``limit`` positions with the largest KL (ties: key, then position)."""
     owner = np.concatenate([np.full(r.kl.size, i) for i, r in enumerate(rows)])
     position = np.concatenate([np.arange(r.kl.size) for r in rows])
@@ -198,39 +219,52 @@ def _largest(rows: Sequence[_Row], kl: FloatArray, limit: int) -> list[dict[str,
     out = []
     for index in order:
         row, pos = rows[int(owner[index])], int(position[index])
-        out.append({"key": row.key, "item_id": row.item_id, "position": pos,
-                    "kl": _num(float(kl[index])), "token": row.tokens[pos],
-                    "top1_base": row.top1_base[pos], "top1_cand": row.top1_cand[pos],
-                    "delta_p": _num(float(row.dp[pos])),
-                    "top_base": _tops(row.top_base, pos), "top_cand": _tops(row.top_cand, pos)})
-    return out
+        out.append(Position(key=row.key, item_id=row.item_id, position=pos,
+                            kl=_num(float(kl[index])), token=row.tokens[pos],
+                            top1_base=row.top1_base[pos], top1_cand=row.top1_cand[pos],
+                            delta_p=_num(float(row.dp[pos])),
+                            top_base=_tops(row.top_base, pos),
+                            top_cand=_tops(row.top_cand, pos)))
+    return tuple(out)
 
 
-def _per_item(rows: Sequence[_Row], kl_rows: Sequence[FloatArray]) -> dict[str, FloatArray]:
-    """Per item (sorted ids): KL sum, agreement count, token count, max KL, Δp sum."""
+@dataclass(frozen=True)
+class _Items:
+    """Per item (sorted ids): KL sum, agreement count, token count, max KL, Δp sum and
+    the count of finite Δp."""
+
+    items: NDArray[np.str_]
+    kl: FloatArray
+    agree: FloatArray
+    tokens: FloatArray
+    max: FloatArray
+    dp: FloatArray
+    dp_tokens: FloatArray
+
+
+def _per_item(rows: Sequence[_Row], kl_rows: Sequence[FloatArray]) -> _Items:
     items = sorted({r.item_id for r in rows})
     index = {item: i for i, item in enumerate(items)}
-    cols = {name: np.zeros(len(items)) for name in ("kl", "agree", "tokens", "max", "dp",
-                                                    "dp_tokens")}
+    kl_sum, agree, tokens, top, dp, dp_tokens = (np.zeros(len(items)) for _ in range(6))
     for row, kl in zip(rows, kl_rows, strict=True):
         i = index[row.item_id]
         finite_dp = row.dp[np.isfinite(row.dp)]
-        cols["kl"][i] += float(kl.sum())
-        cols["agree"][i] += float(row.agree.sum())
-        cols["tokens"][i] += kl.size
-        cols["max"][i] = max(cols["max"][i], float(kl.max()))
-        cols["dp"][i] += float(finite_dp.sum())
-        cols["dp_tokens"][i] += finite_dp.size
-    return {"items": np.array(items, dtype=str), **cols}
+        kl_sum[i] += float(kl.sum())
+        agree[i] += float(row.agree.sum())
+        tokens[i] += kl.size
+        top[i] = max(top[i], float(kl.max()))
+        dp[i] += float(finite_dp.sum())
+        dp_tokens[i] += finite_dp.size
+    return _Items(np.array(items, dtype=str), kl_sum, agree, tokens, top, dp, dp_tokens)
 
 
-def _worst_items(cols: Mapping[str, Any], limit: int) -> list[dict[str, Any]]:
-    mean = cols["kl"] / cols["tokens"]
-    order = np.lexsort((cols["items"], -mean))[:limit]
-    return [{"item_id": str(cols["items"][i]), "n_tokens": int(cols["tokens"][i]),
-             "mean_kld": _num(float(mean[i])), "max_kl": _num(float(cols["max"][i])),
-             "top1_agreement": _num(float(cols["agree"][i] / cols["tokens"][i]))}
-            for i in order]
+def _worst_items(cols: _Items, limit: int) -> tuple[WorstItem, ...]:
+    mean = cols.kl / cols.tokens
+    order = np.lexsort((cols.items, -mean))[:limit]
+    return tuple(WorstItem(item_id=str(cols.items[i]), n_tokens=int(cols.tokens[i]),
+                           mean_kld=_num(float(mean[i])), max_kl=_num(float(cols.max[i])),
+                           top1_agreement=_num(float(cols.agree[i] / cols.tokens[i])))
+                 for i in order)
 
 
 def _method(rows: Sequence[_Row]) -> dict[str, Any]:
@@ -241,18 +275,17 @@ def _method(rows: Sequence[_Row]) -> dict[str, Any]:
             "source": ", ".join(sorted({r.source for r in rows}))}
 
 
-def _delta_p(rows: Sequence[_Row], cols: Mapping[str, Any], confidence: float
-             ) -> dict[str, Any]:
+def _delta_p(rows: Sequence[_Row], cols: _Items, confidence: float) -> DeltaP:
     dp = np.concatenate([r.dp for r in rows])
     finite = dp[np.isfinite(dp)]
-    mean = _ratio_section(cols["dp"], cols["dp_tokens"], confidence)
     rms = float(np.sqrt(np.mean(finite * finite))) if finite.size else math.nan
-    return {"mean": mean, "rms": _num(rms), "n_tokens": int(finite.size),
-            "percentiles": _percentiles(finite, DP_PERCENTILES)}
+    return DeltaP(mean=_ratio_section(cols.dp, cols.dp_tokens, confidence), rms=_num(rms),
+                  n_tokens=int(finite.size),
+                  percentiles=DpPercentiles(**_percentiles(finite, DP_PERCENTILES)))
 
 
 def summarize_agreement(rows: Sequence[Mapping[str, Any]], *,
-                        confidence: float = 0.95) -> dict[str, Any]:
+                        confidence: float = 0.95) -> Agreement:
     """The agreement section from one candidate arm's ``agreement.jsonl`` rows.
 
     Never raises on bad rows: they are counted (``n_skipped``, the first three
@@ -260,10 +293,11 @@ def summarize_agreement(rows: Sequence[Mapping[str, Any]], *,
     """
     usable, counts = _rows(rows)
     if not usable:
-        reason = f"no usable agreement rows ({counts['n_rows']} read"
-        if counts["problems"]:
-            reason += "; " + "; ".join(counts["problems"])
-        return {**not_measured(reason + ")"), **counts}
+        problems = counts.problems
+        reason = f"no usable agreement rows ({counts.n_rows} read"
+        if problems:
+            reason += "; " + "; ".join(problems)
+        return Agreement(measured=False, reason=reason + ")", **asdict(counts))
     raw = [r.kl for r in usable]
     n_nonfinite = int(sum(np.sum(~np.isfinite(k)) for k in raw))
     n_negative = int(sum(np.sum((k < 0) & np.isfinite(k)) for k in raw))
@@ -271,22 +305,14 @@ def summarize_agreement(rows: Sequence[Mapping[str, Any]], *,
                for k in raw]
     kl = np.concatenate(kl_rows)
     cols = _per_item(usable, kl_rows)
-    return {
-        "measured": True,
-        **_method(usable),
-        **counts,
-        "n_keys": len(usable),
-        "n_items": int(cols["items"].size),
-        "n_tokens": int(kl.size),
-        "n_nonfinite_kl": n_nonfinite,
-        "n_negative_kl": n_negative,
-        "kl_cap": KL_CAP,
-        "mean_kld": _ratio_section(cols["kl"], cols["tokens"], confidence, (0.0, math.inf)),
-        "kl_percentiles": _percentiles(kl, KL_PERCENTILES),
-        "zero_kl_fraction": float(np.mean(kl == 0.0)),
-        "top1_agreement": _ratio_section(cols["agree"], cols["tokens"], confidence, (0.0, 1.0)),
-        "delta_p": _delta_p(usable, cols, confidence),
-        "histogram": _histogram(kl),
-        "largest_positions": _largest(usable, kl, TOP_POSITIONS),
-        "largest_items": _worst_items(cols, TOP_ITEMS),
-    }
+    return Agreement(
+        measured=True, **_method(usable), **asdict(counts), n_keys=len(usable),
+        n_items=int(cols.items.size), n_tokens=int(kl.size), n_nonfinite_kl=n_nonfinite,
+        n_negative_kl=n_negative, kl_cap=KL_CAP,
+        mean_kld=_ratio_section(cols.kl, cols.tokens, confidence, (0.0, math.inf)),
+        kl_percentiles=KlPercentiles(**_percentiles(kl, KL_PERCENTILES)),
+        zero_kl_fraction=float(np.mean(kl == 0.0)),
+        top1_agreement=_ratio_section(cols.agree, cols.tokens, confidence, (0.0, 1.0)),
+        delta_p=_delta_p(usable, cols, confidence), histogram=_histogram(kl),
+        largest_positions=_largest(usable, kl, TOP_POSITIONS),
+        largest_items=_worst_items(cols, TOP_ITEMS))

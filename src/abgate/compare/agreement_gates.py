@@ -18,37 +18,42 @@ entries that :mod:`abgate.ab.analyze` adds to a comparison; when those are absen
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from abgate.compare.gates import FAIL, INCONCLUSIVE, PASS, Gate, more_items
 from abgate.compare.policy import Policy
 from abgate.compare.probes import BOTH_FAIL, BOTH_PASS, REGRESSION
+from abgate.compare.results import Agreement, Comparison, Probes, RatioStat
 from abgate.compare.stats import t_quantile
 
-__all__ = ["agreement_gates", "evidence_notes", "lossless_gates", "measured", "probe_gates"]
+__all__ = ["agreement_gates", "evidence_notes", "lossless_gates", "measured_agreement",
+           "measured_probes", "probe_gates"]
 
 LOSSLESS = "lossless"
 
 
-def measured(comparison: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    """The ``agreement`` or ``probes`` section when it was measured, else None."""
-    section = comparison.get(name)
-    return section if isinstance(section, Mapping) and section.get("measured") else None
+def measured_agreement(comparison: Comparison) -> Agreement | None:
+    """The ``agreement`` section when it was measured, else None."""
+    section = comparison.agreement
+    return section if section is not None and section.measured else None
 
 
-def _context(section: Mapping[str, Any]) -> str:
-    text = f"{section.get('n_tokens')} tokens over {section.get('n_items')} items"
-    if section.get("approximate"):
-        text += (f"; top-k approximation (k={section.get('k')}), a lower bound of the full "
+def measured_probes(comparison: Comparison) -> Probes | None:
+    """The ``probes`` section when probes were compared, else None."""
+    section = comparison.probes
+    return section if section is not None and section.measured else None
+
+
+def _context(section: Agreement) -> str:
+    text = f"{section.n_tokens} tokens over {section.n_items} items"
+    if section.approximate:
+        text += (f"; top-k approximation (k={section.k}), a lower bound of the full "
                  "KL, so a pass is approximate")
     return text
 
 
-def _bounded(name: str, metric: str, stat: Mapping[str, Any], limit: float, upper: bool,
+def _bounded(name: str, metric: str, stat: RatioStat, limit: float, upper: bool,
              alpha: float, power: float, n_items: int, words: tuple[str, str, str]) -> Gate:
     """A gate on a clustered ratio: harm is above ``limit`` (``upper``) or below it."""
-    estimate, se, df = stat.get("estimate"), stat.get("se"), stat.get("df")
+    estimate, se, df = stat.estimate, stat.se, stat.df
     what, show, context = words
     if estimate is None or se is None or df is None:
         return Gate(name, metric, limit, estimate, None, INCONCLUSIVE,
@@ -79,27 +84,27 @@ def _bounded(name: str, metric: str, stat: Mapping[str, Any], limit: float, uppe
                 more_items_needed=more, out_of_reach=far)
 
 
-def agreement_gates(comparison: Mapping[str, Any], policy: Policy) -> list[Gate]:
+def agreement_gates(comparison: Comparison, policy: Policy) -> list[Gate]:
     """``mean_kld`` and ``top1_agreement``, when agreement was measured."""
-    section = measured(comparison, "agreement")
+    section = measured_agreement(comparison)
     if section is None:
         return []
-    rule, n_items, context = policy.quality, int(section.get("n_items") or 0), _context(section)
+    rule, n_items, context = policy.quality, int(section.n_items or 0), _context(section)
     return [
         _bounded("mean_kld", "mean KL(baseline || candidate) per token, nats, teacher-forced "
-                 "on the baseline's output (clustered by item)", section["mean_kld"],
+                 "on the baseline's output (clustered by item)", section.mean_kld,
                  rule.max_mean_kld, True, rule.alpha, policy.power, n_items,
                  ("mean KLD", "{:.4g} nats", context)),
         _bounded("top1_agreement", "share of positions where both arms' most likely token "
-                 "is the same (clustered by item)", section["top1_agreement"],
+                 "is the same (clustered by item)", section.top1_agreement,
                  rule.min_top1_agreement, False, rule.alpha, policy.power, n_items,
                  ("top-1 agreement", "{:.2%}", context)),
     ]
 
 
-def _outputs_gate(comparison: Mapping[str, Any], limit: float) -> Gate:
-    same = comparison["diagnostics"]["identical_outputs"]
-    n, of = int(same["n"]), int(same["of"])
+def _outputs_gate(comparison: Comparison, limit: float) -> Gate:
+    same = comparison.diagnostics.identical_outputs
+    n, of = int(same.n or 0), int(same.of or 0)
     metric = "share of paired samples whose output tokens differ (expect = lossless)"
     if not of:
         return Gate("lossless_outputs", metric, limit, None, None, INCONCLUSIVE,
@@ -111,14 +116,14 @@ def _outputs_gate(comparison: Mapping[str, Any], limit: float) -> Gate:
                 f"tokens ({divergent:.1%}); the policy allows at most {limit:.1%}.")
 
 
-def lossless_gates(comparison: Mapping[str, Any], policy: Policy) -> list[Gate]:
+def lossless_gates(comparison: Comparison, policy: Policy) -> list[Gate]:
     """With ``expect = "lossless"``: output identity and KLD at the noise level."""
-    if comparison.get("expect") != LOSSLESS:
+    if comparison.expect != LOSSLESS:
         return []
     rule = policy.lossless
     gates = [_outputs_gate(comparison, rule.max_divergent_fraction)]
-    section = measured(comparison, "agreement")
-    estimate = None if section is None else section["mean_kld"].get("estimate")
+    section = measured_agreement(comparison)
+    estimate = None if section is None else section.mean_kld.estimate
     if section is not None and estimate is not None:
         ok = estimate <= rule.max_mean_kld
         gates.append(Gate(
@@ -130,37 +135,37 @@ def lossless_gates(comparison: Mapping[str, Any], policy: Policy) -> list[Gate]:
     return gates
 
 
-def probe_gates(comparison: Mapping[str, Any]) -> list[Gate]:
+def probe_gates(comparison: Comparison) -> list[Gate]:
     """A failing gate per probe that regressed; a passing one per probe passing in both."""
-    section = measured(comparison, "probes")
+    section = measured_probes(comparison)
     if section is None:
         return []
-    arms, gates = comparison["arms"], []
-    for row in section.get("rows") or []:
-        name, status = str(row["name"]), row["status"]
+    arms, gates = comparison.arms, []
+    for row in section.rows:
+        name, status = str(row.name), row.status
         metric = f"probe {name} passes (baseline passes it)"
         if status == REGRESSION:
             gates.append(Gate(f"probe_{name}", metric, 1.0, 0.0, None, FAIL,
-                              f"probe {name} passes under {arms['a']} but fails under "
-                              f"{arms['b']}: {row.get('candidate_reason') or 'no reason'}."))
+                              f"probe {name} passes under {arms.a} but fails under "
+                              f"{arms.b}: {row.candidate_reason or 'no reason'}."))
         elif status == BOTH_PASS:
             gates.append(Gate(f"probe_{name}", metric, 1.0, 1.0, None, PASS,
-                              f"probe {name} passes under both {arms['a']} and {arms['b']}."))
+                              f"probe {name} passes under both {arms.a} and {arms.b}."))
     return gates
 
 
-def evidence_notes(comparison: Mapping[str, Any]) -> list[str]:
+def evidence_notes(comparison: Comparison) -> list[str]:
     """Sentences about evidence that was not measured or decides nothing."""
     notes = []
-    agreement = comparison.get("agreement")
-    if isinstance(agreement, Mapping) and not agreement.get("measured"):
+    agreement = comparison.agreement
+    if agreement is not None and not agreement.measured:
         notes.append("Distribution agreement not measured: "
-                     f"{agreement.get('reason') or 'no reason recorded'}; its gates are absent.")
-    probes = comparison.get("probes")
-    if isinstance(probes, Mapping) and not probes.get("measured"):
-        notes.append(f"Probes not compared: {probes.get('reason') or 'no reason recorded'}.")
-    elif isinstance(probes, Mapping):
-        both = [str(r["name"]) for r in probes.get("rows") or [] if r["status"] == BOTH_FAIL]
+                     f"{agreement.reason or 'no reason recorded'}; its gates are absent.")
+    probes = comparison.probes
+    if probes is not None and not probes.measured:
+        notes.append(f"Probes not compared: {probes.reason or 'no reason recorded'}.")
+    elif probes is not None:
+        both = [str(r.name) for r in probes.rows if r.status == BOTH_FAIL]
         if both:
             notes.append("Probes failing in both arms (reported, not held against the "
                          "candidate): " + ", ".join(both) + ".")

@@ -12,36 +12,41 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from abgate.compare.pairing import Pair, health_value
+from abgate.compare.pairing import Pair, Sampled
+from abgate.compare.results import (
+    ArmFloats,
+    ChangeRow,
+    Diagnostics,
+    IdenticalOutputs,
+    OutputTokens,
+)
 
 __all__ = ["change_text", "diagnostics", "same_output"]
 
 TOP_N = 5
 
 
-def _tokens(sample: Mapping[str, Any]) -> int | None:
-    output = sample.get("output") or {}
-    if output.get("tokens") is not None:
-        return int(output["tokens"])
-    value = health_value(sample, "output_tokens")
+def _tokens(sample: Sampled) -> int | None:
+    if sample.output_tokens is not None:
+        return int(sample.output_tokens)
+    value = sample.health_value("output_tokens")
     return int(value) if value is not None else None
 
 
-def _rep(sample: Mapping[str, Any]) -> float | None:
-    value = health_value(sample, "seq_rep_4")
+def _rep(sample: Sampled) -> float | None:
+    value = sample.health_value("seq_rep_4")
     return float(value) if value is not None else None
 
 
-def same_output(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool | None:
+def same_output(a: Sampled, b: Sampled) -> bool | None:
     """Whether two samples' output token IDs are identical; None when unknown."""
-    out_a, out_b = a.get("output") or {}, b.get("output") or {}
-    ids_a, ids_b = out_a.get("token_ids"), out_b.get("token_ids")
+    ids_a, ids_b = a.token_ids, b.token_ids
     if ids_a is not None and ids_b is not None:
         return list(ids_a) == list(ids_b)
-    hash_a, hash_b = out_a.get("sha256"), out_b.get("sha256")
+    hash_a, hash_b = a.output_sha, b.output_sha
     if hash_a is not None and hash_b is not None:
         return bool(hash_a == hash_b)
     return None
@@ -57,35 +62,28 @@ def _correctness(a: Any, b: Any) -> str:
     return "became wrong" if a else "became correct"
 
 
-def _rep_text(sample: Mapping[str, Any]) -> str:
+def _rep_text(sample: Sampled) -> str:
     rep = _rep(sample)
     return f"{rep:.3f}" if rep is not None else "?"
 
 
 def change_text(pair: Pair) -> str:
     """``"<key>: 1653 tokens / rep 0.199 -> 3626 / 0.507, still correct"``."""
-    where = _correctness(pair.a.get("correct"), pair.b.get("correct"))
+    where = _correctness(pair.a.correct, pair.b.correct)
     return (f"{pair.key}: {_tokens(pair.a)} tokens / rep {_rep_text(pair.a)} -> "
             f"{_tokens(pair.b)} / {_rep_text(pair.b)}, {where}")
 
 
-def _row(pair: Pair) -> dict[str, Any]:
-    return {
-        "key": pair.key,
-        "a_tokens": _tokens(pair.a),
-        "b_tokens": _tokens(pair.b),
-        "a_rep": _rep(pair.a),
-        "b_rep": _rep(pair.b),
-        "a_correct": pair.a.get("correct"),
-        "b_correct": pair.b.get("correct"),
-        "text": change_text(pair),
-    }
+def _row(pair: Pair) -> ChangeRow:
+    return ChangeRow(key=pair.key, a_tokens=_tokens(pair.a), b_tokens=_tokens(pair.b),
+                     a_rep=_rep(pair.a), b_rep=_rep(pair.b), a_correct=pair.a.correct,
+                     b_correct=pair.b.correct, text=change_text(pair))
 
 
-def _largest(pairs: Sequence[Pair], size: Callable[[Pair], float | None]) -> list[dict[str, Any]]:
+def _largest(pairs: Sequence[Pair], size: Callable[[Pair], float | None]) -> tuple[ChangeRow, ...]:
     scored = [(value, p) for p in pairs if (value := size(p)) is not None and value > 0]
     scored.sort(key=lambda vp: (-vp[0], vp[1].key))
-    return [_row(p) for _, p in scored[:TOP_N]]
+    return tuple(_row(p) for _, p in scored[:TOP_N])
 
 
 def _length_change(pair: Pair) -> float | None:
@@ -102,15 +100,15 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def drift(samples: Sequence[Mapping[str, Any]]) -> float | None:
+def drift(samples: Sequence[Sampled]) -> float | None:
     """Median steady decode tok/s of the later half of an arm's samples (by finish
     time) over that of the earlier half, minus 1; None with fewer than 4 rates.
 
     Items differ between halves, so a few percent is normal; a large value means the
     machine changed speed while the arm ran, which a sequential A-then-B schedule
     would mistake for an effect of the switch."""
-    timed = [(float(s.get("finished_at") or index), float(tps)) for index, s in enumerate(samples)
-             if (tps := (s.get("timing") or {}).get("steady_decode_tps"))]
+    timed = [(float(s.finished_at or index), float(tps)) for index, s in enumerate(samples)
+             if (tps := s.timing.get("steady_decode_tps"))]
     if len(timed) < 4:
         return None
     rates = [tps for _, tps in sorted(timed)]
@@ -118,27 +116,22 @@ def drift(samples: Sequence[Mapping[str, Any]]) -> float | None:
     return statistics.median(rates[-half:]) / statistics.median(rates[:half]) - 1.0
 
 
-def diagnostics(pairs: Sequence[Pair]) -> dict[str, Any]:
+def diagnostics(pairs: Sequence[Pair]) -> Diagnostics:
     """The diagnostics section of a comparison, over the non-error pairs."""
     same = [s for p in pairs if (s := same_output(p.a, p.b)) is not None]
     n_same = sum(1 for s in same if s)
-    prompts = [(p.a.get("prompt") or {}).get("sha256") != (p.b.get("prompt") or {}).get("sha256")
-               for p in pairs
-               if (p.a.get("prompt") or {}).get("sha256") is not None
-               and (p.b.get("prompt") or {}).get("sha256") is not None]
+    prompts = [p.a.prompt_sha != p.b.prompt_sha for p in pairs
+               if p.a.prompt_sha is not None and p.b.prompt_sha is not None]
     lengths = [(a, b) for p in pairs
                if (a := _tokens(p.a)) is not None and (b := _tokens(p.b)) is not None]
-    return {
-        "identical_outputs": {"n": n_same, "of": len(same), "text": f"{n_same}/{len(same)}",
-                              "fraction": n_same / len(same) if same else None},
-        "prompt_mismatches": sum(prompts),
-        "output_tokens": {
-            "a_mean": _mean([a for a, _ in lengths]),
-            "b_mean": _mean([b for _, b in lengths]),
-            "mean_diff": _mean([b - a for a, b in lengths]),
-            "mean_abs_diff": _mean([abs(b - a) for a, b in lengths]),
-        },
-        "speed_drift": {"a": drift([p.a for p in pairs]), "b": drift([p.b for p in pairs])},
-        "largest_length_changes": _largest(pairs, _length_change),
-        "largest_repetition_changes": _largest(pairs, _rep_change),
-    }
+    return Diagnostics(
+        identical_outputs=IdenticalOutputs(n=n_same, of=len(same), text=f"{n_same}/{len(same)}",
+                                           fraction=n_same / len(same) if same else None),
+        prompt_mismatches=sum(prompts),
+        output_tokens=OutputTokens(
+            a_mean=_mean([a for a, _ in lengths]), b_mean=_mean([b for _, b in lengths]),
+            mean_diff=_mean([b - a for a, b in lengths]),
+            mean_abs_diff=_mean([abs(b - a) for a, b in lengths])),
+        speed_drift=ArmFloats(a=drift([p.a for p in pairs]), b=drift([p.b for p in pairs])),
+        largest_length_changes=_largest(pairs, _length_change),
+        largest_repetition_changes=_largest(pairs, _rep_change))

@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from abgate.errors import UsageError, did_you_mean
 
 CLASSES = ("env", "engine_args", "engine_options", "effective", "engine", "library",
@@ -43,13 +45,6 @@ PER_LAUNCH = ("effective.endpoints", "effective.endpoints.*", "effective.launch"
 _MISSING = "<absent>"
 
 
-def _get(doc: Mapping[str, Any], *path: str) -> Any:
-    cur: Any = doc
-    for key in path:
-        cur = cur.get(key) if isinstance(cur, Mapping) else None
-    return cur
-
-
 def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, Mapping) and value:
         for k, v in value.items():
@@ -58,27 +53,75 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-def _mapped(doc: Mapping[str, Any]) -> dict[str, Any]:
+class _Part(BaseModel):
+    """Lenient: a record of any version reads; what is not a section stays as it was."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", from_attributes=True)
+
+
+class _Lib(_Part):
+    path: Any = None
+    sha256: Any = None
+
+
+class _Process(_Part):
+    libs: list[_Lib | Any] | None = None
+
+
+class _Environment(_Part):
+    env: Any = None
+    packages: Any = None
+
+
+class _Provenance(_Part):
+    environment: _Environment | None = None
+    libraries: list[_Process | Any] | None = None
+
+
+class _Spec(_Part):
+    env: Any = None
+    engine_args: Any = None
+    engine_options: Any = None
+    model: Any = None
+
+
+class _Engine(_Part):
+    name: Any = None
+    version: Any = None
+    effective_config: Any = None
+
+
+class _Recorded(_Part):
+    """What :func:`configuration` reads of a record document."""
+
+    spec: _Spec | None = None
+    engine: _Engine | None = None
+    provenance: _Provenance | None = None
+    host: Any = None
+
+
+def _mapped(provenance: _Provenance) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for proc in _get(doc, "provenance", "libraries") or []:
-        for lib in (proc.get("libs") or []) if isinstance(proc, Mapping) else []:
-            if isinstance(lib, Mapping) and lib.get("path"):
-                out[str(lib["path"]).rsplit("/", 1)[-1]] = lib.get("sha256")
+    for proc in provenance.libraries or []:
+        for lib in (proc.libs or []) if isinstance(proc, _Process) else []:
+            if isinstance(lib, _Lib) and lib.path:
+                out[str(lib.path).rsplit("/", 1)[-1]] = lib.sha256
     return out
 
 
 def configuration(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc``'s configuration as flat ``class.key`` entries (module doc)."""
-    spec = doc.get("spec") or {}
-    env = {**(_get(doc, "provenance", "environment", "env") or {}), **(spec.get("env") or {})}
-    engine = doc.get("engine") or {}
+    found = _Recorded.model_validate(doc)
+    spec, engine = found.spec or _Spec(), found.engine or _Engine()
+    provenance = found.provenance or _Provenance()
+    environment = provenance.environment or _Environment()
     parts: dict[str, Any] = {
-        "env": env, "engine_args": spec.get("engine_args") or {},
-        "engine_options": spec.get("engine_options") or {},
-        "effective": engine.get("effective_config") or {},
-        "engine": {"name": engine.get("name"), "version": engine.get("version")},
-        "library": _get(doc, "provenance", "environment", "packages") or {},
-        "mapped": _mapped(doc), "model": spec.get("model") or {}, "host": doc.get("host") or {},
+        "env": {**(environment.env or {}), **(spec.env or {})},
+        "engine_args": spec.engine_args or {}, "engine_options": spec.engine_options or {},
+        "effective": engine.effective_config or {},
+        "engine": {"name": engine.name, "version": engine.version},
+        "library": environment.packages or {}, "mapped": _mapped(provenance),
+        "model": spec.model or {}, "host": found.host or {},
     }
     out: dict[str, Any] = {}
     for cls, value in parts.items():

@@ -12,10 +12,10 @@ change does not move the speed measurably here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from abgate.compare.policy import Policy
+from abgate.compare.results import Comparison, Gate
 
 __all__ = ["BUSY_SPREAD", "explain_inconclusive", "speed_spread"]
 
@@ -30,15 +30,16 @@ _LABELS = {"sample_size": "sample size", "accuracy": "accuracy", "error_rate": "
            "top1_agreement": "top-1 agreement", "speed": "speed"}
 
 
-def speed_spread(comparison: Mapping[str, Any], metric: str) -> float | None:
+def speed_spread(comparison: Comparison, metric: str) -> float | None:
     """SD of the per-item log speed ratio (recorded, or from the SE and item count)."""
-    section = (comparison.get("speed") or {}).get(metric) or {}
-    log_ratio = section.get("log_ratio") or {}
-    sd = log_ratio.get("sd")
-    if isinstance(sd, int | float) and math.isfinite(sd):
+    section = comparison.speed.get(metric)
+    if section is None:
+        return None
+    sd = section.log_ratio.sd
+    if sd is not None and math.isfinite(sd):
         return float(sd)
-    se, n = log_ratio.get("se"), section.get("n_items")
-    if isinstance(se, int | float) and isinstance(n, int) and n > 1 and math.isfinite(se):
+    se, n = section.log_ratio.se, section.n_items
+    if se is not None and n is not None and n > 1 and math.isfinite(se):
         return float(se) * math.sqrt(n)
     return None
 
@@ -47,10 +48,9 @@ def _label(name: str) -> str:
     return "probes" if name.startswith("probe_") else _LABELS.get(name, name.replace("_", " "))
 
 
-def _speed_clause(gate: Mapping[str, Any], comparison: Mapping[str, Any],
-                  policy: Policy) -> str:
+def _speed_clause(gate: Gate, comparison: Comparison, policy: Policy) -> str:
     spread = speed_spread(comparison, policy.speed.metric)
-    observed = gate.get("observed")
+    observed = gate.observed
     seen = "n/a" if observed is None else f"{observed:+.1%}"
     band = f"{-policy.speed.max_slowdown:+.0%} to {policy.speed.min_speedup:+.0%}"
     if spread is not None and spread > BUSY_SPREAD:
@@ -64,21 +64,20 @@ def _speed_clause(gate: Mapping[str, Any], comparison: Mapping[str, Any],
     return f"speed {seen} is not yet resolved"
 
 
-def explain_inconclusive(gates: Sequence[Mapping[str, Any]], comparison: Mapping[str, Any],
-                         policy: Policy, more_samples: int | None,
-                         notes: Sequence[str] = ()) -> str:
+def explain_inconclusive(gates: Sequence[Gate], comparison: Comparison, policy: Policy,
+                         more_samples: int | None, notes: Sequence[str] = ()) -> str:
     """One line: ``INCONCLUSIVE at 40 items: accuracy, truncation could not yet show
     non-inferiority (about 380 more samples per arm would settle them); speed ...``."""
-    open_gates = [g for g in gates if g.get("outcome") == "inconclusive"]
-    names = [str(g["name"]) for g in open_gates]
+    open_gates = [g for g in gates if g.outcome == "inconclusive"]
+    names = [g.name for g in open_gates]
     quality = list(dict.fromkeys(_label(n) for n in names if n not in ("speed", "sample_size")))
     parts = []
     if "sample_size" in names:
-        parts.append(f"only {comparison.get('n_items')} items (the policy needs "
+        parts.append(f"only {comparison.n_items} items (the policy needs "
                      f"{policy.min_items})")
     if quality:
         parts.append(", ".join(quality) + " could not yet show non-inferiority")
-    speed = next((g for g in open_gates if g.get("name") == "speed"), None)
+    speed = next((g for g in open_gates if g.name == "speed"), None)
     if speed is not None:
         parts.append(_speed_clause(speed, comparison, policy))
     missing = [n.split(":", 1)[0] for n in notes if "not measured" in n or "not compared" in n]
@@ -86,5 +85,5 @@ def explain_inconclusive(gates: Sequence[Mapping[str, Any]], comparison: Mapping
         parts.append("missing evidence: " + "; ".join(missing))
     more = (f" (about {more_samples} more samples per arm would settle every open gate if "
             "the effects are as observed)" if more_samples is not None else "")
-    return (f"INCONCLUSIVE at {comparison.get('n_items')} items: " + "; ".join(parts)
+    return (f"INCONCLUSIVE at {comparison.n_items} items: " + "; ".join(parts)
             + more + ".")

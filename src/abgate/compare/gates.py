@@ -17,12 +17,19 @@ need is out of reach (more than ``REACH_FACTOR`` times this run's items).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from abgate.compare.mde import items_needed, mde, within_reach
 from abgate.compare.policy import Policy, SpeedPolicy
+from abgate.compare.results import (
+    Accuracy,
+    ArmAccuracy,
+    ArmNames,
+    Comparison,
+    Gate,
+    PairedDelta,
+)
 from abgate.compare.stats import z_one_sided, z_two_sided
 from abgate.errors import AbgateError
 
@@ -33,28 +40,6 @@ PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
 
 _SPEED_LABELS = {"steady_decode_tps": "steady decode tok/s", "prefill_tps": "prefill tok/s",
                  "ttft_s": "TTFT"}
-
-
-@dataclass(frozen=True)
-class Gate:
-    """One decision input. ``threshold`` is where it passes (``fail_threshold`` where it
-    fails, when different); ``observed`` and ``ci`` are in the same units."""
-
-    name: str
-    metric: str
-    threshold: float | None
-    observed: float | None
-    ci: tuple[float | None, float | None] | None
-    outcome: str
-    evidence: str
-    fail_threshold: float | None = None
-    more_items_needed: int | None = None
-    out_of_reach: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["ci"] = list(self.ci) if self.ci is not None else None
-        return out
 
 
 def _pct(value: float | None) -> str:
@@ -78,8 +63,8 @@ def more_items(se: float | None, n_items: int, delta: float, z: float,
     return max(1, needed - n_items), False
 
 
-def sample_size_gate(comparison: Mapping[str, Any], policy: Policy) -> Gate:
-    n_items = int(comparison["n_items"])
+def sample_size_gate(comparison: Comparison, policy: Policy) -> Gate:
+    n_items = int(comparison.n_items or 0)
     ok = n_items >= policy.min_items
     evidence = (f"{n_items} items (>= {policy.min_items} required)." if ok else
                 f"Only {n_items} items; the policy needs at least {policy.min_items} before "
@@ -90,37 +75,37 @@ def sample_size_gate(comparison: Mapping[str, Any], policy: Policy) -> Gate:
 
 
 def _speed_outcome(observed: float, low: float, high: float, rule: SpeedPolicy,
-                   arms: Mapping[str, str], label: str, ci_text: str) -> tuple[str, str]:
+                   arms: ArmNames, label: str, ci_text: str) -> tuple[str, str]:
     if low > rule.min_speedup:
-        return PASS, (f"{arms['b']} is {observed:.1%} faster than {arms['a']} on {label} "
+        return PASS, (f"{arms.b} is {observed:.1%} faster than {arms.a} on {label} "
                       f"({ci_text}), clearing the required {_pct(rule.min_speedup)}.")
     if high < -rule.max_slowdown:
-        return FAIL, (f"{arms['b']} is {-observed:.1%} slower than {arms['a']} on {label} "
+        return FAIL, (f"{arms.b} is {-observed:.1%} slower than {arms.a} on {label} "
                       f"({ci_text}), beyond the tolerated {_pct(-rule.max_slowdown)}.")
-    return INCONCLUSIVE, (f"{arms['b']} vs {arms['a']} on {label}: {_pct(observed)} "
+    return INCONCLUSIVE, (f"{arms.b} vs {arms.a} on {label}: {_pct(observed)} "
                           f"({ci_text}) shows neither the required {_pct(rule.min_speedup)} "
                           f"speedup nor a slowdown beyond {_pct(-rule.max_slowdown)}")
 
 
-def speed_gate(comparison: Mapping[str, Any], policy: Policy) -> Gate:
-    rule, arms = policy.speed, comparison["arms"]
-    used = comparison["bootstrap"]["confidence"]
-    if not math.isclose(used, rule.confidence):
+def speed_gate(comparison: Comparison, policy: Policy) -> Gate:
+    rule, arms = policy.speed, comparison.arms
+    used = comparison.bootstrap.confidence
+    if used is None or not math.isclose(used, rule.confidence):
         raise AbgateError(f"the comparison's intervals are at confidence {used} but the policy "
                           f"asks {rule.confidence}: call compare_samples(confidence="
                           f"{rule.confidence})")
-    section = comparison["speed"][rule.metric]
-    sign = 1.0 if section["higher_is_better"] else -1.0
-    label, n_items = _SPEED_LABELS[rule.metric], int(section["n_items"])
-    metric = f"speedup on {label}: geometric mean of {arms['b']}/{arms['a']} per item, - 1"
-    estimate, se = section["log_ratio"]["estimate"], section["log_ratio"]["se"]
-    bounds = section["log_ratio"]["ci"]
-    if estimate is None or se is None or None in bounds:
+    section = comparison.speed[rule.metric]
+    sign = 1.0 if section.higher_is_better else -1.0
+    label, n_items = _SPEED_LABELS[rule.metric], int(section.n_items or 0)
+    metric = f"speedup on {label}: geometric mean of {arms.b}/{arms.a} per item, - 1"
+    estimate, se = section.log_ratio.estimate, section.log_ratio.se
+    bounds = section.log_ratio.ci
+    if estimate is None or se is None or bounds is None or None in bounds:
         return Gate("speed", metric, rule.min_speedup, None, None, INCONCLUSIVE,
                     f"{label} was measured on {n_items} items: no interval.",
                     -rule.max_slowdown)
     observed = math.expm1(sign * estimate)
-    low, high = sorted(math.expm1(sign * bound) for bound in bounds)
+    low, high = sorted(math.expm1(sign * bound) for bound in bounds if bound is not None)
     ci_text = f"{rule.confidence:.0%} CI {_pct(low)} to {_pct(high)}, {n_items} items"
     outcome, evidence = _speed_outcome(observed, low, high, rule, arms, label, ci_text)
     more, far = None, False
@@ -143,7 +128,7 @@ class _Harm:
     name: str
     label: str
     metric: str
-    section: Mapping[str, Any]
+    section: PairedDelta | Accuracy
     sign: float
     margin: float
     describe: Callable[[float | None], str]
@@ -151,10 +136,9 @@ class _Harm:
     note: str = ""
 
 
-def _arm_value(section: Mapping[str, Any], arm: str) -> float | None:
-    value = section[arm]
-    if isinstance(value, Mapping):
-        value = value["estimate"]
+def _arm_value(value: float | ArmAccuracy | None) -> float | None:
+    if isinstance(value, ArmAccuracy):
+        value = value.estimate
     return None if value is None else float(value)
 
 
@@ -172,12 +156,12 @@ def _harm_outcome(h: _Harm, low: float, high: float) -> tuple[str, str]:
                           f"{harm} beyond {limit}")
 
 
-def _harm_gate(h: _Harm, arms: Mapping[str, str], alpha: float, n_items: int,
+def _harm_gate(h: _Harm, arms: ArmNames, alpha: float, n_items: int,
                power: float) -> Gate:
-    estimate, se = h.section["diff"]["estimate"], h.section["diff"]["se"]
+    estimate, se = h.section.diff.estimate, h.section.diff.se
     threshold = h.sign * h.margin
-    change = (f"{h.label} {arms['a']} {h.level(_arm_value(h.section, 'a'))} -> {arms['b']} "
-              f"{h.level(_arm_value(h.section, 'b'))} ({h.describe(estimate)}")
+    change = (f"{h.label} {arms.a} {h.level(_arm_value(h.section.a))} -> {arms.b} "
+              f"{h.level(_arm_value(h.section.b))} ({h.describe(estimate)}")
     if estimate is None or se is None:
         return Gate(h.name, h.metric, threshold, estimate, None, INCONCLUSIVE,
                     f"{change}): too few items for an interval.")
@@ -204,43 +188,43 @@ def _delta_rep(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.3f}"
 
 
-def quality_gates(comparison: Mapping[str, Any], policy: Policy) -> list[Gate]:
-    q, rule = comparison["quality"], policy.quality
-    rates = q["rates"]
-    mcnemar = q["accuracy"]["mcnemar"]
-    note = (f"; McNemar exact p = {mcnemar['p_value']:.2g} on {mcnemar['a_only_correct']} vs "
-            f"{mcnemar['b_only_correct']} discordant pairs")
+def quality_gates(comparison: Comparison, policy: Policy) -> list[Gate]:
+    q, rule = comparison.quality, policy.quality
+    rates = q.rates
+    mcnemar = q.accuracy.mcnemar
+    note = (f"; McNemar exact p = {mcnemar.p_value:.2g} on {mcnemar.a_only_correct} vs "
+            f"{mcnemar.b_only_correct} discordant pairs")
     specs = [
         _Harm("accuracy", "Accuracy", "accuracy difference B - A (clustered by item)",
-              q["accuracy"], -1.0, rule.max_accuracy_drop, _pt, _level_pct, note),
+              q.accuracy, -1.0, rule.max_accuracy_drop, _pt, _level_pct, note),
         _Harm("invalid_rate", "Invalid-answer rate", "invalid-answer rate difference B - A",
-              rates["invalid"], 1.0, rule.max_invalid_increase, _pt, _level_pct),
+              rates.invalid, 1.0, rule.max_invalid_increase, _pt, _level_pct),
         _Harm("truncated_rate", "Truncation rate", "truncated (length) rate difference B - A",
-              rates["truncated"], 1.0, rule.max_truncated_increase, _pt, _level_pct),
+              rates.truncated, 1.0, rule.max_truncated_increase, _pt, _level_pct),
         _Harm("error_rate", "Engine error rate", "engine error rate difference B - A",
-              rates["error"], 1.0, rule.max_error_increase, _pt, _level_pct),
+              rates.error, 1.0, rule.max_error_increase, _pt, _level_pct),
         _Harm("repetition", "Mean seq-rep-4", "mean seq-rep-4 difference B - A",
-              rates["seq_rep_4"], 1.0, rule.max_repetition_increase, _delta_rep, _level_rep),
+              rates.seq_rep_4, 1.0, rule.max_repetition_increase, _delta_rep, _level_rep),
     ]
-    n_items = int(comparison["n_items"])
-    return [_harm_gate(spec, comparison["arms"], rule.alpha, n_items, policy.power)
+    n_items = int(comparison.n_items or 0)
+    return [_harm_gate(spec, comparison.arms, rule.alpha, n_items, policy.power)
             for spec in specs]
 
 
-def diagnostic_gates(comparison: Mapping[str, Any], policy: Policy) -> list[Gate]:
+def diagnostic_gates(comparison: Comparison, policy: Policy) -> list[Gate]:
     """Gates on diagnostics, only for the limits the policy sets."""
-    diag, rule, gates = comparison["diagnostics"], policy.diagnostics, []
+    diag, rule, gates = comparison.diagnostics, policy.diagnostics, []
     if rule.min_identical_fraction is not None:
-        same = diag["identical_outputs"]
-        fraction = same["fraction"]
+        same = diag.identical_outputs
+        fraction = same.fraction
         ok = fraction is not None and fraction >= rule.min_identical_fraction
         gates.append(Gate(
             "identical_outputs", "fraction of pairs with identical output token IDs",
             rule.min_identical_fraction, fraction, None, PASS if ok else FAIL,
-            f"{same['text']} pairs have token-identical outputs; the policy requires at "
+            f"{same.text} pairs have token-identical outputs; the policy requires at "
             f"least {rule.min_identical_fraction:.0%}."))
     if rule.max_mean_abs_length_change is not None:
-        change = diag["output_tokens"]["mean_abs_diff"]
+        change = diag.output_tokens.mean_abs_diff
         ok = change is not None and change <= rule.max_mean_abs_length_change
         shown = "n/a" if change is None else f"{change:.1f}"
         gates.append(Gate(

@@ -19,7 +19,25 @@ import numpy as np
 
 from abgate.compare.diagnostics import diagnostics
 from abgate.compare.mde import mde
-from abgate.compare.pairing import Pair, health_value, pair_samples, sample_errored
+from abgate.compare.pairing import Pair, Sampled, pair_samples
+from abgate.compare.results import (
+    Accuracy,
+    ArmAccuracy,
+    ArmCounts,
+    ArmNames,
+    ArmSpeed,
+    Bootstrap,
+    Comparison,
+    Interval,
+    LogRatio,
+    McNemar,
+    Mde,
+    PairedDelta,
+    Quality,
+    Rates,
+    Ratio,
+    SpeedMetric,
+)
 from abgate.compare.stats import (
     cluster_bootstrap,
     clustered_mean,
@@ -47,78 +65,69 @@ def finite(value: float | None) -> float | None:
     return float(value)
 
 
-def _interval(estimate: float, se: float, z: float) -> dict[str, Any]:
+def _interval(estimate: float, se: float, z: float) -> Interval:
     low, high = normal_ci(estimate, se, z)
-    return {"estimate": finite(estimate), "se": finite(se), "ci": [finite(low), finite(high)]}
+    return Interval(estimate=finite(estimate), se=finite(se), ci=(finite(low), finite(high)))
 
 
-def _arm_accuracy(outcomes: Sequence[bool], items: Sequence[str], z: float) -> dict[str, Any]:
+def _arm_accuracy(outcomes: Sequence[bool], items: Sequence[str], z: float) -> ArmAccuracy:
     """Accuracy of one arm, its clustered SE, and a Wilson interval (inside [0, 1]) at
     the clustering's effective sample size (:func:`wilson_clustered`)."""
     acc, se = clustered_accuracy(outcomes, items)
     low, high, n_eff = wilson_clustered(acc, se, len(outcomes), len(set(items)), z)
-    return {"estimate": finite(acc), "se": finite(se), "ci": [finite(low), finite(high)],
-            "ci_method": "wilson", "n_effective": finite(n_eff)}
+    return ArmAccuracy(estimate=finite(acc), se=finite(se), ci=(finite(low), finite(high)),
+                       ci_method="wilson", n_effective=finite(n_eff))
 
 
 def _paired_delta(pairs: Sequence[Pair], a: Sequence[float], b: Sequence[float],
-                  z: float) -> dict[str, Any]:
+                  z: float) -> PairedDelta:
     items = [p.item_id for p in pairs]
     mean_a, _ = clustered_mean(a, items)
     mean_b, _ = clustered_mean(b, items)
     diff, se = clustered_mean([y - x for x, y in zip(a, b, strict=True)], items)
-    return {"a": finite(mean_a), "b": finite(mean_b), "n": len(pairs),
-            "diff": _interval(diff, se, z)}
+    return PairedDelta(a=finite(mean_a), b=finite(mean_b), n=len(pairs),
+                       diff=_interval(diff, se, z))
 
 
-def _accuracy(pairs: Sequence[Pair], z: float) -> dict[str, Any]:
-    scored = [p for p in pairs if p.a.get("correct") is not None
-              and p.b.get("correct") is not None]
+def _accuracy(pairs: Sequence[Pair], z: float) -> Accuracy:
+    scored = [p for p in pairs if p.a.correct is not None and p.b.correct is not None]
     items = [p.item_id for p in scored]
-    a = [bool(p.a["correct"]) for p in scored]
-    b = [bool(p.b["correct"]) for p in scored]
-    arms = {name: _arm_accuracy(outcomes, items, z) for name, outcomes in (("a", a), ("b", b))}
+    a = [bool(p.a.correct) for p in scored]
+    b = [bool(p.b.correct) for p in scored]
     diff, se = clustered_mean([float(y) - float(x) for x, y in zip(a, b, strict=True)], items)
     a_only = sum(1 for x, y in zip(a, b, strict=True) if x and not y)
     b_only = sum(1 for x, y in zip(a, b, strict=True) if y and not x)
-    return {
-        "n_scored": len(scored),
-        "n_unscored": len(pairs) - len(scored),
-        "n_items": len(set(items)),
-        "a": arms["a"],
-        "b": arms["b"],
-        "diff": _interval(diff, se, z),
-        "mcnemar": {"a_only_correct": a_only, "b_only_correct": b_only,
-                    "n_discordant": a_only + b_only, "p_value": mcnemar_exact(a_only, b_only)},
-    }
+    return Accuracy(
+        n_scored=len(scored), n_unscored=len(pairs) - len(scored), n_items=len(set(items)),
+        a=_arm_accuracy(a, items, z), b=_arm_accuracy(b, items, z),
+        diff=_interval(diff, se, z),
+        mcnemar=McNemar(a_only_correct=a_only, b_only_correct=b_only,
+                        n_discordant=a_only + b_only, p_value=mcnemar_exact(a_only, b_only)))
 
 
-def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> dict[str, Any]:
-    out: dict[str, Any] = {"accuracy": _accuracy(pairs, z)}
-    rates: dict[str, Any] = {}
+def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> Quality:
+    rates: dict[str, PairedDelta] = {}
     for name in RATE_FIELDS:
-        usable = [p for p in pairs if health_value(p.a, name) is not None
-                  and health_value(p.b, name) is not None]
-        rates[name] = _paired_delta(usable, [float(health_value(p.a, name)) for p in usable],
-                                    [float(health_value(p.b, name)) for p in usable], z)
-    rates["error"] = _paired_delta(
-        all_pairs, [float(sample_errored(p.a)) for p in all_pairs],
-        [float(sample_errored(p.b)) for p in all_pairs], z)
-    out["rates"] = rates
-    return out
+        usable = [p for p in pairs if p.a.health_value(name) is not None
+                  and p.b.health_value(name) is not None]
+        rates[name] = _paired_delta(usable, [float(p.a.health_value(name)) for p in usable],
+                                    [float(p.b.health_value(name)) for p in usable], z)
+    rates["error"] = _paired_delta(all_pairs, [float(p.a.errored) for p in all_pairs],
+                                   [float(p.b.errored) for p in all_pairs], z)
+    return Quality(accuracy=_accuracy(pairs, z), rates=Rates(**rates))
 
 
-def _timing(sample: Mapping[str, Any], metric: str) -> float | None:
-    value = (sample.get("timing") or {}).get(metric)
+def _timing(sample: Sampled, metric: str) -> float | None:
+    value = sample.timing.get(metric)
     if value is None or not math.isfinite(value) or value <= 0:
         return None
     return float(value)
 
 
-def _summary(values: np.ndarray) -> dict[str, float | None]:
+def _summary(values: np.ndarray) -> ArmSpeed:
     if not values.size:
-        return {"mean": None, "median": None}
-    return {"mean": finite(float(values.mean())), "median": finite(float(np.median(values)))}
+        return ArmSpeed(mean=None, median=None)
+    return ArmSpeed(mean=finite(float(values.mean())), median=finite(float(np.median(values))))
 
 
 def _change(new: float | None, old: float | None) -> float | None:
@@ -130,7 +139,7 @@ def _exp(value: float) -> float | None:
 
 
 def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
-                  confidence: float) -> dict[str, Any]:
+                  confidence: float) -> SpeedMetric:
     rows = [(p.item_id, _timing(p.a, metric), _timing(p.b, metric)) for p in pairs]
     usable = [(item, x, y) for item, x, y in rows if x is not None and y is not None]
     xa = np.array([x for _, x, _ in usable], dtype=float)
@@ -143,53 +152,42 @@ def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
     if math.isnan(boot.low) or math.isnan(t_low):
         low = high = math.nan
     arm_a, arm_b = _summary(xa), _summary(xb)
-    return {
-        "higher_is_better": SPEED_METRICS[metric] > 0,
-        "n_pairs": int(xa.size),
-        "n_items": boot.n_items,
-        "a": arm_a,
-        "b": arm_b,
-        "pct_change_mean": _change(arm_b["mean"], arm_a["mean"]),
-        "pct_change_median": _change(arm_b["median"], arm_a["median"]),
-        "log_ratio": {"estimate": finite(boot.estimate), "se": finite(max(boot.se, t_se)),
-                      # spread of the per-item log ratios (host noise: compare/explain.py)
-                      "sd": finite(float(np.std(per_item, ddof=1))) if len(per_item) > 1
-                      else None,
-                      "ci": [finite(low), finite(high)],
-                      "ci_bootstrap": [finite(boot.low), finite(boot.high)],
-                      "ci_t": [finite(t_low), finite(t_high)]},
-        "ratio": {"estimate": _exp(boot.estimate), "ci": [_exp(low), _exp(high)]},
-    }
+    sd = finite(float(np.std(per_item, ddof=1))) if len(per_item) > 1 else None
+    return SpeedMetric(
+        higher_is_better=SPEED_METRICS[metric] > 0, n_pairs=int(xa.size),
+        n_items=boot.n_items, a=arm_a, b=arm_b,
+        pct_change_mean=_change(arm_b.mean, arm_a.mean),
+        pct_change_median=_change(arm_b.median, arm_a.median),
+        log_ratio=LogRatio(estimate=finite(boot.estimate), se=finite(max(boot.se, t_se)),
+                           sd=sd, ci=(finite(low), finite(high)),
+                           ci_bootstrap=(finite(boot.low), finite(boot.high)),
+                           ci_t=(finite(t_low), finite(t_high))),
+        ratio=Ratio(estimate=_exp(boot.estimate), ci=(_exp(low), _exp(high))))
 
 
-def _mde(quality: Mapping[str, Any], speed: Mapping[str, Any], confidence: float,
-         power: float) -> dict[str, Any]:
+def _mde(quality: Quality, speed: Mapping[str, SpeedMetric], confidence: float,
+         power: float) -> Mde:
     z = z_two_sided(confidence)
-    acc = quality["accuracy"]
-    se_d = acc["diff"]["se"]
-    se_a, se_b = acc["a"]["se"], acc["b"]["se"]
+    acc = quality.accuracy
+    se_d = acc.diff.se
+    se_a, se_b = acc.a.se, acc.b.se
     unpaired = math.hypot(se_a, se_b) if se_a is not None and se_b is not None else math.nan
-    n_scored = int(acc["n_scored"])
+    n_scored = int(acc.n_scored or 0)
     discordance_high = None
     if n_scored:
         from scipy import stats as sps  # lazily, as in compare/stats.py
 
-        test = sps.binomtest(int(acc["mcnemar"]["n_discordant"]), n_scored)
+        test = sps.binomtest(int(acc.mcnemar.n_discordant or 0), n_scored)
         discordance_high = float(test.proportion_ci(confidence_level=confidence).high)
-    speed_mde: dict[str, Any] = {}
+    speed_mde: dict[str, float | None] = {}
     for metric, section in speed.items():
-        se = section["log_ratio"]["se"]
+        se = section.log_ratio.se
         log_mde = mde(math.nan if se is None else se, z, power)
         speed_mde[metric] = finite(math.exp(log_mde) - 1.0) if math.isfinite(log_mde) else None
-    return {
-        "confidence": confidence,
-        "power": power,
-        "n_items": acc["n_items"],
-        "accuracy_paired": finite(mde(se_d if se_d is not None else math.nan, z, power)),
-        "accuracy_unpaired": finite(mde(unpaired, z, power)),
-        "discordance_upper": discordance_high,
-        "speed": speed_mde,
-    }
+    return Mde(confidence=confidence, power=power, n_items=acc.n_items,
+               accuracy_paired=finite(mde(se_d if se_d is not None else math.nan, z, power)),
+               accuracy_unpaired=finite(mde(unpaired, z, power)),
+               discordance_upper=discordance_high, speed=speed_mde)
 
 
 def _check_args(seed: int, n_boot: int, confidence: float, power: float) -> None:
@@ -213,8 +211,8 @@ def compare_samples(
     arm_names: tuple[str, str] = ("A", "B"),
     power: float = 0.8,
     allow_unmatched: bool = False,
-) -> dict[str, Any]:
-    """Paired quality, speed, diagnostics and MDE of arm B against arm A (JSON-ready).
+) -> Comparison:
+    """Paired quality, speed, diagnostics and MDE of arm B against arm A.
 
     ``a``/``b`` are ``samples.jsonl`` records. Raises :class:`abgate.errors.AbgateError`
     when a key is in one arm only (unless ``allow_unmatched``) or nothing matches.
@@ -230,18 +228,13 @@ def compare_samples(
     speed = {metric: _speed_metric(live, metric, seed=seed, n_boot=n_boot,
                                    confidence=confidence) for metric in SPEED_METRICS}
     n_items = len({p.item_id for p in live})
-    return {
-        "arms": {"a": arm_names[0], "b": arm_names[1]},
-        "n_pairs": len(pairing.pairs),
-        "n_items": n_items,
-        "n_items_total": len({p.item_id for p in pairing.pairs}),
-        "pairs_per_item": len(live) / n_items if n_items else None,
-        "n_excluded_errors": pairing.n_excluded_errors,
-        "n_unmatched": {"a": len(pairing.only_a), "b": len(pairing.only_b)},
-        "quality": quality,
-        "speed": speed,
-        "diagnostics": diagnostics(live),
-        "mde": _mde(quality, speed, confidence, power),
-        "bootstrap": {"seed": seed, "n_boot": n_boot, "confidence": confidence,
-                      "method": "percentile; items resampled with replacement"},
-    }
+    return Comparison(
+        arms=ArmNames(a=arm_names[0], b=arm_names[1]), n_pairs=len(pairing.pairs),
+        n_items=n_items, n_items_total=len({p.item_id for p in pairing.pairs}),
+        pairs_per_item=len(live) / n_items if n_items else None,
+        n_excluded_errors=pairing.n_excluded_errors,
+        n_unmatched=ArmCounts(a=len(pairing.only_a), b=len(pairing.only_b)),
+        quality=quality, speed=speed, diagnostics=diagnostics(live),
+        mde=_mde(quality, speed, confidence, power),
+        bootstrap=Bootstrap(seed=seed, n_boot=n_boot, confidence=confidence,
+                            method="percentile; items resampled with replacement"))

@@ -14,30 +14,67 @@ from typing import Any
 
 from abgate.errors import AbgateError
 
-__all__ = ["Pair", "Pairing", "health_value", "pair_samples", "sample_errored"]
+__all__ = ["Pair", "Pairing", "Sampled", "pair_samples"]
 
 Sample = Mapping[str, Any]
 
 
-def sample_errored(sample: Sample) -> bool:
-    """True when the engine failed on this request (never scored as a wrong answer)."""
-    health = sample.get("health") or {}
-    return sample.get("finish_reason") == "error" or bool(health.get("error", False))
+def _section(sample: Sample, name: str) -> Mapping[str, Any]:
+    value = sample.get(name)
+    return value if isinstance(value, Mapping) else {}
 
 
-def health_value(sample: Sample, name: str) -> Any:
-    """A field of the sample's ``health`` dict, falling back to the finish reason."""
-    health = sample.get("health") or {}
-    if name in health:
-        return health[name]
-    reason = sample.get("finish_reason")
-    fallback: dict[str, Any] = {
-        "truncated": reason == "length",
-        "natural_stop": reason == "stop",
-        "invalid": False,
-        "error": reason == "error",
-    }
-    return fallback.get(name)
+@dataclass(frozen=True)
+class Sampled:
+    """The fields of one ``samples.jsonl`` record that compare/ reads, taken once by
+    :meth:`of` (the one place this layer reads a sample's keys)."""
+
+    key: Any
+    item_id: Any
+    seed: Any
+    warmup: bool
+    correct: Any  # True/False, None when unscored
+    finish_reason: Any
+    health: Mapping[str, Any]
+    timing: Mapping[str, Any]
+    output_tokens: Any
+    token_ids: Any
+    output_sha: Any
+    prompt_sha: Any
+    prompt_tokens: Any
+    finished_at: Any
+    random_weights: bool
+
+    @classmethod
+    def of(cls, sample: Sample) -> Sampled:
+        output, prompt = _section(sample, "output"), _section(sample, "prompt")
+        return cls(
+            key=sample.get("key"), item_id=sample.get("item_id"), seed=sample.get("seed"),
+            warmup=bool(sample.get("warmup", False)), correct=sample.get("correct"),
+            finish_reason=sample.get("finish_reason"), health=_section(sample, "health"),
+            timing=_section(sample, "timing"), output_tokens=output.get("tokens"),
+            token_ids=output.get("token_ids"), output_sha=output.get("sha256"),
+            prompt_sha=prompt.get("sha256"), prompt_tokens=prompt.get("tokens"),
+            finished_at=sample.get("finished_at"),
+            random_weights=bool(sample.get("random_weights")))
+
+    @property
+    def errored(self) -> bool:
+        """True when the engine failed on this request (never scored as a wrong answer)."""
+        return self.finish_reason == "error" or bool(self.health.get("error", False))
+
+    def health_value(self, name: str) -> Any:
+        """A field of the sample's ``health``, falling back to the finish reason."""
+        if name in self.health:
+            return self.health[name]
+        reason = self.finish_reason
+        fallback: dict[str, Any] = {
+            "truncated": reason == "length",
+            "natural_stop": reason == "stop",
+            "invalid": False,
+            "error": reason == "error",
+        }
+        return fallback.get(name)
 
 
 @dataclass(frozen=True)
@@ -47,12 +84,12 @@ class Pair:
     key: str
     item_id: str
     seed: int | None
-    a: Sample
-    b: Sample
+    a: Sampled
+    b: Sampled
 
     @property
     def errored(self) -> bool:
-        return sample_errored(self.a) or sample_errored(self.b)
+        return self.a.errored or self.b.errored
 
 
 @dataclass(frozen=True)
@@ -73,19 +110,20 @@ class Pairing:
         return sum(1 for p in self.pairs if p.errored)
 
 
-def _key(sample: Sample, index: int, arm: str) -> str:
-    key = sample.get("key")
-    if key is None and sample.get("item_id") is not None:
-        key = f"{sample['item_id']}#{sample.get('seed', 0)}"
+def _key(sample: Sampled, index: int, arm: str) -> str:
+    key = sample.key
+    if key is None and sample.item_id is not None:
+        key = f"{sample.item_id}#{0 if sample.seed is None else sample.seed}"
     if key is None:
         raise AbgateError(f"arm {arm}: sample {index} has neither 'key' nor 'item_id'")
     return str(key)
 
 
-def _by_key(samples: Sequence[Sample], arm: str) -> dict[str, Sample]:
-    found: dict[str, Sample] = {}
-    for index, sample in enumerate(samples):
-        if sample.get("warmup", False):
+def _by_key(samples: Sequence[Sample], arm: str) -> dict[str, Sampled]:
+    found: dict[str, Sampled] = {}
+    for index, raw in enumerate(samples):
+        sample = Sampled.of(raw)
+        if sample.warmup:
             continue
         key = _key(sample, index, arm)
         if key in found:
@@ -99,8 +137,8 @@ def _few(keys: Sequence[str], n: int = 3) -> str:
     return shown + (f" and {len(keys) - n} more" if len(keys) > n else "")
 
 
-def _item_id(key: str, sample: Sample) -> str:
-    item = sample.get("item_id")
+def _item_id(key: str, sample: Sampled) -> str:
+    item = sample.item_id
     return str(item) if item is not None else key.rsplit("#", 1)[0]
 
 
@@ -125,7 +163,7 @@ def pair_samples(
     pairs = []
     for key in sorted(set(by_a) & set(by_b)):
         sa, sb = by_a[key], by_b[key]
-        seed = sa.get("seed")
+        seed = sa.seed
         pairs.append(Pair(key, _item_id(key, sa), None if seed is None else int(seed), sa, sb))
     if not pairs:
         raise AbgateError("no matched (item, seed) pairs to compare")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from abgate.compare.results import ProbeRow, Probes
+
 __all__ = ["REGRESSION", "compare_probes", "probe_results"]
 
 REGRESSION, BOTH_PASS, BOTH_FAIL, FIXED = "regression", "passes in both", "fails in both", "fixed"
@@ -43,7 +45,7 @@ def _status(base: tuple[bool, str] | None, cand: tuple[bool, str] | None) -> str
 
 
 def compare_probes(base: Any, cand: Any, *, base_missing: str | None = None,
-                   cand_missing: str | None = None) -> dict[str, Any]:
+                   cand_missing: str | None = None) -> Probes:
     """The probes section of a comparison. ``base``/``cand`` are ``probes.json``
     documents, or None with the reason in ``*_missing``."""
     parsed = []
@@ -51,16 +53,16 @@ def compare_probes(base: Any, cand: Any, *, base_missing: str | None = None,
                                                                    cand_missing)):
         found = probe_results(doc) if doc is not None else (missing or "no probes.json")
         if isinstance(found, str):
-            return {"measured": False, "reason": f"{arm}: {found}"}
+            return Probes(measured=False, reason=f"{arm}: {found}")
         parsed.append(found)
     base_res, cand_res = parsed
     rows = []
     for name in sorted(set(base_res) | set(cand_res)):
         b, c = base_res.get(name), cand_res.get(name)
-        rows.append({"name": name, "baseline": None if b is None else b[0],
-                     "candidate": None if c is None else c[0],
-                     "baseline_reason": None if b is None else b[1],
-                     "candidate_reason": None if c is None else c[1],
-                     "status": _status(b, c)})
-    return {"measured": True, "rows": rows,
-            "n_regressions": sum(1 for r in rows if r["status"] == REGRESSION)}
+        rows.append(ProbeRow(name=name, baseline=None if b is None else b[0],
+                             candidate=None if c is None else c[0],
+                             baseline_reason=None if b is None else b[1],
+                             candidate_reason=None if c is None else c[1],
+                             status=_status(b, c)))
+    return Probes(measured=True, rows=tuple(rows),
+                  n_regressions=sum(1 for r in rows if r.status == REGRESSION))

@@ -35,10 +35,11 @@ from abgate.compare.agreement import KL_CAP
 from abgate.compare.confseq import betting_bounds, mixture_bounds
 from abgate.compare.gates import FAIL, INCONCLUSIVE, PASS, Gate
 from abgate.compare.paired import SPEED_METRICS
-from abgate.compare.pairing import Pair, health_value, pair_samples, sample_errored
+from abgate.compare.pairing import Pair, pair_samples
 from abgate.compare.policy import Policy
+from abgate.compare.results import Look, Sequential
 
-__all__ = ["sequential_gates", "sequential_section"]
+__all__ = ["sequential_section"]
 
 FloatArray = NDArray[np.float64]
 SPEED, KLD, TOP1 = "speed", "mean_kld", "top1_agreement"
@@ -105,8 +106,7 @@ def _speed_values(pairs: Sequence[Pair], metric: str) -> dict[str, list[float]]:
     sign = float(SPEED_METRICS[metric])
     out: dict[str, list[float]] = {}
     for p in pairs:
-        a, b = _positive((p.a.get("timing") or {}).get(metric)), _positive(
-            (p.b.get("timing") or {}).get(metric))
+        a, b = _positive(p.a.timing.get(metric)), _positive(p.b.timing.get(metric))
         if a is not None and b is not None:
             out.setdefault(p.item_id, []).append(sign * math.log(b / a))
     return out
@@ -117,12 +117,12 @@ def _harm_values(pairs: Sequence[Pair], live: Sequence[Pair], field: str, sign: 
     out: dict[str, list[float]] = {}
     if field == "error":
         for p in pairs:
-            diff = float(sample_errored(p.b)) - float(sample_errored(p.a))
+            diff = float(p.b.errored) - float(p.a.errored)
             out.setdefault(p.item_id, []).append(sign * diff)
         return out
     for p in live:
-        a, b = ((p.a.get("correct"), p.b.get("correct")) if field == "correct"
-                else (health_value(p.a, field), health_value(p.b, field)))
+        a, b = ((p.a.correct, p.b.correct) if field == "correct"
+                else (p.a.health_value(field), p.b.health_value(field)))
         if isinstance(a, int | float) and isinstance(b, int | float):
             out.setdefault(p.item_id, []).append(sign * (float(b) - float(a)))
     return out
@@ -270,10 +270,10 @@ def sequential_section(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping
                        max_items: int | None = None,
                        agreement: Sequence[Mapping[str, Any]] | None = None,
                        speed_only: bool = False,
-                       arm_names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
+                       arm_names: tuple[str, str] = ("A", "B")) -> Sequential:
     """The sequential evaluation of the first items of ``order`` that both arms ran:
     every look, the stopping look (the first with a decided verdict), the gates there
-    (or at the last look), which gate decided and the guarantee. JSON-ready."""
+    (or at the last look), which gate decided and the guarantee."""
     if look_every < 1:
         raise ValueError(f"look_every must be >= 1, got {look_every}")
     pairing = pair_samples(base, cand, arm_names=arm_names, allow_unmatched=True)
@@ -283,29 +283,21 @@ def sequential_section(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping
     n_done, cap = len(order), max_items if max_items is not None else len(order)
     marks = sorted({*range(look_every, n_done + 1, look_every),
                     *([n_done] if n_done >= cap else [])})
-    looks, stop = [], None
+    looks: list[Look] = []
+    stop = None
     for n in marks:
         decision = _look(series, n)
-        looks.append({"n_items": n, "decision": decision})
+        looks.append(Look(n_items=n, decision=decision))
         if decision != "INCONCLUSIVE":
             stop = n
             break
     at = stop if stop is not None else (marks[-1] if marks else 0)
-    decision = looks[-1]["decision"] if looks else "INCONCLUSIVE"
+    decision = _look(series, at) if looks else "INCONCLUSIVE"
     levels = {SPEED: f"{policy.speed.confidence:.0%} two-sided"}
     level = f"one-sided {1 - policy.quality.alpha:.1%}"
-    return {"measured": True, "look_every": look_every, "max_items": cap,
-            "n_items_run": n_done, "looks": looks, "stopped_at": stop,
-            "stopped_early": stop is not None and stop < cap, "n_items": at,
-            "decision": decision, "decided_by": _decided_by(series, at, decision),
-            "guarantee": _guarantee(policy),
-            "gates": [_gate(s, at, levels.get(s.name, level)).to_dict() for s in series]}
-
-
-def sequential_gates(section: Mapping[str, Any]) -> list[Gate]:
-    """The section's gates as :class:`Gate` objects (for the verdict)."""
-    out = []
-    for g in section.get("gates") or []:
-        ci = g.get("ci")
-        out.append(Gate(**{**g, "ci": tuple(ci) if ci is not None else None}))
-    return out
+    return Sequential(measured=True, look_every=look_every, max_items=cap, n_items_run=n_done,
+                      looks=tuple(looks), stopped_at=stop,
+                      stopped_early=stop is not None and stop < cap, n_items=at,
+                      decision=decision, decided_by=tuple(_decided_by(series, at, decision)),
+                      guarantee=_guarantee(policy),
+                      gates=tuple(_gate(s, at, levels.get(s.name, level)) for s in series))

@@ -15,7 +15,7 @@ inconclusive (with the would-be outcome in its evidence), so a handful of items 
 neither accept nor reject. The distribution-agreement gates count the items that were
 scored; lossless and probe gates are not statistical and are never held back.
 
-An arm flagged as running random weights (``comparison["speed_only"]``) gets the
+An arm flagged as running random weights (``comparison.speed_only``) gets the
 sample-size and speed gates only. The first reason names the evidence that decided,
 e.g. ``"REJECT: distribution agreement: mean KLD 0.83 nats ..."``; ``notes`` say which
 evidence was not measured.
@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from abgate.compare.agreement_gates import (
     agreement_gates,
     evidence_notes,
     lossless_gates,
-    measured,
+    measured_agreement,
     probe_gates,
 )
 from abgate.compare.explain import explain_inconclusive
@@ -41,7 +38,6 @@ from abgate.compare.gates import (
     FAIL,
     INCONCLUSIVE,
     PASS,
-    Gate,
     diagnostic_gates,
     quality_gates,
     sample_size_gate,
@@ -49,43 +45,18 @@ from abgate.compare.gates import (
 )
 from abgate.compare.mde import REACH_FACTOR
 from abgate.compare.policy import Policy
-from abgate.compare.sequential import sequential_gates
+from abgate.compare.results import (
+    ACCEPT,
+    EXIT_CODES,
+    INCONCLUSIVE_DECISION,
+    REJECT,
+    Comparison,
+    Gate,
+    Sequential,
+    Verdict,
+)
 
 __all__ = ["ACCEPT", "EXIT_CODES", "INCONCLUSIVE_DECISION", "REJECT", "Verdict", "decide"]
-
-ACCEPT, REJECT, INCONCLUSIVE_DECISION = "ACCEPT", "REJECT", "INCONCLUSIVE"
-EXIT_CODES = {ACCEPT: 0, REJECT: 1, INCONCLUSIVE_DECISION: 3}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The decision, every gate behind it, and the sentences that explain it."""
-
-    decision: str
-    gates: tuple[Gate, ...]
-    reasons: tuple[str, ...]
-    more_samples_needed: int | None
-    policy: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    explanation: str | None = None  # INCONCLUSIVE: why, in one line (compare/explain.py)
-
-    @property
-    def exit_code(self) -> int:
-        """0 ACCEPT, 1 REJECT, 3 INCONCLUSIVE (2 is reserved for usage errors)."""
-        return EXIT_CODES[self.decision]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "decision": self.decision,
-            "exit_code": self.exit_code,
-            "reasons": list(self.reasons),
-            "more_samples_needed": self.more_samples_needed,
-            "gates": [gate.to_dict() for gate in self.gates],
-            "policy": dict(self.policy),
-            "notes": list(self.notes),
-            "explanation": self.explanation,
-        }
-
 
 # The evidence a decision names first, most direct first; a gate's label in reasons.
 _PRIORITY = ("sample_size", "lossless_outputs", "lossless_kld", "mean_kld", "top1_agreement",
@@ -156,41 +127,47 @@ def _inconclusive_reasons(open_gates: list[Gate], more: int | None, pairs_per_it
     return reasons
 
 
-def _sequential_gates(comparison: Mapping[str, Any], section: Mapping[str, Any],
+def _sequential_gates(comparison: Comparison, section: Sequential,
                       policy: Policy) -> tuple[Gate, ...]:
     """A sequential A/B: the anytime-valid gates at the stopping look (they need no
     ``min_items``: the sample-size gate records the items the sequence used), then the
     non-statistical gates as in a fixed-N verdict."""
-    n = int(section.get("n_items") or 0)
+    n = int(section.n_items or 0)
     size = Gate("sample_size", "items in the sequence at the stopping look", None, float(n),
                 None, PASS, f"{n} items looked at sequentially (every "
-                f"{section.get('look_every')}, at most {section.get('max_items')}).")
-    gates = sequential_gates(section)
-    if comparison.get("speed_only"):
+                f"{section.look_every}, at most {section.max_items}).")
+    gates = section.gates
+    if comparison.speed_only:
         return (size, *gates)
     return (size, *gates, *diagnostic_gates(comparison, policy),
             *lossless_gates(comparison, policy), *probe_gates(comparison))
 
 
-def _gates(comparison: Mapping[str, Any], policy: Policy) -> tuple[Gate, ...]:
-    section = measured(comparison, "sequential")
+def _measured_sequential(comparison: Comparison) -> Sequential | None:
+    section = comparison.sequential
+    return section if section is not None and section.measured else None
+
+
+def _gates(comparison: Comparison, policy: Policy) -> tuple[Gate, ...]:
+    section = _measured_sequential(comparison)
     if section is not None:
         return _sequential_gates(comparison, section, policy)
-    n_items = int(comparison["n_items"])
-    speed_only = bool(comparison.get("speed_only"))
+    n_items = int(comparison.n_items or 0)
+    speed_only = bool(comparison.speed_only)
     statistical = [speed_gate(comparison, policy)]
     if not speed_only:
         statistical += quality_gates(comparison, policy)
     # The error-rate gate also counts the items whose every pair errored.
-    n_total = int(comparison.get("n_items_total", n_items))
+    n_total = int(n_items if comparison.n_items_total is None else comparison.n_items_total)
     statistical = [
         _hold_back(g, n_total if g.name == "error_rate" else n_items, policy.min_items)
         for g in statistical
     ]
     if speed_only:
         return (sample_size_gate(comparison, policy), *statistical)
-    agreement = measured(comparison, "agreement") or {}
-    scored = [_hold_back(g, int(agreement.get("n_items") or 0), policy.min_items)
+    agreement = measured_agreement(comparison)
+    scored_items = int(agreement.n_items or 0) if agreement is not None else 0
+    scored = [_hold_back(g, scored_items, policy.min_items)
               for g in agreement_gates(comparison, policy)]
     decide = policy.diagnostics.decide  # False: identity and length never decide
     return (sample_size_gate(comparison, policy), *statistical,
@@ -198,13 +175,12 @@ def _gates(comparison: Mapping[str, Any], policy: Policy) -> tuple[Gate, ...]:
             *(lossless_gates(comparison, policy) if decide else []), *probe_gates(comparison))
 
 
-def _reported_only(comparison: Mapping[str, Any], policy: Policy) -> list[str]:
+def _reported_only(comparison: Comparison, policy: Policy) -> list[str]:
     """With ``[diagnostics] decide = false``: the identity evidence, reported only."""
-    if policy.diagnostics.decide or comparison.get("speed_only"):
+    if policy.diagnostics.decide or comparison.speed_only:
         return []
-    diag = comparison.get("diagnostics") or {}
-    same = (diag.get("identical_outputs") or {}).get("text")
-    change = (diag.get("output_tokens") or {}).get("mean_abs_diff")
+    same = comparison.diagnostics.identical_outputs.text
+    change = comparison.diagnostics.output_tokens.mean_abs_diff
     notes = [f"Reported, not deciding (policy {policy.name!r}: identity and length never "
              f"reject alone): {same or 'n/a'} pairs token-identical; mean absolute length "
              f"change {'n/a' if change is None else f'{change:.1f}'} tokens per pair."]
@@ -213,30 +189,30 @@ def _reported_only(comparison: Mapping[str, Any], policy: Policy) -> list[str]:
     return notes
 
 
-def _notes(comparison: Mapping[str, Any], policy: Policy) -> tuple[str, ...]:
+def _notes(comparison: Comparison, policy: Policy) -> tuple[str, ...]:
     """How a sequential A/B stopped, evidence not measured, evidence reported but not
     deciding, and the differences between the arms a reader must not miss
     (``difference_warnings``)."""
-    warnings = tuple(str(w) for w in comparison.get("difference_warnings") or [])
-    seq = measured(comparison, "sequential")
+    warnings = tuple(str(w) for w in comparison.difference_warnings)
+    seq = _measured_sequential(comparison)
     head: tuple[str, ...] = ()
     if seq is not None:
-        when = (f"stopped early after {seq['stopped_at']} of at most {seq['max_items']} "
-                f"items, decided by {', '.join(seq['decided_by'])}"
-                if seq.get("stopped_early") else
-                f"looked at every {seq['look_every']} items up to {seq['n_items']}")
-        head = (f"Sequential A/B: {when}; guarantee: {seq['guarantee']}.",)
-    if comparison.get("speed_only"):
-        return (*head, f"Quality gates skipped: {comparison['speed_only']}.", *warnings)
+        when = (f"stopped early after {seq.stopped_at} of at most {seq.max_items} "
+                f"items, decided by {', '.join(seq.decided_by)}"
+                if seq.stopped_early else
+                f"looked at every {seq.look_every} items up to {seq.n_items}")
+        head = (f"Sequential A/B: {when}; guarantee: {seq.guarantee}.",)
+    if comparison.speed_only:
+        return (*head, f"Quality gates skipped: {comparison.speed_only}.", *warnings)
     return (*head, *evidence_notes(comparison), *_reported_only(comparison, policy),
             *warnings)
 
 
-def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
+def decide(comparison: Comparison, policy: Policy) -> Verdict:
     """Apply ``policy`` to a :func:`abgate.compare.compare_samples` result (with the
-    optional ``agreement``, ``probes``, ``expect`` and ``speed_only`` entries)."""
-    n_items = int(comparison["n_items"])
-    pairs_per_item = float(comparison.get("pairs_per_item") or 1.0)
+    optional ``agreement``, ``probes``, ``expect`` and ``speed_only`` extras)."""
+    n_items = int(comparison.n_items or 0)
+    pairs_per_item = float(comparison.pairs_per_item or 1.0)
     gates = _gates(comparison, policy)
     failed = [gate for gate in gates if gate.outcome == FAIL]
     open_gates = [gate for gate in gates if gate.outcome == INCONCLUSIVE]
@@ -255,15 +231,15 @@ def decide(comparison: Mapping[str, Any], policy: Policy) -> Verdict:
         decision = INCONCLUSIVE_DECISION
         more = _more_samples(open_gates, pairs_per_item)
         reasons = _inconclusive_reasons(open_gates, more, pairs_per_item, n_items)
-        seq = measured(comparison, "sequential")
+        seq = _measured_sequential(comparison)
         if seq is not None:
             reasons = [*_headline(INCONCLUSIVE_DECISION, open_gates),
                        f"Sequential: no gate failed and not every gate passed after "
-                       f"{seq.get('n_items')} items (at most {seq.get('max_items')})."]
+                       f"{seq.n_items} items (at most {seq.max_items})."]
     notes = _notes(comparison, policy)
     explanation = None
     if decision == INCONCLUSIVE_DECISION:
-        explanation = explain_inconclusive([g.to_dict() for g in gates], comparison, policy,
-                                           more, notes)
-    return Verdict(decision, tuple(gates), tuple(reasons), more, policy.to_dict(), notes,
-                   explanation)
+        explanation = explain_inconclusive(gates, comparison, policy, more, notes)
+    return Verdict(decision=decision, exit_code=EXIT_CODES[decision], reasons=tuple(reasons),
+                   more_samples_needed=more, gates=tuple(gates), policy=policy.to_dict(),
+                   notes=notes, explanation=explanation)

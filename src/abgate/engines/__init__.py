@@ -20,7 +20,7 @@ VLLM_HINT = "pip install 'abgate[vllm]' (on a machine vLLM supports)"
 
 @engine("llamacpp")
 def _llamacpp() -> EngineAdapter:
-    from abgate.engines import llamacpp as m
+    from abgate.engines.llamacpp import engine as m
 
     return EngineAdapter("llamacpp", m.ARG_SPECS, m.resolve_model, m.load,
                          check_args=m.check_args, in_process=True,
@@ -29,7 +29,7 @@ def _llamacpp() -> EngineAdapter:
 
 @engine("openai")
 def _openai() -> EngineAdapter:
-    from abgate.engines import openai_compat as m
+    from abgate.engines.openai import engine as m
 
     return EngineAdapter("openai", m.ARG_SPECS, m.resolve_model, m.load,
                          check_options=m.check_options)
@@ -37,7 +37,7 @@ def _openai() -> EngineAdapter:
 
 @engine("vllm")
 def _vllm() -> EngineAdapter:
-    from abgate.engines import vllm as m
+    from abgate.engines.vllm import engine as m
 
     return EngineAdapter("vllm", m.ARG_SPECS, m.resolve_model, m.load,
                          check_options=m.check_options, requires=(("vllm", VLLM_HINT),))
@@ -45,8 +45,8 @@ def _vllm() -> EngineAdapter:
 
 @engine("transformers")
 def _transformers() -> EngineAdapter:
-    from abgate.engines import transformers as m
-    from abgate.engines import transformers_options as o
+    from abgate.engines.transformers import engine as m
+    from abgate.engines.transformers import options as o
 
     hint = "pip install 'abgate[transformers]'"
     return EngineAdapter("transformers", o.ARG_SPECS, o.resolve_model, m.load,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -209,6 +209,10 @@ class Engine(ABC):
     #: Set by ``close()`` of engines that start processes: the verified-cleanup evidence
     #: (no surviving processes, port free, GPU memory back) that the record keeps.
     cleanup_evidence: dict[str, Any] | None = None
+    #: Env the engine's own processes were started with beyond abgate's (vLLM and
+    #: launched servers: NVLink multicast off, :mod:`abgate.engines.shared.multicast`); the
+    #: runner applies it around work on the engine, so the env snapshot records it.
+    process_env: Mapping[str, str] = {}
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest],

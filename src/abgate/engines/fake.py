@@ -25,6 +25,7 @@ this process SIGKILL), ``hang_at`` (that request sleeps ``hang_s`` real seconds)
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import signal
@@ -50,8 +51,10 @@ from abgate.engines.base import (
     TokenScores,
     one_at_a_time,
 )
-from abgate.engines.logits import scores_from_logits
+from abgate.engines.shared.logits import scores_from_logits
 from abgate.errors import UsageError
+
+log = logging.getLogger("abgate.engine.fake")
 
 NAME = "fake"
 BOS, EOS, VOCAB = 256, 257, 258
@@ -261,6 +264,7 @@ class FakeEngine(Engine):
             raise KeyboardInterrupt(f"fake engine: crash after {crash_after} requests")
         self.served += 1
         if self.cfg["hang_at"] == self.served:
+            log.info("fake engine: request %d hangs for %.0f s", self.served, self.cfg["hang_s"])
             time.sleep(self.cfg["hang_s"])
         if _unit("error", self.cfg["seed"], prompt, p.seed) < self.cfg["error_rate"]:
             return "fake engine: injected error"

@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.analyze import arm_extras, arm_samples, compare_arm, random_weights
+from abgate.ab.recorded import ab_view
 from abgate.compare import load_policy
 from abgate.compare.agreement import not_measured
 from abgate.compare.drift import configuration, drift
+from abgate.compare.pairing import Sampled
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.imports import import_samples, read_import
 from abgate.ledger.store import Ledger
 from abgate.runner import records as rec
-from abgate.runner.documents import read_record
+from abgate.runner.documents import AbRecord, RunRecord, read_record
 
 # The measured figures of docs/statistics.md ("Sequential A/A"), quoted, not re-derived.
 SEQUENTIAL_AA = (
@@ -86,25 +88,26 @@ def resolve(text: str, ledger: Ledger | None = None) -> Ref:
         entry = read_import(path)
         return Ref(text, path, samples=import_samples(path), started_at=entry.started_at)
     if (path / "ab.json").exists():
-        ab = read_record(path / "ab.json")
-        arms = list((ab.get("experiment") or {}).get("arms") or {})
+        ab = read_record(path / "ab.json", "ab", model=AbRecord)
+        arms = list(ab.experiment.arms)
         if arm is None or arm not in arms:
             what = "name an arm" if arm is None else f"no arm {arm!r}"
             raise UsageError(f"{text}: {what} of this A/B: "
                              + ", ".join(f"{head}:{a}" for a in arms))
-        doc = read_record(path / "arms" / arm / rec.RUN_FILE)
-        return Ref(text, path, arm, ab, arm_samples(path, arm), doc.get("started_at"),
-                   doc.get("ended_at"), doc)
+        doc = read_record(path / "arms" / arm / rec.RUN_FILE, model=RunRecord)
+        return Ref(text, path, arm, ab.to_dict(), arm_samples(path, arm), doc.started_at,
+                   doc.ended_at, doc.to_dict())
     if (path / rec.RUN_FILE).exists():
         if arm is not None:
             raise UsageError(f"{text}: {path} is a run, not an A/B; drop ':{arm}'")
-        doc = read_record(path / rec.RUN_FILE)
-        if doc["kind"] != "run":
-            raise UsageError(f"{text}: a {doc['kind']} directory has no paired samples to "
+        run = read_record(path / rec.RUN_FILE)
+        if not isinstance(run, RunRecord) or run.kind != "run":
+            raise UsageError(f"{text}: a {run.kind} directory has no paired samples to "
                              "compare (compare runs, A/B arms or imported samples)")
-        samples = [s for s in rec.read_samples(path / rec.SAMPLES_FILE) if not s.get("warmup")]
-        return Ref(text, path, samples=samples, started_at=doc.get("started_at"),
-                   ended_at=doc.get("ended_at"), record=doc)
+        samples = [s for s in rec.read_samples(path / rec.SAMPLES_FILE)
+                   if not Sampled.of(s).warmup]
+        return Ref(text, path, samples=samples, started_at=run.started_at,
+                   ended_at=run.ended_at, record=run.to_dict())
     raise UsageError(f"{text}: not a run directory, ABDIR:ARM, lm-eval samples file or "
                      "vllm bench result")
 
@@ -112,16 +115,15 @@ def resolve(text: str, ledger: Ledger | None = None) -> Ref:
 def _prompt_mismatches(a: Sequence[Mapping[str, Any]],
                        b: Sequence[Mapping[str, Any]]) -> list[str]:
     """Keys whose recorded prompt (token SHA-256, or token count) differs."""
-    by_key = {s.get("key"): s for s in b}
+    by_key = {s.key: s for s in map(Sampled.of, b)}
     bad = []
-    for s in a:
-        other = by_key.get(s.get("key"))
+    for s in map(Sampled.of, a):
+        other = by_key.get(s.key)
         if other is None:
             continue
-        for field_ in ("sha256", "tokens"):
-            x, y = (s.get("prompt") or {}).get(field_), (other.get("prompt") or {}).get(field_)
+        for x, y in ((s.prompt_sha, other.prompt_sha), (s.prompt_tokens, other.prompt_tokens)):
             if x is not None and y is not None and x != y:
-                bad.append(str(s.get("key")))
+                bad.append(str(s.key))
                 break
     return bad
 
@@ -160,25 +162,26 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
     warning = None
     if _same_ab(a, b):
         assert a.ab is not None and a.arm is not None and b.arm is not None
-        exp = a.ab["experiment"]
-        policy = load_policy(policy_path if policy_path is not None else exp.get("policy"))
-        schedule = (a.ab.get("schedule") or {}).get("mode")
-        interleaved = f"yes: arms of one A/B ({schedule} schedule)"
-        if a.arm == exp["baseline"]:
-            extras = arm_extras(a.path, a.ab, b.arm, a.arm, policy.speed.confidence,
+        ab = ab_view(a.ab, str(a.path / "ab.json"))
+        exp = ab.experiment
+        policy = load_policy(policy_path if policy_path is not None else exp.policy)
+        interleaved = f"yes: arms of one A/B ({ab.schedule.mode} schedule)"
+        if a.arm == exp.baseline:
+            extras = arm_extras(a.path, ab, b.arm, a.arm, policy.speed.confidence,
                                 {a.arm: a.samples, b.arm: b.samples})
         else:
-            extras = {"expect": exp.get("expect", "lossy"),
-                      "speed_only": random_weights(a.ab, a.arm, a.samples)
-                      or random_weights(a.ab, b.arm, b.samples),
+            extras = {"expect": exp.expect,
+                      "speed_only": random_weights(ab, a.arm, a.samples)
+                      or random_weights(ab, b.arm, b.samples),
                       "agreement": not_measured(f"agreement is scored against the A/B's "
-                                                f"baseline {exp['baseline']!r} only")}
+                                                f"baseline {exp.baseline!r} only")}
     else:
         policy = load_policy(policy_path)
         interleaved = "no: recorded separately"
         warning = SEQUENTIAL_WARNING.format(a=a.label, b=b.label,
                                             when=f"A {_when(a)}, B {_when(b)}")
-        flagged = [r.label for r in (a, b) if any(s.get("random_weights") for s in r.samples)]
+        flagged = [r.label for r in (a, b)
+                   if any(Sampled.of(s).random_weights for s in r.samples)]
         extras = {"expect": "lossy",
                   "speed_only": (f"{flagged[0]} runs random weights (its samples say so), "
                                  "speed only") if flagged else None,
@@ -189,8 +192,8 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
                              n_boot=n_boot)
     except AbgateError as exc:  # unpairable input: exit 2, never 1 (which means REJECT)
         raise UsageError(f"{a.label} vs {b.label}: {exc}") from None
-    decision = result["verdict"]["decision"]
+    decision = str(result.verdict.decision)
     return {"kind": "ledger-compare", "a": a.label, "b": b.label, "arm_names": list(names),
             "interleaved": interleaved, "warning": warning, "policy": policy.to_dict(),
             "configuration": configuration_drift(a, b, allow_diff),
-            **result, "decision": decision, "exit_code": EXIT_CODES[decision]}
+            **result.to_json(), "decision": decision, "exit_code": EXIT_CODES[decision]}

@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field
 
 from abgate.compare.stats import clustered_mean
 from abgate.identity import digest_json
+from abgate.runner.samples import Sample
+from abgate.runner.sections import Distribution
 from abgate.runner.summary import SPEED_FIELDS
 from abgate.scoring.health import clustered_accuracy
 
@@ -76,25 +78,26 @@ def _rate(x: Any) -> float | None:
     return float(x) if isinstance(x, bool) else _number(x)
 
 
-def sample_metrics(samples: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Quality and speed metrics of one configuration's (non-warm-up) samples."""
-    live = [s for s in samples if not s.get("warmup")]
+def sample_metrics(samples: Sequence[Sample | Mapping[str, Any]]
+                   ) -> dict[str, dict[str, Any]]:
+    """Quality and speed metrics of one configuration's (non-warm-up) samples (abgate's
+    own, or an import's in the same shape)."""
+    typed = [s if isinstance(s, Sample) else Sample.model_validate(s) for s in samples]
+    live = [s for s in typed if s.measured]
     out: dict[str, dict[str, Any]] = {}
-    scored = [s for s in live if s.get("correct") is not None]
+    scored = [(s.correct, str(s.item_id)) for s in live if s.correct is not None]
     if scored:
-        acc, se = clustered_accuracy([bool(s["correct"]) for s in scored],
-                                     [str(s.get("item_id")) for s in scored])
+        acc, se = clustered_accuracy([bool(c) for c, _ in scored], [i for _, i in scored])
         out["accuracy"] = metric(acc, se, len(scored))
     for name, field in QUALITY_RATES.items():
-        pairs = [(v, str(s.get("item_id"))) for s in live
-                 if (v := _rate((s.get("health") or {}).get(field))) is not None]
+        pairs = [(v, str(s.item_id)) for s in live
+                 if (v := _rate(s.health.to_dict().get(field))) is not None]
         if pairs:
             mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
             out[name] = metric(mean, se, len(pairs))
     for field in SPEED_FIELDS:
-        pairs = [(v, str(s.get("item_id"))) for s in live
-                 if (v := _number((s.get("timing") or {}).get(field))) is not None
-                 and math.isfinite(v)]
+        pairs = [(v, str(s.item_id)) for s in live
+                 if (v := _number(s.timing.get(field))) is not None and math.isfinite(v)]
         if pairs:
             mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
             out[field] = metric(mean, se, len(pairs))
@@ -106,10 +109,11 @@ def distribution_metrics(speed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     mean is ``cv * mean / sqrt(n)``."""
     out: dict[str, dict[str, Any]] = {}
     for field in SPEED_FIELDS:
-        d = speed.get(field)
-        if not isinstance(d, Mapping):
+        found = speed.get(field)
+        if not isinstance(found, Mapping):
             continue
-        mean, cv, n = _number(d.get("mean")), _number(d.get("cv")), int(d.get("n") or 0)
+        d = Distribution.model_validate(found)
+        mean, cv, n = _number(d.mean), _number(d.cv), d.n
         if mean is None:
             continue
         se = cv * abs(mean) / math.sqrt(n) if cv is not None and n > 1 else None

@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from abgate.errors import UsageError
 from abgate.ledger.store import Ledger
 from abgate.runner.summary import SPEED_FIELDS
@@ -31,6 +33,37 @@ from abgate.runner.summary import SPEED_FIELDS
 Z = 1.96
 DEFAULT_MIN_CHANGE = 0.02
 SERIES_KEYS = ("engine", "model", "config_digest", "workload_digest", "suite")
+
+
+class MetricValue(BaseModel):
+    """One metric of a unit as the ledger stores it (``entries.metric``)."""
+
+    value: float | None = None
+    se: float | None = None
+    n: int | None = None
+
+
+class UnitRow(BaseModel):
+    """A ledger unit joined with its record (``Ledger.units``)."""
+
+    record_id: str
+    name: str
+    path: str
+    kind: str
+    started_at: float | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    status: str | None = None
+    missing_since: float | str | None = None
+    engine: str | None = None
+    model: str | None = None
+    config_digest: str | None = None
+    workload_digest: str | None = None
+    suite: str | None = None
+    metrics: dict[str, MetricValue] = {}
+
+    def series_key(self) -> tuple[Any, ...]:
+        return (self.engine, self.model, self.config_digest, self.workload_digest, self.suite)
 
 
 @dataclass
@@ -118,28 +151,27 @@ def history(ledger: Ledger, metric: str, *, model: str | None = None,
             engine: str | None = None, config: str | None = None, suite: str | None = None,
             workload: str | None = None, unit: str | None = None, all_status: bool = False,
             min_change: float = DEFAULT_MIN_CHANGE) -> History:
-    rows = ledger.units(model=model, engine=engine, config_digest=config, suite=suite,
-                        workload_digest=workload, name=unit,
-                        status=None if all_status else "complete")
+    rows = [UnitRow.model_validate(r) for r in ledger.units(
+        model=model, engine=engine, config_digest=config, suite=suite,
+        workload_digest=workload, name=unit, status=None if all_status else "complete")]
     if not rows:
         raise UsageError("no recorded runs match these filters (abgate ledger ls lists them)")
-    if not any(metric in r["metrics"] for r in rows):
-        names = sorted({m for r in rows for m in r["metrics"]})
+    if not any(metric in r.metrics for r in rows):
+        names = sorted({m for r in rows for m in r.metrics})
         raise UsageError(f"no matching run records metric {metric!r}; recorded: "
                          + ", ".join(names))
     by_key: dict[tuple[Any, ...], Series] = {}
     for r in rows:
-        m = r["metrics"].get(metric)
+        m = r.metrics.get(metric)
         if m is None:
             continue
-        key = tuple(r[k] for k in SERIES_KEYS)
+        key = r.series_key()
         series = by_key.setdefault(key, Series(dict(zip(SERIES_KEYS, key, strict=True))))
         series.points.append(Point(
-            record_id=r["record_id"], unit=r["name"], path=r["path"], kind=r["kind"],
-            started_at=r["started_at"], git_commit=r["git_commit"],
-            git_dirty=None if r["git_dirty"] is None else bool(r["git_dirty"]),
-            status=r["status"], missing=r["missing_since"] is not None, value=m.get("value"),
-            se=m.get("se"), n=int(m.get("n") or 0)))
+            record_id=r.record_id, unit=r.name, path=r.path, kind=r.kind,
+            started_at=r.started_at, git_commit=r.git_commit, git_dirty=r.git_dirty,
+            status=r.status, missing=r.missing_since is not None, value=m.value,
+            se=m.se, n=m.n or 0))
     speed = metric in SPEED_FIELDS
     for series in by_key.values():
         for prev, cur in zip(series.points, series.points[1:], strict=False):

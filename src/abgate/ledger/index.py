@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.decision import read_decisions
+from abgate.compare.results import read_comparison_doc
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.integrity import verify_seal
@@ -31,55 +32,61 @@ from abgate.ledger.imports import read_import
 from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
 from abgate.runner import records as rec
-from abgate.runner.documents import read_record
+from abgate.runner.documents import (
+    AbRecord,
+    AnyRecord,
+    BaselineRecord,
+    BenchRecord,
+    BenchSummary,
+    RunRecord,
+    SpecRecord,
+    read_document,
+    read_record,
+)
+from abgate.runner.samples import Sample, load_samples
+from abgate.runner.sections import GitState, ModelRef
 
 log = logging.getLogger("abgate.ledger")
 RUN_WORKLOAD = ("suite", "selection", "item_ids", "seeds", "sampling", "prompt")
 BENCH_WORKLOAD = ("output_len", "warmup", "repeats", "prompt_seed", "sampling")
 
 
-def _get(doc: Any, *keys: str) -> Any:
-    for key in keys:
-        doc = doc.get(key) if isinstance(doc, Mapping) else None
-    return doc
-
-
-def _header(doc: Mapping[str, Any], kind: str, path: Path, digest: Any) -> Entry:
-    git = doc.get("git") or {}
-    host = _get(doc, "host", "hostname")
+def _header(doc: AnyRecord, path: Path, digest: str) -> Entry:
+    git = doc.git or GitState()
+    host = doc.host.hostname
     return Entry(
-        id=json_sha256({"kind": kind, "started_at": doc.get("started_at"), "host": host,
+        id=json_sha256({"kind": doc.kind, "started_at": doc.started_at, "host": host,
                         "digest": digest}),
-        kind=kind, path=str(path.resolve()), status=doc.get("status"),
-        started_at=doc.get("started_at"), ended_at=doc.get("ended_at"),
-        git_commit=git.get("commit"), git_tree=git.get("tree"), git_dirty=git.get("dirty"),
-        git_diff_sha256=git.get("diff_sha256"), host=host,
-        abgate_version=doc.get("abgate_version"))
+        kind=doc.kind, path=str(path.resolve()), status=doc.status,
+        started_at=doc.started_at, ended_at=doc.ended_at,
+        git_commit=git.commit, git_tree=git.tree, git_dirty=git.dirty,
+        git_diff_sha256=git.diff_sha256, host=host, abgate_version=doc.abgate_version)
 
 
-def _engine_facts(doc: Mapping[str, Any]) -> dict[str, Any]:
-    spec = doc.get("spec") or {}
-    engine = _get(doc, "engine", "name") or spec.get("engine")
-    return {"engine": engine, "engine_version": _get(doc, "engine", "version"),
-            "model": _get(spec, "model", "path"), "model_sha256": _get(spec, "model", "sha256"),
-            "config_digest": config_digest(engine, _get(doc, "engine", "effective_config"),
-                                           spec.get("resolved_engine_args"))}
+def _engine_facts(doc: SpecRecord) -> dict[str, Any]:
+    spec, loaded = doc.spec, doc.engine
+    model = spec.model or ModelRef()
+    engine = (loaded.name if loaded else None) or spec.engine
+    return {"engine": engine, "engine_version": loaded.version if loaded else None,
+            "model": model.path, "model_sha256": model.sha256,
+            "config_digest": config_digest(engine, loaded.effective_config if loaded else None,
+                                           spec.resolved_engine_args)}
 
 
-def run_unit(doc: Mapping[str, Any], samples: Sequence[Mapping[str, Any]],
-             name: str = "") -> Unit:
+def run_unit(doc: RunRecord, samples: Sequence[Sample], name: str = "") -> Unit:
     """A run (or an A/B arm) as a unit: its engine facts, workload and sample metrics."""
-    spec = doc.get("spec") or {}
-    live = [s for s in samples if not s.get("warmup")]
-    return Unit(name=name, **_engine_facts(doc), suite=_get(spec, "suite", "name"),
-                workload_digest=workload_digest(spec, RUN_WORKLOAD), n=len(live),
+    live = [s for s in samples if s.measured]
+    return Unit(name=name, **_engine_facts(doc),
+                suite=doc.spec.suite.name if doc.spec.suite else None,
+                workload_digest=workload_digest(doc.spec.to_dict(), RUN_WORKLOAD), n=len(live),
                 metrics=sample_metrics(live))
 
 
-def _cases(doc: Mapping[str, Any], cases: Any) -> list[Unit]:
-    spec = doc.get("spec") or {}
+def _cases(doc: SpecRecord, cases: Sequence[Mapping[str, Any]]) -> list[Unit]:
+    """One unit per bench case (a case is the bench's own free object)."""
+    spec = doc.spec.to_dict()
     units = []
-    for case in cases if isinstance(cases, list) else []:
+    for case in cases:
         name = f"in{case.get('input_len')}/out{case.get('output_len')}"
         units.append(Unit(name=name, **_engine_facts(doc), suite="bench",
                           workload_digest=workload_digest(
@@ -92,51 +99,49 @@ def _cases(doc: Mapping[str, Any], cases: Any) -> list[Unit]:
 
 
 def _run_dir(path: Path) -> Entry:
-    doc = read_record(path / rec.RUN_FILE)
-    kind = doc["kind"]
-    if kind == "ab-arm":
+    doc = read_record(path / rec.RUN_FILE, "run", "ab-arm", "bench")
+    if doc.kind == "ab-arm":
         raise UsageError(f"{path} is one arm of an A/B; add the A/B directory "
                          f"({path.parent.parent})")
-    entry = _header(doc, kind, path, doc.get("spec_digest"))
-    if kind == "bench":
-        summary = rec.read_json(path / rec.SUMMARY_FILE) \
-            if (path / rec.SUMMARY_FILE).exists() else {}
-        entry.units = _cases(doc, summary.get("cases"))
+    assert isinstance(doc, RunRecord | BenchRecord)
+    entry = _header(doc, path, doc.spec_digest)
+    if isinstance(doc, BenchRecord):
+        entry.units = _cases(doc, read_document(path / rec.SUMMARY_FILE, BenchSummary).cases
+                             if (path / rec.SUMMARY_FILE).exists() else [])
     else:
-        entry.units = [run_unit(doc, rec.read_samples(path / rec.SAMPLES_FILE))]
+        entry.units = [run_unit(doc, load_samples(path / rec.SAMPLES_FILE))]
     return entry
 
 
 def _ab_dir(path: Path) -> Entry:
-    doc = read_record(path / "ab.json")
-    entry = _header(doc, "ab", path, doc.get("digest"))
-    for arm in _get(doc, "experiment", "arms") or {}:
+    doc = read_record(path / "ab.json", "ab", model=AbRecord)
+    entry = _header(doc, path, doc.digest)
+    for arm in doc.experiment.arms:
         arm_dir = path / "arms" / arm
         if not (arm_dir / rec.RUN_FILE).exists():
             continue
-        arm_doc = read_record(arm_dir / rec.RUN_FILE)
-        entry.units.append(run_unit(arm_doc, rec.read_samples(arm_dir / rec.SAMPLES_FILE),
+        arm_doc = read_record(arm_dir / rec.RUN_FILE, "ab-arm", model=RunRecord)
+        entry.units.append(run_unit(arm_doc, load_samples(arm_dir / rec.SAMPLES_FILE),
                                     name=arm))
     comparison_path = path / "comparison.json"
     if comparison_path.exists():
-        comparison = rec.read_json(comparison_path)
-        entry.decision = comparison.get("decision")
-        entry.verdicts = {"baseline": comparison.get("baseline"), "arms": {
-            arm: _get(c, "verdict", "decision")
-            for arm, c in (comparison.get("comparisons") or {}).items()}}
+        comparison = read_comparison_doc(rec.read_json(comparison_path), str(comparison_path))
+        entry.decision = comparison.decision
+        entry.verdicts = {"baseline": comparison.baseline, "arms": {
+            arm: c.verdict.decision for arm, c in comparison.comparisons.items()}}
     decisions = read_decisions(path)
     if decisions:  # the engineer's latest decision beside the machine's
         latest = decisions[-1]
-        entry.verdicts["human"] = {k: latest.get(k) for k in (
-            "decision", "relation", "machine_verdict", "arm", "by", "decided_at", "why")}
+        entry.verdicts["human"] = latest.model_dump(include={
+            "decision", "relation", "machine_verdict", "arm", "by", "decided_at", "why"})
     return entry
 
 
 def _baseline_dir(path: Path) -> Entry:
-    doc = read_record(path / "baseline.json")
-    verify_seal(path / "baseline.json", doc)
-    entry = _header(doc, "baseline", path, doc.get("spec_digest"))
-    entry.units = _cases(doc, doc.get("cases"))
+    doc = read_record(path / "baseline.json", "baseline", model=BaselineRecord)
+    verify_seal(path / "baseline.json", rec.read_json(path / "baseline.json"))
+    entry = _header(doc, path, doc.spec_digest)
+    entry.units = _cases(doc, doc.cases)
     return entry
 
 

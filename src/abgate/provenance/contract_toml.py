@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from abgate.errors import UsageError, did_you_mean
 from abgate.provenance.libmaps import MODES
 from abgate.redact import redact_env
+from abgate.tomlfile import read_toml
 
 _TOP_KEYS = ("name", "engine", "description", "settings", "engine_args", "env", "libraries")
 _SECTION_KEYS = {
@@ -126,26 +126,6 @@ class _Reader:
         return value
 
 
-def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"contract file {str(path)!r} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read contract {str(path)!r}: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-        return text, tomllib.loads(text)
-    except UnicodeDecodeError:
-        raise UsageError(f"contract {path}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as exc:
-        msg = str(exc)
-        found = re.search(r"\(at line (\d+), column \d+\)", msg)
-        where = f"{path}:{found.group(1)}" if found else str(path)
-        reason = msg[: found.start()].strip() if found else msg
-        raise UsageError(f"contract {where}: invalid TOML: {reason}") from None
-
-
 def _check_env_values(reader: _Reader, values: Mapping[str, Any]) -> dict[str, str]:
     for name, value in values.items():
         if not isinstance(value, str):
@@ -164,8 +144,9 @@ def _no_overlap(reader: _Reader, section: str, required: set[str], forbidden: se
 def load_contract(path: Path | str) -> Contract:
     """Read and check a contract file; any problem is a one-line :class:`UsageError`."""
     path = Path(path)
-    text, data = _parse_text(path)
-    reader = _Reader(path, text)
+    doc = read_toml(path, "file", prefix="contract ")
+    data = doc.data
+    reader = _Reader(path, "\n".join(doc.lines))
     reader.check_keys(data, _TOP_KEYS, "")
     sections = {}
     for name, allowed in _SECTION_KEYS.items():
@@ -183,7 +164,7 @@ def load_contract(path: Path | str) -> Contract:
         raise reader.fail("mode", f"libraries.mode {mode!r} is not one of {', '.join(MODES)}"
                           + did_you_mean(str(mode), MODES), "libraries")
     return Contract(
-        path=str(path), sha256=hashlib.sha256(text.encode()).hexdigest(),
+        path=str(path), sha256=hashlib.sha256(doc.raw).hexdigest(),
         name=reader.text(data, "name"), engine=reader.text(data, "engine"),
         description=reader.text(data, "description") or "",
         settings=reader.table(data, "settings"),

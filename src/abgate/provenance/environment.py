@@ -29,7 +29,7 @@ KEY_PACKAGES = (
 )
 ENV_PREFIXES = (
     "CUDA_", "NCCL_", "OMP_", "MKL_", "OPENBLAS_", "GGML_", "LLAMA_", "VLLM_", "HF_",
-    "TORCH_", "PYTORCH_", "TOKENIZERS_", "LD_",
+    "TORCH_", "PYTORCH_", "TOKENIZERS_", "LD_", "NVSHMEM_",
 )
 
 

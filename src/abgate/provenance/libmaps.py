@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from abgate.engines.shared.process_roles import HELPER, process_role
 from abgate.errors import UsageError
 from abgate.identity import DEFAULT_CACHE, HashCache
 from abgate.provenance.paths import resolve_entry
@@ -43,23 +44,30 @@ class MappedLib:
 
 @dataclass(frozen=True)
 class WorkerMapping:
-    """The libraries one process had mapped when the snapshot was taken."""
+    """The libraries one process had mapped when the snapshot was taken, and what the
+    process is (:func:`abgate.engines.shared.process_roles.process_role`: a rank such as
+    ``TP1``, an engine core, a helper)."""
 
     pid: int
     name: str
     cmdline: tuple[str, ...]
     libs: tuple[MappedLib, ...]
     error: str | None = None
+    role: str = "process"
+    rank: str | None = None
 
     @property
     def label(self) -> str:
-        return f"pid {self.pid} ({self.name})"
+        who = f"pid {self.pid} ({self.name})"
+        return who if self.rank is None else f"rank {self.rank}, {who}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pid": self.pid,
             "name": self.name,
             "cmdline": list(self.cmdline),
+            "role": self.role,
+            "rank": self.rank,
             "error": self.error,
             "libs": [{"path": m.path, "sha256": m.sha256, "size": m.size,
                       "deleted": m.deleted} for m in self.libs],
@@ -99,13 +107,15 @@ def snapshot_process(proc: psutil.Process, cache: HashCache = DEFAULT_CACHE) -> 
             name, cmdline = proc.name(), tuple(proc.cmdline())
     except psutil.Error as exc:
         return WorkerMapping(proc.pid, "?", (), (), error=type(exc).__name__)
+    role, rank = process_role(name, cmdline)
     try:
         with open(f"/proc/{proc.pid}/maps", encoding="utf-8", errors="surrogateescape") as fh:
             text = fh.read()
     except OSError as exc:
-        return WorkerMapping(proc.pid, name, cmdline, (), error=exc.strerror or str(exc))
+        return WorkerMapping(proc.pid, name, cmdline, (), error=exc.strerror or str(exc),
+                             role=role, rank=rank)
     libs = tuple(_hash_mapped(p, d, cache) for p, d in parse_maps(text))
-    return WorkerMapping(proc.pid, name, cmdline, libs)
+    return WorkerMapping(proc.pid, name, cmdline, libs, role=role, rank=rank)
 
 
 def snapshot_pids(pids: Iterable[int], cache: HashCache = DEFAULT_CACHE) -> list[WorkerMapping]:
@@ -189,15 +199,33 @@ def _bad_copy(req: RequiredLib, worker: WorkerMapping, lib: MappedLib) -> Mappin
     return MappingIssue(worker.label, req.path, lib.path, reason)
 
 
+def _worker_issues(req: RequiredLib, worker: WorkerMapping,
+                   mode: str) -> tuple[list[MappingIssue], bool]:
+    """One process against one required library: its issues, and whether it mapped the
+    right copy. A helper (in mode "every") fails only for a wrong copy."""
+    if worker.error is not None:
+        if mode == "every" and worker.role != HELPER:
+            return [MappingIssue(worker.label, req.path, None,
+                                 f"mappings unreadable ({worker.error})")], False
+        return [], False
+    bad, good = _wrong_copies(req, worker)
+    issues = [_bad_copy(req, worker, lib) for lib in bad]
+    if not good and not bad and mode == "every" and worker.role != HELPER:
+        issues.append(MappingIssue(worker.label, req.path, None,
+                                   f"did not map {req.basename} ({req.path})"))
+    return issues, good
+
+
 def check_required(required: Sequence[RequiredLib], mappings: Sequence[WorkerMapping],
                    mode: str = "every") -> list[MappingIssue]:
     """Every required library must be the mapped copy.
 
     A process that mapped another copy (same basename, different real path or hash)
     always fails. ``mode="every"`` also fails each process that mapped no copy at
-    all or whose mappings could not be read; ``mode="consistent"`` only asks that at
-    least one process mapped it (for trees with helper processes, e.g. a resource
-    tracker, that load no native code).
+    all or whose mappings could not be read (every rank of a tensor-parallel engine,
+    named by its rank), helpers excepted (Python's multiprocessing resource tracker and
+    fork server, inductor's compile workers: role ``helper``, they run no engine code);
+    ``mode="consistent"`` only asks that at least one process mapped it.
     """
     if mode not in MODES:
         raise UsageError(f"library check mode {mode!r} is not one of {', '.join(MODES)}")
@@ -208,17 +236,9 @@ def check_required(required: Sequence[RequiredLib], mappings: Sequence[WorkerMap
     for req in required:
         anywhere = False
         for worker in mappings:
-            if worker.error is not None:
-                if mode == "every":
-                    issues.append(MappingIssue(worker.label, req.path, None,
-                                               f"mappings unreadable ({worker.error})"))
-                continue
-            bad, good = _wrong_copies(req, worker)
+            found, good = _worker_issues(req, worker, mode)
+            issues.extend(found)
             anywhere = anywhere or good
-            issues.extend(_bad_copy(req, worker, lib) for lib in bad)
-            if not good and not bad and mode == "every":
-                issues.append(MappingIssue(worker.label, req.path, None,
-                                           f"did not map {req.basename} ({req.path})"))
         if not anywhere and mode != "every":
             issues.append(MappingIssue("no process", req.path, None,
                                        f"no process mapped {req.path}"))

@@ -4,7 +4,7 @@ the policy's limit marked (from the comparison's ``agreement.histogram``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from abgate.report.blocks import Plot
 from abgate.report.fmt import as_float, dig
@@ -32,15 +32,14 @@ def _marker(cv: Canvas, x: Scale, value: float | None, color: str, dash: str) ->
 
 def kld_plot(data: AbData, arm: str, index: int) -> Plot | None:
     """Histogram of per-token KL(baseline || arm); None when agreement was not measured."""
-    section = dig(data.comparison_of(arm), "agreement")
-    hist = dig(section, "histogram")
-    if not isinstance(section, Mapping) or not section.get("measured") \
-            or not isinstance(hist, Mapping):
+    section = data.arm_comparison(arm).agreement
+    if section is None or not section.measured:
         return None
-    edges, counts = hist.get("edges") or [], hist.get("counts") or []
+    hist = section.histogram
+    edges, counts = hist.edges, hist.counts
     if len(edges) != len(counts) + 1 or len(edges) < 2:
         return None
-    bars = _bars(edges, counts, int(hist.get("below") or 0), int(hist.get("above") or 0))
+    bars = _bars(edges, counts, int(hist.below or 0), int(hist.above or 0))
     plot_id = f"plot-kld-{index}"
     cv = Canvas(plot_id, f"per-token KL, {data.baseline} vs {arm}")
     x = cv.x_scale(bars[0][0], bars[-1][1])
@@ -53,7 +52,7 @@ def kld_plot(data: AbData, arm: str, index: int) -> Plot | None:
         if count:
             cv.el("rect", x=x(left) + 0.5, y=y(count), width=max(x(right) - x(left) - 1.0, 0.5),
                   height=y(0) - y(count), fill=color, cls="mark bar")
-    mean = as_float(dig(section, "mean_kld", "estimate"))
+    mean = as_float(section.mean_kld.estimate)
     limit = as_float(dig(data.comparison, "policy", "quality", "max_mean_kld"))
     _marker(cv, x, mean, "#111827", "")
     _marker(cv, x, limit, FAIL_COLOR, "5 4")

@@ -8,14 +8,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from abgate.compare.mde import REACH_FACTOR
+from abgate.compare.results import ArmAccuracy, ChangeRow, Comparison, Gate
 from abgate.report.agreement_sections import agreement_blocks, at_floor, nats, probes_blocks
 from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, dig, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
 
-RATE_ROWS = (("invalid", "Invalid-answer rate"), ("truncated", "Truncation rate"),
-             ("natural_stop", "Natural-stop rate"), ("error", "Engine-error rate"))
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
               ("ttft_s", "TTFT ms (lower is better)"))
 MAX_OUTLIERS = 10
@@ -49,26 +48,26 @@ PROBE_UNITS: tuple[Callable[[Any], str], str] = (
     lambda v: NA if as_float(v) is None else ("passes" if v else "fails"), "must pass")
 
 
-def _level(value: Any, kind: str) -> str:
-    if isinstance(value, Mapping):
-        value = value.get("estimate")
+def _level(value: float | ArmAccuracy | None, kind: str) -> str:
+    if isinstance(value, ArmAccuracy):
+        value = value.estimate
     return num(value, ".3f") if kind == "rep" else pct(value)
 
 
-def _quality_rows(comp: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    acc = dig(comp, "quality", "accuracy") or {}
+def _quality_rows(comp: Comparison) -> list[tuple[str, ...]]:
+    acc, rates = comp.quality.accuracy, comp.quality.rates
     rows: list[tuple[str, ...]] = [
-        ("Accuracy", _level(acc.get("a"), "pct"), _level(acc.get("b"), "pct"),
-         pt(dig(acc, "diff", "estimate")), interval(dig(acc, "diff", "ci"), pt))]
-    rates = dig(comp, "quality", "rates") or {}
-    for key, label in RATE_ROWS:
-        section = rates.get(key) or {}
-        rows.append((label, _level(section.get("a"), "pct"), _level(section.get("b"), "pct"),
-                     pt(dig(section, "diff", "estimate")),
-                     interval(dig(section, "diff", "ci"), pt)))
-    rep = rates.get("seq_rep_4") or {}
-    rows.append(("Mean seq-rep-4", _level(rep.get("a"), "rep"), _level(rep.get("b"), "rep"),
-                 _rep(dig(rep, "diff", "estimate")), interval(dig(rep, "diff", "ci"), _rep)))
+        ("Accuracy", _level(acc.a, "pct"), _level(acc.b, "pct"), pt(acc.diff.estimate),
+         interval(acc.diff.ci, pt))]
+    for section, label in ((rates.invalid, "Invalid-answer rate"),
+                           (rates.truncated, "Truncation rate"),
+                           (rates.natural_stop, "Natural-stop rate"),
+                           (rates.error, "Engine-error rate")):
+        rows.append((label, _level(section.a, "pct"), _level(section.b, "pct"),
+                     pt(section.diff.estimate), interval(section.diff.ci, pt)))
+    rep = rates.seq_rep_4
+    rows.append(("Mean seq-rep-4", _level(rep.a, "rep"), _level(rep.b, "rep"),
+                 _rep(rep.diff.estimate), interval(rep.diff.ci, _rep)))
     return rows
 
 
@@ -77,126 +76,122 @@ def _ratio_change(value: Any) -> str:
     return NA if x is None else signed_pct(x - 1.0)
 
 
-def _speed_rows(comp: Mapping[str, Any]) -> list[tuple[str, ...]]:
+def _speed_rows(comp: Comparison) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for key, label in SPEED_ROWS:
-        section = dig(comp, "speed", key)
-        if not isinstance(section, Mapping):
+        section = comp.speed.get(key)
+        if section is None:
             continue
         scale = 1000.0 if key == "ttft_s" else 1.0
-        for stat in ("mean", "median"):
-            a, b = (as_float(dig(section, arm, stat)) for arm in ("a", "b"))
+        for stat, a, b, change in (
+                ("mean", section.a.mean, section.b.mean, section.pct_change_mean),
+                ("median", section.a.median, section.b.median, section.pct_change_median)):
             rows.append((f"{label}, {stat}", num(None if a is None else a * scale, ".2f"),
                          num(None if b is None else b * scale, ".2f"),
-                         signed_pct(section.get(f"pct_change_{stat}")) + " (plain)", "-"))
+                         signed_pct(change) + " (plain)", "-"))
         rows.append((f"{label}, per-item ratio", "-", "-",
-                     _ratio_change(dig(section, "ratio", "estimate")) + " (geo. mean)",
-                     interval(dig(section, "ratio", "ci"), _ratio_change)))
+                     _ratio_change(section.ratio.estimate) + " (geo. mean)",
+                     interval(section.ratio.ci, _ratio_change)))
     return rows
 
 
+def _shown(value: Any) -> Any:
+    return NA if value is None else value
+
+
 def deltas(data: AbData, arm: str) -> list[Block]:
-    comp = data.comparison_of(arm)
-    conf = as_float(dig(comp, "bootstrap", "confidence")) or 0.95
-    per_item = as_float(comp.get("pairs_per_item"))
-    mc = dig(comp, "quality", "accuracy", "mcnemar") or {}
-    p_value = as_float(mc.get("p_value"))
+    comp = data.arm_comparison(arm)
+    conf = as_float(comp.bootstrap.confidence) or 0.95
+    mc = comp.quality.accuracy.mcnemar
+    p_value = as_float(mc.p_value)
     return [
         Heading(3, f"Deltas ({arm} − {data.baseline})", f"deltas-{arm}"),
-        Para(f"{comp.get('n_pairs', NA)} pairs over {comp.get('n_items', NA)} items "
-             f"({num(per_item, 'g')} per item); {comp.get('n_excluded_errors', NA)} pairs with "
-             "an engine error are left out of every statistic but the error rate. Quality "
-             "intervals are normal, clustered by item; the plain changes compare the arms' "
-             "request-weighted means and medians; the decision uses the geometric mean "
+        Para(f"{_shown(comp.n_pairs)} pairs over {_shown(comp.n_items)} items "
+             f"({num(comp.pairs_per_item, 'g')} per item); {_shown(comp.n_excluded_errors)} "
+             "pairs with an engine error are left out of every statistic but the error rate. "
+             "Quality intervals are normal, clustered by item; the plain changes compare the "
+             "arms' request-weighted means and medians; the decision uses the geometric mean "
              "of per-item ratios with a bootstrap interval over items."),
         Table(("Metric", f"`{data.baseline}`", f"`{arm}`", "Change",
                f"{conf:.0%} CI of the change"),
               tuple(_quality_rows(comp) + _speed_rows(comp))),
-        Para(f"McNemar exact test on accuracy: {mc.get('a_only_correct', NA)} pairs right only "
-             f"under `{data.baseline}`, {mc.get('b_only_correct', NA)} only under `{arm}`, "
+        Para(f"McNemar exact test on accuracy: {_shown(mc.a_only_correct)} pairs right only "
+             f"under `{data.baseline}`, {_shown(mc.b_only_correct)} only under `{arm}`, "
              f"p = {NA if p_value is None else f'{p_value:.3g}'}."),
     ]
 
 
-def _threshold(gate: Mapping[str, Any], show: Callable[[Any], str], text: str) -> str:
-    thr = gate.get("threshold")
-    if thr is None:
+def _threshold(gate: Gate, show: Callable[[Any], str], text: str) -> str:
+    if gate.threshold is None:
         return NA
-    out = text.format(show(thr))
-    if gate.get("fail_threshold") is not None:
-        out += f", fail below {show(gate['fail_threshold'])}"
+    out = text.format(show(gate.threshold))
+    if gate.fail_threshold is not None:
+        out += f", fail below {show(gate.fail_threshold)}"
     return out
 
 
-def _gate_row(gate: Mapping[str, Any]) -> tuple[str, ...]:
-    name = str(gate.get("name", NA))
+def _gate_row(gate: Gate) -> tuple[str, ...]:
+    name = gate.name
     default = PROBE_UNITS if name.startswith("probe_") else (lambda v: num(v, ".4g"), "{}")
     show, text = GATE_UNITS.get(name, default)
-    ci = gate.get("ci")
-    more = gate.get("more_items_needed")
-    evidence = str(gate.get("evidence", ""))
-    if gate.get("outcome") == "inconclusive":
-        if gate.get("out_of_reach"):
+    more, evidence = gate.more_items_needed, gate.evidence
+    if gate.outcome == "inconclusive":
+        if gate.out_of_reach:
             evidence += (" (out of reach at this effect size: more than "
                          f"{REACH_FACTOR}× these items)")
         elif more is not None:
             evidence += f" (about {more} more items would settle it)"
-    return (f"`{name}`", str(gate.get("outcome", NA)), show(gate.get("observed")),
-            interval(ci, show) if ci is not None else "-", _threshold(gate, show, text),
-            evidence)
+    return (f"`{name}`", gate.outcome, show(gate.observed),
+            interval(gate.ci, show) if gate.ci is not None else "-",
+            _threshold(gate, show, text), evidence)
 
 
 def verdict(data: AbData, arm: str) -> list[Block]:
-    v = data.verdict_of(arm)
-    gates = [g for g in v.get("gates") or [] if isinstance(g, Mapping)]
+    v = data.arm_verdict(arm)
     blocks: list[Block] = [
-        Heading(3, f"Verdict: {v.get('decision', NA)}", f"verdict-{arm}"),
-        *([Para(f"**{v['explanation']}**")] if v.get("explanation") else []),
-        Bullets(tuple(str(r) for r in v.get("reasons") or ["No reasons recorded."])),
+        Heading(3, f"Verdict: {v.decision or NA}", f"verdict-{arm}"),
+        *([Para(f"**{v.explanation}**")] if v.explanation else []),
+        Bullets(v.reasons or ("No reasons recorded.",)),
     ]
-    if gates:
+    if v.gates:
         blocks.append(Para("Every gate, its evidence and its outcome (one-sided bounds for "
                            "quality, two-sided bootstrap CI for speed):"))
         blocks.append(Table(("Gate", "Outcome", "Observed", "Interval", "Threshold",
-                             "Evidence"), tuple(_gate_row(g) for g in gates),
+                             "Evidence"), tuple(_gate_row(g) for g in v.gates),
                             text_cols=frozenset({0, 1, 4, 5}), badge_cols=frozenset({1})))
     else:
         blocks.append(Para("No gates were recorded for this comparison."))
-    notes = [str(n) for n in v.get("notes") or []]
-    if notes:
-        blocks.append(Bullets(tuple(notes)))
-    more = v.get("more_samples_needed")
-    if more is not None:
-        blocks.append(Para(f"About **{more} more samples per arm** would let every open gate "
-                           "decide if the effects are as observed."))
+    if v.notes:
+        blocks.append(Bullets(v.notes))
+    if v.more_samples_needed is not None:
+        blocks.append(Para(f"About **{v.more_samples_needed} more samples per arm** would let "
+                           "every open gate decide if the effects are as observed."))
     return blocks
 
 
-def _changes(rows: Any) -> tuple[str, ...]:
-    texts = [str(r["text"]) for r in rows or [] if isinstance(r, Mapping) and r.get("text")]
-    return tuple(t.replace("`", "'") for t in texts) or ("none",)
+def _changes(rows: Sequence[ChangeRow]) -> tuple[str, ...]:
+    return tuple(r.text.replace("`", "'") for r in rows if r.text) or ("none",)
 
 
 def diagnostics(data: AbData, arm: str, plots: Sequence[Plot]) -> list[Block]:
-    diag = dig(data.comparison_of(arm), "diagnostics") or {}
-    same = diag.get("identical_outputs") or {}
-    lengths = diag.get("output_tokens") or {}
-    frac = as_float(same.get("fraction"))
+    diag = data.arm_comparison(arm).diagnostics
+    same, lengths = diag.identical_outputs, diag.output_tokens
+    frac = as_float(same.fraction)
     blocks: list[Block] = [
         Heading(3, "Diagnostics", f"diagnostics-{arm}"),
         Bullets((
-            f"Token-identical outputs: **{same.get('text', NA)}** pairs"
+            f"Token-identical outputs: **{same.text or NA}** pairs"
             + (f" ({pct(frac)})" if frac is not None else "") + ".",
-            f"Output length: mean {num(lengths.get('a_mean'))} tokens under "
-            f"`{data.baseline}`, {num(lengths.get('b_mean'))} under `{arm}`; mean change "
-            f"{num(lengths.get('mean_diff'), '+.1f')}, mean absolute change "
-            f"{num(lengths.get('mean_abs_diff'))} tokens per pair.",
-            f"Prompt token-hash mismatches: {diag.get('prompt_mismatches', NA)}.",
+            f"Output length: mean {num(lengths.a_mean)} tokens under "
+            f"`{data.baseline}`, {num(lengths.b_mean)} under `{arm}`; mean change "
+            f"{num(lengths.mean_diff, '+.1f')}, mean absolute change "
+            f"{num(lengths.mean_abs_diff)} tokens per pair.",
+            f"Prompt token-hash mismatches: {_shown(diag.prompt_mismatches)}.",
         )),
         Para("Largest output-length changes:"),
-        Bullets(_changes(diag.get("largest_length_changes"))),
+        Bullets(_changes(diag.largest_length_changes)),
         Para("Largest repetition (seq-rep-4) changes:"),
-        Bullets(_changes(diag.get("largest_repetition_changes"))),
+        Bullets(_changes(diag.largest_repetition_changes)),
     ]
     blocks.extend(plots)
     return blocks

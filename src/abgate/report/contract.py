@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from abgate.report.fmt import NA, dig, short, value_text
+from abgate.report.fmt import NA, short, value_text
 from abgate.report.load import AbData
+from abgate.runner.sections import EngineRecord, ModelRef, PromptSpec, Spec
 
 MISSING = "(not set)"
 _PLURAL = {"engine arg": "engine args", "engine option": "engine options", "env": "env"}
@@ -36,69 +37,70 @@ class Contract:
         }
 
 
-def _spec(data: AbData, arm: str) -> dict[str, Any]:
-    spec = dig(data.arms[arm].run, "spec")
-    return spec if isinstance(spec, dict) else {}
+def _spec(data: AbData, arm: str) -> Spec:
+    """The arm's spec (``run.json``); empty for an arm that never wrote one."""
+    record = data.arms[arm].record
+    return record.spec if record is not None else Spec()
 
 
 def _config(data: AbData, arm: str) -> dict[str, Any]:
-    config = dig(data.ab, "experiment", "arms", arm)
-    return config if isinstance(config, dict) else {}
+    """The arm's configuration as the experiment recorded it (the config's own free
+    object: ``runner.spec.RunConfig.to_dict``)."""
+    return data.record.experiment.arms.get(arm) or {}
 
 
-def _model(spec: Mapping[str, Any], config: Mapping[str, Any], engine: Mapping[str, Any]) -> str:
-    path = dig(spec, "model", "path") or engine.get("model") or config.get("model")
+def _model(spec: Spec, config: Mapping[str, Any], engine: EngineRecord | None) -> str:
+    model = spec.model or ModelRef()
+    path = model.path or (engine.model if engine else None) or config.get("model")
     if not isinstance(path, str):
         return NA
-    sha = dig(spec, "model", "sha256")
     name = PurePath(path).name or path
-    return f"`{name}` (sha256 {short(sha)})" if isinstance(sha, str) else f"`{name}`"
+    return f"`{name}` (sha256 {short(model.sha256)})" if model.sha256 else f"`{name}`"
 
 
-def _items(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    ids = spec.get("item_ids")
-    if not isinstance(ids, list):
+def _items(spec: Spec, config: Mapping[str, Any]) -> str:
+    ids = spec.item_ids
+    if ids is None:
         limit = config.get("limit")
         return f"first {limit} items" if limit is not None else NA
     digest = hashlib.sha256("\n".join(map(str, ids)).encode()).hexdigest()
-    available = dig(spec, "suite", "n_available")
+    available = spec.suite.n_available if spec.suite else None
     of = f" of {available}" if available is not None else ""
     span = f" ({ids[0]} … {ids[-1]})" if ids else ""
     return f"{len(ids)}{of}{span}; id list sha256 {digest[:12]}"
 
 
-def _suite(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    suite = spec.get("suite")
-    if not isinstance(suite, Mapping):
+def _suite(spec: Spec, config: Mapping[str, Any]) -> str:
+    suite = spec.suite
+    if suite is None:
         return value_text(config.get("suite", NA))
-    text = f"{suite.get('name', NA)} ({suite.get('source', NA)})"
-    if isinstance(suite.get("data_sha256"), str):
-        text += f", data sha256 {short(suite['data_sha256'])}"
+    text = f"{suite.name or NA} ({suite.source or NA})"
+    if suite.data_sha256 is not None:
+        text += f", data sha256 {short(suite.data_sha256)}"
     return text
 
 
-def _sampling(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    sampling = spec.get("sampling")
-    if not isinstance(sampling, Mapping):
+def _sampling(spec: Spec, config: Mapping[str, Any]) -> str:
+    sampling = spec.sampling
+    if sampling is None:
         keys = ("max_tokens", "temperature", "top_p", "top_k")
         sampling = {k: config[k] for k in keys if k in config}
     return ", ".join(f"{k}={value_text(v)}" for k, v in sampling.items()) or NA
 
 
-def _prompt(spec: Mapping[str, Any], config: Mapping[str, Any]) -> str:
-    prompt = spec.get("prompt")
-    if not isinstance(prompt, Mapping):
-        prompt = {k: config.get(k) for k in ("shots", "shots_file", "system")}
+def _prompt(spec: Spec, config: Mapping[str, Any]) -> str:
+    prompt = spec.prompt or PromptSpec.model_validate(
+        {k: config.get(k) for k in ("shots", "shots_file", "system")})
     parts = []
-    if prompt.get("version") is not None:
-        parts.append(f"template {prompt['version']}")
-    parts.append(f"{prompt.get('shots') or 0} shots")
-    if prompt.get("shots_file"):
-        parts.append(f"shots file {value_text(prompt['shots_file'])}")
-    system = prompt.get("system")
-    parts.append("system prompt " + (f"sha256 {_sha(system)}" if system else "none"))
-    if isinstance(prompt.get("instruction"), str):
-        parts.append(f"instruction sha256 {_sha(prompt['instruction'])}")
+    if prompt.version is not None:
+        parts.append(f"template {prompt.version}")
+    parts.append(f"{prompt.shots or 0} shots")
+    if prompt.shots_file:
+        parts.append(f"shots file {value_text(prompt.shots_file)}")
+    parts.append("system prompt " + (f"sha256 {_sha(prompt.system)}" if prompt.system
+                                     else "none"))
+    if prompt.instruction is not None:
+        parts.append(f"instruction sha256 {_sha(prompt.instruction)}")
     return ", ".join(parts)
 
 
@@ -108,11 +110,10 @@ def _sha(text: Any) -> str:
 
 def _facets(data: AbData, arm: str) -> dict[str, str]:
     spec, config = _spec(data, arm), _config(data, arm)
-    engine = dig(data.ab, "engines", arm)
-    engine = engine if isinstance(engine, Mapping) else {}
-    name = spec.get("engine") or config.get("engine") or engine.get("name") or NA
-    version = engine.get("version")
-    seeds = spec.get("seeds", config.get("seeds"))
+    engine = data.record.engines.get(arm)
+    name = spec.engine or config.get("engine") or (engine.name if engine else None) or NA
+    version = engine.version if engine else None
+    seeds = spec.seeds if spec.seeds is not None else config.get("seeds")
     return {
         "model": _model(spec, config, engine),
         "engine": f"{name} {version}" if version else str(name),
@@ -128,19 +129,18 @@ def _settings(data: AbData, arm: str) -> dict[str, dict[str, Any]]:
     spec, config = _spec(data, arm), _config(data, arm)
     # The args as the user wrote them (resolved values may be enum codes); the
     # effective configuration shows what the engine made of them.
-    args = spec.get("engine_args", config.get("engine_args"))
+    given = spec.model_fields_set  # a spec's own group, else the experiment's config
     groups = {
-        "engine arg": args,
-        "engine option": spec.get("engine_options", config.get("engine_options")),
-        "env": spec.get("env", config.get("env")),
-    }
+        label: getattr(spec, key) if key in given else config.get(key)
+        for label, key in (("engine arg", "engine_args"), ("engine option", "engine_options"),
+                           ("env", "env"))}
     return {group: dict(values) if isinstance(values, Mapping) else {}
             for group, values in groups.items()}
 
 
 def _effective(data: AbData, arm: str) -> dict[str, Any]:
-    config = dig(data.ab, "engines", arm, "effective_config")
-    return dict(config) if isinstance(config, Mapping) else {}
+    engine = data.record.engines.get(arm)
+    return dict(engine.effective_config) if engine is not None else {}
 
 
 def _split(per_arm: list[Mapping[str, Any]], label: str

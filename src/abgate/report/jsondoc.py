@@ -9,35 +9,35 @@ from typing import Any
 
 from abgate.report.blocks import Bullets
 from abgate.report.contract import matched_contract
-from abgate.report.fmt import dig
 from abgate.report.limits import not_certified
 from abgate.report.load import AbData
-from abgate.runner.records import SCHEMA_VERSION
+from abgate.runner.documents import SCHEMA_VERSIONS, AbRecord
+from abgate.runner.sections import Section
 
 RUN_KEYS = ("abgate_version", "git", "host", "started_at", "ended_at", "resumes", "error",
             "arm_spec_digests", "digest")
 
 
-def _schedule(ab: dict[str, Any]) -> Any:
-    schedule = ab.get("schedule")
-    if not isinstance(schedule, dict):
-        return schedule
-    out = {k: v for k, v in schedule.items() if k != "executed"}
-    executed = schedule.get("executed")
-    out["n_executed"] = len(executed) if isinstance(executed, list) else None
-    return out
+def _schedule(ab: AbRecord) -> dict[str, Any]:
+    out = ab.schedule.model_dump(mode="json", exclude={"executed"})
+    return {**out, "n_executed": len(ab.schedule.executed)}
+
+
+def _dumped(section: Section | None) -> dict[str, Any] | None:
+    return section.to_dict() if section is not None else None
 
 
 def _arm(data: AbData, name: str) -> dict[str, Any]:
-    arm = data.arms[name]
+    arm, run = data.arms[name], data.arms[name].record
+    prov = run.provenance if run is not None else None
     return {
-        "status": arm.run.get("status"),
-        "spec_digest": arm.run.get("spec_digest"),
-        "engine": dig(data.ab, "engines", name),
+        "status": run.status if run is not None else None,
+        "spec_digest": run.spec_digest if run is not None else None,
+        "engine": _dumped(data.record.engines.get(name)),
         "summary": arm.summary or None,
-        "bench": arm.bench,
-        "git": arm.run.get("git"),
-        "contract": dig(arm.run, "provenance", "contract"),
+        "bench": _dumped(arm.bench),
+        "git": _dumped(run.git) if run is not None else None,
+        "contract": _dumped(prov.contract) if prov is not None else None,
     }
 
 
@@ -47,24 +47,24 @@ def _not_certified(data: AbData) -> list[str]:
 
 
 def report_document(data: AbData) -> dict[str, Any]:
-    ab = data.ab
+    ab, record = data.ab, data.record
     return {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSIONS["ab-report"],
         "kind": "ab-report",
-        "experiment": ab.get("experiment"),
-        "status": ab.get("status"),
+        "experiment": record.experiment.to_dict(),
+        "status": record.status,
         "baseline": data.baseline,
         "candidates": data.candidates,
-        "decision": data.comparison.get("decision"),
-        "exit_code": data.comparison.get("exit_code"),
-        "verdicts": {arm: dig(data.verdict_of(arm), "decision") for arm in data.candidates},
-        "run": {**{k: ab.get(k) for k in RUN_KEYS}, "schedule": _schedule(ab)},
+        "decision": data.analysis.decision,
+        "exit_code": data.analysis.exit_code,
+        "verdicts": {arm: data.arm_verdict(arm).decision for arm in data.candidates},
+        "run": {**{k: ab.get(k) for k in RUN_KEYS}, "schedule": _schedule(record)},
         "contract": matched_contract(data).to_dict(list(data.arms)),
         "arms": {name: _arm(data, name) for name in data.ordered},
-        "differences": ab.get("differences"),
-        "comparison": data.comparison,
+        "differences": {arm: d.to_dict() for arm, d in record.differences.items()},
+        "comparison": data.analysis.to_json(),  # comparison.json as read
         "not_certified": _not_certified(data),
-        "decisions": data.decisions,
+        "decisions": [d.model_dump() for d in data.decisions],
     }
 
 

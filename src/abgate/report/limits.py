@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from abgate.compare.results import Comparison
 from abgate.report.blocks import Block, Bullets, Heading, Para
 from abgate.report.fmt import NA, as_float, dig, pct, value_text
 from abgate.report.load import AbData
@@ -20,29 +21,35 @@ def _points(value: Any) -> str:
     return NA if x is None else f"{100.0 * abs(x):.1f}"
 
 
-def _arm_limits(data: AbData, arm: str) -> list[str]:
-    comp, policy = data.comparison_of(arm), data.comparison.get("policy") or {}
-    mde = comp.get("mde") or {}
-    conf, power = as_float(mde.get("confidence")), as_float(mde.get("power"))
+def _accuracy_limits(comp: Comparison, arm: str, baseline: str) -> list[str]:
+    mde = comp.mde
+    conf, power = as_float(mde.confidence), as_float(mde.power)
     level = f"{pct(conf, 0)} confidence, {pct(power, 0)} power" if conf and power else "the MDE"
-    n_items = comp.get("n_items", NA)
-    paired = as_float(mde.get("accuracy_paired"))
+    n_items = NA if comp.n_items is None else comp.n_items
+    paired = as_float(mde.accuracy_paired)
     if paired:
-        out = [f"`{arm}` vs `{data.baseline}`: an accuracy regression smaller than "
+        out = [f"`{arm}` vs `{baseline}`: an accuracy regression smaller than "
                f"**{_points(paired)} points** cannot be excluded at this sample size "
                f"({n_items} items; paired minimum detectable effect at {level})."]
     else:  # no discordant pairs: the SE, and so the MDE, is 0 and says nothing
-        out = [f"`{arm}` vs `{data.baseline}`: no pair changed correctness, so the accuracy "
+        out = [f"`{arm}` vs `{baseline}`: no pair changed correctness, so the accuracy "
                f"MDE is not informative; a regression affecting up to "
-               f"**{_points(mde.get('discordance_upper'))} points** of pairs cannot be "
+               f"**{_points(mde.discordance_upper)} points** of pairs cannot be "
                f"excluded at this sample size ({n_items} items; upper {pct(conf, 0)} bound "
                "of the discordant share)."]
-    low = as_float(dig(comp, "quality", "accuracy", "diff", "ci", 0))
+    ci = comp.quality.accuracy.diff.ci
+    low = as_float(ci[0]) if ci is not None else None
     if low is not None and low < 0:
         out.append(f"`{arm}`: the interval of the accuracy change reaches "
                    f"{100 * low:+.1f} points; a drop that large is consistent with the data.")
+    return out
+
+
+def _arm_limits(data: AbData, arm: str) -> list[str]:
+    comp, policy = data.arm_comparison(arm), data.analysis.policy
+    out = _accuracy_limits(comp, arm, data.baseline)
     metric = str(dig(policy, "speed", "metric") or "steady_decode_tps")
-    speed_mde = as_float(dig(mde, "speed", metric))
+    speed_mde = as_float(comp.mde.speed.get(metric))
     if speed_mde is not None:
         size = 100 * abs(speed_mde)
         out.append(f"`{arm}`: a true {SPEED_LABELS.get(metric, metric)} change smaller than "
@@ -52,29 +59,30 @@ def _arm_limits(data: AbData, arm: str) -> list[str]:
     if margin is not None:
         out.append(f"`{arm}`: a passing accuracy gate shows non-inferiority within "
                    f"{100 * margin:.1f} points, not equality.")
-    same = dig(comp, "diagnostics", "identical_outputs") or {}
-    if same.get("fraction") == 1:
+    same = comp.diagnostics.identical_outputs
+    if same.fraction == 1:
         out.append(f"`{arm}`: every output was token-identical here; other prompts, "
                    "lengths or batch sizes may still diverge.")
-    elif same.get("text"):
-        out.append(f"`{arm}`: only {same['text']} outputs were token-identical, so the change "
+    elif same.text:
+        out.append(f"`{arm}`: only {same.text} outputs were token-identical, so the change "
                    "is not lossless even where the answers agree.")
     return out + _agreement_limits(data, arm)
 
 
 def _agreement_limits(data: AbData, arm: str) -> list[str]:
-    agreement = dig(data.comparison_of(arm), "agreement")
-    if not isinstance(agreement, Mapping):
+    agreement = data.arm_comparison(arm).agreement
+    if agreement is None:
         return []
-    if not agreement.get("measured"):
+    if not agreement.measured:
         return [f"`{arm}`: distribution agreement (KL divergence) was not measured, so "
                 "numeric damage that accuracy cannot see is not excluded."]
     out = [f"`{arm}`: distribution agreement was measured teacher-forced on "
            f"`{data.baseline}`'s outputs for these prompts only; how far the candidate's "
            "own generations drift after a first different token is seen only through the "
            "output diagnostics."]
-    if agreement.get("approximate"):
-        out.append(f"`{arm}`: KL was computed over the top-{agreement.get('k', NA)} tokens "
+    if agreement.approximate:
+        k = NA if agreement.k is None else agreement.k
+        out.append(f"`{arm}`: KL was computed over the top-{k} tokens "
                    "plus a remainder bucket, a lower bound of the full KL: divergence in the "
                    "tail of the distribution is not measured.")
     return out

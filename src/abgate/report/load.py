@@ -4,13 +4,15 @@ Only saved records are read: ``ab.json``, ``comparison.json`` and per arm ``run.
 ``summary.json`` (rebuilt from ``samples.jsonl`` when missing, as the runner would),
 ``samples.jsonl`` (reduced to the few fields the plots need) and the optional
 ``bench.json``. A directory that is not an analysed A/B is a :class:`UsageError`.
-Documents are read through :func:`abgate.redact.redact`, so that a report never shows
-a secret, even from records written before redaction covered it.
+Records are read through their typed models (:mod:`abgate.runner.documents`, older
+schema versions upgraded on the way in) and through :func:`abgate.redact.redact`, so
+that a report never shows a secret, even from records written before redaction covered
+it. ``AbData.ab``, ``Arm.run`` and ``Arm.summary`` are the same records as plain JSON,
+for the renderers not yet typed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,11 +20,27 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.decision import read_decisions
+from abgate.compare.results import (
+    ArmResult,
+    Comparison,
+    ComparisonDoc,
+    Verdict,
+    read_comparison_doc,
+)
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact
-from abgate.report.fmt import as_float, dig
+from abgate.report.fmt import as_float
 from abgate.runner import records as rec
-from abgate.runner.summary import summarize
+from abgate.runner.documents import (
+    AbBenchDocument,
+    AbRecord,
+    DecisionRecord,
+    RunRecord,
+    read_document,
+    read_record,
+)
+from abgate.runner.samples import Sample, load_samples
+from abgate.runner.summary import Summary, summarize
 
 AB_FILE, COMPARISON_FILE, BENCH_FILE = "ab.json", "comparison.json", "bench.json"
 SPEED_KEYS = ("steady_decode_tps", "prefill_tps", "ttft_s")
@@ -44,22 +62,38 @@ class Point:
 @dataclass
 class Arm:
     name: str
-    run: dict[str, Any] = field(default_factory=dict)
-    summary: dict[str, Any] = field(default_factory=dict)
+    record: RunRecord | None = None  # run.json, when the arm has one
+    stats: Summary | None = None  # summary.json, or rebuilt from the samples
     points: list[Point] = field(default_factory=list)
-    bench: dict[str, Any] | None = None
+    bench: AbBenchDocument | None = None
+
+    @property
+    def run(self) -> dict[str, Any]:
+        """``run.json`` as JSON ({} when there is none)."""
+        return self.record.to_dict() if self.record is not None else {}
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """``summary.json`` as JSON ({} when there are no samples)."""
+        return self.stats.to_dict() if self.stats is not None else {}
 
 
 @dataclass
 class AbData:
     """Everything a report shows. ``arms`` keeps the experiment's order."""
 
-    ab: dict[str, Any]
-    comparison: dict[str, Any]
+    record: AbRecord
+    comparison: dict[str, Any]  # comparison.json as read (for the sections that read keys)
     arms: dict[str, Arm]
     baseline: str
+    analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # the same, typed
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # oldest first
+    decisions: list[DecisionRecord] = field(default_factory=list)  # oldest first
+
+    @property
+    def ab(self) -> dict[str, Any]:
+        """``ab.json`` as JSON."""
+        return self.record.to_dict()
 
     @property
     def candidates(self) -> list[str]:
@@ -70,47 +104,27 @@ class AbData:
         """The baseline first, then the candidates (the order of plot colours)."""
         return [self.baseline, *self.candidates]
 
-    def verdict_of(self, arm: str) -> dict[str, Any]:
-        found = dig(self.comparison, "comparisons", arm, "verdict")
-        return found if isinstance(found, dict) else {}
+    def result_of(self, arm: str) -> ArmResult:
+        """One candidate's comparison and verdict, typed (empty when not recorded)."""
+        return self.analysis.comparisons.get(arm) or ArmResult()
 
-    def comparison_of(self, arm: str) -> dict[str, Any]:
-        found = dig(self.comparison, "comparisons", arm, "comparison")
-        return found if isinstance(found, dict) else {}
+    def arm_comparison(self, arm: str) -> Comparison:
+        return self.result_of(arm).comparison
 
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = redact(rec.read_json(path))  # records from any version
-        return doc
-    except AbgateError as exc:
-        raise UsageError(str(exc)) from None
+    def arm_verdict(self, arm: str) -> Verdict:
+        return self.result_of(arm).verdict
 
 
-def _output_sha(sample: Mapping[str, Any]) -> str | None:
-    output = sample.get("output") or {}
-    sha = output.get("sha256")
-    if isinstance(sha, str):
-        return sha
-    ids = output.get("token_ids")
-    if isinstance(ids, list):
-        return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
-    return None
-
-
-def to_point(sample: Mapping[str, Any]) -> Point:
-    tokens = dig(sample, "output", "tokens")
-    if tokens is None:
-        tokens = dig(sample, "health", "output_tokens")
-    correct = sample.get("correct")
+def to_point(sample: Sample) -> Point:
+    tokens = sample.output.tokens
     return Point(
-        key=str(sample.get("key")),
-        error=sample.get("finish_reason") == "error" or bool(dig(sample, "health", "error")),
-        correct=correct if isinstance(correct, bool) else None,
-        tokens=as_float(tokens),
-        rep=as_float(dig(sample, "health", "seq_rep_4")),
-        output_sha=_output_sha(sample),
-        speed={k: as_float(dig(sample, "timing", k)) for k in SPEED_KEYS},
+        key=str(sample.key),
+        error=sample.failed,
+        correct=sample.correct,
+        tokens=as_float(tokens if tokens is not None else sample.health.output_tokens),
+        rep=as_float(sample.health.seq_rep_4),
+        output_sha=sample.output_sha(),
+        speed={k: as_float(sample.timing.get(k)) for k in SPEED_KEYS},
     )
 
 
@@ -118,23 +132,28 @@ def _load_arm(out: Path, name: str) -> Arm:
     arm_dir = out / "arms" / name
     arm = Arm(name)
     if (arm_dir / rec.RUN_FILE).exists():
-        arm.run = _read(arm_dir / rec.RUN_FILE)
+        arm.record = read_record(arm_dir / rec.RUN_FILE, "ab-arm", model=RunRecord,
+                                 redacted=True)
+    samples = load_samples(arm_dir / rec.SAMPLES_FILE)
+    if (arm_dir / rec.SUMMARY_FILE).exists():
+        arm.stats = read_document(arm_dir / rec.SUMMARY_FILE, Summary, redacted=True)
+    elif samples:
+        arm.stats = summarize([s.to_dict() for s in samples])
+    if samples and arm.stats is not None and arm.stats.quality.counts is None:
+        # a summary written before abgate counted: the counts from the samples
+        arm.stats.quality.counts = summarize([s.to_dict() for s in samples]).quality.counts
+    arm.points = [to_point(s) for s in samples if s.measured]
+    if (arm_dir / BENCH_FILE).exists():
+        arm.bench = read_document(arm_dir / BENCH_FILE, AbBenchDocument, redacted=True)
+    return arm
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
-        samples = rec.read_samples(arm_dir / rec.SAMPLES_FILE)
+        doc: dict[str, Any] = redact(rec.read_json(path))  # (comparison.json: untyped here)
+        return doc
     except AbgateError as exc:
         raise UsageError(str(exc)) from None
-    if (arm_dir / rec.SUMMARY_FILE).exists():
-        arm.summary = _read(arm_dir / rec.SUMMARY_FILE)
-    elif samples:
-        arm.summary = summarize(samples)
-    quality = arm.summary.get("quality")
-    if samples and isinstance(quality, dict) and "counts" not in quality:
-        # a summary written before abgate counted: the counts from the samples
-        arm.summary["quality"] = {**quality, "counts": summarize(samples)["quality"]["counts"]}
-    arm.points = [to_point(s) for s in samples if not s.get("warmup")]
-    if (arm_dir / BENCH_FILE).exists():
-        arm.bench = _read(arm_dir / BENCH_FILE)
-    return arm
 
 
 def load_ab(out: Path) -> AbData:
@@ -146,22 +165,26 @@ def load_ab(out: Path) -> AbData:
     if not (out / COMPARISON_FILE).is_file():
         raise UsageError(f"{out}: no {COMPARISON_FILE}; the A/B has not been analysed "
                          "(abgate ab --resume DIR finishes and analyses it)")
-    ab = _read(out / AB_FILE)
+    ab = read_record(out / AB_FILE, "ab", model=AbRecord, redacted=True)
     comparison = _read(out / COMPARISON_FILE)
-    arm_names = dig(ab, "experiment", "arms")
-    baseline = dig(ab, "experiment", "baseline") or comparison.get("baseline")
-    if not isinstance(arm_names, Mapping) or not arm_names or not isinstance(baseline, str) \
-            or baseline not in arm_names:
+    try:
+        analysis = read_comparison_doc(comparison, str(out / COMPARISON_FILE))
+    except AbgateError as exc:
+        raise UsageError(str(exc)) from None
+    baseline = ab.experiment.baseline
+    if not ab.experiment.arms or baseline not in ab.experiment.arms:
         raise UsageError(f"{out / AB_FILE}: no experiment arms or baseline recorded")
-    arms = {str(name): _load_arm(out, str(name)) for name in arm_names}
+    arms = {name: _load_arm(out, name) for name in ab.experiment.arms}
     weights = {}
     for path in sorted(out.glob("weights-diff*.json")):  # from: abgate weights-diff --json
         try:
             weights[path.name] = redact(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
-    return AbData(ab=ab, comparison=comparison, arms=arms, baseline=str(baseline),
-                  weights=weights, decisions=[redact(d) for d in read_decisions(out)])
+    decisions = [DecisionRecord.model_validate(redact(d.model_dump()))
+                 for d in read_decisions(out)]
+    return AbData(record=ab, comparison=comparison, arms=arms, baseline=baseline,
+                  analysis=analysis, weights=weights, decisions=decisions)
 
 
 def paired_points(data: AbData, arm: str) -> list[tuple[Point, Point]]:

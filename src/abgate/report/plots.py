@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from abgate.compare.results import SpeedMetric
 from abgate.compare.stats import wilson_clustered
 from abgate.report.blocks import Plot
 from abgate.report.fmt import as_float, dig
@@ -206,11 +207,11 @@ def _draw_ref_lines(cv: Canvas, x: Scale, lines: list[RefLine]) -> None:
 def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
     """Histogram of per-pair speedups of the policy's speed metric."""
     metric = str(dig(data.comparison, "policy", "speed", "metric") or "steady_decode_tps")
-    section = dig(data.comparison_of(arm), "speed", metric)
-    higher = dig(section, "higher_is_better") is not False
+    section = data.arm_comparison(arm).speed.get(metric) or SpeedMetric()
+    higher = section.higher_is_better is not False
     ratios = _speedups(paired_points(data, arm), metric, higher)
-    est = as_float(dig(section, "ratio", "estimate"))
-    ci = [as_float(dig(section, "ratio", "ci", k)) for k in (0, 1)]
+    est = as_float(section.ratio.estimate)
+    ci = list(section.ratio.ci or (None, None))
     if not higher:  # show A/B: above 1 is faster either way
         est = 1.0 / est if est else None
         ci = [1.0 / v if v else None for v in reversed(ci)]

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from abgate.report.blocks import Block, Bullets, Heading, Para, Table
-from abgate.report.fmt import NA, dig, mapping, short
+from abgate.report.fmt import NA, short
 from abgate.report.load import AbData
+from abgate.runner.sections import ArmDifferences, GitState, OptOut, Provenance
 
 STAGES = (("request", "before the load"), ("loaded", "after the load"))
 
@@ -19,7 +20,9 @@ def _count(value: Any) -> str:
 
 
 def counts(data: AbData, arm: str) -> Mapping[str, Any]:
-    return mapping(dig(data.arms[arm].summary, "quality", "counts"))
+    """The arm's output-health counts (``scoring.health``'s table of named counts)."""
+    stats = data.arms[arm].stats
+    return stats.quality.counts or {} if stats is not None else {}
 
 
 def of_total(data: AbData, arm: str, key: str, total: str = "n_live") -> str:
@@ -28,12 +31,13 @@ def of_total(data: AbData, arm: str, key: str, total: str = "n_live") -> str:
     return f"{_count(c.get(key))}/{_count(c.get(total))}"
 
 
-def _difference_rows(entry: Mapping[str, Any]) -> list[tuple[str, ...]]:
+def _difference_rows(entry: ArmDifferences) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
-    for stage, label in STAGES:
-        found = mapping(entry.get(stage))
-        for kind, text in (("declared", "declared"), ("undeclared", "**undeclared**")):
-            for key, values in mapping(found.get(kind)).items():
+    for found, label in ((entry.request, "before the load"), (entry.loaded, "after the load")):
+        if found is None:
+            continue
+        for table, text in ((found.declared, "declared"), (found.undeclared, "**undeclared**")):
+            for key, values in table.items():
                 pair = values if isinstance(values, list) and len(values) == 2 else [NA, NA]
                 rows.append((f"`{key}`", label, str(pair[0]), str(pair[1]), text))
     return rows
@@ -41,7 +45,7 @@ def _difference_rows(entry: Mapping[str, Any]) -> list[tuple[str, ...]]:
 
 def differences_section(data: AbData) -> list[Block]:
     """What each candidate changed, declared and undeclared apart (``ab.json``)."""
-    recorded = mapping(data.ab.get("differences"))
+    recorded = data.record.differences
     if not recorded:
         return []
     blocks: list[Block] = [
@@ -53,18 +57,16 @@ def differences_section(data: AbData) -> list[Block]:
              "difference is refused before the load or stops the A/B after it."),
     ]
     for arm in data.candidates:
-        entry = mapping(recorded.get(arm))
-        patterns = mapping(entry.get("request")).get("patterns") or []
-        declares = entry.get("declares")
+        entry = recorded.get(arm) or ArmDifferences()
+        patterns = entry.request.patterns if entry.request else []
         said = (", ".join(f"`{p}`" for p in patterns) if patterns else "nothing")
-        head = (f"`{arm}` declares {said}" if declares else
+        head = (f"`{arm}` declares {said}" if entry.declares else
                 f"`{arm}`: **nothing is declared**, so no difference was refused")
-        unobserved = entry.get("unobserved") or []
-        if unobserved:
+        if entry.unobserved:
             head += ("; declared but no recorded value differs: "
-                     + ", ".join(f"`{p}`" for p in unobserved))
+                     + ", ".join(f"`{p}`" for p in entry.unobserved))
         blocks.append(Para(head + "."))
-        blocks.extend(_opt_out_blocks(data, arm, mapping(entry.get("opt_out"))))
+        blocks.extend(_opt_out_blocks(data, arm, entry.opt_out))
         rows = _difference_rows(entry)
         if rows:
             blocks.append(Table(("Key", "Seen", f"`{data.baseline}`", f"`{arm}`", "Declared"),
@@ -74,19 +76,18 @@ def differences_section(data: AbData) -> list[Block]:
     return blocks
 
 
-def _opt_out_blocks(data: AbData, arm: str, opt: Mapping[str, Any]) -> list[Block]:
+def _opt_out_blocks(data: AbData, arm: str, opt: OptOut | None) -> list[Block]:
     """What shows that an env-only difference (an opt-out) took effect, or a warning."""
-    if not opt:
+    if opt is None:
         return []
-    env = ", ".join(f"`{k}`" for k in opt.get("env") or [])
-    if opt.get("warning"):
+    env = ", ".join(f"`{k}`" for k in opt.env)
+    if opt.warning:
         return [Para(f"**Opt-out evidence: none.** `{arm}` differs from `{data.baseline}` "
-                     f"only in {env}; {opt['warning']}.")]
-    reported = ", ".join(f"`{k}`" for k in opt.get("reported") or []) or "nothing"
-    lines = mapping(opt.get("log_lines"))
+                     f"only in {env}; {opt.warning}.")]
+    reported = ", ".join(f"`{k}`" for k in opt.reported) or "nothing"
     items = [f"Reported differently after the load: {reported}."]
-    for side, name in (("baseline", data.baseline), ("candidate", arm)):
-        found = lines.get(side) or []
+    for found, name in ((opt.log_lines.baseline, data.baseline),
+                        (opt.log_lines.candidate, arm)):
         shown = "; ".join(f"`{str(x).replace('`', chr(39))}`" for x in found) or "none"
         items.append(f"Engine log lines matching the declared patterns under `{name}`: "
                      f"{shown}.")
@@ -94,40 +95,39 @@ def _opt_out_blocks(data: AbData, arm: str, opt: Mapping[str, Any]) -> list[Bloc
                  f"{env}; what shows the variable took effect:"), Bullets(tuple(items))]
 
 
-def _contract_text(prov: Mapping[str, Any]) -> str:
-    contract = prov.get("contract")
-    if not isinstance(contract, Mapping):
+def _contract_text(prov: Provenance | None) -> str:
+    contract = prov.contract if prov is not None else None
+    if contract is None:
         return "no contract"
-    name = dig(contract, "contract", "name") or short(contract.get("path"), 60)
-    violations = [str(v.get("message", v.get("clause"))) for v in contract.get("violations")
-                  or [] if isinstance(v, Mapping)]
-    exempt = [str(v.get("clause")) for v in contract.get("exempted") or []
-              if isinstance(v, Mapping)]
-    text = (f"contract `{name}` " + ("passed" if contract.get("passed") else
+    name = (contract.contract.name if contract.contract else None) or short(contract.path, 60)
+    violations = [str(v.message if v.message is not None else v.clause)
+                  for v in contract.violations]
+    exempt = [str(v.clause) for v in contract.exempted]
+    text = (f"contract `{name}` " + ("passed" if contract.passed else
             "**violated**: " + "; ".join(violations)))
-    checked = contract.get("checked") or []
-    text += f" (checked: {', '.join(map(str, checked)) or 'nothing'})"
+    text += f" (checked: {', '.join(map(str, contract.checked)) or 'nothing'})"
     if exempt:
         text += "; exempt as the declared switch: " + ", ".join(f"`{c}`" for c in exempt)
     return text
 
 
-def _git_cells(git: Any) -> tuple[str, str, str]:
-    if not isinstance(git, Mapping):
+def _git_cells(git: GitState | None) -> tuple[str, str, str]:
+    if git is None:
         return NA, NA, NA
-    dirty = git.get("dirty")
-    return (f"`{short(git.get('commit'), 40)}`", f"`{short(git.get('tree'), 40)}`",
-            "**yes**" if dirty else ("no" if dirty is False else NA))
+    return (f"`{short(git.commit, 40)}`", f"`{short(git.tree, 40)}`",
+            "**yes**" if git.dirty else ("no" if git.dirty is False else NA))
 
 
 def source_section(data: AbData) -> list[Block]:
     """Each arm's source tree (commit, tree hash, dirty flag) and contract result."""
     rows = []
     for arm in data.ordered:
-        run = data.arms[arm].run
-        prov = mapping(run.get("provenance"))
-        rows.append((f"`{arm}`", *_git_cells(run.get("git")), _contract_text(prov)))
-    commit, tree, dirty = _git_cells(data.ab.get("git"))
+        run = data.arms[arm].record
+        if run is None:
+            rows.append((f"`{arm}`", NA, NA, NA, _contract_text(None)))
+            continue
+        rows.append((f"`{arm}`", *_git_cells(run.git), _contract_text(run.provenance)))
+    commit, tree, dirty = _git_cells(data.record.git)
     rows.append(("A/B (ab.json)", commit, tree, dirty, ""))
     return [Heading(2, "Source and contracts", "source"),
             Para("The git commit, tree hash and dirty flag each arm's record was written "

@@ -13,7 +13,6 @@ from abgate.report.fmt import (
     as_float,
     dig,
     duration,
-    mapping,
     ms,
     num,
     rate,
@@ -23,6 +22,9 @@ from abgate.report.fmt import (
 )
 from abgate.report.load import AbData
 from abgate.report.review import of_total
+from abgate.runner.documents import AbBenchDocument, AbRecord
+from abgate.runner.sections import Distribution, HostInfo, QualitySummary
+from abgate.runner.summary import Summary
 from abgate.weights.tables import kind_ranges, layer_projection_table
 
 SCHEDULES = {"interleave": "interleaved (the arms alternate request by request)",
@@ -34,27 +36,26 @@ def arm_label(data: AbData, arm: str) -> str:
 
 
 def headline(data: AbData) -> list[Block]:
-    exp = dig(data.ab, "experiment") or {}
-    decision = str(data.comparison.get("decision", NA))
-    blocks: list[Block] = [Heading(1, f"A/B report: {exp.get('name', 'unnamed')}")]
-    if exp.get("description"):
-        blocks.append(Para(str(exp["description"])))
-    code = data.comparison.get("exit_code")
-    status = data.comparison.get("ab_status") or data.ab.get("status") or NA
+    exp, analysis = data.record.experiment, data.analysis
+    decision = analysis.decision or NA
+    blocks: list[Block] = [Heading(1, f"A/B report: {exp.name or 'unnamed'}")]
+    if exp.description:
+        blocks.append(Para(exp.description))
+    code = analysis.exit_code
+    status = analysis.ab_status or data.record.status or NA
     blocks.append(Para(f"**Decision: {decision}** (exit code {code if code is not None else NA})"
                        f" for {len(data.candidates)} candidate arm(s) against the baseline "
                        f"`{data.baseline}`; the A/B run is **{status}**."))
     items = []
     for arm in data.candidates:
-        verdict = data.verdict_of(arm)
-        reasons = verdict.get("reasons") or []
-        decision = str(verdict.get("decision", NA))
-        first = str(reasons[0]) if reasons else ""
+        verdict = data.arm_verdict(arm)
+        decision = verdict.decision or NA
+        first = verdict.reasons[0] if verdict.reasons else ""
         first = first[len(decision) + 2:] if first.startswith(f"{decision}: ") else first
-        if verdict.get("explanation"):  # an INCONCLUSIVE's one line says more than a gate
-            first = str(verdict["explanation"]).removeprefix(f"{decision} ")
+        if verdict.explanation:  # an INCONCLUSIVE's one line says more than a gate
+            first = verdict.explanation.removeprefix(f"{decision} ")
         first = f": {first}" if first else ""
-        items.append(f"`{arm}` vs `{data.baseline}`: **{verdict.get('decision', NA)}**{first}")
+        items.append(f"`{arm}` vs `{data.baseline}`: **{decision}**{first}")
     if items:
         blocks.append(Bullets(tuple(items)))
     return blocks + decision_blocks(data)
@@ -65,39 +66,43 @@ def decision_blocks(data: AbData) -> list[Block]:
     if not data.decisions:
         return [Para("No engineer's decision is recorded yet (`abgate decide DIR`).")]
     d = data.decisions[-1]
-    src = mapping(d.get("source"))
-    on = f" on `{d['arm']}`" if d.get("arm") else ""
-    text = (f"**Engineer's decision{on}: {d.get('decision', NA)}** "
-            f"({d.get('relation', NA)} the machine verdict {d.get('machine_verdict', NA)}), "
-            f"by {d.get('by') or 'unnamed'} at {d.get('decided_at', NA)}, for tree "
-            f"`{short(src.get('tree'), 40)}` (commit `{short(src.get('commit'), 40)}`"
-            f"{', **dirty**' if src.get('dirty') else ''}). Why: {d.get('why', NA)}")
+    src = d.source
+    on = f" on `{d.arm}`" if d.arm else ""
+    text = (f"**Engineer's decision{on}: {d.decision}** "
+            f"({d.relation} the machine verdict {d.machine_verdict or NA}), "
+            f"by {d.by or 'unnamed'} at {d.decided_at}, for tree "
+            f"`{short(src.tree, 40)}` (commit `{short(src.commit, 40)}`"
+            f"{', **dirty**' if src.dirty else ''}). Why: {d.why}")
     earlier = len(data.decisions) - 1
     if earlier:
         text += f" ({earlier} earlier decision(s) in `decisions.jsonl`.)"
     return [Para(text)]
 
 
-def _host_text(host: Any) -> str:
-    if not isinstance(host, Mapping):
-        return NA
-    ram = host.get("ram_bytes")
-    ram_text = f"{ram / 2**30:.1f} GiB RAM" if isinstance(ram, int | float) else "RAM n/a"
-    gpus = host.get("gpus") or []
-    gpu_text = ", ".join(str(g.get("name", "GPU")) if isinstance(g, Mapping) else str(g)
-                         for g in gpus) or "none"
-    return (f"`{host.get('hostname', NA)}`: {host.get('cpu', NA)}, "
-            f"{host.get('cores_logical', NA)} logical cores (affinity "
-            f"{host.get('affinity', NA)}), {ram_text}; GPUs: {gpu_text}; "
-            f"{host.get('os', NA)}, Python {host.get('python', NA)}")
+def _na(value: Any) -> str:
+    return NA if value is None else str(value)
 
 
-def _code_text(ab: Mapping[str, Any]) -> str:
-    git = ab.get("git")
-    text = f"abgate {ab.get('abgate_version', NA)}"
-    if isinstance(git, Mapping):
-        text += f", git commit `{short(git.get('commit'))}`"
-        if git.get("dirty"):
+def _gpu_name(gpu: Any) -> str:
+    """A GPU as ``host_info`` lists it: an NVML object with its name, else its text."""
+    return str(gpu.get("name", "GPU")) if isinstance(gpu, Mapping) else str(gpu)
+
+
+def _host_text(host: HostInfo) -> str:
+    ram = host.ram_bytes
+    ram_text = f"{ram / 2**30:.1f} GiB RAM" if ram is not None else "RAM n/a"
+    gpu_text = ", ".join(_gpu_name(g) for g in host.gpus or []) or "none"
+    return (f"`{host.hostname or NA}`: {host.cpu or NA}, "
+            f"{_na(host.cores_logical)} logical cores (affinity "
+            f"{_na(host.affinity)}), {ram_text}; GPUs: {gpu_text}; "
+            f"{host.os or NA}, Python {host.python or NA}")
+
+
+def _code_text(ab: AbRecord) -> str:
+    text = f"abgate {ab.abgate_version}"
+    if ab.git is not None:
+        text += f", git commit `{short(ab.git.commit)}`"
+        if ab.git.dirty:
             text += " **with uncommitted changes** (dirty tree)"
     return text + "."
 
@@ -105,53 +110,49 @@ def _code_text(ab: Mapping[str, Any]) -> str:
 def _provenance(data: AbData) -> list[str]:
     out = []
     for arm in data.ordered:
-        prov = dig(data.arms[arm].run, "provenance")
-        if not isinstance(prov, Mapping):
+        record = data.arms[arm].record
+        prov = record.provenance if record is not None else None
+        if prov is None:
             continue
         parts = []
-        if isinstance(prov.get("manifest"), Mapping):
-            parts.append(f"manifest digest `{short(prov['manifest'].get('digest'), 19)}`")
-        if isinstance(prov.get("contract"), Mapping):
-            passed = prov["contract"].get("passed")
-            parts.append("contract " + ("passed" if passed else "**violated**"))
-        libraries = prov.get("libraries")
-        if isinstance(libraries, list):
-            parts.append(f"{len(libraries)} engine process(es) with mapped libraries recorded")
+        if prov.manifest is not None:
+            parts.append(f"manifest digest `{short(prov.manifest.get('digest'), 19)}`")
+        if prov.contract is not None:
+            parts.append("contract " + ("passed" if prov.contract.passed else "**violated**"))
+        if prov.libraries is not None:
+            parts.append(f"{len(prov.libraries)} engine process(es) with mapped libraries "
+                         "recorded")
         if parts:
             out.append(f"Provenance of `{arm}`: " + "; ".join(parts) + ".")
     return out
 
 
 def setup(data: AbData) -> list[Block]:
-    ab, exp = data.ab, dig(data.ab, "experiment") or {}
-    sched = mapping(ab.get("schedule"))
-    started, ended = ab.get("started_at"), ab.get("ended_at")
-    elapsed = ended - started if isinstance(started, float | int) and isinstance(
-        ended, float | int) else None
-    executed = sched.get("executed")
-    mode = str(sched.get("mode", NA))
-    policy = mapping(data.comparison.get("policy"))
-    boot = dig(data.comparison_of(data.candidates[0]) if data.candidates else {}, "bootstrap")
+    ab = data.record
+    sched = ab.schedule
+    started, ended = ab.started_at, ab.ended_at
+    elapsed = ended - started if ended is not None else None
+    mode = sched.mode
+    policy = data.analysis.policy  # the policy's own description (compare.policy)
+    boot = data.arm_comparison(data.candidates[0]).bootstrap if data.candidates else None
     items = [
         "Arms: " + ", ".join(arm_label(data, a) for a in data.ordered) + ".",
-        f"Status **{ab.get('status', NA)}**; started {utc(started)}, ended {utc(ended)} "
-        f"({duration(elapsed)}); resumed {len(ab.get('resumes') or [])} time(s).",
-        f"Schedule: {SCHEDULES.get(mode, mode)}; {sched.get('warmup', NA)} warm-up request(s) "
-        f"per engine load, not measured; block size {sched.get('block_size', NA)}; "
-        f"{len(executed) if isinstance(executed, list) else NA} measured requests executed.",
-        f"Host: {_host_text(ab.get('host'))}.",
+        f"Status **{ab.status or NA}**; started {utc(started)}, ended {utc(ended)} "
+        f"({duration(elapsed)}); resumed {len(ab.resumes)} time(s).",
+        f"Schedule: {SCHEDULES.get(mode, mode)}; {sched.warmup} warm-up request(s) "
+        f"per engine load, not measured; block size {sched.block_size}; "
+        f"{len(sched.executed)} measured requests executed.",
+        f"Host: {_host_text(ab.host)}.",
         f"Code: {_code_text(ab)}",
         f"Policy: `{policy.get('name', NA)}` ({policy.get('source', NA)}, sha256 "
         f"{short(policy.get('sha256'))}): {policy.get('description', NA)}.",
     ]
-    if isinstance(boot, Mapping):
-        items.append(f"Speed intervals: {boot.get('method', 'bootstrap')}, "
-                     f"{boot.get('n_boot', NA)} resamples, seed {boot.get('seed', NA)}.")
-    if ab.get("error"):
-        items.append(f"Recorded error: {value_text(ab['error'], 200)}")
+    if boot is not None and boot.model_fields_set:
+        items.append(f"Speed intervals: {boot.method or 'bootstrap'}, "
+                     f"{_na(boot.n_boot)} resamples, seed {_na(boot.seed)}.")
+    if ab.error:
+        items.append(f"Recorded error: {value_text(ab.error, 200)}")
     items.extend(_provenance(data))
-    if not exp:
-        items.append("The experiment record is missing from ab.json.")
     return [Heading(2, "Setup", "setup"), Bullets(tuple(items))]
 
 
@@ -165,12 +166,14 @@ def contract_section(data: AbData, contract: Contract) -> list[Block]:
     ]
     checks = []
     for arm in data.candidates:
-        comp = data.comparison_of(arm)
-        mismatches = dig(comp, "diagnostics", "prompt_mismatches")
-        checks.append(f"`{arm}` vs `{data.baseline}`: {comp.get('n_pairs', NA)} pairs matched "
+        comp = data.arm_comparison(arm)
+        mismatches = comp.diagnostics.prompt_mismatches
+        unmatched = comp.n_unmatched.to_json() if "n_unmatched" in comp.model_fields_set \
+            else None
+        checks.append(f"`{arm}` vs `{data.baseline}`: {_na(comp.n_pairs)} pairs matched "
                       f"by (item, seed); prompt token hashes differ in "
-                      f"{mismatches if mismatches is not None else NA} of them; unmatched "
-                      f"samples {value_text(comp.get('n_unmatched'))}.")
+                      f"{_na(mismatches)} of them; unmatched "
+                      f"samples {value_text(unmatched)}.")
     if checks:
         blocks.append(Bullets(tuple(checks)))
     blocks.append(Para("What differed between the arms:"))
@@ -183,30 +186,39 @@ def contract_section(data: AbData, contract: Contract) -> list[Block]:
     return blocks
 
 
+def _stats(data: AbData, arm: str) -> Summary:
+    """The arm's summary; an arm without samples has an empty one."""
+    found = data.arms[arm].stats
+    return found if found is not None else Summary.new(n=0, quality=QualitySummary(),
+                                                      speed={})
+
+
 def _quality_row(data: AbData, arm: str) -> tuple[str, ...]:
-    q = dig(data.arms[arm].summary, "quality") or {}
-    acc, se = as_float(q.get("accuracy")), as_float(q.get("accuracy_se"))
+    stats = _stats(data, arm)
+    q, rates = stats.quality, stats.quality.to_dict()
+    acc, se = as_float(q.accuracy), as_float(q.accuracy_se)
     se_text = NA if se is None else f"{100 * se:.1f}"
     accuracy = NA if acc is None else f"{100 * acc:.1f}% ± {se_text}"
     accuracy += f" ({of_total(data, arm, 'n_correct', 'n_scored')})"
 
     def with_count(key: str) -> str:
-        return f"{rate(q.get(key + '_rate'))} ({of_total(data, arm, 'n_' + key)})"
+        return f"{rate(rates.get(key + '_rate'))} ({of_total(data, arm, 'n_' + key)})"
 
-    return (arm_label(data, arm), str(dig(data.arms[arm].summary, "n") or 0),
-            f"{q.get('n_items', NA)}", accuracy, with_count("invalid"),
+    return (arm_label(data, arm), str(stats.n),
+            _na(q.n_items), accuracy, with_count("invalid"),
             with_count("truncated"), with_count("natural_stop"),
-            str(q.get("n_error", NA)), num(q.get("mean_seq_rep_4"), ".3f"),
-            num(q.get("mean_output_tokens"), ".1f"))
+            _na(q.n_error), num(q.mean_seq_rep_4, ".3f"),
+            num(q.mean_output_tokens, ".1f"))
 
 
 def _speed_row(data: AbData, arm: str) -> tuple[str, ...]:
-    s = dig(data.arms[arm].summary, "speed") or {}
-    dec = s.get("steady_decode_tps") or {}
-    return (arm_label(data, arm), num(dec.get("mean"), ".2f"), num(dec.get("median"), ".2f"),
-            f"{num(dec.get('p10'), '.2f')} to {num(dec.get('p90'), '.2f')}",
-            num(dec.get("cv"), ".2f"), ms(dig(s, "ttft_s", "median")),
-            num(dig(s, "prefill_tps", "median"), ".1f"), num(dig(s, "tpot_ms", "median"), ".1f"))
+    speed = _stats(data, arm).speed
+    dec, ttft, prefill, tpot = (speed.get(k) or Distribution() for k in (
+        "steady_decode_tps", "ttft_s", "prefill_tps", "tpot_ms"))
+    return (arm_label(data, arm), num(dec.mean, ".2f"), num(dec.median, ".2f"),
+            f"{num(dec.p10, '.2f')} to {num(dec.p90, '.2f')}",
+            num(dec.cv, ".2f"), ms(ttft.median), num(prefill.median, ".1f"),
+            num(tpot.median, ".1f"))
 
 
 def arm_tables(data: AbData) -> list[Block]:
@@ -225,22 +237,19 @@ def arm_tables(data: AbData) -> list[Block]:
     ]
 
 
-def _bench_cases(bench: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    cases = bench.get("cases", dig(bench, "summary", "cases"))
-    out: dict[str, Mapping[str, Any]] = {}
-    for case in cases if isinstance(cases, list) else []:
-        if isinstance(case, Mapping):
-            label = f"{case.get('input_len', NA)}/{case.get('output_len', NA)}"
-            out[label] = case
-    return out
+def _bench_cases(bench: AbBenchDocument) -> dict[str, Mapping[str, Any]]:
+    """An arm's bench cases by label (a case is the bench's own free object)."""
+    return {f"{case.get('input_len', NA)}/{case.get('output_len', NA)}": case
+            for case in bench.cases}
 
 
 def bench_section(data: AbData) -> list[Block]:
     """Side-by-side bench cases, when any arm has a ``bench.json``."""
-    arms = [a for a in data.ordered if data.arms[a].bench]
-    if not arms:
+    benches = {a: bench for a in data.ordered if (bench := data.arms[a].bench) is not None}
+    if not benches:
         return []
-    per_arm = {a: _bench_cases(data.arms[a].bench or {}) for a in arms}
+    arms = list(benches)
+    per_arm = {a: _bench_cases(bench) for a, bench in benches.items()}
     labels = list(dict.fromkeys(label for cases in per_arm.values() for label in cases))
     header = ["Case (input/output tokens)"]
     for a in arms:

@@ -1,137 +1,236 @@
 """The record documents (``run.json``, ``ab.json``, a bench's ``run.json``,
-``baseline.json``): typed, made, written and read in one place.
+``baseline.json``) and the JSON documents beside them (``summary.json``, a bench's
+``summary.json``, ``probes.json``, an A/B arm's ``bench.json``): typed, made, written
+and read in one place.
 
-Every document starts with the same header: what kind it is and in which schema
-version, the status, abgate's version, the source tree (the same ``git`` facts a
-manifest records, so the two never disagree about ``dirty``), the host and the times.
-Each kind then has its own typed body (:data:`BODIES`): the spec and its digest, the
-engine as loaded, resumes, and the kind's own sections. :func:`new_record` makes a
-document; :func:`write_record` checks it against its kind's model before the atomic
-write (a writer's bug never reaches the disk); :func:`read_record` reads one and
-validates it (a wrong type, a missing field or an unexpected kind is a one-line error
-naming the file and the field). Sections that grow with abgate (``provenance``,
-``cleanup``, per-case bench results) are typed as JSON objects; unknown top-level
-fields from newer minor versions are kept.
+Every record starts with the same header: what kind it is and in which schema version,
+the status, abgate's version, the source tree (the same ``git`` facts a manifest
+records, so the two never disagree about ``dirty``), the host and the times. Each kind
+then has its own typed body (:data:`BODIES`): the spec and its digest, the engine as
+loaded, resumes, and the kind's own sections (typed in :mod:`abgate.runner.sections`).
+:func:`new_record` makes a record model; :func:`write_record` writes any document (a
+record or a JSON document) after validating it again (a writer's bug never reaches the
+disk); :func:`read_record` and :func:`read_document` read one into its model (a wrong
+type, a missing field, an unexpected kind or a newer schema version is a one-line error
+naming the file and the field). Each document name has its own schema version
+(:data:`SCHEMA_VERSIONS`); an older file is upgraded on read by the steps in
+:data:`MIGRATIONS` (a version-aware before-validator, as inspect_ai's EvalLog
+migrates). Sections that grow with abgate (``cleanup``, per-case bench results) are
+typed as JSON objects; unknown fields from newer minor versions are kept.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from abgate import __version__
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.provenance.gitinfo import git_state
+from abgate.redact import redact
 from abgate.runner import records as rec
+from abgate.runner.sections import (
+    ArmDifferences,
+    Distribution,
+    EngineRecord,
+    GitState,
+    HostInfo,
+    Number,
+    Provenance,
+    QualitySummary,
+    Resume,
+    Section,
+    Spec,
+)
 
 Kind = Literal["run", "ab-arm", "ab", "bench", "baseline"]
 Status = Literal["running", "complete", "failed", "interrupted"]
-# Each kind's schema version; a reader refuses a newer one than it knows.
-SCHEMA_VERSIONS: dict[str, int] = {"run": 1, "ab-arm": 1, "ab": 1, "bench": 1, "baseline": 1}
+# Each document's schema version; a reader refuses a newer one than it knows.
+SCHEMA_VERSIONS: dict[str, int] = {
+    "run": 1, "ab-arm": 1, "ab": 1, "bench": 1, "baseline": 1,
+    "summary": 1, "bench-summary": 1, "probes": 1, "ab-bench": 1, "ab-report": 1}
+# name -> {version: step}: the step turns a document of that version into the next one.
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+MIGRATIONS: dict[str, dict[int, Migration]] = {}
 
 
-class RecordHeader(BaseModel):
+def upgraded(name: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (a document called ``name``) brought to the current schema version, one
+    step at a time; a version without a step is already the current shape."""
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return doc
+    steps = MIGRATIONS.get(name, {})
+    while version < SCHEMA_VERSIONS[name]:
+        if version in steps:
+            doc = {**steps[version](dict(doc)), "schema_version": version + 1}
+        version += 1
+    return doc
+
+
+class Document(Section):
+    """A JSON document abgate writes: its schema version (of its own name, ``NAME``),
+    older versions upgraded on the way in."""
+
+    NAME: ClassVar[str]
+    schema_version: int
+
+    @classmethod
+    def name_of(cls, doc: dict[str, Any]) -> str:
+        return cls.NAME
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            name = cls.name_of(data)
+            if name in SCHEMA_VERSIONS:
+                return upgraded(name, data)
+        return data
+
+    @classmethod
+    def new(cls: type[D], **fields: Any) -> D:
+        """A document of the current version."""
+        return cls(schema_version=SCHEMA_VERSIONS[cls.NAME], **fields)
+
+
+D = TypeVar("D", bound=Document)
+
+
+class RecordHeader(Document):
     """The fields every record document has; the rest is the kind's own."""
 
-    model_config = ConfigDict(extra="allow")
-
-    schema_version: int
     kind: Kind
     status: Status | None = None
     abgate_version: str
-    git: dict[str, Any] | None
-    host: dict[str, Any]
+    git: GitState | None
+    host: HostInfo
     started_at: float
     ended_at: float | None = None
     error: str | None = None
 
-
-class Resume(BaseModel):
-    at: float
-    from_status: str | None = None
-
-
-class EngineRecord(BaseModel):
-    """``Engine.describe()`` as recorded."""
-
-    model_config = ConfigDict(extra="allow")
-
-    name: str
-    version: str | None = None
-    model: str | None = None
-    effective_config: dict[str, Any]
-    capabilities: dict[str, Any]
+    @classmethod
+    def name_of(cls, doc: dict[str, Any]) -> str:
+        return str(doc.get("kind"))
 
 
-class _Spec(RecordHeader):
-    config: dict[str, Any]
-    spec: dict[str, Any]
-    spec_digest: str
+class LoadFacts(Section):
+    """What a load records (``runner.session.loaded``, ``record_after_load``), for a
+    load before its record exists (a bench plans on the loaded engine before it writes
+    anything); a record takes these fields over."""
+
     engine: EngineRecord | None = None  # set once the engine is loaded
     engine_processes: list[Any] = []
-    provenance: dict[str, Any] | None = None
+    provenance: Provenance | None = None
     cleanup: dict[str, Any] | None = None
 
 
-class RunRecord(_Spec):
+class SpecRecord(RecordHeader):
+    """A record of one prepared spec (a run, a bench, a baseline) and its load."""
+
+    config: dict[str, Any]
+    spec: Spec
+    spec_digest: str
+    engine: EngineRecord | None = None  # set once the engine is loaded
+    engine_processes: list[Any] = []
+    provenance: Provenance | None = None
+    cleanup: dict[str, Any] | None = None
+
+
+class RunRecord(SpecRecord):
     """``run.json`` of ``abgate run`` and of each A/B arm (kind ``ab-arm``)."""
 
     resumes: list[Resume] = []
+    inputs: dict[str, str | None] | None = None
     n_samples: int | None = None
 
 
-class AbSchedule(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
+class AbSchedule(Section):
     mode: Literal["interleave", "blocks"]
     warmup: int
     block_size: int
     executed: list[str]
 
 
-class SequentialLook(BaseModel):
+class SequentialLook(Section):
     """One look of a sequential A/B: after how many items, each candidate's decision."""
 
     n_items: int
-    decisions: dict[str, str]
+    decisions: dict[str, str | None]
     at: float
 
 
-class AbSequential(BaseModel):
+class AbSequential(Section):
     """How a sequential A/B stopped (``[schedule] stopping = "sequential"``)."""
 
     look_every: int
     max_items: int
     looks: list[SequentialLook] = []
-    stopped_at: int | None = None
+    stopped_at: int | None
+
+
+class AbExperiment(Section):
+    """The experiment as recorded (``Experiment.to_dict()``)."""
+
+    name: str | None = None
+    description: str | None = None
+    baseline: str
+    arms: dict[str, dict[str, Any]]
+    schedule: dict[str, Any] | None = None
+    policy: str | None = None
+
+
+class ScoringCost(Section):
+    """One arm's scoring pass: its cost, or why it did not run (``reason``)."""
+
+    max_tokens_per_sequence: int | None = None
+    seconds: float | None = None
+    n_tokens: int | None = None
+    method: str | None = None
+    n_sequences: int | None = None
+    prompts_restored: int | None = None
+    reason: str | None = None
+
+    def add(self, seconds: float, n_tokens: int, method: str) -> None:
+        """One more sequence scored."""
+        self.seconds = (self.seconds or 0.0) + seconds
+        self.n_tokens = (self.n_tokens or 0) + n_tokens
+        self.method = method
+        self.n_sequences = (self.n_sequences or 0) + 1
 
 
 class AbRecord(RecordHeader):
     """``ab.json``: the experiment, each arm's spec digest, the schedule as run, the
     engines as loaded, and the scoring pass's cost (or why not) per arm."""
 
-    experiment: dict[str, Any]
+    inputs: dict[str, str | None] | None = None
+    experiment: AbExperiment
     arm_spec_digests: dict[str, str]
     digest: str
     schedule: AbSchedule
     engines: dict[str, EngineRecord]
     resumes: list[Resume]
-    scoring: dict[str, dict[str, Any]] = {}
     # Per candidate: its differences from the baseline, declared and undeclared apart,
     # before the load ("request") and after it ("loaded"); see abgate.ab.declared.
-    differences: dict[str, dict[str, Any]] = {}
+    differences: dict[str, ArmDifferences] = {}
+    scoring: dict[str, ScoringCost] = {}
     sequential: AbSequential | None = None
 
+    def git_for_arms(self) -> GitState | None:
+        """The source state every arm of this start records (the latest start's)."""
+        return self.resumes[-1].git if self.resumes else self.git
 
-class BenchRecord(_Spec):
+
+class BenchRecord(SpecRecord):
     """A bench's ``run.json``."""
 
 
-class BaselineRecord(_Spec):
+class BaselineRecord(SpecRecord):
     """``baseline.json``: the reference outputs a later build must reproduce, sealed by
     ``integrity`` (``integrity.py``: checked on every read of a baseline)."""
 
@@ -139,6 +238,48 @@ class BaselineRecord(_Spec):
     integrity: dict[str, Any] | None = None
     cases: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
+    host_load: dict[str, Any] | None = None
+
+
+class Summary(Document):
+    """A run's (an A/B arm's) ``summary.json``: quality and speed of its measured
+    samples (``runner.summary.summarize``); ``status`` is the run's when the summary was
+    written at its end."""
+
+    NAME = "summary"
+    n: int
+    n_warmup: int = 0
+    quality: QualitySummary
+    speed: dict[str, Distribution]
+    status: str | None = None
+
+
+class ProbesDocument(Document):
+    """An A/B arm's ``probes.json``: each probe's result (none, with why, when the
+    engine cannot run them)."""
+
+    NAME = "probes"
+    probes: list[dict[str, Any]]
+    error: str | None = None
+
+
+class AbBenchDocument(Document):
+    """An A/B arm's ``bench.json``: the fixed-length speed cases it ran."""
+
+    NAME = "ab-bench"
+    kind: Literal["ab-bench"] = "ab-bench"
+    plan: dict[str, Any]
+    cases: list[dict[str, Any]]
+
+
+class BenchSummary(Document):
+    """A bench's ``summary.json``: per-case distributions, probes, resources, bandwidth."""
+
+    NAME = "bench-summary"
+    kind: Literal["bench"] = "bench"
+    status: Status | None
+    cases: list[dict[str, Any]]
+    probes: dict[str, Any] | None
 
 
 class DecisionSource(BaseModel):
@@ -168,30 +309,58 @@ class DecisionRecord(BaseModel):
     decided_at: str
 
 
-BODIES: dict[str, type[RecordHeader]] = {"run": RunRecord, "ab-arm": RunRecord,
-                                         "ab": AbRecord, "bench": BenchRecord,
-                                         "baseline": BaselineRecord}
+Loadable = SpecRecord | LoadFacts  # what runner.session.loaded records a load into
+AnyRecord = RunRecord | AbRecord | BenchRecord | BaselineRecord
+R = TypeVar("R", RunRecord, AbRecord, BenchRecord, BaselineRecord)
+BODIES: dict[str, type[AnyRecord]] = {"run": RunRecord, "ab-arm": RunRecord,
+                                      "ab": AbRecord, "bench": BenchRecord,
+                                      "baseline": BaselineRecord}
+_ = Number  # re-exported for documents' users
 
 
-def source_state(out: Path | None = None) -> dict[str, Any] | None:
+# Every JSON file abgate writes in an output directory (``runner.outdir.OWNED_FILES``):
+# the models it is written through (write_record) and read through, or, for the files
+# not typed here, what they are and who writes them.
+DOCUMENT_FILES: dict[str, tuple[type[Document], ...]] = {
+    "run.json": (RunRecord, BenchRecord), "ab.json": (AbRecord,),
+    "baseline.json": (BaselineRecord,), "summary.json": (Summary, BenchSummary),
+    "probes.json": (ProbesDocument,), "bench.json": (AbBenchDocument,)}
+LINE_FILES = {  # JSON Lines, appended line by line
+    "samples.jsonl": "runner.records.SampleWriter; each line a runner.samples.Sample",
+    "agreement.jsonl": "ab.evidence rows, one per scored sequence (compare/ reads them)",
+    "decisions.jsonl": "ab.decision: one DecisionRecord per line",
+    "attachments.jsonl": "provenance.attach: attachment lines"}
+NOT_RECORDS = {  # JSON that is not one of these record documents
+    "comparison.json": "ab.analyze's statistics and verdicts (typed with compare/)",
+    "manifest.json": "provenance.manifest, with its own schema and version",
+    "report.json": "a rendered report (report.jsondoc)",
+    "weights-diff-*.json": "weights.diff, schema abgate.weights_diff"}
+
+
+def source_state(out: Path | None = None) -> GitState | None:
     """The git facts of the working directory's checkout (None outside one), abgate's
     own output directory ``out`` excluded (its records are not source: an A/B's second
     arm must not find the tree dirty because the first arm's files are untracked)."""
     try:
-        return git_state(Path.cwd(), ignore=[out] if out is not None else [])
+        return GitState.model_validate(
+            git_state(Path.cwd(), ignore=[out] if out is not None else []))
     except AbgateError:
         return None
 
 
-def new_record(kind: Kind, *, out: Path | None = None, **fields: Any) -> dict[str, Any]:
+def new_record(kind: Kind, *, out: Path | None = None, **fields: Any) -> AnyRecord:
     """A new document of ``kind``: the header, then ``fields``. The header's ``git`` is
     ``fields["git"]`` when given (one state for a whole A/B), else the checkout's state
     with ``out`` excluded."""
     git = fields.pop("git") if "git" in fields else source_state(out)
-    header = RecordHeader(schema_version=SCHEMA_VERSIONS[kind], kind=kind, status="running",
-                          abgate_version=__version__, git=git, host=host_info(),
-                          started_at=time.time())
-    return {**header.model_dump(), **fields}
+    model = BODIES[kind]
+    try:
+        return model(schema_version=SCHEMA_VERSIONS[kind], kind=kind, status="running",
+                     abgate_version=__version__, git=git,
+                     host=HostInfo.model_validate(host_info()),
+                     started_at=time.time(), ended_at=None, error=None, **fields)
+    except ValidationError as exc:  # a writer's bug
+        raise _one_line(Path(f"<new {kind} record>"), exc) from None
 
 
 def _one_line(path: Path, exc: ValidationError) -> AbgateError:
@@ -200,35 +369,74 @@ def _one_line(path: Path, exc: ValidationError) -> AbgateError:
     return AbgateError(f"{path}: {where}: {first['msg']}")
 
 
-def check_record(path: Path, doc: dict[str, Any]) -> None:
-    """Validate ``doc`` against its header and its kind's body model."""
+def _check_version(path: Path, name: str, doc: dict[str, Any]) -> None:
+    version = doc.get("schema_version")
+    known = SCHEMA_VERSIONS[name]
+    if isinstance(version, int) and version > known:
+        raise AbgateError(f"{path}: {name} schema_version {version} is newer than this "
+                          f"abgate understands ({known}); upgrade abgate")
+
+
+def _validated(path: Path, doc: dict[str, Any], model: type[D] | None = None) -> Document:
     try:
-        header = RecordHeader.model_validate(doc)
-        BODIES[header.kind].model_validate(doc)
+        if model is None:
+            header = RecordHeader.model_validate(doc)
+            _check_version(path, header.kind, doc)
+            return BODIES[header.kind].model_validate(doc)
+        _check_version(path, model.NAME, doc)
+        return model.model_validate(doc)
     except ValidationError as exc:
         raise _one_line(path, exc) from None
-    known = SCHEMA_VERSIONS[header.kind]
-    if header.schema_version > known:
-        raise AbgateError(f"{path}: {header.kind} schema_version {header.schema_version} is "
-                          f"newer than this abgate understands ({known}); upgrade abgate")
 
 
-def write_record(path: Path, doc: dict[str, Any]) -> None:
-    """Check ``doc`` (a writer's bug is an error, never a bad file), then write it
-    atomically."""
-    check_record(path, doc)
-    rec.write_json_atomic(path, doc)
+def check_record(path: Path, doc: dict[str, Any]) -> None:
+    """Validate the record ``doc`` against its header and its kind's body model."""
+    _validated(path, doc)
 
 
-def read_record(path: Path, *kinds: Kind) -> dict[str, Any]:
-    """A valid record document (header and the kind's body), of one of ``kinds``
-    when given."""
-    doc = rec.read_json(path)
+def write_record(path: Path, doc: Document) -> None:
+    """Write ``doc`` (any record or JSON document) atomically, after validating what is
+    written against its model (a writer's bug is an error, never a bad file)."""
+    data = doc.to_dict()
+    _validated(path, data, None if isinstance(doc, RecordHeader) else type(doc))
+    rec.write_json_atomic(path, data)
+
+
+def _read(path: Path, model: type[D] | None, redacted: bool) -> Document:
     try:
-        check_record(path, doc)
+        doc = rec.read_json_object(path)
+        if not isinstance(doc.get("schema_version"), int):
+            raise AbgateError(f"{path}: no schema_version; not an abgate record")
+        return _validated(path, redact(doc) if redacted else doc, model)
     except AbgateError as exc:  # a damaged or foreign file is bad input, not a failure
         raise UsageError(str(exc)) from None
-    if kinds and doc["kind"] not in kinds:
-        raise UsageError(f"{path}: a {doc['kind']!r} record, where {' or '.join(kinds)} "
-                          "was expected")
+
+
+@overload
+def read_record(path: Path, *kinds: Kind, redacted: bool = False) -> AnyRecord: ...
+@overload
+def read_record(path: Path, *kinds: Kind, model: type[R], redacted: bool = False) -> R: ...
+
+
+def read_record(path: Path, *kinds: Kind, model: type[R] | None = None,
+                redacted: bool = False) -> AnyRecord:
+    """A valid record document (header and the kind's body), of one of ``kinds`` when
+    given; ``model`` says which model the caller expects (a record of another kind is a
+    UsageError); ``redacted``: secrets are redacted on the way in (for reports of
+    records written before redaction covered them)."""
+    doc = _read(path, None, redacted)
+    assert isinstance(doc, RunRecord | AbRecord | BenchRecord | BaselineRecord)
+    if kinds and doc.kind not in kinds:
+        raise UsageError(f"{path}: a {doc.kind!r} record, where {' or '.join(kinds)} "
+                         "was expected")
+    if model is not None and not isinstance(doc, model):
+        raise UsageError(f"{path}: a {doc.kind!r} record, where a {model.__name__} was "
+                         "expected")
+    return doc
+
+
+def read_document(path: Path, model: type[D], *, redacted: bool = False) -> D:
+    """A JSON document (``summary.json``, ``probes.json``, ...) read into ``model``."""
+    doc = _read(path, model, redacted)
+    assert isinstance(doc, model)
     return doc

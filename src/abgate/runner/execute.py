@@ -24,7 +24,15 @@ from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import Kind, new_record, read_record, source_state, write_record
+from abgate.runner.documents import (
+    AnyRecord,
+    Kind,
+    RunRecord,
+    new_record,
+    read_record,
+    source_state,
+    write_record,
+)
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import (
     ProvenanceOptions,
@@ -34,9 +42,10 @@ from abgate.runner.provenance import (
     record_after_load,
 )
 from abgate.runner.samples import build_sample, checked_samples, sample_key
+from abgate.runner.sections import GitState, Resume
 from abgate.runner.session import loaded
 from abgate.runner.spec import PreparedRun
-from abgate.runner.summary import summarize
+from abgate.runner.summary import Summary, summarize
 from abgate.suites import Item
 
 log = logging.getLogger("abgate.run")
@@ -49,6 +58,7 @@ class Interrupted(BaseException):
 
 
 _PENDING: list[int] = []  # signals received during a tracked run, not yet acted on
+_FINISHING: list[int] = []  # while a tracked run writes its final records: _PENDING's length then
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,12 @@ def _interrupts() -> Iterator[None]:
     run would go on as if nothing had been asked."""
     def handler(signum: int, frame: FrameType | None) -> None:
         _PENDING.append(signum)
+        if _FINISHING and len(_PENDING) - _FINISHING[-1] < 2:
+            # The final records are being written: an exception now would tear them (a
+            # second signal in this phase still stops at once, e.g. a hung shutdown).
+            log.warning("signal %d: writing the final records first (again to stop now)",
+                        signum)
+            return
         if len(_PENDING) > 1:
             raise Interrupted(f"signal {signum}")
         log.warning("signal %d: stopping after the request in flight (again to stop now)",
@@ -86,6 +102,7 @@ def _interrupts() -> Iterator[None]:
         for s, h in previous.items():
             signal.signal(s, h)
         _PENDING.clear()
+        _FINISHING.clear()
 
 
 def check_interrupted() -> None:
@@ -120,7 +137,7 @@ def _run_log(out: Path) -> Iterator[None]:
 _RESUMABLE = {"run.json": "a run", "ab.json": "an A/B"}  # marker -> what it marks
 
 
-def read_resumable(out: Path, marker: str, *kinds: Kind) -> dict[str, Any]:
+def read_resumable(out: Path, marker: str, *kinds: Kind) -> AnyRecord:
     """The record of a directory given to ``--resume``, read before anything else is
     (data, models, engines): a path that is not such a directory is a one-line
     UsageError saying so, naming the command that would resume it if it is another's."""
@@ -145,40 +162,44 @@ def kept_status(previous: str | None, status: str) -> str:
 
 
 def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
-                 git: dict[str, Any] | None,
+                 git: GitState | None,
                  inputs: dict[str, str | None] | None = None,
-                 allow_source_change: bool = False) -> dict[str, Any]:
+                 allow_source_change: bool = False) -> RunRecord:
     """Create or reopen the run directory; returns the ``run.json`` document to update.
     ``git`` (the source state) and ``inputs`` (contract and manifest hashes) are this
     start's, recorded with it and, on a resume, compared with the first start's."""
     if resume:
-        doc = read_record(out / rec.RUN_FILE, "run", "ab-arm")
-        if doc.get("spec_digest") != p.spec_digest:
-            diffs = list(rec.iter_diff(doc.get("spec"), p.spec))[:8]
+        doc = read_record(out / rec.RUN_FILE, "run", "ab-arm", model=RunRecord)
+        if doc.spec_digest != p.spec_digest:
+            diffs = list(rec.iter_diff(doc.spec.to_dict(), p.spec))[:8]
             raise UsageError(f"--resume {out}: the run spec differs from the recorded one "
                              f"(at {', '.join(diffs) or 'spec'}); use a new directory")
-        changed = check_same_source(out, doc.get("git"), git, allow_source_change)
+        changed = check_same_source(out, doc.git, git, allow_source_change)
         if inputs is not None:
-            check_same_inputs(out, doc.get("inputs"), inputs)
-        doc.setdefault("resumes", []).append({"at": time.time(), "from_status": doc["status"],
-                                              "git": git, "inputs": inputs,
-                                              "source_changed": changed})
+            check_same_inputs(out, doc.inputs, inputs)
+        doc.resumes = [*doc.resumes, Resume(at=time.time(), from_status=doc.status, git=git,
+                                            inputs=inputs, source_changed=changed)]
         return doc
     prepare_new_dir(out, force)
-    return new_record("run", git=git, config=p.config.to_dict(), spec=p.spec,
+    made = new_record("run", git=git, config=p.config.to_dict(), spec=p.spec,
                       spec_digest=p.spec_digest, resumes=[], inputs=inputs)
+    assert isinstance(made, RunRecord)
+    return made
 
 
 GIT_FACTS = ("commit", "dirty", "diff_sha256")
+WARMUP_PREFIX = "warmup:"  # a warm-up sample's key: the prefix, then the (item, seed) key
 
 
-def check_same_source(out: Path, recorded: Any, now: dict[str, Any] | None,
-                      allow: bool = False) -> str | None:
+def check_same_source(out: Path, recorded: GitState | None,
+                      now: GitState | dict[str, Any] | None, allow: bool = False) -> str | None:
     """A resume must run the source its run started with: a new commit, or a tree made
     dirty (or edited further) since, is refused, so records never vouch for a mix;
     with ``allow`` (``--allow-source-change``) it is returned, to be recorded."""
-    before = {k: recorded.get(k) for k in GIT_FACTS} if isinstance(recorded, dict) else None
-    after = {k: now.get(k) for k in GIT_FACTS} if now is not None else None
+    if isinstance(now, dict):
+        now = GitState.model_validate(now)
+    before = None if recorded is None else recorded.model_dump(include=set(GIT_FACTS))
+    after = None if now is None else now.model_dump(include=set(GIT_FACTS))
     if before == after:
         return None
     if before is None or after is None:
@@ -209,17 +230,17 @@ class RunRecorder:
     the set of finished keys. ``abgate run`` uses one; ``abgate ab`` one per arm."""
 
     def __init__(self, p: PreparedRun, out: Path, *, resume: bool, force: bool,
-                 git: dict[str, Any] | None, kind: str = "run",
+                 git: GitState | None, kind: Kind = "run",
                  inputs: dict[str, str | None] | None = None,
                  allow_source_change: bool = False) -> None:
         self.p, self.out = p, out
         self.doc = open_run_dir(p, out, resume, force, git, inputs, allow_source_change)
-        self.previous = self.doc["status"] if resume else None
-        self.doc["kind"] = kind
+        self.previous = self.doc.status if resume else None
+        self.doc.kind = kind
         self.samples_path = out / rec.SAMPLES_FILE
         self.done = {s["key"] for s in self.samples(repair=True)}
         self.total = len(p.keys())
-        self.doc["status"] = "running"
+        self.doc.status = "running"
         self.save()
         self._writer = rec.SampleWriter(self.samples_path)
 
@@ -244,7 +265,7 @@ class RunRecorder:
                warmup: bool = False) -> dict[str, Any]:
         sample = build_sample(item, seed, self.p.messages(item), result, warmup=warmup)
         if warmup:
-            sample["key"] = "warmup:" + sample["key"]
+            sample["key"] = WARMUP_PREFIX + sample["key"]
         self._writer.append(sample)
         check_interrupted()
         self.done.add(sample["key"])
@@ -253,22 +274,21 @@ class RunRecorder:
                         result.error)
         return sample
 
-    def finish(self, status: str, error: str | None = None) -> dict[str, Any]:
+    def finish(self, status: str, error: str | None = None) -> Summary:
         self._writer.close()
         if kept_status(self.previous, status) != status:
             log.warning("%s was complete before this resume, and stays so (this resume "
                         "ended %s)", self.out, status)
-            status, error = "complete", self.doc.get("error")
-        self.doc["status"], self.doc["error"] = status, error
-        self.doc["ended_at"] = time.time()
+            status, error = "complete", self.doc.error
+        self.doc.status, self.doc.error = status, error  # type: ignore[assignment]
+        self.doc.ended_at = time.time()
         samples = self.samples()
-        summary = summarize(samples)
-        summary["status"] = status
-        rec.write_json_atomic(self.out / rec.SUMMARY_FILE, summary)
-        self.doc["n_samples"] = sum(1 for s in samples if not s.get("warmup"))
+        summary = summarize(samples, status)
+        write_record(self.out / rec.SUMMARY_FILE, summary)
+        self.doc.n_samples = summary.n
         self.save()
         log.info("run %s ended %s with %d/%d samples", self.out, status,
-                 self.doc["n_samples"], self.total)
+                 self.doc.n_samples, self.total)
         return summary
 
 
@@ -318,7 +338,9 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
 
 def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: str) -> None:
     """``finish``, whose own failure (a full disk, a directory gone read-only) is one
-    line that keeps the first error, not a traceback that hides it."""
+    line that keeps the first error, not a traceback that hides it. A Ctrl-C or SIGTERM
+    while it runs is noted, not raised (the records are written whole)."""
+    _FINISHING.append(len(_PENDING))
     try:
         finish(status)
     except Exception as exc:
@@ -348,7 +370,7 @@ def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
     summary: dict[str, Any] = {}
 
     def finish(status: Status) -> None:
-        summary.update(run.finish(status.value, status.error))
+        summary.update(run.finish(status.value, status.error).to_dict())
 
     with tracked(out, "run", finish) as status:
         log.info("run %s: %d/%d samples already done", out, len(run.done), run.total)

@@ -27,7 +27,7 @@ OWNED_FILES = frozenset({
     "report.html", "report.json", "manifest.json", "attachments.jsonl", "decisions.jsonl",
     LOCK_FILE,
     ".abgate-write-test"})
-OWNED_PATTERNS = ("server-*.log", "weights-diff-*.json", "*.tmp")
+OWNED_PATTERNS = ("server-*.log", "engine-*.log", "weights-diff-*.json", "*.tmp")
 
 
 def _owned_file(name: str) -> bool:

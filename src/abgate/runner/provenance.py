@@ -32,6 +32,8 @@ from abgate.provenance import (
 from abgate.provenance.gitinfo import git_state
 from abgate.provenance.libmaps import snapshot_pids
 from abgate.redact import redact_argv
+from abgate.runner.documents import Loadable
+from abgate.runner.sections import Provenance
 from abgate.runner.session import EngineSession, PreparedEngine
 
 
@@ -122,7 +124,7 @@ def check_before_load(opts: ProvenanceOptions, p: PreparedEngine,
 
 
 def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
-                      session: EngineSession, doc: dict[str, Any]) -> None:
+                      session: EngineSession, doc: Loadable) -> None:
     """Embed provenance into ``doc``: the environment as the engine saw it (with its
     env overrides), the libraries its own processes mapped (``session.processes``
     only: never abgate's process beside a launched server). Raise ContractViolation
@@ -147,6 +149,6 @@ def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
         outcome.record("libraries", check_libraries(outcome.contract, mappings, Path.cwd()))
         prov["contract"] = {"path": str(Path(opts.contract or "").resolve()),
                             **outcome.to_dict()}
-    doc["provenance"] = prov
+    doc.provenance = Provenance.model_validate(prov)
     if outcome is not None:
         outcome.raise_if_violated()

@@ -8,13 +8,87 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from abgate.engines.base import GenerationResult
-from abgate.errors import UsageError
+from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
+from abgate.runner import records as rec
+from abgate.runner.sections import Number, Section
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
 from abgate.suites import Item
+
+
+class SamplePrompt(Section):
+    messages: list[dict[str, Any]] | None = None
+    sha256: str | None = None
+    tokens: int | None = None
+
+
+class SampleOutput(Section):
+    text: str | None = None
+    token_ids: list[int] | None = None
+    tokens: int | None = None
+    sha256: str | None = None
+
+
+class SampleHealth(Section):
+    """A sample's output health (``scoring.health.sample_health``)."""
+
+    correct: bool | None = None
+    error: bool | None = None
+    output_tokens: int | None = None
+    seq_rep_4: Number | None = None
+
+
+class Sample(Section):
+    """One ``samples.jsonl`` line of a run or an A/B arm, read leniently (every field
+    optional: :func:`checked_samples` is the strict check a resume makes)."""
+
+    key: str | None = None
+    item_id: str | None = None
+    seed: int | None = None
+    warmup: bool = False
+    prompt: SamplePrompt = SamplePrompt()
+    output: SampleOutput = SampleOutput()
+    finish_reason: str | None = None
+    error: str | None = None
+    timing: dict[str, Any] = {}  # metrics.request_timing: numbers, None where unmeasured
+    correct: bool | None = None
+    health: SampleHealth = SampleHealth()
+
+    @property
+    def measured(self) -> bool:
+        return not self.warmup
+
+    @property
+    def failed(self) -> bool:
+        """An engine error (its finish reason or its health says so)."""
+        return self.finish_reason == "error" or bool(self.health.error)
+
+    def output_sha(self) -> str | None:
+        """The output tokens' SHA-256, from the record or its token IDs."""
+        return self.output.sha256 or ids_sha256(self.output.token_ids)
+
+
+def load_samples(path: Path) -> list[Sample]:
+    """The sample lines of ``path`` as :class:`Sample` models (a torn last line is
+    left out); a line of the wrong shape is a one-line UsageError naming ``path:line``."""
+    out = []
+    try:
+        lines = rec.read_sample_lines(path)
+    except AbgateError as exc:
+        raise UsageError(str(exc)) from None
+    for n, line in lines:
+        try:
+            out.append(Sample.model_validate(line))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UsageError(f"{path}:{n}: {where}: {first['msg']}") from None
+    return out
 
 
 def sample_key(item_id: str, seed: int) -> str:

@@ -18,7 +18,7 @@ cleans up an engine.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,9 +27,13 @@ from typing import Any
 from abgate.engines import EngineAdapter, engine_adapter
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
+from abgate.engines.shared.multicast import applied_env as applied_env  # re-exported
+from abgate.engines.shared.multicast import check_env as check_multicast_env
 from abgate.errors import AbgateError
 from abgate.identity import model_identity
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
+from abgate.runner.documents import Loadable, RunRecord
+from abgate.runner.sections import EngineRecord
 
 
 @dataclass(frozen=True)
@@ -93,27 +97,13 @@ def register_secrets(spec: EngineSpec) -> None:
 def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     """Validate everything about the engine that needs no load, in seconds."""
     register_secrets(spec)
+    check_multicast_env(spec.env)  # NVLink multicast stays off (engines/shared/multicast.py)
     adapter = engine_adapter(spec.engine)
     resolved = validate_args(spec.engine, spec.args, adapter.arg_specs)
     adapter.check_args(resolved)  # the engine's cross-argument checks, still before load
     adapter.validate_options(spec.options)
     model = adapter.resolve_model(spec.model)
     return PreparedEngine(spec, adapter, model, resolved, model_identity(model))
-
-
-@contextmanager
-def applied_env(env: Mapping[str, str]) -> Iterator[None]:
-    """``env`` set in ``os.environ`` for the block; every key restored afterwards."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def engine_processes(engine: Engine) -> list[int]:
@@ -128,12 +118,15 @@ class EngineSession:
     def __init__(self, prepared: PreparedEngine, engine: Engine) -> None:
         self.prepared, self.engine = prepared, engine
         self.info = engine.describe().to_dict()
+        self.described = EngineRecord.model_validate(self.info)  # the same, typed
         self.processes = engine_processes(engine)
 
     @contextmanager
     def env(self) -> Iterator[None]:
-        """Run work on this engine under its own env overrides."""
-        with applied_env(self.prepared.spec.env):
+        """Run work on this engine under its own env overrides, and the env its own
+        processes were started with (``Engine.process_env``: NVLink multicast off for
+        vLLM and launched servers), so the environment snapshot records it."""
+        with applied_env({**self.prepared.spec.env, **self.engine.process_env}):
             yield
 
 
@@ -145,17 +138,17 @@ VOLATILE = frozenset({"server_log", "server_ready_s", "launch", "endpoints", "pr
                       "num_gpu_blocks", "served_models"})
 
 
-def record_engine(doc: dict[str, Any], info: dict[str, Any], run_dir: Path | None) -> None:
+def record_engine(doc: Loadable, info: dict[str, Any], run_dir: Path | None) -> None:
     """``doc["engine"]``: the first start's engine as loaded. A resume records its own
     under ``resumes[-1].engine`` and must load the same effective configuration (a
     changed CPU affinity changes llama.cpp's default thread count): else it is refused
     before any sample, naming what differs."""
-    first, resumes = doc.get("engine"), doc.get("resumes") or []
+    first, resumes = doc.engine, doc.resumes if isinstance(doc, RunRecord) else []
     if first is None or not resumes:
-        doc["engine"] = info
+        doc.engine = EngineRecord.model_validate(info)
         return
-    resumes[-1]["engine"] = info
-    before, now = first.get("effective_config") or {}, info.get("effective_config") or {}
+    resumes[-1].engine = EngineRecord.model_validate(info)
+    before, now = first.effective_config, info.get("effective_config") or {}
     diffs = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now"
              for k in sorted(set(before) | set(now))
              if k not in VOLATILE and before.get(k) != now.get(k)]
@@ -167,7 +160,7 @@ def record_engine(doc: dict[str, Any], info: dict[str, Any], run_dir: Path | Non
 
 @contextmanager
 def loaded(p: PreparedEngine, run_dir: Path | None = None,
-           doc: dict[str, Any] | None = None) -> Iterator[EngineSession]:
+           doc: Loadable | None = None) -> Iterator[EngineSession]:
     """Load ``p`` (under its env), yield the session, always close it.
 
     With ``doc``, the record gets ``engine`` (describe), ``engine_processes`` and, on the
@@ -185,19 +178,19 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
         session = EngineSession(p, engine)
         if doc is not None:
             record_engine(doc, session.info, run_dir)
-            doc["engine_processes"] = session.processes
+            doc.engine_processes = list(session.processes)
         yield session
     finally:
         with applied_env(p.spec.env):
             engine.close()
         if doc is not None:
-            doc["cleanup"] = engine.cleanup_evidence
+            doc.cleanup = engine.cleanup_evidence
 
 
-def _failed_start_cleanup(doc: dict[str, Any], exc: BaseException) -> None:
+def _failed_start_cleanup(doc: Loadable, exc: BaseException) -> None:
     """The cleanup evidence an engine attached to its load failure (a launched server's
     whole tree stopped and checked), in the shape a closed engine leaves."""
     server = getattr(exc, "cleanup_evidence", None)
     if isinstance(server, dict):
-        doc["cleanup"] = {"launched": True, "ready": False, "server": server,
+        doc.cleanup = {"launched": True, "ready": False, "server": server,
                           "verified": bool(server.get("verified"))}

@@ -7,12 +7,13 @@ fails in seconds with a one-line error, before the engine loads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pydantic.dataclasses import dataclass as pydantic_dataclass
+
 from abgate import __version__
-from abgate.errors import UsageError, did_you_mean
+from abgate.errors import UsageError
 from abgate.identity import json_sha256
 from abgate.redact import redacted_paths
 from abgate.runner.session import (
@@ -21,55 +22,50 @@ from abgate.runner.session import (
     prepare_engine,
     recorded_engine_part,
 )
+from abgate.schema import FORBID, Float, Int, IntList, Str, StrTable, Table, validated
 from abgate.suites import Item, Suite, load_suite, select_items
 from abgate.suites.prompts import PromptConfig, build_messages, resolve_shots
+from abgate.tomlfile import TomlDoc
 
 
-@dataclass(frozen=True)
+@pydantic_dataclass(frozen=True, config=FORBID)
 class RunConfig:
-    """Everything a user chooses for a run. Plain data; the CLI and TOML files fill it."""
+    """Everything a user chooses for a run: a pydantic model (strict types, unknown keys
+    refused) that the CLI, experiment files and records all fill."""
 
-    engine: str = "llamacpp"
-    model: str | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    suite: str = "gsm8k"
-    data: str | None = None
-    difficulty: str = "easy"
-    synthetic_seed: int = 0
-    limit: int | None = None
-    sample: int | None = None
-    sample_seed: int = 0
-    seeds: tuple[int, ...] = (0,)
-    max_tokens: int = 512
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    shots: int = 0
-    shots_file: str | None = None
-    system: str | None = None
+    engine: Str = "llamacpp"
+    model: Str | None = None
+    engine_args: Table = field(default_factory=dict)
+    engine_options: Table = field(default_factory=dict)
+    env: StrTable = field(default_factory=dict)
+    suite: Str = "gsm8k"
+    data: Str | None = None
+    difficulty: Str = "easy"
+    synthetic_seed: Int = 0
+    limit: Int | None = None
+    sample: Int | None = None
+    sample_seed: Int = 0
+    seeds: IntList = (0,)
+    max_tokens: Int = 512
+    temperature: Float = 0.0
+    top_p: Float = 1.0
+    top_k: Int = 0
+    shots: Int = 0
+    shots_file: Str | None = None
+    system: Str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """As recorded: every field, defaults included; secrets redacted."""
         d = asdict(self)
         d["seeds"] = list(self.seeds)
         return recorded_engine_part(d)
 
     @classmethod
-    def from_dict(cls, d: Any, where: str = "config") -> RunConfig:
+    def from_dict(cls, d: Any, where: str = "config", *, doc: TomlDoc | None = None,
+                  at: tuple[str, ...] = ()) -> RunConfig:
         """A config from a table (an experiment file's, a record's), every key and type
         checked: a bad one is a one-line UsageError naming ``where`` and the key."""
-        if not isinstance(d, Mapping):
-            raise UsageError(f"{where}: must be a table, got {type(d).__name__}")
-        names = [f.name for f in fields(cls)]
-        defaults = cls()
-        kw: dict[str, Any] = {}
-        for key, value in d.items():
-            if key not in names:
-                raise UsageError(f"{where}: unknown key {key!r}"
-                                 + did_you_mean(str(key), names))
-            kw[key] = _typed_field(where, key, value, getattr(defaults, key))
-        return cls(**kw)
+        return validated(cls, d, where, doc=doc, at=at)
 
     def redacted(self) -> list[str]:
         """Where this config holds ``<redacted>`` (read back from a record, whose secrets
@@ -81,34 +77,6 @@ class RunConfig:
     def engine_spec(self) -> EngineSpec:
         return EngineSpec(self.engine, self.model, self.engine_args, self.engine_options,
                           self.env)
-
-
-_OPTIONAL = ("model", "data", "limit", "sample", "shots_file", "system")
-
-
-def _typed_field(where: str, key: str, value: Any, default: Any) -> Any:
-    if value is None and key in _OPTIONAL:
-        return None
-    if key == "seeds":
-        seeds = _check(where, key, value, (list, tuple))
-        return tuple(_check(where, "seeds[]", s, int) for s in seeds)
-    if isinstance(default, dict):
-        return _check(where, key, value, dict)
-    if isinstance(default, bool):
-        return _check(where, key, value, bool)
-    if isinstance(default, float):
-        return float(_check(where, key, value, (int, float)))
-    if isinstance(default, int) or key in ("limit", "sample"):
-        return _check(where, key, value, int)
-    return _check(where, key, value, str)
-
-
-def _check(where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
-    ints = kind is int or (isinstance(kind, tuple) and int in kind)
-    if not isinstance(value, kind) or (ints and isinstance(value, bool)):
-        name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise UsageError(f"{where}: {key!r} must be {name}, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ from pathlib import Path
 import torch
 from tests.test_engine_transformers import build_tiny_model, req
 
-from abgate.engines import transformers as hf
+from abgate.engines.transformers import engine as hf
 
 torch.cuda.memory._record_memory_history(max_entries=100000)
 d = build_tiny_model(Path("/tmp/tinyleak"))

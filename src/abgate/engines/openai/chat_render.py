@@ -34,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from abgate.engines import openai_stream as st
 from abgate.engines.base import GenerationRequest, Message
+from abgate.engines.openai import stream as st
 from abgate.errors import AbgateError
 from abgate.gguf_file import read_gguf, token_texts
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from abgate.engines import openai_stream as st
 from abgate.engines.base import GenerationRequest
+from abgate.engines.openai import stream as st
 from abgate.gguf_file import read_gguf
 
 EOG_BIAS = -1.0e4  # logit bias that keeps end-of-generation tokens from being sampled

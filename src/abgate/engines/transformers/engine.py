@@ -55,8 +55,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from abgate.engines import server_cleanup as srv
-from abgate.engines import transformers_determinism as det
 from abgate.engines.base import (
     Capabilities,
     Engine,
@@ -69,10 +67,12 @@ from abgate.engines.base import (
     TokenScores,
     one_at_a_time,
 )
-from abgate.engines.logits import scores_from_logits
-from abgate.engines.transformers_describe import device_facts, weight_facts
-from abgate.engines.transformers_hooks import _Force, _hooks, _Watch
-from abgate.engines.transformers_options import (  # noqa: F401  (the engine module's API)
+from abgate.engines.shared import server_cleanup as srv
+from abgate.engines.shared.logits import scores_from_logits
+from abgate.engines.transformers import determinism as det
+from abgate.engines.transformers.describe import device_facts, weight_facts
+from abgate.engines.transformers.hooks import _Force, _hooks, _Watch
+from abgate.engines.transformers.options import (  # noqa: F401  (the engine module's API)
     ARG_SPECS,
     DEFAULTS,
     GPU_CONTEXT_TOLERANCE_BYTES,

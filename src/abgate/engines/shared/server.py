@@ -9,7 +9,7 @@ visible through NVML, that device memory is back near its pre-launch level. The
 result of those checks is the *cleanup evidence* that ends up in ``run.json``.
 
 Safety nets: :meth:`ManagedServer.stop` is idempotent and also registered with
-``atexit``; on Linux the server runs under :mod:`abgate.engines.supervise`, a child
+``atexit``; on Linux the server runs under :mod:`abgate.engines.shared.supervise`, a child
 subreaper whose parent-death signal ends the server's whole tree (late ``setsid``
 children and ``sh -c 'server | cat'`` pipelines included) if abgate itself is killed
 outright.
@@ -38,8 +38,10 @@ from typing import IO, Any
 import httpx
 import psutil
 
-from abgate.engines import supervise
-from abgate.engines.server_cleanup import (
+from abgate.engines.shared import supervise as supervise
+from abgate.engines.shared.multicast import server_env
+from abgate.engines.shared.process_roles import process_role
+from abgate.engines.shared.server_cleanup import (
     HOST,
     MARKER_ENV,
     ProcessTracker,
@@ -168,7 +170,7 @@ def _set_supervisor_pdeathsig() -> None:  # the supervisor's: it ends the tree o
 
 
 def supervised(argv: Sequence[str], grace_s: float) -> list[str] | None:
-    """``argv`` run under :mod:`abgate.engines.supervise` (a subreaper that ends the
+    """``argv`` run under :mod:`abgate.engines.shared.supervise` (a subreaper that ends the
     server's whole tree when abgate dies, SIGKILL included); None off Linux."""
     if sys.platform != "linux" or _PRCTL is None:
         return None
@@ -209,13 +211,13 @@ class ManagedServer:
             self.proc = subprocess.Popen(
                 wrapped or self.argv, stdin=subprocess.DEVNULL, stdout=self._log,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, MARKER_ENV: self.marker},
+                env=server_env({**os.environ, MARKER_ENV: self.marker}),
                 preexec_fn=(_set_supervisor_pdeathsig if self.supervised
                             else _set_pdeathsig if _PRCTL is not None else None))
         except OSError as exc:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
-        self.tracker = ProcessTracker(self.proc.pid, self.proc.pid, self.marker)
+        self.tracker = ProcessTracker(self.proc.pid, self.proc.pid, self.marker, self._secrets)
         self.tracker.refresh()
         atexit.register(self.stop)
 
@@ -232,6 +234,16 @@ class ManagedServer:
         with contextlib.suppress(psutil.Error):
             tree += [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
         return tree[1:] if self.supervised else tree
+
+    def roles(self) -> list[tuple[str, str | None]]:
+        """``(role, rank)`` of every live process of the server's tree
+        (:mod:`abgate.engines.shared.process_roles`)."""
+        out = []
+        for pid in self.pids():
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                out.append(process_role(p.name(), p.cmdline()))
+        return out
 
     def died_within(self, timeout: float) -> bool:
         """Whether the leader has exited, waiting up to ``timeout`` for it to do so."""
@@ -343,6 +355,7 @@ class ManagedServer:
             "grace_s": self.grace_s,
             "stop_s": round(time.monotonic() - t0, 3),
             "processes_tracked": len(self.tracker.seen),
+            "processes": self.tracker.processes(),
             "tracked_by": f"process tree, process group {self.proc.pid} and {MARKER_ENV}",
             "ready": self.ready_s is not None,
             "survivors": survivors,

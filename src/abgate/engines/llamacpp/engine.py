@@ -32,9 +32,9 @@ from abgate.engines.base import (
     TokenScores,
     one_at_a_time,
 )
-from abgate.engines.default_model import default_model_path
-from abgate.engines.llamacpp_state import DEFAULT_BUDGET_BYTES, PromptStates
-from abgate.engines.logits import scores_from_logits
+from abgate.engines.llamacpp.state import DEFAULT_BUDGET_BYTES, PromptStates
+from abgate.engines.shared.default_model import default_model_path
+from abgate.engines.shared.logits import scores_from_logits
 from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
 

@@ -108,7 +108,7 @@ def resolve_model(model: str | None, what: str = "model") -> str:
     """A local model directory (with config.json), a GGUF file, or a hub id found in the
     local Hugging Face cache (its snapshot directory). Nothing is downloaded."""
     if model is None:
-        from abgate.engines.default_model import default_model_path
+        from abgate.engines.shared.default_model import default_model_path
 
         return str(default_model_path().resolve())
     path = Path(model).expanduser()

@@ -3,7 +3,7 @@
 Drives vLLM, SGLang, llama.cpp's server and llama-cpp-python's server with an async
 streaming client: ``--endpoint URL`` (repeatable: data-parallel replicas, requests go
 to the least busy one) or ``--launch "CMD ... --port {port}"`` (a managed server, see
-:mod:`abgate.engines.server`). ``--concurrency N`` bounds the requests in flight over
+:mod:`abgate.engines.shared.server`). ``--concurrency N`` bounds the requests in flight over
 all endpoints. Token counts come from the server's usage report, never from
 re-tokenized text; where a server sends none, the number of streamed chunks is used
 and the record says so (``token_counts`` in the effective configuration,
@@ -28,11 +28,6 @@ from typing import Any
 
 import httpx
 
-from abgate.engines import openai_chat_render as cr
-from abgate.engines import openai_scoring as sc
-from abgate.engines import openai_stream as st
-from abgate.engines import openai_text_prompts as tp
-from abgate.engines import server as srv
 from abgate.engines.base import (
     Capabilities,
     Engine,
@@ -44,8 +39,15 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
-from abgate.engines.openai_checks import usage_problem
-from abgate.engines.openai_options import ARG_SPECS, Options, check_options
+from abgate.engines.openai import chat_render as cr
+from abgate.engines.openai import scoring as sc
+from abgate.engines.openai import stream as st
+from abgate.engines.openai import text_prompts as tp
+from abgate.engines.openai.checks import usage_problem
+from abgate.engines.openai.options import ARG_SPECS, Options, check_options
+from abgate.engines.shared import server as srv
+from abgate.engines.shared.multicast import MULTICAST_OFF
+from abgate.engines.shared.process_roles import parallel_sizes
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact_url
 
@@ -80,7 +82,9 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
                          "server is already running (configure it where it is started)")
     _check_llama_cpp_concurrency(opts, args)
     if not model and opts.launch and "{model}" in opts.launch:
-        from abgate.engines.default_model import default_model_path  # as --engine llamacpp does
+        from abgate.engines.shared.default_model import (
+            default_model_path,  # as --engine llamacpp does
+        )
         model = str(default_model_path().resolve())
     key = _api_key(opts.api_key_env)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -154,6 +158,8 @@ class OpenAIEngine(Engine):
         self.requested_model = model
         self.stats = [EndpointStats(u.rstrip("/")) for u in opts.endpoints]
         self.cleanup_evidence: dict[str, Any] | None = None
+        # a launched server got multicast off (server.py); a remote one is not ours to know
+        self.process_env = dict(MULTICAST_OFF) if server is not None else {}
         self._rr = 0
         self.info = self._discover(model)
         self.eog_ids = tp.eog_ids(model)
@@ -282,6 +288,8 @@ class OpenAIEngine(Engine):
                               "per_request": ["max_tokens", "temperature", "top_p", "top_k",
                                               "seed", "stop", "ignore_eos"]},
         }
+        if self.server is not None:  # vLLM's / SGLang's ranks, as the server started them
+            effective.update(parallel_sizes(self.server.roles()))
         return EngineInfo(name=NAME, version=info.version, model=info.model,
                           effective_config=effective, capabilities=self.capabilities)
 

@@ -8,8 +8,10 @@ after their parent died and they were re-parented *and* left the group with ``se
 (a worker started through a short-lived intermediate). A process that clears its own
 environment and leaves the group while its parent is gone is out of reach. Ports are
 checked by binding them (TIME_WAIT leftovers do not count). GPU memory is read through
-NVML (``pynvml`` from ``nvidia-ml-py``) where it is installed and a driver is present; otherwise the
-evidence says why it was not checked.
+NVML (``pynvml`` from ``nvidia-ml-py``) where it is installed and a driver is present, per
+device (index, UUID, before and after, tolerance, returned); otherwise the evidence says
+why it was not checked. Every process seen is listed per pid (command with secrets
+hidden, role and rank from its title, whether it exited).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psutil
 
+from abgate.engines.shared.process_roles import process_role
 from abgate.host import NvmlUnavailable, nvml
+from abgate.redact import redact_text
 
 HOST = "127.0.0.1"
 MARKER_ENV = "ABGATE_SERVER_ID"
@@ -61,8 +65,10 @@ class ProcessTracker:
     """Remembers every process seen in a tree or process group, so that survivors can
     be found even after their parent died and they were re-parented."""
 
-    def __init__(self, root_pid: int, pgid: int | None, marker: str | None = None) -> None:
+    def __init__(self, root_pid: int, pgid: int | None, marker: str | None = None,
+                 secrets: Sequence[str] = ()) -> None:
         self.root_pid, self.pgid, self.marker = root_pid, pgid, marker
+        self.secrets = list(secrets)  # hidden in the commands the evidence shows
         self.seen: dict[int, tuple[float, str]] = {}
 
     def _ours(self, p: psutil.Process) -> bool:
@@ -86,9 +92,14 @@ class ProcessTracker:
                 if p.pid not in self.seen:
                     self.seen[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200])
 
+    def processes(self) -> list[dict[str, Any]]:
+        """Every process seen, per pid: its command, role and rank, and whether it has
+        exited."""
+        return per_process(self.seen, self.secrets)
+
     def survivors(self) -> list[dict[str, Any]]:
-        return [{"pid": pid, "cmd": cmd} for pid, (ct, cmd) in self.seen.items()
-                if _alive(pid, ct)]
+        return [{"pid": pid, "cmd": redact_text(cmd, self.secrets)}
+                for pid, (ct, cmd) in self.seen.items() if _alive(pid, ct)]
 
     def kill_all(self, sig: int) -> None:
         if self.pgid is not None:
@@ -108,35 +119,76 @@ class ProcessTracker:
         return True
 
 
+def _uuid(nv: Any, handle: Any) -> str | None:
+    try:
+        raw = nv.nvmlDeviceGetUUID(handle)
+    except Exception:  # not every driver answers
+        return None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
 def gpu_memory() -> dict[str, Any]:
-    """Used memory per NVIDIA device through NVML, or why it could not be read."""
+    """Used memory per NVIDIA device through NVML (``used_bytes`` by index, and
+    ``devices``: index, UUID, used bytes), or why it could not be read."""
     try:
         with nvml() as (nv, handles):
-            used = [int(nv.nvmlDeviceGetMemoryInfo(h).used) for h in handles]
+            devices = [{"index": i, "uuid": _uuid(nv, h),
+                        "used_bytes": int(nv.nvmlDeviceGetMemoryInfo(h).used)}
+                       for i, h in enumerate(handles)]
     except NvmlUnavailable as exc:
         return {"available": False, "reason": str(exc)}
-    if not used:
+    if not devices:
         return {"available": False, "reason": "NVML sees no device"}
-    return {"available": True, "used_bytes": used}
+    return {"available": True, "used_bytes": [d["used_bytes"] for d in devices],
+            "devices": devices}
+
+
+def _per_device(before: Mapping[str, Any], after: Mapping[str, Any],
+                tolerance: int) -> list[dict[str, Any]]:
+    """One line per device seen before load: its reading before and after, and whether
+    it is back within ``tolerance`` (a device NVML no longer shows is not)."""
+    now = {d.get("uuid") or d["index"]: d for d in after.get("devices") or []}
+    out = []
+    for d in before.get("devices") or [{"index": i, "uuid": None, "used_bytes": b}
+                                       for i, b in enumerate(before["used_bytes"])]:
+        seen = now.get(d.get("uuid") or d["index"])
+        used = None if seen is None else seen["used_bytes"]
+        out.append({"index": d["index"], "uuid": d.get("uuid"), "before_bytes": d["used_bytes"],
+                    "after_bytes": used, "tolerance_bytes": tolerance,
+                    "returned": used is not None and used <= d["used_bytes"] + tolerance})
+    return out
 
 
 def gpu_returned(before: Mapping[str, Any], wait_s: float = 30.0,
                  tolerance: int = GPU_TOLERANCE_BYTES) -> dict[str, Any]:
-    """Wait until every device's used memory is back within ``tolerance`` of ``before``."""
+    """Wait until every device's used memory is back within ``tolerance`` of ``before``;
+    the evidence has the totals by index and one line per device (``devices``)."""
     if not before.get("available"):
         return {"checked": False, "reason": before.get("reason")}
     deadline = time.monotonic() + wait_s
     while True:
         after = gpu_memory()
-        ok = after.get("available") and all(
-            a <= b + tolerance
-            for a, b in zip(after["used_bytes"], before["used_bytes"], strict=False))
+        devices = _per_device(before, after, tolerance) if after.get("available") else []
+        ok = bool(devices) and all(d["returned"] for d in devices)
         if ok or time.monotonic() >= deadline:
-            return {"checked": True, "returned": bool(ok),
+            return {"checked": True, "returned": ok,
                     "before_bytes": before["used_bytes"],
                     "after_bytes": after.get("used_bytes"),
-                    "tolerance_bytes": tolerance}
+                    "tolerance_bytes": tolerance, "devices": devices}
         time.sleep(0.5)
+
+
+def per_process(seen: Mapping[int, tuple[float, str]],
+                secrets: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Cleanup evidence per process seen (pid -> start time, command): pid, command
+    (secrets hidden, :func:`abgate.redact.redact_text`), role and rank
+    (:mod:`abgate.engines.shared.process_roles`), whether it exited."""
+    out = []
+    for pid, (created, cmd) in sorted(seen.items()):
+        role, rank = process_role("", cmd.split(" ")[:1])
+        out.append({"pid": pid, "cmd": redact_text(cmd, secrets), "role": role, "rank": rank,
+                    "exited": not _alive(pid, created)})
+    return out
 
 
 def child_pids() -> set[int]:
@@ -192,5 +244,5 @@ def verify_children_gone(before: set[int],
                 getattr(p, sig)()
         psutil.wait_procs(alive, timeout=5.0)
     return {"kind": "in_process", "pid": os.getpid(), "workers_seen": len(seen),
-            "workers": [{"pid": pid, "cmd": cmd} for pid, (_, cmd) in sorted(seen.items())],
+            "workers": per_process(seen),
             "signals": signals, "survivors": [p.pid for p in spawned if running(p)]}

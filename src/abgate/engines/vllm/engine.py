@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from abgate.engines import server_cleanup as srv
 from abgate.engines.base import (
     Capabilities,
     Engine,
@@ -37,12 +36,15 @@ from abgate.engines.base import (
     SamplingParams,
     TokenScores,
 )
-from abgate.engines.prompt_logprobs import scores_from_rows
-from abgate.engines.vllm_args import ARG_SPECS as ARG_SPECS  # the adapter's
-from abgate.engines.vllm_args import INSTALL_HINT
-from abgate.engines.vllm_args import spec_for as spec_for
-from abgate.engines.vllm_args import specs_from_dataclass as specs_from_dataclass
-from abgate.engines.vllm_weights import model_bytes
+from abgate.engines.shared import server_cleanup as srv
+from abgate.engines.shared import supervise as supervise
+from abgate.engines.shared.multicast import MULTICAST_OFF, multicast_off
+from abgate.engines.shared.prompt_logprobs import scores_from_rows
+from abgate.engines.vllm.args import ARG_SPECS as ARG_SPECS  # the adapter's
+from abgate.engines.vllm.args import INSTALL_HINT
+from abgate.engines.vllm.args import spec_for as spec_for
+from abgate.engines.vllm.args import specs_from_dataclass as specs_from_dataclass
+from abgate.engines.vllm.weights import model_bytes
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
 NAME = "vllm"
@@ -50,6 +52,8 @@ _OPTIONS = frozenset({"concurrency"})
 # Prefix caching off unless asked (as the llamacpp engine clears its KV cache per
 # request): a bench repeats one prompt, and a cache hit would be measured as prefill.
 DEFAULTS: Mapping[str, Any] = {"seed": 0, "enable_prefix_caching": False}
+# where the workers' watchdog says what it ended if abgate dies (supervise.watch)
+WATCHDOG_LOG = "engine-watchdog.log"
 
 
 # -- pure helpers -----------------------------------------------------------------------
@@ -193,7 +197,8 @@ def looks_like_path(model: str) -> bool:
 
 def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
          run_dir: Path | None = None) -> VllmEngine:
-    return VllmEngine(model, args, check_options(options or {}))
+    log = None if run_dir is None else str(run_dir / WATCHDOG_LOG)
+    return VllmEngine(model, args, check_options(options or {}), watchdog_log=log)
 
 
 def check_options(options: Mapping[str, Any]) -> int:
@@ -214,8 +219,10 @@ class VllmEngine(Engine):
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=True, engine_timings=False,
                                 scoring="top_k")
+    process_env = MULTICAST_OFF  # the EngineCore and every TP/PP worker start with it
 
-    def __init__(self, model: str, args: Mapping[str, Any], concurrency: int = 1) -> None:
+    def __init__(self, model: str, args: Mapping[str, Any], concurrency: int = 1,
+                 watchdog_log: str | None = None) -> None:
         try:
             import vllm
         except ImportError:
@@ -226,11 +233,17 @@ class VllmEngine(Engine):
         self._gpu_before = srv.gpu_memory()
         self._children_before = srv.child_pids()
         try:
-            self._llm: Any = vllm.LLM(model=model, **self.requested)
+            with multicast_off():  # inherited by the EngineCore and every worker it starts
+                self._llm: Any = vllm.LLM(model=model, **self.requested)
         except (ValueError, RuntimeError, OSError) as exc:
             raise AbgateError(f"vLLM could not load {model}: {exc}") from None
         self._workers: dict[int, tuple[float, str]] = {}  # pid -> (start time, command)
         srv.new_children(self._children_before, self._workers)
+        # ends the workers if abgate dies outright (SIGKILL): they are our children, so no
+        # subreaper holds them; the watchdog itself is no worker of the engine
+        self._watchdog = supervise.start_watchdog(self._workers, watchdog_log)
+        if self._watchdog is not None:
+            self._children_before.add(self._watchdog.pid)
         self._tokenizer = self._llm.get_tokenizer()
         self._seq = 0
         self._weights: dict[str, Any] | None = None  # roofline figures, counted once
@@ -284,7 +297,7 @@ class VllmEngine(Engine):
               top_k: int = 5) -> TokenScores:
         """Top-k teacher-forced log-probs from vLLM's ``prompt_logprobs`` over the
         prompt and continuation (one request; ``top_k`` at most the engine's
-        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.prompt_logprobs`."""
+        ``max_logprobs``, 20 by default): see :mod:`abgate.engines.shared.prompt_logprobs`."""
         prompt, cont = [int(t) for t in prompt_token_ids], [int(t) for t in continuation]
         if not prompt or not cont:
             raise ValueError("scoring needs a non-empty prompt and continuation")
@@ -305,6 +318,10 @@ class VllmEngine(Engine):
         if self.cleanup_evidence is not None:
             return
         srv.new_children(self._children_before, self._workers)
+        watchdog = getattr(self, "_watchdog", None)
+        if watchdog is not None:  # we stop the workers ourselves now
+            watchdog.terminate()
+            watchdog.wait(timeout=10)
         llm, self._llm = getattr(self, "_llm", None), None
         shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None),
                            "shutdown", None)

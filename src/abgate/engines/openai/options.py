@@ -13,12 +13,15 @@ import re
 import shlex
 import shutil
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+from pydantic.dataclasses import dataclass
 
 from abgate.engines.args import ArgSpec
 from abgate.errors import UsageError
 from abgate.redact import redact_url
+from abgate.schema import FORBID, Float, Int, Str, StrList, Style, validated
 
 _KEY = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
@@ -42,29 +45,33 @@ class _ServerFlags(Mapping[str, ArgSpec]):
 ARG_SPECS: Mapping[str, ArgSpec] = _ServerFlags()
 
 
-@dataclass(frozen=True)
-class Options:
-    """``engine_options`` for this engine (what ``abgate run`` fills from its flags)."""
+def _listed(value: Any) -> Any:
+    """One ``--endpoint`` may be given as a string."""
+    return [value] if isinstance(value, str) else value
 
-    endpoints: tuple[str, ...] = ()
-    launch: str | None = None
-    concurrency: int = 1
-    api: str = "chat"
-    request_timeout: float = 600.0
-    retries: int = 2
-    api_key_env: str | None = None
-    ready_timeout: float = 600.0
-    grace_s: float = 10.0
-    bool_style: str = "auto"
+
+OPTIONS = Style(noun="option", must="expects")
+
+
+@dataclass(frozen=True, config=FORBID)
+class Options:
+    """``engine_options`` for this engine (what ``abgate run`` fills from its flags): a
+    pydantic model, so options from a file are typed as flags are."""
+
+    endpoints: Annotated[StrList, BeforeValidator(_listed)] = ()
+    launch: Str | None = None
+    concurrency: Int = 1
+    api: Str = "chat"
+    request_timeout: Float = 600.0
+    retries: Int = 2
+    api_key_env: Str | None = None
+    ready_timeout: Float = 600.0
+    grace_s: Float = 10.0
+    bool_style: Str = "auto"
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> Options:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise UsageError(f"unknown option(s) for engine 'openai': {', '.join(unknown)}")
-        values: dict[str, Any] = {k: _typed(k, v) for k, v in raw.items()}
-        o = cls(**values)
+        o = validated(cls, raw, "engine options of 'openai'", style=OPTIONS)
         o.check()
         return o
 
@@ -105,25 +112,6 @@ def check_launch(template: str) -> None:
     if "{" not in program and shutil.which(program) is None:
         raise UsageError(f"--launch: program {program!r} not found (not on PATH, or not "
                          "an executable file)")
-
-
-_OPTION_TYPES: Mapping[str, type] = {"concurrency": int, "retries": int, "request_timeout": float,
-                                     "ready_timeout": float, "grace_s": float}
-
-
-def _typed(key: str, value: Any) -> Any:
-    """Check one option value's type (options may come from a file, not only the CLI)."""
-    if key == "endpoints":
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-            raise UsageError("option 'endpoints' expects a list of URLs")
-        return tuple(value)
-    kind = _OPTION_TYPES.get(key, str)
-    ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
-    if isinstance(value, bool) or not ok:
-        raise UsageError(f"option {key!r} expects {kind.__name__}, got {value!r}")
-    return float(value) if kind is float else value
 
 
 def check_options(options: Mapping[str, Any]) -> None:

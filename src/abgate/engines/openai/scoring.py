@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from abgate.engines.base import ScoringMethod, TokenScores
-from abgate.engines.prompt_logprobs import number, scores_from_rows
+from abgate.engines.shared.prompt_logprobs import number, scores_from_rows
 from abgate.errors import AbgateError
 
 __all__ = ["Route", "Scorer", "route"]

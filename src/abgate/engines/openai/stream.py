@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 
 from abgate.engines.base import GenerationRequest, SamplingParams
-from abgate.engines.openai_checks import retry_after
+from abgate.engines.openai.checks import retry_after
 from abgate.errors import AbgateError, UsageError
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})

@@ -1,0 +1,1 @@
+"""The llama.cpp engine (llama-cpp-python, in-process)."""

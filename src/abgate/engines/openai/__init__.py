@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP engine (servers abgate launches or is given)."""

@@ -1,0 +1,1 @@
+"""The Hugging Face transformers engine."""

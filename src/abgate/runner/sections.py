@@ -1,0 +1,223 @@
+"""The typed sections record documents share: the base model every record and section
+is made of, the source tree, the host, the engine as loaded, the spec, provenance, and
+an A/B's per-candidate differences.
+
+Every section keeps the keys it does not name (``extra="allow"``), so a newer minor
+version's fields survive a read and a rewrite. A field whose default is None is an
+*optional section*: written when the file had it or a writer set it (even to None),
+left out otherwise, so a document read and written again has the keys it had. Numbers
+that may be written as integers are typed ``int | float`` (an integer stays one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+
+Number = int | float
+
+
+class Section(BaseModel):
+    """A typed part of a record: unknown keys kept, assignments validated (a dict
+    assigned to a section field becomes that section), optional sections written only
+    when set."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    @model_serializer(mode="wrap")
+    def _keys_as_read(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name, info in type(self).model_fields.items():
+            if info.default is None and name not in self.model_fields_set:
+                data.pop(name, None)
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object this section is written as."""
+        out: dict[str, Any] = self.model_dump(mode="json")
+        return out
+
+
+class GitState(Section):
+    """The ``git`` facts of a source tree (``provenance.gitinfo.git_state``)."""
+
+    commit: str | None = None
+    tree: str | None = None
+    dirty: bool | None = None
+    diff_sha256: str | None = None
+
+
+class HostInfo(Section):
+    """``abgate.host.host_info()`` as recorded."""
+
+    hostname: str | None = None
+    os: str | None = None
+    python: str | None = None
+    cpu: str | None = None
+    cores_logical: int | None = None
+    affinity: int | None = None
+    ram_bytes: int | None = None
+    gpus: list[Any] | None = None
+
+
+class Capabilities(Section):
+    """What an engine can do beyond generating (``engines.base.Capabilities``)."""
+
+    scoring: str | None = None  # "full", "top_k" or None: it cannot score sequences
+
+
+class EngineRecord(Section):
+    """``Engine.describe()`` as recorded. ``effective_config`` is the engine's own
+    (its keys differ by engine): a free object."""
+
+    name: str
+    version: str | None = None
+    model: str | None = None
+    effective_config: dict[str, Any]
+    capabilities: Capabilities
+
+
+class ModelRef(Section):
+    path: str | None = None
+    sha256: str | None = None
+
+
+class SuiteRef(Section):
+    name: str | None = None
+    source: str | None = None
+    data_sha256: str | None = None
+    n_available: int | None = None
+
+
+class PromptSpec(Section):
+    version: str | None = None
+    shots: int | None = None
+    shots_file: str | None = None
+    system: str | None = None
+    instruction: str | None = None
+
+
+class Spec(Section):
+    """A prepared run's (or bench's) spec: what the run is, before any load."""
+
+    engine: str | None = None
+    model: ModelRef | None = None
+    engine_args: dict[str, Any] | None = None
+    engine_options: dict[str, Any] | None = None
+    resolved_engine_args: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    suite: SuiteRef | None = None
+    item_ids: list[str] | None = None
+    seeds: list[int] | None = None
+    sampling: dict[str, Any] | None = None
+    prompt: PromptSpec | None = None
+
+
+class MappedLib(Section):
+    path: str
+    sha256: str | None = None
+
+
+class MappedProcess(Section):
+    """One engine process's mapped libraries (``provenance.libmaps``)."""
+
+    libs: list[MappedLib] = []
+
+
+class ContractFinding(Section):
+    clause: str | None = None
+    message: str | None = None
+
+
+class ContractName(Section):
+    name: str | None = None
+
+
+class ContractRecord(Section):
+    """A contract's outcome as recorded under ``provenance.contract``."""
+
+    path: str | None = None
+    passed: bool | None = None
+    contract: ContractName | None = None
+    violations: list[ContractFinding] = []
+    exempted: list[ContractFinding] = []
+    checked: list[Any] = []
+
+
+class Provenance(Section):
+    """The environment as the engine saw it, its processes' mapped libraries, the
+    manifest and the contract (``runner.provenance.record_after_load``)."""
+
+    environment: dict[str, Any] | None = None
+    libraries: list[MappedProcess] | None = None
+    manifest: dict[str, Any] | None = None
+    contract: ContractRecord | None = None
+
+
+class Resume(Section):
+    at: float
+    from_status: str | None = None
+    git: GitState | None = None
+    inputs: dict[str, str | None] | None = None
+    source_changed: str | None = None
+    engine: EngineRecord | None = None
+
+
+class DiffStage(Section):
+    """One stage (``request``, ``loaded``) of a candidate's differences from the
+    baseline: key -> [baseline value, candidate value], declared and undeclared apart."""
+
+    patterns: list[str] = []
+    declared: dict[str, list[str]] = {}
+    undeclared: dict[str, list[str]] = {}
+
+
+class OptOutLines(Section):
+    baseline: list[str] = []
+    candidate: list[str] = []
+
+
+class OptOut(Section):
+    """Evidence that an env-only switch took effect (``ab.optout``)."""
+
+    env: list[str] = []
+    reported: list[str] = []
+    log_patterns: list[str] = []
+    log_lines: OptOutLines = OptOutLines()
+    observed: bool = False
+    warning: str | None
+
+
+class ArmDifferences(Section):
+    """An ``ab.json`` ``differences`` entry (see ``abgate.ab.declared``)."""
+
+    declares: bool | None = None
+    request: DiffStage | None = None
+    loaded: DiffStage | None = None
+    unobserved: list[str] | None = None
+    opt_out: OptOut | None = None
+
+
+class Distribution(Section):
+    """``abgate.metrics.distribution``: n, and the statistics of the defined values."""
+
+    n: int = 0
+    mean: float | None = None
+    median: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    cv: float | None = None
+
+
+class QualitySummary(Section):
+    """``summary.json``'s ``quality`` (``scoring.health.aggregate_health``)."""
+
+    n: int | None = None
+    n_error: int | None = None
+    accuracy: float | None = None
+    accuracy_se: float | None = None
+    mean_seq_rep_4: float | None = None
+    mean_output_tokens: float | None = None
+    n_items: int | None = None
+    counts: dict[str, Any] | None = None
