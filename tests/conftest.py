@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import contextlib
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +70,29 @@ def toml_engine_args(args: dict[str, object], default_threads: int | None = None
     return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in merged.items()) + " }"
 
 
+_ENGINE_MODULE = re.compile(r"^pytestmark = pytest\.mark\.engine\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test module marked ``engine`` as a whole (``pytestmark = pytest.mark.engine``)
+    is not even imported when ``-m`` deselects engine tests (the fast tier): importing
+    one costs the tier its imports (torch and transformers, 1.5 s of CPU) and selects
+    nothing. (Its tests are then not counted as deselected.)"""
+    expr = config.getoption("markexpr")
+    if not expr or collection_path.suffix != ".py" or not collection_path.name.startswith(
+            "test_"):
+        return None
+    from _pytest.mark.expression import Expression
+
+    if Expression.compile(expr).evaluate(lambda name, **kwargs: name == "engine"):
+        return None
+    try:
+        whole_module_engine = _ENGINE_MODULE.search(collection_path.read_text()) is not None
+    except OSError:
+        return None
+    return True if whole_module_engine else None
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     n = os.environ.get(THREADS_ENV, "").strip()
     return f"{THREADS_ENV}: {n or 'unset (engines use their default thread count)'}"
@@ -83,12 +112,56 @@ def model_path() -> str:
     return str(default_model_path())
 
 
+@pytest.fixture
+def small_bandwidth_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bench in this process probes the CPU's memory bandwidth on 16 MiB once, not on
+    512 MiB six times (2-3 s of page faults and sums): the same probe, the same fields
+    in the record, for tests that check the record and not this host's bandwidth."""
+    from abgate.bench import session
+
+    probe = session.measure_peak_bandwidth
+
+    def small(size_mib: int = 512, repeats: int = 5,
+              threads: int | None = None) -> dict[str, Any]:
+        return probe(16, 1, threads)
+
+    monkeypatch.setattr(session, "measure_peak_bandwidth", small)
+
+
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``openai`` engine in this process retries without the exponential back-off
+    between attempts (0.5 s, then 1 s), for tests that check how many attempts are made
+    (the back-off itself: test_fault_server.py)."""
+    from abgate.engines.openai import engine as openai_compat
+
+    monkeypatch.setattr(openai_compat, "_backoff", lambda attempt, retry_after: 0.0)
+
+
+@pytest.fixture(scope="session")
+def smollm2_self_diff(model_path: str) -> dict[str, object]:
+    """``diff_checkpoints`` of the embedded model against itself (every tensor, a few
+    seconds), computed once for the tests that check it and render it; read, never
+    changed, by them."""
+    pytest.importorskip("gguf", reason="the 'weights' extra is not installed")
+    from abgate.weights import diff_checkpoints
+
+    return diff_checkpoints(Path(model_path), Path(model_path))
+
+
 def abgate(*args: str, timeout: float = HANG_S, env: dict[str, str] | None = None,
            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (as a user would)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "abgate", *args], capture_output=True,
                           text=True, timeout=timeout, env=full_env, cwd=cwd)
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child that a test sends SIGINT: started from a background job
+    (``cmd &`` in a script), a child inherits SIGINT ignored, which abgate keeps (as it
+    should), and the test would wait for a Ctrl-C that never lands."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def read_lines(path: Path) -> list[dict[str, object]]:
@@ -118,6 +191,53 @@ def no_engine_env(tmp_path: Path) -> tuple[dict[str, str], Path]:
         "raise ImportError('llama_cpp was imported although the input was bad')\n")
     path = os.pathsep.join(p for p in (str(poison), os.environ.get("PYTHONPATH", "")) if p)
     return {"PYTHONPATH": path}, marker
+
+
+class _RefusedLlamaCpp(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``llama_cpp`` and its submodules, and fails to load them as the poisoned
+    package of :func:`no_engine_env` does, noting each attempt."""
+
+    def __init__(self) -> None:
+        self.attempts: list[str] = []
+
+    def find_spec(self, name: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "llama_cpp" and not name.startswith("llama_cpp."):
+            return None
+        return importlib.machinery.ModuleSpec(name, self, is_package=True)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.attempts.append(module.__name__)
+        raise ImportError("llama_cpp was imported although the input was bad")
+
+
+@contextlib.contextmanager
+def engine_refused() -> Iterator[list[str]]:
+    """:func:`no_engine_env` for commands run in this process (``tests.support.fake.cli``):
+    inside, importing ``llama_cpp`` fails (a copy already imported is set aside) and so
+    does constructing the llama.cpp engine; the list yielded names each attempt. Empty
+    at the end: the commands never got as far as loading an engine."""
+    from abgate.engines.llamacpp import engine as llamacpp
+
+    refuse = _RefusedLlamaCpp()
+
+    def load(*args: object, **kwargs: object) -> None:
+        refuse.attempts.append("abgate.engines.llamacpp.engine.LlamaCppEngine")
+        raise ImportError("llama_cpp was imported although the input was bad")
+
+    aside = {n: m for n, m in sys.modules.items()
+             if n == "llama_cpp" or n.startswith("llama_cpp.")}
+    init = llamacpp.LlamaCppEngine.__init__
+    for name in aside:
+        del sys.modules[name]
+    sys.meta_path.insert(0, refuse)
+    llamacpp.LlamaCppEngine.__init__ = load  # type: ignore[method-assign,assignment]
+    try:
+        yield refuse.attempts
+    finally:
+        llamacpp.LlamaCppEngine.__init__ = init  # type: ignore[method-assign]
+        sys.meta_path.remove(refuse)
+        sys.modules.update(aside)
 
 
 def llama_server_binary() -> Path | None:

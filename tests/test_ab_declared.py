@@ -13,7 +13,8 @@ import pytest
 from abgate.ab import declared
 from abgate.ab.experiment import parse_experiment
 from abgate.errors import UsageError
-from tests.conftest import abgate, no_engine_env, read_lines, toml_engine_args
+from tests.conftest import abgate, engine_refused, no_engine_env, read_lines, toml_engine_args
+from tests.support.fake import cli
 
 
 def experiment(base: dict[str, object], cand: str, *, shared: dict[str, object] | None = None,
@@ -190,24 +191,24 @@ def test_env_only_difference_with_nothing_observable_warns(tmp_path: Path) -> No
 
 def test_flags_declare_changes_and_allowed_classes(tmp_path: Path) -> None:
     """Without a file: --b-changes declares arm B's switch, --allow-diff a class."""
-    env, marker = no_engine_env(tmp_path)
     out = tmp_path / "AB"
     base = ("ab", "--limit", "2", "-o", str(out), "--b-engine-arg", "flash_attn=true",
             "--b-env", "GGML_X=1", "--b-changes", "flash_attn")
-    r = abgate(*base, env=env)
+    with engine_refused() as imported:  # the CLI in this process
+        r = cli(*base)
+        bad = cli(*base, "--allow-diff", "envs.*")
     assert r.returncode == 2 and "undeclared key(s) before the load: env.GGML_X" in r.stderr
-    bad = abgate(*base, "--allow-diff", "envs.*", env=env)
     assert bad.returncode == 2 and "unknown key group 'envs'" in bad.stderr
-    assert not out.exists() and not marker.exists()
+    assert not out.exists() and not imported
 
 
 def test_refusal_never_shows_a_secret(tmp_path: Path) -> None:
-    env, marker = no_engine_env(tmp_path)
+    env, marker = no_engine_env(tmp_path)  # through a subprocess: all it prints
     secret = "hf_" + "a1B2c3D4e5" * 3
     r = abgate("ab", "--limit", "2", "-o", str(tmp_path / "AB"), "--b-engine-arg",
                "flash_attn=true", "--b-env", f"HF_TOKEN={secret}", "--b-changes",
                "flash_attn", env=env)
-    assert r.returncode == 2 and "env.HF_TOKEN" in r.stderr
+    assert r.returncode == 2 and "env.HF_TOKEN" in r.stderr and not marker.exists()
     assert secret not in r.stderr + r.stdout and "<redacted>" in r.stderr
 
 
@@ -215,17 +216,17 @@ def test_experiment_contract_refuses_a_candidate_request_before_anything(tmp_pat
                                                                          ) -> None:
     """``contract = "FILE"`` in the experiment: the candidate's requested n_ctx breaks
     ``settings.n_ctx`` (not its declared switch): exit 2, nothing loaded or written."""
-    env, marker = no_engine_env(tmp_path)
     write(tmp_path, CONTRACT, "contract.toml")
     path = write(tmp_path, experiment({}, 'changes = ["flash_attn"]\n'
                                       'engine_args = { flash_attn = true, n_ctx = 1024 }',
                                       top='contract = "contract.toml"'))
     out = tmp_path / "AB"
-    r = abgate("ab", str(path), "-o", str(out), env=env)
+    with engine_refused() as imported:  # the CLI in this process
+        r = cli("ab", str(path), "-o", str(out))
     assert r.returncode == 2, r.stderr
     assert "arm 'cand': contract 'ctx512' violated (1 clause): [request] settings.n_ctx: " \
            "expected 512, got 1024" in r.stderr
-    assert not out.exists() and not marker.exists()
+    assert not out.exists() and not imported
 
 
 OPT_OUT = """

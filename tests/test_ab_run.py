@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HANG_S, REPO, abgate, read_lines, toml_engine_args, wait_until
+from tests.support.fake import cli
 
 EXAMPLE = REPO / "examples" / "smollm2-kv-q8.toml"
 # The gates that judge quality (any of them may be the one a broken arm trips).
@@ -120,7 +121,7 @@ def test_resume_refuses_changed_experiment(tmp_path: Path) -> None:
 
 
 def test_flags_without_difference_are_refused(tmp_path: Path) -> None:
-    r = abgate("ab", "-o", str(tmp_path / "X"))
+    r = cli("ab", "-o", str(tmp_path / "X"))
     assert r.returncode == 2 and "nothing differs" in r.stderr
 
 

@@ -1,6 +1,7 @@
 """Damaged input files through the real CLI: one line on stderr naming the file, a
 non-zero exit, no traceback, nothing written, and no engine loaded. (The loaders
-themselves are fuzzed in test_fuzz_loaders.py; this checks the path from the CLI.)"""
+themselves are fuzzed in test_fuzz_loaders.py; this checks the path from the CLI, run in
+this process: ``tests.support.fake.cli``, as the console script runs it.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, abgate, error_lines, no_engine_env
+from tests.conftest import REPO, engine_refused, error_lines
+from tests.support.fake import cli
 
 EXPERIMENT = (REPO / "examples" / "smollm2-kv-q8.toml").read_text()
 GOOD_ROW = json.dumps({"question": "Tom has 2 apples. How many?", "answer": "2\n#### 2"})
@@ -42,16 +44,15 @@ def test_damaged_file_is_one_line_and_writes_nothing(case: str, tmp_path: Path) 
     path = tmp_path / name
     path.write_bytes(content)
     out = tmp_path / "OUT"
-    env, imported = no_engine_env(tmp_path)
-    r = abgate(*[a.replace("{f}", str(path)) for a in args], "-o", str(out), env=env,
-               timeout=300)
+    with engine_refused() as imported:
+        r = cli(*[a.replace("{f}", str(path)) for a in args], "-o", str(out))
     assert r.returncode in (1, 2), r.stderr
     lines = error_lines(r.stderr)
     assert len(lines) == 1 and lines[0].startswith("abgate: error:"), r.stderr
     assert "Traceback" not in r.stderr
     assert name in lines[0] or "engine-arg" in lines[0], lines[0]
     assert not out.exists()
-    assert not imported.exists()
+    assert not imported
 
 
 def test_resume_with_a_damaged_config_is_one_line(tmp_path: Path) -> None:
@@ -62,9 +63,9 @@ def test_resume_with_a_damaged_config_is_one_line(tmp_path: Path) -> None:
         "git": None, "host": {}, "started_at": 1.0, "spec": {}, "spec_digest": "d",
         "config": {"engine": "llamacpp", "seeds": "0,1", "limt": 3}}))
     before = (out / "run.json").read_bytes()
-    env, imported = no_engine_env(tmp_path)
-    r = abgate("run", "--resume", str(out), env=env, timeout=300)
+    with engine_refused() as imported:
+        r = cli("run", "--resume", str(out))
     assert r.returncode == 2, r.stderr
     assert len(error_lines(r.stderr)) == 1 and "run.json: config" in r.stderr, r.stderr
-    assert (out / "run.json").read_bytes() == before and not imported.exists()
+    assert (out / "run.json").read_bytes() == before and not imported
     assert sorted(p.name for p in out.iterdir()) == ["run.json"]

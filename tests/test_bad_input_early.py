@@ -1,6 +1,8 @@
 """Bad input refused before work (issue 26, item 6): one line, exit 2, no directory
-written, no engine loaded (``no_engine_env``: importing llama_cpp would leave a marker).
-The model checks use abgate's own GGUF reader on copies of the real embedded model."""
+written, no engine loaded (``engine_refused``: importing llama_cpp would be noted). The
+commands run in this process (``tests.support.fake.cli``; test_run_cli.py has the same
+refusal through a subprocess). The model checks use abgate's own GGUF reader on copies
+of the real embedded model."""
 
 from __future__ import annotations
 
@@ -9,20 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate, error_lines, no_engine_env
+from tests.conftest import engine_refused, error_lines
+from tests.support.fake import cli
 
 RUN = ["run", "--suite", "synthetic", "--limit", "1", "--max-tokens", "2"]
 
 
 def _refused(tmp_path: Path, *args: str, needle: str) -> str:
-    env, marker = no_engine_env(tmp_path)
     out = tmp_path / "R"
-    r = abgate(*args, "-o", str(out), env=env)
+    with engine_refused() as imported:
+        r = cli(*args, "-o", str(out))
     assert r.returncode == 2, r.stderr
     lines = error_lines(r.stderr)
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert needle in lines[0], lines[0]
-    assert not out.exists() and not marker.exists()
+    assert not out.exists() and not imported
     return lines[0]
 
 

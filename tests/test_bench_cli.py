@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import abgate, error_lines, no_engine_env, read_lines, thread_flags
+from tests.conftest import abgate, engine_refused, error_lines, read_lines, thread_flags
+from tests.support.fake import cli
 
 # One thread (unless ABGATE_TEST_THREADS says otherwise) keeps these small runs quick on a
 # shared machine (llama.cpp's worker threads spin-wait, which a busy 2-core machine
@@ -76,13 +77,14 @@ def test_wrong_prompt_sha_refuses_to_run(tmp_path: Path) -> None:
 
 def test_bad_options_fail_fast(tmp_path: Path) -> None:
     # "fast" is a behaviour, not a wall-clock bound: each is refused before llama.cpp is
-    # even imported (a poisoned llama_cpp on the path would leave its marker).
-    env, imported = no_engine_env(tmp_path)
+    # even imported (engine_refused notes an import or a load; the CLI runs in this
+    # process, the subprocess twin of this check is test_run_cli's)
     for args in (("--input-len", "12k"), ("--output-len", "0"), ("--repeats", "0"),
                  ("--prompt-file", str(tmp_path / "missing.json")),
                  ("--engine-arg", "n_ctxx=5"), ("--probes", "--probe-depth", "2")):
-        r = abgate("bench", *args, "-o", str(tmp_path / "B"), env=env)
+        with engine_refused() as imported:
+            r = cli("bench", *args, "-o", str(tmp_path / "B"))
         assert r.returncode == 2, (args, r.stderr)
         assert len(error_lines(r.stderr)) == 1, r.stderr
-        assert not imported.exists(), args
+        assert not imported, args
     assert not (tmp_path / "B").exists()

@@ -1,11 +1,13 @@
 """One line, never a traceback, and no temporary file left (issue 26, item 7): a
 damaged ledger (a corrupt page, a cell that is not JSON) under ``ledger ls``,
 ``ledger check``, ``history`` and ``ledger add``; ``report -o`` onto a directory; a
-baseline whose probes list was edited, refused before the re-run."""
+baseline whose probes list was edited, refused before the re-run. The fast ones run the
+CLI in this process (``tests.support.fake.cli``, as the console script runs it)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -14,19 +16,29 @@ import pytest
 
 from abgate.ledger.store import opened
 from tests.conftest import abgate, no_engine_env, thread_flags
+from tests.support.fake import Result, cli
 from tests.support.report import build_ab_dir
 from tests.test_ledger import _entry
 
 
-def _ledger(tmp_path: Path) -> Path:
-    path = tmp_path / "ledger.sqlite"
+@pytest.fixture(scope="module")
+def pristine_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger of a few pages, written once (40 committed puts); each test damages its
+    own copy (:func:`_ledger`), never this file."""
+    path = tmp_path_factory.mktemp("ledger") / "ledger.sqlite"
     with opened(path) as db:
         for i in range(40):  # a few pages
             db.put(_entry(i, 100.0 + i, 1.0, f"c{i:02d}" * 10))
     return path
 
 
-def _one_line(r: subprocess.CompletedProcess[str], *needles: str) -> None:
+def _ledger(pristine: Path, tmp_path: Path) -> Path:
+    path = tmp_path / "ledger.sqlite"
+    shutil.copyfile(pristine, path)
+    return path
+
+
+def _one_line(r: subprocess.CompletedProcess[str] | Result, *needles: str) -> None:
     stderr = r.stderr
     assert r.returncode in (1, 2), stderr
     assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
@@ -38,31 +50,33 @@ COMMANDS = [["ledger", "ls"], ["ledger", "check"], ["history", "steady_decode_tp
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_ledger_cell_that_is_not_json(tmp_path: Path, command: list[str]) -> None:
-    path = _ledger(tmp_path)
+def test_ledger_cell_that_is_not_json(tmp_path: Path, command: list[str],
+                                      pristine_ledger: Path) -> None:
+    path = _ledger(pristine_ledger, tmp_path)
     with sqlite3.connect(path) as db:
         db.execute("UPDATE units SET metrics = '{not json'")
         db.execute("UPDATE records SET verdicts = '{not json'")
-    _one_line(abgate(*command, "--ledger", str(path)), str(path), "not valid JSON")
+    _one_line(cli(*command, "--ledger", str(path)), str(path), "not valid JSON")
 
 
 @pytest.mark.parametrize("command", [*COMMANDS, ["ledger", "add"]])
-def test_ledger_with_a_damaged_page(tmp_path: Path, command: list[str]) -> None:
-    path = _ledger(tmp_path)
+def test_ledger_with_a_damaged_page(tmp_path: Path, command: list[str],
+                                    pristine_ledger: Path) -> None:
+    path = _ledger(pristine_ledger, tmp_path)
     data = bytearray(path.read_bytes())
     page = 4096
     assert len(data) > 3 * page
     data[page:3 * page] = b"\xa5" * (2 * page)  # garbage over pages 2 and 3
     path.write_bytes(bytes(data))
     extra = [str(tmp_path)] if command == ["ledger", "add"] else []
-    _one_line(abgate(*command, *extra, "--ledger", str(path)), str(path))
+    _one_line(cli(*command, *extra, "--ledger", str(path)), str(path))
 
 
 def test_report_onto_a_directory_leaves_no_tmp(tmp_path: Path) -> None:
     ab = build_ab_dir(tmp_path / "ab")
     target = tmp_path / "out"
     target.mkdir()
-    r = abgate("report", str(ab), "-o", str(target))
+    r = cli("report", str(ab), "-o", str(target))
     _one_line(r, "is a directory")
     assert r.returncode == 2
     assert not (tmp_path / "out.tmp").exists() and list(target.iterdir()) == []

@@ -17,7 +17,8 @@ import pytest
 
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.openai import engine as openai_compat
-from tests.conftest import HANG_S, REPO, abgate, read_lines, wait_until
+from tests.conftest import HANG_S, REPO, read_lines, wait_until
+from tests.support.fake import cli
 from tests.support.fault_server import FaultServer
 
 MAX_TOKENS = 6
@@ -75,8 +76,14 @@ FAULTS = {
 }
 
 
+def test_backoff_doubles_and_waits_at_least_a_capped_retry_after() -> None:
+    assert [openai_compat._backoff(a, None) for a in range(5)] == [0.5, 1.0, 2.0, 4.0, 5.0]
+    assert openai_compat._backoff(0, 3.0) == 3.0 and openai_compat._backoff(2, 0.0) == 2.0
+    assert openai_compat._backoff(0, 1e9) == openai_compat.RETRY_AFTER_CAP_S
+
+
 @pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_each_fault_is_an_error_sample_with_its_reason(fault: str) -> None:
+def test_each_fault_is_an_error_sample_with_its_reason(fault: str, no_backoff: None) -> None:
     reason, attempts, seen = FAULTS[fault]
     with FaultServer(retry_after="0") as fs:
         engine = engine_for(fs)
@@ -116,16 +123,18 @@ def test_retry_after_is_waited_then_the_answer_is_right(fault: str) -> None:
 @pytest.mark.parametrize("fault", ["stall_headers", "stall_first", "stall_mid", "trickle"])
 def test_timeouts_hold_and_are_not_retried(fault: str) -> None:
     """A stall before the headers, before the first token, mid-stream, or a server that
-    keeps the connection alive with SSE comments: the request times out, once."""
+    keeps the connection alive with SSE comments: the request times out, once. (A stall
+    lasts an hour, so a short timeout is as sure to be reached as a long one.)"""
     with FaultServer() as fs:
-        engine = engine_for(fs, request_timeout=1.0)
+        engine = engine_for(fs, request_timeout=0.25)
         try:
             (r,) = engine.generate([req(0, f"q FAULT:{fault}")])
         finally:
             engine.close()
         got = [s.fault for s in fs.completions]
     assert r.finish_reason == "error" and r.text == ""
-    assert "timed out after 1 s" in (r.error or "") or "ReadTimeout" in (r.error or ""), r.error
+    assert "timed out after 0.25 s" in (r.error or "") or "ReadTimeout" in (r.error or ""), \
+        r.error
     assert r.engine_timings["attempts"] == 1.0 and got == [fault]
 
 
@@ -165,9 +174,9 @@ def run_args(url: str, out: Path, *extra: str) -> list[str]:
             *extra]
 
 
-def test_cli_records_faults_as_error_samples(tmp_path: Path) -> None:
+def test_cli_records_faults_as_error_samples(tmp_path: Path, no_backoff: None) -> None:
     with FaultServer(script=["ok", "500", "malformed_mid", "cut_nodone"], retry_after="0") as fs:
-        r = abgate(*run_args(fs.url, tmp_path / "R"), timeout=300)
+        r = cli(*run_args(fs.url, tmp_path / "R"))  # in this process
     assert r.returncode == 0, r.stderr
     samples = read_lines(tmp_path / "R" / "samples.jsonl")
     errors = sorted(str(s["error"]) for s in samples if s["finish_reason"] == "error")
@@ -233,7 +242,7 @@ probes = false
         return exp
 
     with FaultServer(max_logprobs=5) as capped:
-        r = abgate("ab", str(experiment(capped.url)), "-o", str(tmp_path / "AB"), timeout=300)
+        r = cli("ab", str(experiment(capped.url)), "-o", str(tmp_path / "AB"))  # in-process
         assert r.returncode == 2  # the server's setup is the user's to fix (1 is REJECT)
         line = r.stderr.strip().splitlines()[-1]
         assert "arm 'a'" in line and "test score at load failed" in line, r.stderr
@@ -242,11 +251,11 @@ probes = false
         assert [s.fault for s in capped.completions] == ["score"]
         assert not (tmp_path / "AB" / "arms" / "a" / "samples.jsonl").exists() or not \
             read_lines(tmp_path / "AB" / "arms" / "a" / "samples.jsonl")
-        r = abgate("ab", str(experiment(capped.url)), "-o", str(tmp_path / "AB2"),
-                   "--no-agreement", timeout=300)
+        r = cli("ab", str(experiment(capped.url)), "-o", str(tmp_path / "AB2"),
+                "--no-agreement")
         assert r.returncode in (0, 3), r.stderr
     with FaultServer() as fs:
-        r = abgate("ab", str(experiment(fs.url)), "-o", str(tmp_path / "AB3"), timeout=300)
+        r = cli("ab", str(experiment(fs.url)), "-o", str(tmp_path / "AB3"))
         assert r.returncode in (0, 3), r.stderr
         rows = read_lines(tmp_path / "AB3" / "arms" / "b" / "agreement.jsonl")
         assert len(rows) == 3 and all(row["method"] == "top_k" and row["k"] == 20

@@ -20,7 +20,8 @@ from abgate.ledger.index import add, check, read_entry
 from abgate.ledger.paths import ENV, default_path, ledger_path
 from abgate.ledger.store import opened
 from abgate.scoring.extract import extract_integer, reference_answer
-from tests.conftest import REPO, abgate
+from tests.conftest import REPO
+from tests.support.fake import cli
 
 LMEVAL = REPO / "tests" / "data" / "lmeval"
 
@@ -101,7 +102,7 @@ def test_two_lmeval_runs_get_a_paired_verdict_with_the_sequential_warning() -> N
 
 def test_compare_cli_on_lmeval_files(tmp_path: Path) -> None:
     out = tmp_path / "cmp.json"
-    r = abgate("compare", str(samples_file("a")), str(samples_file("b")), "-o", str(out))
+    r = cli("compare", str(samples_file("a")), str(samples_file("b")), "-o", str(out))
     assert r.returncode == 3, r.stderr
     assert "WARNING: NOT INTERLEAVED" in r.stderr
     doc = json.loads(out.read_text())
@@ -177,9 +178,9 @@ def test_add_is_idempotent_and_moves_and_deletions_are_reported(tmp_path: Path) 
         states = check(db)
         assert [c.state for c in states] == ["missing"]
         assert db.records()[0]["missing_since"] is not None  # marked, not dropped
-    r = abgate("ledger", "ls", "--ledger", str(tmp_path / "ledger.sqlite"))
+    r = cli("ledger", "ls", "--ledger", str(tmp_path / "ledger.sqlite"))
     assert r.returncode == 0 and "MISSING" in r.stdout
-    r = abgate("ledger", "check", "--ledger", str(tmp_path / "ledger.sqlite"))
+    r = cli("ledger", "check", "--ledger", str(tmp_path / "ledger.sqlite"))
     assert r.returncode == 1 and "MISSING" in r.stdout and "0 ok, 1 not" in r.stdout
 
 
@@ -236,10 +237,10 @@ def test_history_speed_band_and_quality_rule(tmp_path: Path) -> None:
 
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    r = abgate("ledger", "add", str(tmp_path / "empty"), "--ledger", str(tmp_path / "l.db"))
+    r = cli("ledger", "add", str(tmp_path / "empty"), "--ledger", str(tmp_path / "l.db"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "not a run, A/B, bench or baseline directory" in r.stderr
-    r = abgate("compare", str(tmp_path / "nope"), str(samples_file("a")))
+    r = cli("compare", str(tmp_path / "nope"), str(samples_file("a")))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     with pytest.raises(AbgateError, match="no record"), opened(tmp_path / "l.db") as db:
         db.find("abcdef")

@@ -137,6 +137,16 @@ def req(i: int | str, content: str = "What is 7 + 5?", max_tokens: int = 8) -> G
 
 
 @pytest.fixture()
+def stays_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a failed request abgate waits up to 1 s for a launched server to exit (how a
+    crash shows); for a server that stays up the answer is "alive" either way, so the
+    wait is cut to 0.1 s (a server that does die: test_endpoint_dying_mid_run_fails_the_run)."""
+    died_within = server.ManagedServer.died_within
+    monkeypatch.setattr(server.ManagedServer, "died_within",
+                        lambda self, timeout: died_within(self, min(timeout, 0.1)))
+
+
+@pytest.fixture()
 def fake_engine(fake_script: Path, tmp_path: Path) -> Iterator[openai_compat.OpenAIEngine]:
     record = tmp_path / "bodies.jsonl"
     opts = {"launch": fake_cmd(fake_script, "--record", str(record), "--fail-first 2"),
@@ -180,7 +190,7 @@ def test_stream_usage_token_ids_and_explicit_sampling(
 
 
 def test_retry_before_first_token_is_bounded_and_recorded(
-        fake_engine: openai_compat.OpenAIEngine) -> None:
+        fake_engine: openai_compat.OpenAIEngine, no_backoff: None, stays_up: None) -> None:
     ok, bad = fake_engine.generate([req("f", "FLAKY question"), req("b", "BAD question")])
     assert ok.finish_reason == "length" and ok.engine_timings["attempts"] == 3.0
     assert fake_engine.stats[0].retries == 2  # two 503s before any token, then success
@@ -192,7 +202,8 @@ def test_retry_before_first_token_is_bounded_and_recorded(
     assert ev["endpoint_stats"][0]["requests"] == 2 and ev["endpoint_stats"][0]["errors"] == 1
 
 
-def test_retries_exhausted_is_an_error_sample(fake_script: Path, tmp_path: Path) -> None:
+def test_retries_exhausted_is_an_error_sample(fake_script: Path, tmp_path: Path,
+                                              no_backoff: None, stays_up: None) -> None:
     engine = openai_compat.load("", {}, {"launch": fake_cmd(fake_script, "--fail-first 99"),
                                          "ready_timeout": 30.0}, tmp_path)
     try:

@@ -16,7 +16,8 @@ from abgate.ab.experiment import check_arm_name
 from abgate.dirlock import LOCK_FILE, exclusive
 from abgate.errors import UsageError
 from abgate.runner.outdir import prepare_new_dir
-from tests.conftest import HANG_S, abgate, error_lines, no_engine_env, wait_until
+from tests.conftest import HANG_S, engine_refused, error_lines, wait_until
+from tests.support.fake import cli
 from tests.support.fault_server import FaultServer
 
 HOLD = ("import sys, time; from pathlib import Path; from abgate.dirlock import exclusive\n"
@@ -42,7 +43,7 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path: Path) -> None:
             before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()
                       and p.name != "run.log"}
             for args in (["run", "--resume", str(out)], [*_run_args(fs.url, out), "--force"]):
-                r = abgate(*args)
+                r = cli(*args)  # in this process: the holder is the subprocess
                 assert r.returncode == 2, r.stderr
                 lines = error_lines(r.stderr)
                 assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
@@ -83,7 +84,7 @@ probes = false
                                  text=True)
         try:
             wait_until(lambda: len(fs.completions) >= 1, first, "the first request")
-            r = abgate("ab", "--resume", str(out))
+            r = cli("ab", "--resume", str(out))  # in this process
             assert r.returncode == 2, r.stderr
             assert f"being written by pid {first.pid}" in r.stderr, r.stderr
             assert len(error_lines(r.stderr)) == 1
@@ -112,18 +113,17 @@ def test_lock_is_released_when_the_holder_is_killed(tmp_path: Path) -> None:
 def test_force_refuses_a_directory_abgate_did_not_write(tmp_path: Path) -> None:
     """A project directory with a file named run.json (not an abgate record), or an
     abgate run directory holding a user's file, is never cleared by --force."""
-    env, marker = no_engine_env(tmp_path)
     project = tmp_path / "project"
     (project / "src").mkdir(parents=True)
     (project / "src" / "main.py").write_text("print('mine')\n")
     (project / "run.json").write_text('{"name": "my run config"}\n')
-    r = abgate("run", "--suite", "synthetic", "--limit", "1", "-o", str(project), "--force",
-               env=env)
+    with engine_refused() as imported:  # the CLI in this process
+        r = cli("run", "--suite", "synthetic", "--limit", "1", "-o", str(project), "--force")
     assert r.returncode == 2 and "not a valid abgate record" in r.stderr, r.stderr
     assert len(error_lines(r.stderr)) == 1
     assert (project / "src" / "main.py").read_text() == "print('mine')\n"
     assert sorted(p.name for p in project.iterdir()) == ["run.json", "src"]
-    assert not marker.exists()
+    assert not imported
 
 
 def test_force_clears_abgate_records_but_not_a_users_file(tmp_path: Path) -> None:
@@ -161,17 +161,17 @@ def test_safe_arm_names(name: str) -> None:
 
 
 def test_ab_with_an_escaping_arm_name_writes_nothing(tmp_path: Path) -> None:
-    env, marker = no_engine_env(tmp_path)
     exp = tmp_path / "exp.toml"
     exp.write_text('baseline = "base"\n[shared]\nsuite = "synthetic"\nlimit = 1\n'
                    '[arms.base]\n[arms."../../escaped"]\n')
     out = tmp_path / "deep" / "AB"
-    r = abgate("ab", str(exp), "-o", str(out), env=env)
+    with engine_refused() as imported:  # the CLI in this process
+        r = cli("ab", str(exp), "-o", str(out))
     assert r.returncode == 2, r.stderr
     assert "arm name '../../escaped' is not allowed" in r.stderr
     assert len(error_lines(r.stderr)) == 1
     assert not (tmp_path / "deep").exists() and not (tmp_path / "escaped").exists()
-    assert not marker.exists()
+    assert not imported
 
 
 @pytest.mark.parametrize("argv", [["python", "-m", "a/../../b"], ["python3", "x/../y z.py"],

@@ -18,12 +18,14 @@ from abgate.dirlock import LOCK_FILE
 from tests.conftest import (
     HANG_S,
     abgate,
+    engine_refused,
     error_lines,
     no_engine_env,
     read_lines,
     thread_flags,
     toml_engine_args,
 )
+from tests.support.fake import cli
 
 BASE = ["--suite", "synthetic", "--limit", "2", "--seeds", "0", "--max-tokens", "4",
         *thread_flags(1)]
@@ -108,14 +110,14 @@ def test_resume_refuses_a_changed_shots_file(tmp_path: Path) -> None:
 
 
 def test_shots_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
-    env, marker = no_engine_env(tmp_path)
     shots = tmp_path / "shots.jsonl"
     shots.write_bytes(b'{"question": "\xff", "answer": "2"}\n')
-    r = abgate("run", *BASE, "--shots", "1", "--shots-file", str(shots), "-o",
-               str(tmp_path / "R"), env=env)
+    with engine_refused() as imported:  # the CLI in this process
+        r = cli("run", *BASE, "--shots", "1", "--shots-file", str(shots), "-o",
+                str(tmp_path / "R"))
     assert r.returncode == 2 and "not UTF-8" in r.stderr and str(shots) in r.stderr, r.stderr
     assert len(error_lines(r.stderr)) == 1
-    assert not (tmp_path / "R").exists() and not marker.exists()
+    assert not (tmp_path / "R").exists() and not imported
 
 
 def _git(repo: Path, *args: str) -> None:

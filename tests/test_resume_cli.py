@@ -12,7 +12,15 @@ import pytest
 
 from abgate.runner import RunConfig, prepare
 from abgate.runner.execute import RunRecorder, kept_status
-from tests.conftest import abgate, no_engine_env, read_lines, thread_flags, toml_engine_args
+from tests.conftest import (
+    abgate,
+    engine_refused,
+    no_engine_env,
+    read_lines,
+    thread_flags,
+    toml_engine_args,
+)
+from tests.support.fake import cli
 
 AA = f"""
 [shared]
@@ -39,26 +47,23 @@ def one_line_error(r: object, *texts: str) -> None:
 
 
 def test_not_a_run_is_refused_before_anything_loads(tmp_path: Path) -> None:
-    env, imported = no_engine_env(tmp_path)
     stray = tmp_path / "stray"
     stray.mkdir()
     (stray / "notes.txt").write_text("mine\n")
-    # the hub data would take a download to fail; the directory is refused first
-    r = abgate("run", "--resume", str(stray), "--data", "hf:openai/gsm8k", env=env)
-    one_line_error(r, f"--resume {stray}: not a run directory (no run.json)",
-                   "nothing to resume")
-    one_line_error(abgate("run", "--resume", str(tmp_path / "nope"), env=env),
-                   "no such directory")
-    one_line_error(abgate("run", "--resume", str(stray / "notes.txt"), env=env),
-                   "not a directory")
-    one_line_error(abgate("ab", "--resume", str(stray), env=env),
-                   f"--resume {stray}: not an A/B directory (no ab.json)")
-    (stray / "ab.json").write_text("{}")  # an A/B's directory given to `run`: name `ab`
-    one_line_error(abgate("run", "--resume", str(stray), env=env),
-                   f"abgate ab --resume {stray}")
-    one_line_error(abgate("ab", "--reanalyse", "-o", str(stray), env=env),
-                   "--reanalyse needs --resume")
-    assert not imported.exists()
+    with engine_refused() as imported:  # the commands run in this process
+        # the hub data would take a download to fail; the directory is refused first
+        r = cli("run", "--resume", str(stray), "--data", "hf:openai/gsm8k")
+        one_line_error(r, f"--resume {stray}: not a run directory (no run.json)",
+                       "nothing to resume")
+        one_line_error(cli("run", "--resume", str(tmp_path / "nope")), "no such directory")
+        one_line_error(cli("run", "--resume", str(stray / "notes.txt")), "not a directory")
+        one_line_error(cli("ab", "--resume", str(stray)),
+                       f"--resume {stray}: not an A/B directory (no ab.json)")
+        (stray / "ab.json").write_text("{}")  # an A/B's directory given to `run`: name `ab`
+        one_line_error(cli("run", "--resume", str(stray)), f"abgate ab --resume {stray}")
+        one_line_error(cli("ab", "--reanalyse", "-o", str(stray)),
+                       "--reanalyse needs --resume")
+    assert not imported
     assert sorted(p.name for p in stray.iterdir()) == ["ab.json", "notes.txt"]
 
 

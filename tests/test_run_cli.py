@@ -14,12 +14,14 @@ import pytest
 from tests.conftest import (
     HANG_S,
     abgate,
+    default_sigint,
     error_lines,
     no_engine_env,
     read_lines,
     thread_flags,
     wait_until,
 )
+from tests.support.fake import cli
 
 
 @pytest.mark.engine
@@ -82,7 +84,8 @@ def test_bad_engine_arg_fails_fast(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_one_line_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    r = abgate("run", *args, "--limit", "1", "-o", str(tmp_path / "R"))
+    # in this process (test_bad_engine_arg_fails_fast is the same path through a subprocess)
+    r = cli("run", *args, "--limit", "1", "-o", str(tmp_path / "R"))
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and len(error_lines(r.stderr)) == 1
     assert not (tmp_path / "R").exists()
@@ -91,7 +94,7 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, args: list[str], message: str
 def test_malformed_dataset_names_line(tmp_path: Path) -> None:
     bad = tmp_path / "d.jsonl"
     bad.write_text('{"question": "a", "answer": "#### 1"}\n{broken\n')
-    r = abgate("run", "--data", str(bad), "-o", str(tmp_path / "R"))
+    r = cli("run", "--data", str(bad), "-o", str(tmp_path / "R"))
     assert r.returncode == 2 and f"{bad}:2" in r.stderr
 
 
@@ -143,7 +146,7 @@ def test_sigint_marks_interrupted_and_resumes(tmp_path: Path) -> None:
     args = ["run", "--suite", "synthetic", "--limit", "6", "--max-tokens", "48",
             *thread_flags(), "-o", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     samples = out / "samples.jsonl"
     wait_until(lambda: samples.exists() and samples.stat().st_size > 0, proc, "a sample")
     proc.send_signal(signal.SIGINT)

@@ -9,7 +9,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from tests.conftest import abgate, engine_threads, thread_flags
+from tests.conftest import abgate, engine_refused, engine_threads, thread_flags
+from tests.support.fake import cli
 
 LIB = Path(llama_cpp.__file__).parent / "lib" / "libllama.so"
 BASE = ["run", "--suite", "synthetic", "--limit", "1", "--max-tokens", "8"]
@@ -25,11 +26,12 @@ def contract(tmp_path: Path, text: str) -> str:
 def test_request_violation_fails_before_load(tmp_path: Path) -> None:
     c = contract(tmp_path, '[engine_args]\nforbidden = ["flash_attn"]\n'
                            '[env]\nforbidden = ["ABGATE_TEST_FORBIDDEN"]\n')
-    r = abgate(*RUN, "--engine-arg", "flash_attn=true", "--contract", c, "-o",
-               str(tmp_path / "R"), env={"ABGATE_TEST_FORBIDDEN": "1"})
+    with engine_refused() as imported:  # the CLI in this process
+        r = cli(*RUN, "--engine-arg", "flash_attn=true", "--contract", c, "-o",
+                str(tmp_path / "R"), env={"ABGATE_TEST_FORBIDDEN": "1"})
     assert r.returncode == 2  # refused input, nothing written (README's exit codes)
     assert "flash_attn" in r.stderr and "ABGATE_TEST_FORBIDDEN" in r.stderr
-    assert not (tmp_path / "R").exists()
+    assert not (tmp_path / "R").exists() and not imported
 
 
 @pytest.mark.engine

@@ -36,6 +36,7 @@ from abgate.redact import (
     redacted_paths,
 )
 from tests.conftest import abgate, read_lines
+from tests.support.fake import cli
 from tests.test_openai_engine import FAKE_SERVER
 
 # -- the rules ----------------------------------------------------------------------------
@@ -385,8 +386,8 @@ def test_resume_refuses_to_run_with_redacted_values(out: Path, tmp_path: Path) -
 
 
 def test_error_messages_are_redacted() -> None:
-    r = abgate("run", "--engine", "openai", "--endpoint", "ftp://bob:pw-in-error-7@h:1",
-               "-o", "unused", timeout=120)
+    r = cli("run", "--engine", "openai", "--endpoint", "ftp://bob:pw-in-error-7@h:1",
+            "-o", "unused")
     assert r.returncode == 2 and "ftp://<redacted>@h:1" in r.stderr
     assert "pw-in-error-7" not in r.stderr + r.stdout
 

@@ -92,10 +92,11 @@ def test_identical_arms_never_rejected_or_accepted() -> None:
     and must not decide; the fixed-N tests, peeked at after every item from 10 on, do."""
     seq_decided = peek_decided = 0
     trials = 40
+    rows = aa_rows(60)  # the same exact A/A rows every trial (read only)
     for trial in range(trials):
         a = make_arm(60, noise=0.08, rng_seed=2 * trial)
         b = make_arm(60, noise=0.08, rng_seed=2 * trial + 1)
-        sec = sequential_section(a, b, order_of(a), POLICY, agreement=aa_rows(60))
+        sec = sequential_section(a, b, order_of(a), POLICY, agreement=rows)
         seq_decided += sec.decision != "INCONCLUSIVE"
         assert sec.decision != "REJECT"
     peek_policy = load_policy()  # zero margins expose the raw peeking inflation

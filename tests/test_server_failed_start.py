@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -85,10 +86,10 @@ def test_detached_worker_of_a_failed_start_is_found_and_stopped(
         launcher: Path, tmp_path: Path, exits: bool) -> None:
     pid_file = tmp_path / f"worker-{uuid.uuid4().hex[:8]}.pid"
     extra = ("--exit", "1") if exits else ()
-    match = "exited with code 1" if exits else "not ready after 3 s"
+    match = "exited with code 1" if exits else "not ready after 2 s"
     with pytest.raises(AbgateError, match=match) as info:
         server.launch(command(launcher, pid_file, *extra), model="", args={},
-                      log_dir=tmp_path, ready_timeout=3, grace_s=1.0)
+                      log_dir=tmp_path, ready_timeout=2, grace_s=1.0)
     pid = worker_pid(pid_file)
     ev = info.value.cleanup_evidence  # type: ignore[attr-defined]
     assert gone(pid), "the detached worker survived the failed start"
@@ -107,6 +108,13 @@ def test_a_surviving_process_is_never_verified(launcher: Path, tmp_path: Path,
     no real server provokes on demand) is a survivor, and the stop is NOT verified."""
     pid_file = tmp_path / "worker.pid"
     monkeypatch.setattr(server.ProcessTracker, "kill_all", lambda self, sig: None)
+    # With no signal sent nothing can exit, so the stop's waits for that (10 s after
+    # SIGKILL, 5 s for the leader) are cut to 0.3 s each: the same evidence, 15 s sooner.
+    wait_gone, popen_wait = server.ProcessTracker.wait_gone, subprocess.Popen.wait
+    monkeypatch.setattr(server.ProcessTracker, "wait_gone",
+                        lambda self, timeout: wait_gone(self, min(timeout, 0.3)))
+    monkeypatch.setattr(subprocess.Popen, "wait", lambda self, timeout=None: popen_wait(
+        self, None if timeout is None else min(timeout, 0.3)))
     with pytest.raises(AbgateError, match="cleanup NOT verified") as info:
         server.launch(command(launcher, pid_file), model="", args={}, log_dir=tmp_path,
                       ready_timeout=2, grace_s=0.2)

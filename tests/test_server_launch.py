@@ -17,7 +17,7 @@ import pytest
 from abgate.engines.shared import server as server
 from abgate.engines.shared import server_cleanup as server_cleanup
 from abgate.errors import AbgateError, UsageError
-from tests.conftest import abgate, read_lines, thread_flags
+from tests.conftest import abgate, default_sigint, read_lines, thread_flags
 from tests.test_openai_engine import FAKE_SERVER, needs_server
 
 
@@ -107,8 +107,9 @@ def test_gpu_check_says_why_it_was_skipped() -> None:
 
 
 def test_stubborn_server_tree_is_killed_and_verified(fake: Path, tmp_path: Path) -> None:
+    # the leader ignores SIGTERM: SIGKILL follows after any grace period (0.3 s here)
     s = server.launch(cmd(fake, "--stubborn", "--spawn"), model="", args={}, log_dir=tmp_path,
-                      ready_timeout=30, grace_s=1.0)
+                      ready_timeout=30, grace_s=0.3)
     assert s.alive() and len(s.tracker.seen) >= 3  # leader, a child, an escaped child
     pids = list(s.tracker.seen)
     ev = s.stop()
@@ -154,10 +155,10 @@ def test_signal_to_abgate_stops_the_server(fake: Path, tmp_path: Path,
     out = tmp_path / "R"
     marker = f"m{uuid.uuid4().hex[:8]}"
     args = ["run", "--suite", "synthetic", "--limit", "4", "--max-tokens", "40",
-            "--engine", "openai", "--launch", cmd(fake, "--delay 0.1", "--spawn", marker),
+            "--engine", "openai", "--launch", cmd(fake, "--delay 0.05", "--spawn", marker),
             "-o", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while not ((out / "samples.jsonl").exists() and read_lines(out / "samples.jsonl")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr

@@ -96,7 +96,7 @@ def test_sigkill_of_abgate_ends_a_shell_pipeline_server(tmp_path: Path) -> None:
     fake = tmp_path / "fake_server.py"
     fake.write_text(FAKE_SERVER)
     marker = f"m{uuid.uuid4().hex[:8]}"
-    launch = f"sh -c '{cmd(fake, '--delay 0.1', marker)} 2>&1 | cat'"
+    launch = f"sh -c '{cmd(fake, '--delay 0.05', marker)} 2>&1 | cat'"
     out = tmp_path / "R"
     args = ["run", "--suite", "synthetic", "--limit", "4", "--max-tokens", "40",
             "--engine", "openai", "--launch", launch, "-o", str(out)]

@@ -14,7 +14,8 @@ BENCH = ("--engine", "fake", "--input-len", "64,128", "--output-len", "16", "--r
          "--warmup", "1")
 
 
-def test_bench_runs_every_case_and_records_it(tmp_path: Path) -> None:
+def test_bench_runs_every_case_and_records_it(tmp_path: Path, small_bandwidth_probe: None
+                                              ) -> None:
     r = cli("bench", *BENCH, "-o", str(tmp_path / "b"))
     assert r.returncode == 0, r.stderr
     doc = read_record(tmp_path / "b" / "run.json", "bench")
@@ -24,6 +25,9 @@ def test_bench_runs_every_case_and_records_it(tmp_path: Path) -> None:
     measured = [s for s in samples if not s.get("warmup")]
     # ignore_eos: every measured request decodes exactly --output-len tokens
     assert {s["output"]["tokens"] for s in measured} == {16}, measured[0]["output"]
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["peak_bandwidth"]["source"] == "probe estimate"  # no --peak-bw given
+    assert summary["peak_bandwidth"]["gbps"] > 0
 
 
 def test_bench_refuses_a_case_past_the_context(tmp_path: Path) -> None:

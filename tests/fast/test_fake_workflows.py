@@ -18,6 +18,7 @@ import pytest
 
 import abgate
 from abgate.runner.documents import AbRecord, read_record
+from tests.conftest import default_sigint
 from tests.support.fake import ACCEPT_ARGS, REJECT_ARGS, RUN_FLAGS, cli, experiment, fake_run
 
 
@@ -98,7 +99,8 @@ def test_ctrl_c_during_a_hanging_request_interrupts(tmp_path: Path) -> None:
     out = tmp_path / "r"
     cmd = [sys.executable, "-m", "abgate", "run", *RUN_FLAGS, "--limit", "3", "--seeds", "0",
            "-o", str(out), "--engine-arg", "hang_at=2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     try:
         # The first signal only once request 2 hangs: before it, between samples, the first
         # signal alone ends the run (correctly) and the second would meet an exiting process.

@@ -84,7 +84,8 @@ STABLE = ["run/run.json", "run/summary.json", "ab/ab.json", "ab/comparison.json"
 VARIABLE = (".provenance", ".host", ".git", ".env", ".engine.effective_config")
 
 
-def test_todays_writers_keep_every_golden_field(tmp_path: Path) -> None:
+def test_todays_writers_keep_every_golden_field(tmp_path: Path, small_bandwidth_probe: None
+                                                ) -> None:
     write_all(tmp_path / "now")
     golden = GOLDEN / version_tag()
     for name in STABLE:

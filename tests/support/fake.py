@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,15 +22,21 @@ class Result:
     stderr: str
 
 
-def cli(*args: str) -> Result:
+def cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Result:
     """``abgate ARGS`` in this process, as the console script runs it: the exit code,
-    and what it printed."""
+    and what it printed. ``env`` (variables set for the call) and ``cwd`` are those of
+    ``tests.conftest.abgate``, the subprocess twin, and are restored after."""
     out, err = io.StringIO(), io.StringIO()
     argv = sys.argv
     sys.argv = ["abgate", *args]
     code: int | str | None = 0
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_environ(env or {}))
+            if cwd is not None:
+                stack.enter_context(contextlib.chdir(cwd))
+            stack.enter_context(contextlib.redirect_stdout(out))
+            stack.enter_context(contextlib.redirect_stderr(err))
             main()
     except SystemExit as exc:
         code = exc.code
@@ -36,6 +44,20 @@ def cli(*args: str) -> Result:
         sys.argv = argv
     rc = code if isinstance(code, int) else (0 if code is None else 1)
     return Result(rc, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _environ(env: Mapping[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 RUN_FLAGS = ("--engine", "fake", "--suite", "synthetic", "--difficulty", "easy",

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import math
 
-from scipy import stats
-
 __all__ = ["REACH_FACTOR", "items_needed", "mde", "within_reach"]
 
 REACH_FACTOR = 10
@@ -34,6 +32,8 @@ REACH_FACTOR = 10
 def _z_power(power: float) -> float:
     if not 0.0 < power < 1.0:
         raise ValueError(f"power must be in (0, 1), got {power}")
+    from scipy import stats  # lazily: scipy.stats is most of the CLI's start-up
+
     return float(stats.norm.ppf(power))
 
 

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from abgate.compare.diagnostics import diagnostics
 from abgate.compare.mde import mde
@@ -176,6 +175,8 @@ def _mde(quality: Quality, speed: Mapping[str, SpeedMetric], confidence: float,
     n_scored = int(acc.n_scored or 0)
     discordance_high = None
     if n_scored:
+        from scipy import stats as sps  # lazily, as in compare/stats.py
+
         test = sps.binomtest(int(acc.mcnemar.n_discordant or 0), n_scored)
         discordance_high = float(test.proportion_ci(confidence_level=confidence).high)
     speed_mde: dict[str, float | None] = {}

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+
+# scipy.stats is imported in the functions that use it: importing it is most of the
+# CLI's start-up (every `abgate` command imports this module, few need a quantile).
 
 __all__ = [
     "BootstrapResult",
@@ -53,11 +55,15 @@ _CHUNK_VALUES = 4_000_000
 
 def z_two_sided(confidence: float) -> float:
     """The normal quantile for a two-sided interval, e.g. 1.96 for 0.95."""
+    from scipy import stats
+
     return float(stats.norm.ppf(0.5 + confidence / 2.0))
 
 
 def z_one_sided(alpha: float) -> float:
     """The normal quantile ``z_(1-alpha)`` for a one-sided test, e.g. 1.96 for 0.025."""
+    from scipy import stats
+
     return float(stats.norm.ppf(1.0 - alpha))
 
 
@@ -101,6 +107,8 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     n = a_only + b_only
     if n == 0:
         return 1.0
+    from scipy import stats
+
     return float(stats.binomtest(a_only, n, 0.5, alternative="two-sided").pvalue)
 
 
@@ -161,6 +169,8 @@ def student_t_interval(values: FloatArray, confidence: float) -> tuple[float, fl
     if k < 2:
         return math.nan, math.nan, math.nan
     se = float(values.std(ddof=1)) / math.sqrt(k)
+    from scipy import stats
+
     t = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1))
     mean = float(values.mean())
     return mean - t * se, mean + t * se, se
@@ -170,6 +180,8 @@ def t_quantile(p: float, df: int) -> float:
     """The Student-t quantile ``t_(p, df)``; nan when ``df < 1``."""
     if df < 1:
         return math.nan
+    from scipy import stats
+
     return float(stats.t.ppf(p, df))
 
 
