@@ -14,10 +14,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -48,8 +49,12 @@ def _every_s() -> float:
         return EVERY_S
 
 
-def sample_tokens(sample: dict[str, Any]) -> int:
-    """Output tokens of a sample (a run's, a bench's or a probe's line)."""
+def sample_tokens(sample: Mapping[str, Any] | BaseModel) -> int:
+    """Output tokens of a sample (a run's, a bench's or a probe's line): its JSON
+    object, or the model it is written from (``runner.samples.Sample``), read here as
+    its JSON (the one place progress turns a model into a line)."""
+    if isinstance(sample, BaseModel):
+        sample = sample.model_dump(mode="json", include={"output"})
     output = sample.get("output")
     tokens = output.get("tokens") if isinstance(output, dict) else sample.get("output_tokens")
     return int(tokens or 0)
@@ -89,7 +94,7 @@ class Reporter:
             self.task = self.bar.add_task(self.name, total=total, completed=done, tps="")
         self._line(f"{self.name}: {done}/{total} done, starting")
 
-    def on_sample(self, sample: dict[str, Any]) -> None:
+    def on_sample(self, sample: Mapping[str, Any] | BaseModel) -> None:
         self.done += 1
         self.tokens += sample_tokens(sample)
         if self._first is None:  # rates count from here: loading and warm-up excluded

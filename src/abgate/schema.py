@@ -2,13 +2,13 @@
 one place a pydantic ``ValidationError`` becomes abgate's one-line ``UsageError``.
 
 Config models (``RunConfig``, an experiment's tables, ``BenchConfig``, the openai
-engine's options, a policy file) are pydantic dataclasses with ``extra="forbid"``
-(:data:`FORBID`) whose fields use the strict types here: an int is never a bool, a
-string is never a number, a float takes an int (as TOML writes ``1`` for ``1.0``).
-:func:`validated` checks a table against a model; every failure, wherever it is found,
-goes through :func:`usage_error`: the file (and ``file:line`` when the table came from
-a :class:`~abgate.tomlfile.TomlDoc`), the key path and, for a misspelt key, the close
-matches.
+engine's options, the transformers engine's args, a policy file) are pydantic
+dataclasses with ``extra="forbid"`` (:data:`FORBID`) whose fields use the strict types
+here: an int is never a bool, a string is never a number, a float takes an int (as
+TOML writes ``1`` for ``1.0``). :func:`validated` checks a table against a model;
+every failure, wherever it is found, goes through :func:`usage_error`: the file (and
+``file:line`` when the table came from a :class:`~abgate.tomlfile.TomlDoc`), the key
+path and, for a misspelt key, the close matches.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ from abgate.runner import documents as docs
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_record, source_state, write_record
 from abgate.runner.execute import (
-    WARMUP_PREFIX,
     RunRecorder,
     Status,
     check_same_source,
@@ -47,7 +46,13 @@ from abgate.runner.provenance import (
     input_hashes,
     record_after_load,
 )
-from abgate.runner.samples import ids_sha256, load_samples, sample_key
+from abgate.runner.samples import (
+    WARMUP_PREFIX,
+    Sample,
+    ids_sha256,
+    load_samples,
+    sample_key,
+)
 from abgate.runner.sections import ArmDifferences, DiffStage, EngineRecord, GitState, Resume
 from abgate.runner.session import EngineSession, loaded
 from abgate.runner.spec import PreparedRun, prepare
@@ -56,7 +61,7 @@ from abgate.suites import Item
 log = logging.getLogger("abgate.ab")
 AB_FILE = "ab.json"
 MATCHED = ("item_ids", "seeds", "sampling", "prompt", "suite")
-Progress = Callable[[dict[str, Any]], None]
+Progress = Callable[[Sample | dict[str, Any]], None]  # a sample, or a scoring step
 OnPhase = evidence.OnStart  # (done, total, phase): a later phase (the scoring pass) begins
 
 

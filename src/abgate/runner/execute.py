@@ -41,7 +41,12 @@ from abgate.runner.provenance import (
     input_hashes,
     record_after_load,
 )
-from abgate.runner.samples import build_sample, checked_samples, sample_key
+from abgate.runner.samples import (
+    Sample,
+    build_sample,
+    checked_samples,
+    sample_key,
+)
 from abgate.runner.sections import GitState, Resume
 from abgate.runner.session import loaded
 from abgate.runner.spec import PreparedRun
@@ -49,7 +54,7 @@ from abgate.runner.summary import Summary, summarize
 from abgate.suites import Item
 
 log = logging.getLogger("abgate.run")
-OnSample = Callable[[dict[str, Any]], None]
+OnSample = Callable[[Sample], None]  # a finished sample, as written
 
 
 class Interrupted(BaseException):
@@ -188,7 +193,6 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
 
 
 GIT_FACTS = ("commit", "dirty", "diff_sha256")
-WARMUP_PREFIX = "warmup:"  # a warm-up sample's key: the prefix, then the (item, seed) key
 
 
 def check_same_source(out: Path, recorded: GitState | None,
@@ -262,15 +266,15 @@ class RunRecorder:
         return request_for(self.p, item.id, seed, self.p.messages(item))
 
     def record(self, item: Item, seed: int, result: GenerationResult,
-               warmup: bool = False) -> dict[str, Any]:
+               warmup: bool = False) -> Sample:
+        """Write the sample of one finished request (appended and fsynced) and return
+        it as the model written."""
         sample = build_sample(item, seed, self.p.messages(item), result, warmup=warmup)
-        if warmup:
-            sample["key"] = WARMUP_PREFIX + sample["key"]
         self._writer.append(sample)
         check_interrupted()
-        self.done.add(sample["key"])
+        self.done.add(str(sample.key))
         if result.finish_reason == "error":
-            log.warning("%s sample %s: engine error: %s", self.out.name, sample["key"],
+            log.warning("%s sample %s: engine error: %s", self.out.name, sample.key,
                         result.error)
         return sample
 

@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from pydantic import BaseModel
+
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact, redact_text
 
@@ -148,7 +150,9 @@ def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[
 
 
 class SampleWriter:
-    """Appends one JSON line per finished sample, fsynced before returning."""
+    """Appends one JSON line per finished sample, fsynced before returning: a model (a
+    ``runner.samples.Sample``) is written as its ``model_dump(mode="json")``; other line
+    files (a bench's samples, agreement rows) give their JSON objects."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -158,7 +162,9 @@ class SampleWriter:
             raise AbgateError(f"{path}: cannot open for appending ({exc.strerror or exc})"
                               ) from exc
 
-    def append(self, record: Mapping[str, Any]) -> None:
+    def append(self, record: BaseModel | Mapping[str, Any]) -> None:
+        if isinstance(record, BaseModel):
+            record = record.model_dump(mode="json")
         if isinstance(record.get("error"), str):
             record = {**record, "error": redact_text(record["error"])}
         try:

@@ -20,6 +20,8 @@ from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
 from abgate.suites import Item
 
+WARMUP_PREFIX = "warmup:"  # a warm-up sample's key: the prefix, then the (item, seed) key
+
 
 class SamplePrompt(Section):
     messages: list[dict[str, Any]] | None = None
@@ -35,27 +37,54 @@ class SampleOutput(Section):
 
 
 class SampleHealth(Section):
-    """A sample's output health (``scoring.health.sample_health``)."""
+    """A sample's output health (``scoring.health.sample_health``), its fields in the
+    order it writes them."""
 
     correct: bool | None = None
+    invalid: bool | None = None
+    invalid_reason: str | None = None
+    truncated: bool | None = None
+    natural_stop: bool | None = None
     error: bool | None = None
+    empty: bool | None = None
+    replacement_chars: int | None = None
+    control_chars: int | None = None
     output_tokens: int | None = None
     seq_rep_4: Number | None = None
+    seq_rep_4_words: Number | None = None
+    nul_chars: int | None = None
+
+
+class SampleExtraction(Section):
+    """The answer extracted from the output (``scoring.extract.Extraction``); a value
+    too long for ``json`` is its exact decimal text."""
+
+    value: int | str | None = None
+    source: str | None = None
+    reason: str | None = None
+    span: str | None = None
 
 
 class Sample(Section):
-    """One ``samples.jsonl`` line of a run or an A/B arm, read leniently (every field
-    optional: :func:`checked_samples` is the strict check a resume makes)."""
+    """One ``samples.jsonl`` line of a run or an A/B arm: what :func:`build_sample`
+    writes (every field set, in the order of the line) and what :func:`load_samples`
+    reads leniently (every field optional: :func:`checked_samples` is the strict check
+    a resume makes)."""
 
     key: str | None = None
     item_id: str | None = None
     seed: int | None = None
     warmup: bool = False
+    finished_at: Number | None = None
     prompt: SamplePrompt = SamplePrompt()
     output: SampleOutput = SampleOutput()
     finish_reason: str | None = None
     error: str | None = None
     timing: dict[str, Any] = {}  # metrics.request_timing: numbers, None where unmeasured
+    token_times_ms: list[Number] | None = None
+    engine_timings: dict[str, Any] | None = None
+    reference: int | None = None
+    extracted: SampleExtraction | None = None
     correct: bool | None = None
     health: SampleHealth = SampleHealth()
 
@@ -101,7 +130,7 @@ def ids_sha256(ids: Sequence[int] | None) -> str | None:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
-def _extraction_record(extraction: Extraction | None) -> dict[str, object] | None:
+def _extraction_record(extraction: Extraction | None) -> SampleExtraction | None:
     """The extraction as JSON; an integer too long for ``json`` (a model looping on digits)
     is stored as its exact decimal text."""
     if extraction is None:
@@ -109,12 +138,13 @@ def _extraction_record(extraction: Extraction | None) -> dict[str, object] | Non
     d = extraction.to_dict()
     if isinstance(d["value"], int) and d["value"].bit_length() > 10_000:
         d["value"] = format_int(d["value"])
-    return d
+    return SampleExtraction.model_validate(d)
 
 
 def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
-                 result: GenerationResult, *, warmup: bool = False) -> dict[str, Any]:
-    """The ``samples.jsonl`` line for one finished request."""
+                 result: GenerationResult, *, warmup: bool = False) -> Sample:
+    """The ``samples.jsonl`` line for one finished request, validated (a warm-up's key
+    has :data:`WARMUP_PREFIX`)."""
     timing = request_timing(result)
     if result.finish_reason == "error":
         extraction = None
@@ -127,27 +157,19 @@ def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
     token_offsets = None
     if result.token_times:
         token_offsets = [round((t - result.t_submit) * 1000.0, 4) for t in result.token_times]
-    return {
-        "key": sample_key(item.id, seed),
-        "item_id": item.id,
-        "seed": seed,
-        "warmup": warmup,
-        "finished_at": time.time(),
-        "prompt": {"messages": list(messages), "sha256": ids_sha256(result.prompt_token_ids),
-                   "tokens": result.prompt_tokens},
-        "output": {"text": result.text, "token_ids": result.output_token_ids,
-                   "tokens": result.output_tokens,
-                   "sha256": ids_sha256(result.output_token_ids)},
-        "finish_reason": result.finish_reason,
-        "error": result.error,
-        "timing": timing.to_dict(),
-        "token_times_ms": token_offsets,
-        "engine_timings": result.engine_timings,
-        "reference": item.answer,
-        "extracted": _extraction_record(extraction),
-        "correct": health.correct,
-        "health": health.to_dict(),
-    }
+    key = (WARMUP_PREFIX if warmup else "") + sample_key(item.id, seed)
+    return Sample(
+        key=key, item_id=item.id, seed=seed, warmup=warmup, finished_at=time.time(),
+        prompt=SamplePrompt(messages=list(messages),
+                            sha256=ids_sha256(result.prompt_token_ids),
+                            tokens=result.prompt_tokens),
+        output=SampleOutput(text=result.text, token_ids=result.output_token_ids,
+                            tokens=result.output_tokens,
+                            sha256=ids_sha256(result.output_token_ids)),
+        finish_reason=result.finish_reason, error=result.error, timing=timing.to_dict(),
+        token_times_ms=token_offsets, engine_timings=result.engine_timings,
+        reference=item.answer, extracted=_extraction_record(extraction),
+        correct=health.correct, health=SampleHealth.model_validate(health.to_dict()))
 
 
 # What a resume and a summary rely on in every sample line, and its type.

@@ -4,12 +4,18 @@ directory, a GGUF file, or a hub id already in the local cache)."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
 
 from abgate.engines.args import ArgSpec
 from abgate.errors import UsageError
+from abgate.schema import FORBID, TEXT, Bool, Int, Str, Style, checked, validated
 
 NAME = "transformers"
 INSTALL_HINT = ("the transformers engine needs torch and transformers: "
@@ -19,12 +25,21 @@ RANDOM_WEIGHTS_LABEL = "random weights: speed only"
 DTYPES: Mapping[str, str] = {"auto": "auto", "float32": "float32", "fp32": "float32",
                              "float16": "float16", "fp16": "float16", "half": "float16",
                              "bfloat16": "bfloat16", "bf16": "bfloat16"}
-ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
-STATIC_CACHES = ("static", "offloaded_static")
-CACHES = ("dynamic", "offloaded", "quantized", *STATIC_CACHES)
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-LOAD_FORMATS = ("auto", "dummy")
-SCORE_MODES = ("decode", "prefill")
+Dtype = Literal["auto", "float32", "fp32", "float16", "fp16", "half", "bfloat16", "bf16"]
+Attention = Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3",
+                    "flex_attention"]
+StaticCache = Literal["static", "offloaded_static"]
+Cache = Literal["dynamic", "offloaded", "quantized", StaticCache]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune",
+                      "max-autotune-no-cudagraphs"]
+LoadFormat = Literal["auto", "dummy"]
+ScoreMode = Literal["decode", "prefill"]
+ATTENTION: tuple[str, ...] = typing.get_args(Attention)
+STATIC_CACHES: tuple[str, ...] = typing.get_args(StaticCache)
+CACHES: tuple[str, ...] = typing.get_args(Cache)
+COMPILE_MODES: tuple[str, ...] = typing.get_args(CompileMode)
+LOAD_FORMATS: tuple[str, ...] = typing.get_args(LoadFormat)
+SCORE_MODES: tuple[str, ...] = typing.get_args(ScoreMode)
 # In-process, the CUDA context outlives the engine: kernel images loaded (compiled graphs
 # too) and library handles stay until the process exits, so NVML may read somewhat above
 # the pre-load level; the torch allocator's own figure must be back exactly.
@@ -64,39 +79,75 @@ _SPECS = [
             choices={m: m for m in SCORE_MODES}),
 ]
 ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
-DEFAULTS: Mapping[str, Any] = {"dtype": "auto", "cache_implementation": "dynamic", "seed": 0,
-                               "load_format": "auto", "score_mode": "decode",
-                               "deterministic": False}
-
 
 # -- checks that need no torch ------------------------------------------------------------
 
 
+def _device_map(value: Any) -> str | None:
+    if value is None or isinstance(value, str | dict):
+        return None
+    return "expects a string or a JSON object"
+
+
+Count = Annotated[Int, Field(ge=1)]
+ARGS = Style(noun="engine arg", must="expects")
+
+
+@dataclass(frozen=True, config=FORBID)
+class Args:
+    """The engine args of this engine as a pydantic model (strict types, no unknown
+    key): what :func:`check_args` validates, through the one error mapping
+    (``abgate.schema``), before anything loads. Defaults are :data:`DEFAULTS`."""
+
+    dtype: Annotated[Dtype, TEXT] = "auto"
+    attn_implementation: Annotated[Attention, TEXT] | None = None
+    cache_implementation: Annotated[Cache, TEXT] = "dynamic"
+    max_cache_len: Count | None = None
+    compile: Bool | None = None
+    compile_mode: Annotated[CompileMode, TEXT] | None = None
+    device: Str | None = None
+    device_map: Annotated[Any, checked(_device_map)] = None
+    prompt_lookup_num_tokens: Count | None = None
+    assistant_model: Str | None = None
+    num_assistant_tokens: Count | None = None
+    seed: Int = 0
+    deterministic: Bool = False
+    load_format: Annotated[LoadFormat, TEXT] = "auto"
+    score_mode: Annotated[ScoreMode, TEXT] = "decode"
+
+    @classmethod
+    def parse(cls, args: Mapping[str, Any]) -> Args:
+        a = validated(cls, args, f"engine {NAME!r}", style=ARGS)
+        a.check()
+        return a
+
+    def check(self) -> None:
+        """Cross-argument rules."""
+        if self.device is not None and self.device_map is not None:
+            raise UsageError("engine args 'device' and 'device_map' exclude each other; "
+                             "give one")
+        if self.max_cache_len is not None and self.cache_implementation not in STATIC_CACHES:
+            raise UsageError("engine arg 'max_cache_len' sizes a static cache: it needs "
+                             f"cache_implementation={' or '.join(STATIC_CACHES)}")
+        if self.compile_mode is not None and self.compile is False:
+            raise UsageError("engine arg 'compile_mode' contradicts compile=false")
+        if self.assistant_model and self.prompt_lookup_num_tokens:
+            raise UsageError("engine args 'assistant_model' and 'prompt_lookup_num_tokens' "
+                             "are two kinds of speculative decoding; give one")
+        if self.num_assistant_tokens is not None and not self.assistant_model:
+            raise UsageError("engine arg 'num_assistant_tokens' needs 'assistant_model'")
+        if self.assistant_model:
+            resolve_model(self.assistant_model, what="assistant model")
+
+
+DEFAULTS: Mapping[str, Any] = {f.name: f.default for f in dataclasses.fields(Args)
+                               if f.default is not None}
+
+
 def check_args(args: Mapping[str, Any]) -> None:
-    """Cross-argument checks on resolved engine args, before anything loads."""
-    a = {**DEFAULTS, **args}
-    if a.get("device") is not None and a.get("device_map") is not None:
-        raise UsageError("engine args 'device' and 'device_map' exclude each other; "
-                         "give one")
-    dm = a.get("device_map")
-    if dm is not None and not isinstance(dm, str | dict):
-        raise UsageError(f"engine arg 'device_map' expects a string or a JSON object, "
-                         f"got {dm!r}")
-    for key in ("max_cache_len", "prompt_lookup_num_tokens", "num_assistant_tokens"):
-        if a.get(key) is not None and a[key] < 1:
-            raise UsageError(f"engine arg {key!r} must be >= 1, got {a[key]}")
-    if a.get("max_cache_len") is not None and a["cache_implementation"] not in STATIC_CACHES:
-        raise UsageError("engine arg 'max_cache_len' sizes a static cache: it needs "
-                         f"cache_implementation={' or '.join(STATIC_CACHES)}")
-    if a.get("compile_mode") is not None and a.get("compile") is False:
-        raise UsageError("engine arg 'compile_mode' contradicts compile=false")
-    if a.get("assistant_model") and a.get("prompt_lookup_num_tokens"):
-        raise UsageError("engine args 'assistant_model' and 'prompt_lookup_num_tokens' are "
-                         "two kinds of speculative decoding; give one")
-    if a.get("num_assistant_tokens") is not None and not a.get("assistant_model"):
-        raise UsageError("engine arg 'num_assistant_tokens' needs 'assistant_model'")
-    if a.get("assistant_model"):
-        resolve_model(a["assistant_model"], what="assistant model")
+    """Engine args (resolved by :data:`ARG_SPECS`, or given to :func:`load` as they are)
+    checked by :class:`Args` before anything loads: types, ranges, cross-rules."""
+    Args.parse(args)
 
 
 def _is_gguf(path: Path) -> bool:
