@@ -7,8 +7,9 @@ Only saved records are read: ``ab.json``, ``comparison.json`` and per arm ``run.
 Records are read through their typed models (:mod:`abgate.runner.documents`, older
 schema versions upgraded on the way in) and through :func:`abgate.redact.redact`, so
 that a report never shows a secret, even from records written before redaction covered
-it. ``AbData.ab``, ``Arm.run`` and ``Arm.summary`` are the same records as plain JSON,
-for the renderers not yet typed.
+it. Renderers read them by attribute: ``AbData.record`` (``ab.json``), ``AbData.analysis``
+(``comparison.json``, its policy's limits as ``AbData.policy``), ``Arm.record`` and
+``Arm.stats`` (``run.json``, ``summary.json``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from abgate.ab.decision import read_decisions
 from abgate.compare.results import (
@@ -40,6 +43,7 @@ from abgate.runner.documents import (
     read_record,
 )
 from abgate.runner.samples import Sample, load_samples
+from abgate.runner.sections import Spec
 from abgate.runner.summary import Summary, summarize
 
 AB_FILE, COMPARISON_FILE, BENCH_FILE = "ab.json", "comparison.json", "bench.json"
@@ -59,6 +63,38 @@ class Point:
     speed: Mapping[str, float | None]
 
 
+class _Limits(BaseModel):
+    """Part of the policy recorded in ``comparison.json`` (any other key kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class SpeedLimits(_Limits):
+    metric: Any = None
+    min_speedup: Any = None
+    max_slowdown: Any = None
+    confidence: Any = None
+
+
+class QualityLimits(_Limits):
+    max_accuracy_drop: Any = None
+    max_mean_kld: Any = None
+
+
+class RecordedPolicy(BaseModel):
+    """The limits the report draws and cites, from the recorded policy (a value of the
+    wrong type stays as written; the renderers format it or print ``n/a``)."""
+
+    speed: SpeedLimits = Field(default_factory=SpeedLimits)
+    quality: QualityLimits = Field(default_factory=QualityLimits)
+
+    @classmethod
+    def read(cls, policy: Mapping[str, Any]) -> RecordedPolicy:
+        parts = {name: policy.get(name) for name in ("speed", "quality")}
+        return cls.model_validate({name: part for name, part in parts.items()
+                                   if isinstance(part, Mapping)})
+
+
 @dataclass
 class Arm:
     name: str
@@ -68,14 +104,14 @@ class Arm:
     bench: AbBenchDocument | None = None
 
     @property
-    def run(self) -> dict[str, Any]:
-        """``run.json`` as JSON ({} when there is none)."""
-        return self.record.to_dict() if self.record is not None else {}
+    def spec(self) -> Spec | None:
+        """The arm's recorded spec (None when the arm has no ``run.json``)."""
+        return self.record.spec if self.record is not None else None
 
-    @property
-    def summary(self) -> dict[str, Any]:
-        """``summary.json`` as JSON ({} when there are no samples)."""
-        return self.stats.to_dict() if self.stats is not None else {}
+    def quality(self, name: str) -> Any:
+        """One field of the summary's ``quality`` (a typed one or one kept as written:
+        ``n_scored``, ``truncated_rate``...); None when absent or there is no summary."""
+        return getattr(self.stats.quality, name, None) if self.stats is not None else None
 
 
 @dataclass
@@ -83,17 +119,20 @@ class AbData:
     """Everything a report shows. ``arms`` keeps the experiment's order."""
 
     record: AbRecord
-    comparison: dict[str, Any]  # comparison.json as read (for the sections that read keys)
     arms: dict[str, Arm]
     baseline: str
-    analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # the same, typed
+    analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # comparison.json
     weights: dict[str, dict[str, Any]] = field(default_factory=dict)
     decisions: list[DecisionRecord] = field(default_factory=list)  # oldest first
 
     @property
-    def ab(self) -> dict[str, Any]:
-        """``ab.json`` as JSON."""
-        return self.record.to_dict()
+    def policy(self) -> RecordedPolicy:
+        """The policy the verdicts were given under (``comparison.json``)."""
+        return RecordedPolicy.read(self.analysis.policy)
+
+    def arm_config(self, arm: str) -> dict[str, Any]:
+        """The arm's table in the experiment file, as recorded ({} when absent)."""
+        return self.record.experiment.arms.get(arm) or {}
 
     @property
     def candidates(self) -> list[str]:
@@ -166,9 +205,9 @@ def load_ab(out: Path) -> AbData:
         raise UsageError(f"{out}: no {COMPARISON_FILE}; the A/B has not been analysed "
                          "(abgate ab --resume DIR finishes and analyses it)")
     ab = read_record(out / AB_FILE, "ab", model=AbRecord, redacted=True)
-    comparison = _read(out / COMPARISON_FILE)
     try:
-        analysis = read_comparison_doc(comparison, str(out / COMPARISON_FILE))
+        analysis = read_comparison_doc(_read(out / COMPARISON_FILE),
+                                       str(out / COMPARISON_FILE))
     except AbgateError as exc:
         raise UsageError(str(exc)) from None
     baseline = ab.experiment.baseline
@@ -183,7 +222,7 @@ def load_ab(out: Path) -> AbData:
             raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
     decisions = [DecisionRecord.model_validate(redact(d.model_dump()))
                  for d in read_decisions(out)]
-    return AbData(record=ab, comparison=comparison, arms=arms, baseline=baseline,
+    return AbData(record=ab, arms=arms, baseline=baseline,
                   analysis=analysis, weights=weights, decisions=decisions)
 
 
