@@ -4,10 +4,8 @@ are missing print as ``n/a``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from abgate.compare.mde import REACH_FACTOR
 from abgate.compare.results import ArmAccuracy, ChangeRow, Comparison, Gate
@@ -16,6 +14,7 @@ from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
+from abgate.report.views import Outlier, views
 
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
               ("ttft_s", "TTFT ms (lower is better)"))
@@ -219,29 +218,10 @@ def _correct(value: Any) -> str:
     return "no" if value is False else "unscored"
 
 
-class OutlierRow(BaseModel):
-    """One of ``summary.json``'s ``quality.outliers`` (``scoring.health.Outlier``)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    item_id: Any = NA
-    seed: Any = NA
-    output_tokens: Any = None
-    seq_rep_4: Any = None
-    correct: Any = None
-    why: Any = ""
-
-
-def _outliers(data: AbData, arm: str) -> list[OutlierRow]:
-    found = data.arms[arm].quality("outliers")
-    return [OutlierRow.model_validate(o) for o in found if isinstance(o, Mapping)
-            ] if isinstance(found, list) else []
-
-
 def outliers(data: AbData) -> list[Block]:
     rows, notes = [], []
     for arm in data.ordered:
-        found = _outliers(data, arm)
+        found = views(Outlier, data.arms[arm].quality("outliers"))
         for o in found[:MAX_OUTLIERS]:
             rows.append((arm_label(data, arm), f"`{o.item_id}#{o.seed}`",
                          num(o.output_tokens, ".0f"), num(o.seq_rep_4, ".3f"),

@@ -3,7 +3,6 @@ computed from the recorded sample size, MDEs, host, suite and sampling."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from abgate.compare.results import Comparison
@@ -11,6 +10,7 @@ from abgate.report.blocks import Block, Bullets, Heading, Para
 from abgate.report.fmt import NA, as_float, pct, value_text
 from abgate.report.load import AbData
 from abgate.report.plots import SPEED_LABELS
+from abgate.report.views import ArmSetting, Gpu, views
 from abgate.runner.sections import Distribution, Spec, SuiteRef
 
 NOISY_CV = 0.25  # decode-speed coefficient of variation that suggests a busy host
@@ -92,8 +92,7 @@ def _agreement_limits(data: AbData, arm: str) -> list[str]:
 
 def _host(data: AbData) -> str:
     host = data.record.host
-    names = [gpu.get("name", "GPU") for gpu in host.gpus or [] if isinstance(gpu, Mapping)]
-    device = ", ".join(map(str, names))  # (a GPU entry is the probe's dict, untyped)
+    device = ", ".join(str(gpu.name) for gpu in views(Gpu, host.gpus))
     hostname, cpu = (NA if v is None else v for v in (host.hostname, host.cpu))
     return (f"One machine: `{hostname}` ({cpu}"
             f"{'; ' + device if device else ', no GPU'}). Speed on other hardware, drivers, "
@@ -102,23 +101,23 @@ def _host(data: AbData) -> str:
 
 def _suite(data: AbData) -> str:
     spec = data.arms[data.baseline].spec or Spec()
-    config = data.arm_config(data.baseline)  # (the experiment file's table, untyped)
+    config = ArmSetting.model_validate(data.arm_config(data.baseline))
     suite_ref = spec.suite or SuiteRef()
-    suite = suite_ref.name or config.get("suite") or NA
+    suite = suite_ref.name or config.suite or NA
     ids = spec.item_ids
-    n_items = len(ids) if ids is not None else config.get("limit", NA)
+    n_items = len(ids) if ids is not None else config.limit
     available = suite_ref.n_available
     of = f" of {available}" if available is not None else ""
-    seeds = spec.seeds if spec.seeds is not None else config.get("seeds")
+    seeds = spec.seeds if spec.seeds is not None else config.seeds
     return (f"One suite: {suite}, {n_items}{of} items, seeds {value_text(seeds)}. Other "
             "tasks, prompt formats, languages and long contexts are not covered.")
 
 
 def _sampling(data: AbData) -> list[str]:
     spec = data.arms[data.baseline].spec
-    # the sampling parameters are the engine's request fields, recorded as written
-    setting = (spec.sampling if spec is not None else None) or data.arm_config(data.baseline)
-    temp, max_tokens = setting.get("temperature"), setting.get("max_tokens")
+    setting = ArmSetting.model_validate((spec.sampling if spec is not None else None)
+                                        or data.arm_config(data.baseline))
+    temp, max_tokens = setting.temperature, setting.max_tokens
     out = [f"One sampling setting: temperature {value_text(temp)}, at most "
            f"{value_text(max_tokens)} output tokens."]
     worst = max((as_float(data.arms[a].quality("truncated_rate")) or 0.0

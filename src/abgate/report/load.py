@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from abgate.ab.decision import read_decisions
 from abgate.compare.results import (
     ArmResult,
@@ -33,6 +31,7 @@ from abgate.compare.results import (
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact
 from abgate.report.fmt import as_float
+from abgate.report.views import RecordedPolicy, WeightsDiff
 from abgate.runner import records as rec
 from abgate.runner.documents import (
     AbBenchDocument,
@@ -63,38 +62,6 @@ class Point:
     speed: Mapping[str, float | None]
 
 
-class _Limits(BaseModel):
-    """Part of the policy recorded in ``comparison.json`` (any other key kept)."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-class SpeedLimits(_Limits):
-    metric: Any = None
-    min_speedup: Any = None
-    max_slowdown: Any = None
-    confidence: Any = None
-
-
-class QualityLimits(_Limits):
-    max_accuracy_drop: Any = None
-    max_mean_kld: Any = None
-
-
-class RecordedPolicy(BaseModel):
-    """The limits the report draws and cites, from the recorded policy (a value of the
-    wrong type stays as written; the renderers format it or print ``n/a``)."""
-
-    speed: SpeedLimits = Field(default_factory=SpeedLimits)
-    quality: QualityLimits = Field(default_factory=QualityLimits)
-
-    @classmethod
-    def read(cls, policy: Mapping[str, Any]) -> RecordedPolicy:
-        parts = {name: policy.get(name) for name in ("speed", "quality")}
-        return cls.model_validate({name: part for name, part in parts.items()
-                                   if isinstance(part, Mapping)})
-
-
 @dataclass
 class Arm:
     name: str
@@ -122,13 +89,13 @@ class AbData:
     arms: dict[str, Arm]
     baseline: str
     analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # comparison.json
-    weights: dict[str, dict[str, Any]] = field(default_factory=dict)
+    weights: dict[str, WeightsDiff] = field(default_factory=dict)  # weights-diff*.json
     decisions: list[DecisionRecord] = field(default_factory=list)  # oldest first
 
     @property
     def policy(self) -> RecordedPolicy:
         """The policy the verdicts were given under (``comparison.json``)."""
-        return RecordedPolicy.read(self.analysis.policy)
+        return RecordedPolicy.model_validate(self.analysis.policy)
 
     def arm_config(self, arm: str) -> dict[str, Any]:
         """The arm's table in the experiment file, as recorded ({} when absent)."""
@@ -217,7 +184,8 @@ def load_ab(out: Path) -> AbData:
     weights = {}
     for path in sorted(out.glob("weights-diff*.json")):  # from: abgate weights-diff --json
         try:
-            weights[path.name] = redact(json.loads(path.read_text(encoding="utf-8")))
+            doc = redact(json.loads(path.read_text(encoding="utf-8")))
+            weights[path.name] = WeightsDiff.model_validate(doc)
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
     decisions = [DecisionRecord.model_validate(redact(d.model_dump()))
