@@ -16,7 +16,6 @@ from abgate.report.agreement_plots import kld_plot
 from abgate.report.blocks import Doc
 from abgate.report.compare_sections import comparison_sections, outliers
 from abgate.report.contract import matched_contract
-from abgate.report.fmt import dig
 from abgate.report.html import render_html
 from abgate.report.jsondoc import render_json
 from abgate.report.limits import not_certified
@@ -42,9 +41,10 @@ FORMATS = tuple(FILES)
 
 def build_doc(data: AbData, *, plots: bool = True) -> Doc:
     """The report as blocks; ``plots=False`` skips drawing (Markdown has none)."""
-    name = dig(data.ab, "experiment", "name") or "unnamed"
+    name = data.record.experiment.name or "unnamed"
+    decision = data.analysis.decision
     doc = Doc(title=f"abgate A/B report: {name}",
-              decision=str(data.comparison.get("decision", "n/a")))
+              decision="n/a" if decision is None else decision)
     overview, per_arm = all_plots(data) if plots else ([], {})
     doc.add(*headline(data), *setup(data), *source_section(data),
             *contract_section(data, matched_contract(data)), *differences_section(data),

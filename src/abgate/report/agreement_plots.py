@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 
 from abgate.report.blocks import Plot
-from abgate.report.fmt import as_float, dig
+from abgate.report.fmt import as_float
 from abgate.report.load import AbData
 from abgate.report.svg import FAIL_COLOR, Canvas, Scale, arm_color
 
@@ -53,7 +53,7 @@ def kld_plot(data: AbData, arm: str, index: int) -> Plot | None:
             cv.el("rect", x=x(left) + 0.5, y=y(count), width=max(x(right) - x(left) - 1.0, 0.5),
                   height=y(0) - y(count), fill=color, cls="mark bar")
     mean = as_float(section.mean_kld.estimate)
-    limit = as_float(dig(data.comparison, "policy", "quality", "max_mean_kld"))
+    limit = as_float(data.policy.quality.max_mean_kld)
     _marker(cv, x, mean, "#111827", "")
     _marker(cv, x, limit, FAIL_COLOR, "5 4")
     cv.legend([(color, "positions"), ("#111827", "mean KLD"), (FAIL_COLOR, "policy limit")])

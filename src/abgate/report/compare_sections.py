@@ -4,16 +4,17 @@ are missing print as ``n/a``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from abgate.compare.mde import REACH_FACTOR
 from abgate.compare.results import ArmAccuracy, ChangeRow, Comparison, Gate
 from abgate.report.agreement_sections import agreement_blocks, at_floor, nats, probes_blocks
 from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
-from abgate.report.fmt import NA, as_float, dig, interval, num, pct, pt, signed_pct
+from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
+from abgate.report.views import Outlier, views
 
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
               ("ttft_s", "TTFT ms (lower is better)"))
@@ -220,12 +221,11 @@ def _correct(value: Any) -> str:
 def outliers(data: AbData) -> list[Block]:
     rows, notes = [], []
     for arm in data.ordered:
-        found = [o for o in dig(data.arms[arm].summary, "quality", "outliers") or []
-                 if isinstance(o, Mapping)]
+        found = views(Outlier, data.arms[arm].quality("outliers"))
         for o in found[:MAX_OUTLIERS]:
-            rows.append((arm_label(data, arm), f"`{o.get('item_id', NA)}#{o.get('seed', NA)}`",
-                         num(o.get("output_tokens"), ".0f"), num(o.get("seq_rep_4"), ".3f"),
-                         _correct(o.get("correct")), str(o.get("why", ""))))
+            rows.append((arm_label(data, arm), f"`{o.item_id}#{o.seed}`",
+                         num(o.output_tokens, ".0f"), num(o.seq_rep_4, ".3f"),
+                         _correct(o.correct), str(o.why)))
         if len(found) > MAX_OUTLIERS:
             notes.append(f"`{arm}`: {len(found) - MAX_OUTLIERS} more outliers in its "
                          "summary.json.")

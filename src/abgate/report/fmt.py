@@ -11,25 +11,6 @@ from typing import Any
 NA = "n/a"
 
 
-def dig(doc: Any, *keys: str | int) -> Any:
-    """``doc[k1][k2]...`` or None when any step is missing or of the wrong type."""
-    for key in keys:
-        if isinstance(key, int):
-            if not isinstance(doc, list | tuple) or not -len(doc) <= key < len(doc):
-                return None
-            doc = doc[key]
-        elif isinstance(doc, Mapping):
-            doc = doc.get(key)
-        else:
-            return None
-    return doc
-
-
-def mapping(value: Any) -> Mapping[str, Any]:
-    """``value`` when it is a mapping, else an empty one."""
-    return value if isinstance(value, Mapping) else {}
-
-
 def as_float(value: Any) -> float | None:
     """A finite float, or None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -67,7 +48,8 @@ def ms(seconds: Any) -> str:
 
 def interval(ci: Any, show: Any = num) -> str:
     """``[low, high]`` with ``show`` applied to each end; n/a when either end is missing."""
-    low, high = dig(ci, 0), dig(ci, 1)
+    ends = (list(ci) if isinstance(ci, list | tuple) else []) + [None, None]
+    low, high = ends[0], ends[1]
     if as_float(low) is None or as_float(high) is None:
         return NA
     return f"{show(low)} to {show(high)}"

@@ -34,7 +34,7 @@ def _arm(data: AbData, name: str) -> dict[str, Any]:
         "status": run.status if run is not None else None,
         "spec_digest": run.spec_digest if run is not None else None,
         "engine": _dumped(data.record.engines.get(name)),
-        "summary": arm.summary or None,
+        "summary": _dumped(arm.stats),
         "bench": _dumped(arm.bench),
         "git": _dumped(run.git) if run is not None else None,
         "contract": _dumped(prov.contract) if prov is not None else None,
@@ -47,7 +47,8 @@ def _not_certified(data: AbData) -> list[str]:
 
 
 def report_document(data: AbData) -> dict[str, Any]:
-    ab, record = data.ab, data.record
+    record = data.record
+    ab = record.to_dict()
     return {
         "schema_version": SCHEMA_VERSIONS["ab-report"],
         "kind": "ab-report",

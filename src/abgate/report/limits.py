@@ -3,17 +3,19 @@ computed from the recorded sample size, MDEs, host, suite and sampling."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from abgate.compare.results import Comparison
 from abgate.report.blocks import Block, Bullets, Heading, Para
-from abgate.report.fmt import NA, as_float, dig, pct, value_text
+from abgate.report.fmt import NA, as_float, pct, value_text
 from abgate.report.load import AbData
 from abgate.report.plots import SPEED_LABELS
+from abgate.report.views import ArmSetting, Gpu, views
+from abgate.runner.sections import Distribution, Spec, SuiteRef
 
 NOISY_CV = 0.25  # decode-speed coefficient of variation that suggests a busy host
 MANY_TRUNCATED = 0.10
+DECODE = "steady_decode_tps"
 
 
 def _points(value: Any) -> str:
@@ -46,16 +48,16 @@ def _accuracy_limits(comp: Comparison, arm: str, baseline: str) -> list[str]:
 
 
 def _arm_limits(data: AbData, arm: str) -> list[str]:
-    comp, policy = data.arm_comparison(arm), data.analysis.policy
+    comp, policy = data.arm_comparison(arm), data.policy
     out = _accuracy_limits(comp, arm, data.baseline)
-    metric = str(dig(policy, "speed", "metric") or "steady_decode_tps")
+    metric = str(policy.speed.metric or "steady_decode_tps")
     speed_mde = as_float(comp.mde.speed.get(metric))
     if speed_mde is not None:
         size = 100 * abs(speed_mde)
         out.append(f"`{arm}`: a true {SPEED_LABELS.get(metric, metric)} change smaller than "
                    f"about {size:.{1 if size >= 1 else 2}f}% would likely go undetected "
                    "(minimum detectable effect).")
-    margin = as_float(dig(policy, "quality", "max_accuracy_drop"))
+    margin = as_float(policy.quality.max_accuracy_drop)
     if margin is not None:
         out.append(f"`{arm}`: a passing accuracy gate shows non-inferiority within "
                    f"{100 * margin:.1f} points, not equality.")
@@ -89,37 +91,36 @@ def _agreement_limits(data: AbData, arm: str) -> list[str]:
 
 
 def _host(data: AbData) -> str:
-    host = data.ab.get("host")
-    if not isinstance(host, Mapping):
-        return "One machine (not recorded)."
-    gpus = host.get("gpus") or []
-    device = ", ".join(str(g.get("name", "GPU")) for g in gpus if isinstance(g, Mapping))
-    return (f"One machine: `{host.get('hostname', NA)}` ({host.get('cpu', NA)}"
+    host = data.record.host
+    device = ", ".join(str(gpu.name) for gpu in views(Gpu, host.gpus))
+    hostname, cpu = (NA if v is None else v for v in (host.hostname, host.cpu))
+    return (f"One machine: `{hostname}` ({cpu}"
             f"{'; ' + device if device else ', no GPU'}). Speed on other hardware, drivers, "
             "engine builds or under other load is not measured.")
 
 
 def _suite(data: AbData) -> str:
-    spec = dig(data.arms[data.baseline].run, "spec") or {}
-    config = dig(data.ab, "experiment", "arms", data.baseline) or {}
-    suite = dig(spec, "suite", "name") or config.get("suite") or NA
-    ids = spec.get("item_ids")
-    n_items = len(ids) if isinstance(ids, list) else config.get("limit", NA)
-    available = dig(spec, "suite", "n_available")
+    spec = data.arms[data.baseline].spec or Spec()
+    config = ArmSetting.model_validate(data.arm_config(data.baseline))
+    suite_ref = spec.suite or SuiteRef()
+    suite = suite_ref.name or config.suite or NA
+    ids = spec.item_ids
+    n_items = len(ids) if ids is not None else config.limit
+    available = suite_ref.n_available
     of = f" of {available}" if available is not None else ""
-    seeds = spec.get("seeds", config.get("seeds"))
+    seeds = spec.seeds if spec.seeds is not None else config.seeds
     return (f"One suite: {suite}, {n_items}{of} items, seeds {value_text(seeds)}. Other "
             "tasks, prompt formats, languages and long contexts are not covered.")
 
 
 def _sampling(data: AbData) -> list[str]:
-    sampling = dig(data.arms[data.baseline].run, "spec", "sampling")
-    config = dig(data.ab, "experiment", "arms", data.baseline) or {}
-    temp = dig(sampling, "temperature") if sampling else config.get("temperature")
-    max_tokens = dig(sampling, "max_tokens") if sampling else config.get("max_tokens")
+    spec = data.arms[data.baseline].spec
+    setting = ArmSetting.model_validate((spec.sampling if spec is not None else None)
+                                        or data.arm_config(data.baseline))
+    temp, max_tokens = setting.temperature, setting.max_tokens
     out = [f"One sampling setting: temperature {value_text(temp)}, at most "
            f"{value_text(max_tokens)} output tokens."]
-    worst = max((as_float(dig(data.arms[a].summary, "quality", "truncated_rate")) or 0.0
+    worst = max((as_float(data.arms[a].quality("truncated_rate")) or 0.0
                  for a in data.ordered), default=0.0)
     if worst >= MANY_TRUNCATED:
         out.append(f"Up to {pct(worst)} of outputs hit the token limit: quality of longer "
@@ -127,9 +128,14 @@ def _sampling(data: AbData) -> list[str]:
     return out
 
 
+def _decode(data: AbData, arm: str) -> Distribution:
+    """The arm's decode-speed distribution (empty when not recorded)."""
+    stats = data.arms[arm].stats
+    return (stats.speed.get(DECODE) if stats is not None else None) or Distribution()
+
+
 def _noise(data: AbData) -> list[str]:
-    cvs = [(as_float(dig(data.arms[a].summary, "speed", "steady_decode_tps", "cv")), a)
-           for a in data.ordered]
+    cvs = [(as_float(_decode(data, a).cv), a) for a in data.ordered]
     noisy = [(cv, a) for cv, a in cvs if cv is not None and cv > NOISY_CV]
     if not noisy:
         return []
@@ -142,7 +148,7 @@ def not_certified(data: AbData) -> list[Block]:
     items: list[str] = []
     for arm in data.candidates:
         items.extend(_arm_limits(data, arm))
-    status = data.ab.get("status")
+    status = data.record.status
     if status != "complete":
         items.append(f"The A/B is **{status}**, not complete: results cover only the samples "
                      "recorded, and an ACCEPT is never given on an unfinished run.")

@@ -7,8 +7,9 @@ Only saved records are read: ``ab.json``, ``comparison.json`` and per arm ``run.
 Records are read through their typed models (:mod:`abgate.runner.documents`, older
 schema versions upgraded on the way in) and through :func:`abgate.redact.redact`, so
 that a report never shows a secret, even from records written before redaction covered
-it. ``AbData.ab``, ``Arm.run`` and ``Arm.summary`` are the same records as plain JSON,
-for the renderers not yet typed.
+it. Renderers read them by attribute: ``AbData.record`` (``ab.json``), ``AbData.analysis``
+(``comparison.json``, its policy's limits as ``AbData.policy``), ``Arm.record`` and
+``Arm.stats`` (``run.json``, ``summary.json``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from abgate.compare.results import (
 from abgate.errors import AbgateError, UsageError
 from abgate.redact import redact
 from abgate.report.fmt import as_float
+from abgate.report.views import RecordedPolicy, WeightsDiff
 from abgate.runner import records as rec
 from abgate.runner.documents import (
     AbBenchDocument,
@@ -40,6 +42,7 @@ from abgate.runner.documents import (
     read_record,
 )
 from abgate.runner.samples import Sample, load_samples
+from abgate.runner.sections import Spec
 from abgate.runner.summary import Summary, summarize
 
 AB_FILE, COMPARISON_FILE, BENCH_FILE = "ab.json", "comparison.json", "bench.json"
@@ -68,14 +71,14 @@ class Arm:
     bench: AbBenchDocument | None = None
 
     @property
-    def run(self) -> dict[str, Any]:
-        """``run.json`` as JSON ({} when there is none)."""
-        return self.record.to_dict() if self.record is not None else {}
+    def spec(self) -> Spec | None:
+        """The arm's recorded spec (None when the arm has no ``run.json``)."""
+        return self.record.spec if self.record is not None else None
 
-    @property
-    def summary(self) -> dict[str, Any]:
-        """``summary.json`` as JSON ({} when there are no samples)."""
-        return self.stats.to_dict() if self.stats is not None else {}
+    def quality(self, name: str) -> Any:
+        """One field of the summary's ``quality`` (a typed one or one kept as written:
+        ``n_scored``, ``truncated_rate``...); None when absent or there is no summary."""
+        return getattr(self.stats.quality, name, None) if self.stats is not None else None
 
 
 @dataclass
@@ -83,17 +86,20 @@ class AbData:
     """Everything a report shows. ``arms`` keeps the experiment's order."""
 
     record: AbRecord
-    comparison: dict[str, Any]  # comparison.json as read (for the sections that read keys)
     arms: dict[str, Arm]
     baseline: str
-    analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # the same, typed
-    weights: dict[str, dict[str, Any]] = field(default_factory=dict)
+    analysis: ComparisonDoc = field(default_factory=ComparisonDoc)  # comparison.json
+    weights: dict[str, WeightsDiff] = field(default_factory=dict)  # weights-diff*.json
     decisions: list[DecisionRecord] = field(default_factory=list)  # oldest first
 
     @property
-    def ab(self) -> dict[str, Any]:
-        """``ab.json`` as JSON."""
-        return self.record.to_dict()
+    def policy(self) -> RecordedPolicy:
+        """The policy the verdicts were given under (``comparison.json``)."""
+        return RecordedPolicy.model_validate(self.analysis.policy)
+
+    def arm_config(self, arm: str) -> dict[str, Any]:
+        """The arm's table in the experiment file, as recorded ({} when absent)."""
+        return self.record.experiment.arms.get(arm) or {}
 
     @property
     def candidates(self) -> list[str]:
@@ -166,9 +172,9 @@ def load_ab(out: Path) -> AbData:
         raise UsageError(f"{out}: no {COMPARISON_FILE}; the A/B has not been analysed "
                          "(abgate ab --resume DIR finishes and analyses it)")
     ab = read_record(out / AB_FILE, "ab", model=AbRecord, redacted=True)
-    comparison = _read(out / COMPARISON_FILE)
     try:
-        analysis = read_comparison_doc(comparison, str(out / COMPARISON_FILE))
+        analysis = read_comparison_doc(_read(out / COMPARISON_FILE),
+                                       str(out / COMPARISON_FILE))
     except AbgateError as exc:
         raise UsageError(str(exc)) from None
     baseline = ab.experiment.baseline
@@ -178,12 +184,13 @@ def load_ab(out: Path) -> AbData:
     weights = {}
     for path in sorted(out.glob("weights-diff*.json")):  # from: abgate weights-diff --json
         try:
-            weights[path.name] = redact(json.loads(path.read_text(encoding="utf-8")))
+            doc = redact(json.loads(path.read_text(encoding="utf-8")))
+            weights[path.name] = WeightsDiff.model_validate(doc)
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
     decisions = [DecisionRecord.model_validate(redact(d.model_dump()))
                  for d in read_decisions(out)]
-    return AbData(record=ab, comparison=comparison, arms=arms, baseline=baseline,
+    return AbData(record=ab, arms=arms, baseline=baseline,
                   analysis=analysis, weights=weights, decisions=decisions)
 
 

@@ -17,7 +17,7 @@ from statistics import NormalDist
 from abgate.compare.results import SpeedMetric
 from abgate.compare.stats import wilson_clustered
 from abgate.report.blocks import Plot
-from abgate.report.fmt import as_float, dig
+from abgate.report.fmt import as_float
 from abgate.report.load import AbData, Point, paired_points
 from abgate.report.svg import (
     FAIL_COLOR,
@@ -111,14 +111,14 @@ def accuracy_plot(data: AbData, confidence: float) -> Plot:
     cv.x_axis(x, "accuracy", fmt=lambda v: f"{100 * v:.0f}%")
     cv.category_axis(names, centers)
     for k, name in enumerate(names):
-        acc = as_float(dig(data.arms[name].summary, "quality", "accuracy"))
-        se = as_float(dig(data.arms[name].summary, "quality", "accuracy_se"))
+        arm = data.arms[name]
+        acc, se = as_float(arm.quality("accuracy")), as_float(arm.quality("accuracy_se"))
         color, cy = arm_color(k), centers[k]
         if acc is None:
             cv.text(cv.left + 8, cy + 4, "not scored", cls="label mark")
             continue
-        n_scored = as_float(dig(data.arms[name].summary, "quality", "n_scored")) or 0.0
-        n_items = as_float(dig(data.arms[name].summary, "quality", "n_items")) or 0.0
+        n_scored = as_float(arm.quality("n_scored")) or 0.0
+        n_items = as_float(arm.quality("n_items")) or 0.0
         low, high, _ = wilson_clustered(acc, math.nan if se is None else se, int(n_scored),
                                         int(n_items), z)
         if not math.isnan(low):
@@ -206,7 +206,8 @@ def _draw_ref_lines(cv: Canvas, x: Scale, lines: list[RefLine]) -> None:
 
 def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
     """Histogram of per-pair speedups of the policy's speed metric."""
-    metric = str(dig(data.comparison, "policy", "speed", "metric") or "steady_decode_tps")
+    limits = data.policy.speed
+    metric = str(limits.metric or "steady_decode_tps")
     section = data.arm_comparison(arm).speed.get(metric) or SpeedMetric()
     higher = section.higher_is_better is not False
     ratios = _speedups(paired_points(data, arm), metric, higher)
@@ -215,8 +216,7 @@ def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
     if not higher:  # show A/B: above 1 is faster either way
         est = 1.0 / est if est else None
         ci = [1.0 / v if v else None for v in reversed(ci)]
-    lines = _ratio_lines(as_float(dig(data.comparison, "policy", "speed", "min_speedup")),
-                         as_float(dig(data.comparison, "policy", "speed", "max_slowdown")), est)
+    lines = _ratio_lines(as_float(limits.min_speedup), as_float(limits.max_slowdown), est)
     bounds = [v for v in ci if v is not None]
     plot_id = f"plot-ratio-{index}"
     cv = Canvas(plot_id, f"per-pair speedup of {arm} over {data.baseline}",
@@ -339,8 +339,9 @@ def repetition_plot(data: AbData, arm: str, index: int) -> Plot:
 
 def all_plots(data: AbData) -> tuple[list[Plot], dict[str, list[Plot]]]:
     """The per-arm plots and, per candidate, its comparison plots."""
-    metric = str(dig(data.comparison, "policy", "speed", "metric") or "steady_decode_tps")
-    confidence = as_float(dig(data.comparison, "policy", "speed", "confidence")) or 0.95
+    limits = data.policy.speed
+    metric = str(limits.metric or "steady_decode_tps")
+    confidence = as_float(limits.confidence) or 0.95
     overview = [speed_plot(data, "steady_decode_tps"), accuracy_plot(data, confidence)]
     if metric != "steady_decode_tps":
         overview.insert(1, speed_plot(data, metric))

@@ -11,7 +11,6 @@ from abgate.report.contract import Contract
 from abgate.report.fmt import (
     NA,
     as_float,
-    dig,
     duration,
     ms,
     num,
@@ -22,6 +21,7 @@ from abgate.report.fmt import (
 )
 from abgate.report.load import AbData
 from abgate.report.review import of_total
+from abgate.report.views import BenchCase, Gpu, WeightsDiff, views
 from abgate.runner.documents import AbBenchDocument, AbRecord
 from abgate.runner.sections import Distribution, HostInfo, QualitySummary
 from abgate.runner.summary import Summary
@@ -85,7 +85,7 @@ def _na(value: Any) -> str:
 
 def _gpu_name(gpu: Any) -> str:
     """A GPU as ``host_info`` lists it: an NVML object with its name, else its text."""
-    return str(gpu.get("name", "GPU")) if isinstance(gpu, Mapping) else str(gpu)
+    return str(Gpu.model_validate(gpu).name) if isinstance(gpu, Mapping) else str(gpu)
 
 
 def _host_text(host: HostInfo) -> str:
@@ -237,10 +237,9 @@ def arm_tables(data: AbData) -> list[Block]:
     ]
 
 
-def _bench_cases(bench: AbBenchDocument) -> dict[str, Mapping[str, Any]]:
-    """An arm's bench cases by label (a case is the bench's own free object)."""
-    return {f"{case.get('input_len', NA)}/{case.get('output_len', NA)}": case
-            for case in bench.cases}
+def _bench_cases(bench: AbBenchDocument) -> dict[str, BenchCase]:
+    """An arm's bench cases by label."""
+    return {case.label: case for case in views(BenchCase, bench.cases)}
 
 
 def bench_section(data: AbData) -> list[Block]:
@@ -258,9 +257,8 @@ def bench_section(data: AbData) -> list[Block]:
     for label in labels:
         row = [label]
         for a in arms:
-            case = per_arm[a].get(label, {})
-            row += [num(dig(case, "speed", "steady_decode_tps", "median"), ".2f"),
-                    ms(dig(case, "speed", "ttft_s", "median"))]
+            speed = (per_arm[a].get(label) or BenchCase()).speed
+            row += [num(speed.steady_decode_tps.median, ".2f"), ms(speed.ttft_s.median)]
         rows.append(tuple(row))
     return [Heading(2, "Bench (fixed-length prompts)", "bench"),
             Para("Medians over the measured repeats of each case, from each arm's "
@@ -268,8 +266,8 @@ def bench_section(data: AbData) -> list[Block]:
             Table(tuple(header), tuple(rows))]
 
 
-def _weights_tables(wd: Mapping[str, Any]) -> list[Block]:
-    tensors = [t for t in wd.get("tensors") or [] if isinstance(t, Mapping)]
+def _weights_tables(wd: WeightsDiff) -> list[Block]:
+    tensors = wd.tensors
     ranges = kind_ranges(tensors)
     kinds, rows = layer_projection_table(tensors)
     blocks: list[Block] = []
@@ -291,22 +289,18 @@ def weights_section(data: AbData) -> list[Block]:
     deciding under any policy."""
     blocks: list[Block] = []
     for name, wd in data.weights.items():
-        overall = dig(wd, "summary", "overall") or {}
-        ref, other = wd.get("ref") or {}, wd.get("other") or {}
-        worst = sorted((t for t in wd.get("tensors", []) if t.get("status") == "compared"
-                        and isinstance(t.get("rel_l2"), (int, float))),
-                       key=lambda t: -float(t["rel_l2"]))[:5]
+        overall, ref, other = wd.summary.overall, wd.ref, wd.other
         blocks += [
             Heading(3, f"Weights: {name}", f"weights-{name}"),
-            Para(f"`{ref.get('path', NA)}` (sha256 {str(ref.get('sha256', NA))[:12]}) vs "
-                 f"`{other.get('path', NA)}` (sha256 {str(other.get('sha256', NA))[:12]}): "
-                 f"{dig(wd, 'summary', 'n_compared')} tensors compared, pooled relative L2 "
-                 f"{num(overall.get('pooled_rel_l2'), '.3g')}, pooled SQNR "
-                 f"{num(overall.get('pooled_sqnr_db'), '.1f')} dB, worst tensor relative L2 "
-                 f"{num(overall.get('max_rel_l2'), '.3g')}."),
+            Para(f"`{ref.path}` (sha256 {str(ref.sha256)[:12]}) vs "
+                 f"`{other.path}` (sha256 {str(other.sha256)[:12]}): "
+                 f"{wd.summary.n_compared} tensors compared, pooled relative L2 "
+                 f"{num(overall.pooled_rel_l2, '.3g')}, pooled SQNR "
+                 f"{num(overall.pooled_sqnr_db, '.1f')} dB, worst tensor relative L2 "
+                 f"{num(overall.max_rel_l2, '.3g')}."),
             Table(("Tensor", "Relative L2", "SQNR dB"),
-                  tuple((f"`{t['name']}`", num(t["rel_l2"], ".3g"), num(t.get("sqnr_db"), ".1f"))
-                        for t in worst)),
+                  tuple((f"`{t.name}`", num(t.rel_l2, ".3g"), num(t.sqnr_db, ".1f"))
+                        for t in wd.worst(5))),
             *_weights_tables(wd),
         ]
     if not blocks:

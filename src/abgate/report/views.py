@@ -1,0 +1,149 @@
+"""Typed views of the free-form objects inside the records, read by attribute: the
+recorded policy's limits, a summary's outliers, a bench case, a weights diff.
+
+A view never refuses what it reads: an object of the wrong type reads as an empty one,
+a list keeps only its objects, a missing field is its default and any value is kept as
+written (the renderers format it, or print ``n/a``), because reports read records that
+other code, or older versions, wrote. Keys a view does not name are kept too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from abgate.report.fmt import NA
+
+V = TypeVar("V", bound="View")
+
+
+class View(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        return value if isinstance(value, Mapping | BaseModel) else {}
+
+
+def _only_objects(value: Any) -> list[Any]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+Objects = Annotated[list[dict[str, Any]], BeforeValidator(_only_objects)]
+
+
+def views(model: type[V], value: Any) -> list[V]:
+    """The objects of the list ``value`` as ``model`` views ([] when not a list)."""
+    return [model.model_validate(v) for v in _only_objects(value)]
+
+
+class SpeedLimits(View):
+    metric: Any = None
+    min_speedup: Any = None
+    max_slowdown: Any = None
+    confidence: Any = None
+
+
+class QualityLimits(View):
+    max_accuracy_drop: Any = None
+    max_mean_kld: Any = None
+
+
+class RecordedPolicy(View):
+    """The limits the report draws and cites, from the policy in ``comparison.json``."""
+
+    speed: SpeedLimits = Field(default_factory=SpeedLimits)
+    quality: QualityLimits = Field(default_factory=QualityLimits)
+
+
+class Gpu(View):
+    """A GPU as ``host_info`` lists it (an NVML object)."""
+
+    name: Any = "GPU"
+
+
+class ArmSetting(View):
+    """What the limits cite of an arm's table in the experiment file
+    (``runner.spec.RunConfig.to_dict``) or of its recorded ``spec.sampling``."""
+
+    suite: Any = None
+    limit: Any = NA  # (not recorded: not known)
+    seeds: Any = None
+    temperature: Any = None
+    max_tokens: Any = None
+
+
+class Outlier(View):
+    """One of ``summary.json``'s ``quality.outliers`` (``scoring.health.Outlier``)."""
+
+    item_id: Any = NA
+    seed: Any = NA
+    output_tokens: Any = None
+    seq_rep_4: Any = None
+    correct: Any = None
+    why: Any = ""
+
+
+class Median(View):
+    median: Any = None
+
+
+class BenchSpeed(View):
+    steady_decode_tps: Median = Field(default_factory=Median)
+    ttft_s: Median = Field(default_factory=Median)
+
+
+class BenchCase(View):
+    """One case of an arm's ``bench.json`` (the bench's own free object)."""
+
+    input_len: Any = NA
+    output_len: Any = NA
+    speed: BenchSpeed = Field(default_factory=BenchSpeed)
+
+    @property
+    def label(self) -> str:
+        return f"{self.input_len}/{self.output_len}"
+
+
+class CheckpointRef(View):
+    path: Any = NA
+    sha256: Any = NA
+
+
+class WeightsOverall(View):
+    pooled_rel_l2: Any = None
+    pooled_sqnr_db: Any = None
+    max_rel_l2: Any = None
+
+
+class WeightsSummary(View):
+    overall: WeightsOverall = Field(default_factory=WeightsOverall)
+    n_compared: Any = None
+
+
+class TensorDiff(View):
+    name: Any = NA
+    status: Any = None
+    rel_l2: Any = None
+    sqnr_db: Any = None
+
+    @property
+    def compared(self) -> bool:
+        return self.status == "compared" and isinstance(self.rel_l2, int | float)
+
+
+class WeightsDiff(View):
+    """A ``weights-diff*.json`` (``abgate weights-diff --json``)."""
+
+    ref: CheckpointRef = Field(default_factory=CheckpointRef)
+    other: CheckpointRef = Field(default_factory=CheckpointRef)
+    summary: WeightsSummary = Field(default_factory=WeightsSummary)
+    tensors: Objects = []
+
+    def worst(self, n: int) -> list[TensorDiff]:
+        """The ``n`` compared tensors of largest relative L2, largest first."""
+        compared = [t for t in views(TensorDiff, self.tensors) if t.compared]
+        return sorted(compared, key=lambda t: -float(t.rel_l2))[:n]

@@ -1,0 +1,91 @@
+"""The report's typed views of the free objects inside records: a malformed object reads
+as empty (rendered n/a), never as a crash, and well-formed ones read by attribute."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from abgate.report import render
+from abgate.report.fmt import NA
+from abgate.report.views import (
+    ArmSetting,
+    BenchCase,
+    Outlier,
+    RecordedPolicy,
+    WeightsDiff,
+    views,
+)
+from abgate.runner.documents import AbBenchDocument, write_record
+from tests.support.report import build_ab_dir
+
+
+@pytest.fixture(scope="module")
+def ab_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_ab_dir(tmp_path_factory.mktemp("views") / "ab")
+
+
+def test_policy_view_keeps_values_and_empties_non_objects() -> None:
+    policy = RecordedPolicy.model_validate({"speed": 3, "quality": {"max_mean_kld": "x"},
+                                            "power": 0.8})
+    assert policy.speed.metric is None and policy.speed.min_speedup is None
+    assert policy.quality.max_mean_kld == "x" and policy.quality.max_accuracy_drop is None
+    assert RecordedPolicy.model_validate(None).speed.confidence is None
+    assert RecordedPolicy.model_validate(
+        {"speed": {"metric": "ttft_s"}}).speed.metric == "ttft_s"
+
+
+def test_list_views_keep_only_objects_and_defaults_fill_missing_fields() -> None:
+    assert views(Outlier, None) == [] and views(Outlier, {"item_id": "x"}) == []
+    [row] = views(Outlier, ["junk", {"item_id": "item-1", "correct": None}])
+    assert (row.item_id, row.seed, row.why, row.correct) == ("item-1", NA, "", None)
+    assert BenchCase.model_validate({"input_len": 8}).label == f"8/{NA}"
+    assert BenchCase.model_validate({"speed": [1]}).speed.ttft_s.median is None
+    assert ArmSetting.model_validate({}).limit == NA
+    assert ArmSetting.model_validate({"limit": None}).limit is None
+
+
+def test_weights_view_orders_the_worst_compared_tensors() -> None:
+    diff = WeightsDiff.model_validate({"ref": None, "summary": {"overall": 7}, "tensors": [
+        1, {"name": "a", "status": "compared", "rel_l2": 0.5},
+        {"name": "b", "status": "compared", "rel_l2": 0.9},
+        {"name": "c", "status": "skipped", "rel_l2": 2.0},
+        {"name": "d", "status": "compared", "rel_l2": "big"}]})
+    assert diff.ref.path == NA and diff.summary.overall.max_rel_l2 is None
+    assert len(diff.tensors) == 4
+    assert [t.name for t in diff.worst(5)] == ["b", "a"]
+    assert [t.name for t in diff.worst(1)] == ["b"]
+
+
+def test_malformed_weights_diff_and_bench_case_render_as_not_available(
+        ab_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    out = tmp_path / "ab"
+    shutil.copytree(ab_dir, out)
+    (out / "weights-diff-x.json").write_text(json.dumps({"ref": None, "tensors": None,
+                                                         "summary": "?"}))
+    write_record(out / "arms" / "base" / "bench.json", AbBenchDocument.new(
+        plan={"input_len": [512], "output_len": 128},
+        cases=[{"input_len": 512, "output_len": 128, "speed": None}]))
+    md = render(out, "md")
+    assert "## Weights: weights-diff-x.json" in md
+    assert f"`{NA}` (sha256 {NA}) vs `{NA}` (sha256 {NA}): None tensors compared" in md
+    assert f"| 512/128 | {NA} | {NA} |" in md
+    assert render(out, "html") and render(out, "json")
+
+
+def test_gpu_entries_in_setup_and_limits(ab_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    out = tmp_path / "ab"
+    shutil.copytree(ab_dir, out)
+    doc = json.loads((out / "ab.json").read_text())
+    doc["host"]["gpus"] = [{"name": "H200", "memory": 1}, "legacy text"]
+    (out / "ab.json").write_text(json.dumps(doc))
+    md = render(out, "md")
+    limits = md[md.index("## What this evidence does not certify"):]
+    assert "Test CPU; H200). Speed on other hardware" in limits
+    assert "legacy text" in md[:md.index("## What this evidence does not certify")]
