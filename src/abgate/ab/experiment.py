@@ -238,6 +238,23 @@ class Experiment:
             out["contract"] = self.contract
         return out
 
+    def resolved(self, policy_name: str | None = None) -> dict[str, Any]:
+        """Every field as the A/B runs it, defaults included (ab.json's
+        ``experiment_resolved``, beside the as-given :meth:`to_dict` whose digest
+        ``--resume`` compares); ``policy_name``: the policy it decides under."""
+        return {
+            "name": self.name, "description": self.description, "baseline": self.baseline,
+            "arms": {k: v.to_dict() for k, v in self.arms.items()},
+            "schedule": dict(vars(self.schedule)), "policy": self.policy,
+            "policy_name": policy_name,
+            "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)},
+            "expect": self.expect,
+            "evidence": {**vars(self.evidence),
+                         "log_patterns": list(self.evidence.log_patterns)},
+            "changes": {arm: list(self.changes.get(arm, ())) for arm in self.arms},
+            "allow_differences": list(self.allow_differences), "contract": self.contract}
+
+
 
 def _check_declared(where: str, changes: Any, allow: Any, evidence: Any) -> None:
     """The key patterns (``changes``, ``allow_differences``) and ``log_patterns``, in

@@ -2,7 +2,7 @@
 
 Layout of an A/B directory::
 
-    ab.json                    experiment, schedule, status, per-arm engines
+    ab.json                    experiment (as given, and resolved), schedule, status, engines
     arms/<arm>/run.json        the same records as ``abgate run`` (kind "ab-arm")
     arms/<arm>/samples.jsonl
     arms/<arm>/summary.json
@@ -139,7 +139,8 @@ def choose_mode(exp: Experiment) -> str:
 
 def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mode: str,
                 resume: bool, force: bool, git: GitState | None,
-                inputs: dict[str, str | None], allow_source_change: bool) -> docs.AbRecord:
+                inputs: dict[str, str | None], allow_source_change: bool,
+                policy_name: str | None = None) -> docs.AbRecord:
     specs = {name: p.spec_digest for name, p in prepared.items()}
     digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
     if resume:
@@ -154,6 +155,7 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
     made = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
+                      experiment_resolved=exp.resolved(policy_name),
                       arm_spec_digests=specs, digest=digest,
                       schedule={"mode": mode, "warmup": exp.schedule.warmup,
                                 "block_size": exp.schedule.block_size, "executed": []},
@@ -475,7 +477,7 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
         # the policy's bytes too: a resumed (sequential) A/B decides under the same rules
         inputs = {**input_hashes(prov), "policy": rules.sha256}
         doc = open_ab_dir(exp, prepared, out, mode, resume, force, source_state(out),
-                          inputs, prov.allow_source_change)
+                          inputs, prov.allow_source_change, rules.name)
         for arm, entry in differences.items():
             found = doc.differences.setdefault(arm, ArmDifferences())
             found.declares, found.request = entry.declares, entry.request

@@ -210,6 +210,9 @@ class AbRecord(RecordHeader):
 
     inputs: dict[str, str | None] | None = None
     experiment: AbExperiment
+    # Every field as run, defaults included (``Experiment.resolved``); absent in an
+    # ab.json written before it existed. ``experiment`` (as given) keeps the digest.
+    experiment_resolved: AbExperiment | None = None
     arm_spec_digests: dict[str, str]
     digest: str
     schedule: AbSchedule
