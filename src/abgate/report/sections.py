@@ -3,6 +3,7 @@ tables and (when recorded) per-arm bench results."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,6 +108,29 @@ def _code_text(ab: AbRecord) -> str:
     return text + "."
 
 
+def _setting(key: str, value: Any) -> str:
+    """``key=value``; a table as ``key (k=v, ...)`` without its empty lists."""
+    if isinstance(value, Mapping):
+        inner = ", ".join(_setting(k, v) for k, v in value.items() if v != [])
+        return f"{key} ({inner})"
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def defaults_applied(ab: AbRecord) -> str | None:
+    """The resolved settings the as-given experiment leaves out (they were defaults) and
+    no other Setup line shows: stopping, expect, evidence. None for an older ab.json."""
+    resolved = ab.experiment_resolved
+    if resolved is None:
+        return None
+    given, full = ab.experiment.to_dict(), resolved.to_dict()
+    schedule, shown = full.get("schedule") or {}, given.get("schedule") or {}
+    parts = [_setting("stopping", schedule["stopping"])
+             ] if "stopping" in schedule and "stopping" not in shown else []
+    parts += [_setting(key, full[key]) for key in ("expect", "evidence")
+              if key in full and key not in given]
+    return f"Defaults applied: {', '.join(parts)}." if parts else None
+
+
 def _provenance(data: AbData) -> list[str]:
     out = []
     for arm in data.ordered:
@@ -147,6 +171,8 @@ def setup(data: AbData) -> list[Block]:
         f"Policy: `{policy.get('name', NA)}` ({policy.get('source', NA)}, sha256 "
         f"{short(policy.get('sha256'))}): {policy.get('description', NA)}.",
     ]
+    if (applied := defaults_applied(ab)) is not None:
+        items.append(applied)
     if boot is not None and boot.model_fields_set:
         items.append(f"Speed intervals: {boot.method or 'bootstrap'}, "
                      f"{_na(boot.n_boot)} resamples, seed {_na(boot.seed)}.")
