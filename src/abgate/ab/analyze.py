@@ -38,7 +38,7 @@ from abgate.compare.sequential import sequential_section
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
-from abgate.runner.documents import read_record
+from abgate.runner.documents import read_record, write_record
 
 COMPARISON_FILE = "comparison.json"
 AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
@@ -208,6 +208,6 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
     result = ComparisonDoc(schema_version=rec.SCHEMA_VERSION, kind="ab-comparison",
                            ab_status=ab.status, baseline=base, policy=policy.to_dict(),
                            comparisons=comparisons, decision=overall,
-                           exit_code=EXIT_CODES[overall]).to_json()
-    rec.write_json_atomic(out / COMPARISON_FILE, result)
-    return result
+                           exit_code=EXIT_CODES[overall])
+    write_record(out / COMPARISON_FILE, result)
+    return result.to_json()
