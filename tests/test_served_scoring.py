@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from abgate.ab.evidence import SCORE_K, agreement_row
+from abgate.ab.evidence import SCORE_K
+from abgate.ab.evidence import agreement_row as typed_row
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.llamacpp import engine as llamacpp
 from abgate.engines.openai import engine as openai_compat
@@ -27,6 +28,12 @@ from tests.conftest import (
     requested_threads,
     toml_engine_args,
 )
+
+
+def agreement_row(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The agreement.jsonl line as written (the typed row's JSON)."""
+    return typed_row(*args, **kwargs).model_dump(mode="json")
+
 
 QUESTION = ({"role": "user", "content": "Tom has 3 apples and buys 4 more. How many apples "
                                         "does he have? Explain step by step."},)

@@ -329,7 +329,8 @@ DOCUMENT_FILES: dict[str, tuple[type[Document] | type[Result], ...]] = {
     "comparison.json": (ComparisonDoc,)}  # typed in compare/results.py
 LINE_FILES = {  # JSON Lines, appended line by line
     "samples.jsonl": "runner.records.SampleWriter; each line a runner.samples.Sample",
-    "agreement.jsonl": "ab.evidence rows, one per scored sequence (compare/ reads them)",
+    "agreement.jsonl": "ab.evidence, one compare.agreement_rows.AgreementRow per scored "
+                       "sequence (read by ab.analyze.read_agreement)",
     "decisions.jsonl": "ab.decision: one DecisionRecord per line",
     "attachments.jsonl": "provenance.attach: attachment lines"}
 NOT_RECORDS = {  # JSON that is not one of these record documents
