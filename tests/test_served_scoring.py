@@ -20,6 +20,7 @@ from abgate.ab.evidence import agreement_row as typed_row
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.llamacpp import engine as llamacpp
 from abgate.engines.openai import engine as openai_compat
+from abgate.runner.samples import Sample
 from tests.conftest import (
     abgate,
     llama_server_args,
@@ -64,7 +65,7 @@ def test_llama_server_scores_agree_with_the_embedded_engine(
                                                   params=SamplingParams(max_tokens=32))])
     cont = list(out.output_token_ids or ())
     full = embedded.score(prompt, cont, SCORE_K)
-    sample = {"key": "q#0", "item_id": "q", "seed": 0}
+    sample = Sample(key="q#0", item_id="q", seed=0)
     served = _served(tmp_path)
     broken = _served(tmp_path / "rope", **{"rope-freq-base": 1.0})
     try:
