@@ -8,9 +8,11 @@ import math
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from scipy import stats
 
 from abgate.compare.agreement import KL_CAP, summarize_agreement
+from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
 from abgate.compare.stats import cluster_ratio, wilson_clustered, wilson_interval
 from tests.support.agreement import aa_rows, agreement_row, broken_rows, rows_for
 
@@ -183,3 +185,21 @@ def test_clustered_wilson_uses_the_design_effect() -> None:
     _, _, n_eff = wilson_clustered(p, se, n, 100, 1.96)
     assert n_eff == pytest.approx(n / 4)
     assert wilson_clustered(0.0, 0.0, 80, 40, 1.96)[2] == 40
+
+
+def test_agreement_row_model_round_trips_a_line_and_reads_old_rows_leniently() -> None:
+    """A row as written is the model's JSON, key for key and value for value; a
+    damaged row reads with the bad field missing, so the analysis names it."""
+    line = json.dumps(agreement_row(3, method="top_k", k=20))
+    row = agreement_row_of(json.loads(line))
+    assert json.dumps(row.model_dump(mode="json")) == line
+    assert row.problem() is None and row.row_key == "item-0003#0"
+    old = agreement_row(4)
+    del old["key"]
+    old["tokens"] = "not a list"
+    old["kl"] = ["x"] + old["kl"][1:]
+    parsed = agreement_row_of(old)
+    assert parsed.row_key == "item-0004#0" and parsed.kl is not None and parsed.kl[0] is None
+    assert parsed.problem() == "'tokens' is not a list"
+    with pytest.raises(ValidationError):
+        AgreementRow(key="k", tokens=["a"])  # the writer's types are checked

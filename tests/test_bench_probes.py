@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from abgate.bench.probes import (
+    ProbeLine,
     arithmetic_probe,
     copy_probe,
     default_probes,
@@ -74,14 +75,14 @@ def test_needle_is_planted_at_depth(engine: llamacpp.LlamaCppEngine) -> None:
 
 @pytest.mark.engine
 def test_probes_run_and_report(engine: llamacpp.LlamaCppEngine) -> None:
-    lines: list[dict[str, object]] = []
+    lines: list[ProbeLine] = []
     probes = default_probes(engine.tokenize, needle_len=200)
     results = run_probes(engine, probes, 512, on_sample=lines.append)
     assert [r.name for r in results] == ["arithmetic", "copy", "needle"]
     for r in results:  # which probes pass is this CPU's greedy output; the rule is not
         assert r.passed == (r.natural_eos and r.correct)
         assert r.output_tokens > 0 and r.prompt_tokens > 0 and r.reason
-    assert [line["kind"] for line in lines] == ["probe"] * 3
+    assert [line.kind for line in lines] == ["probe"] * 3
     wrong = dataclasses.replace(probes[0], expected="-12345")
     bad = run_probes(engine, [wrong], 512)[0]
     assert not bad.passed and "wrong answer" in bad.reason
@@ -133,3 +134,23 @@ def test_roofline_math() -> None:
 def test_bandwidth_probe_is_quick_and_positive() -> None:
     bw = measure_peak_bandwidth(size_mib=16, repeats=1)
     assert bw["gbps"] > 0 and bw["source"] == "probe estimate" and bw["threads"] >= 1
+
+
+def test_probe_line_and_probes_json_entries_are_typed() -> None:
+    """A probe's samples.jsonl line is a ProbeLine (the keys in the order written
+    before it was typed), and probes.json entries read through ProbeEntry."""
+    from abgate.bench.probes import ProbeResult
+    from abgate.compare.probes import probe_entries
+
+    pr = ProbeResult(name="copy", passed=True, natural_eos=True, correct=True, reason="ok",
+                     finish_reason="stop", prompt_tokens=9, output_tokens=3, expected="x",
+                     output_text="x", params={})
+    line = ProbeLine(key="probe:copy", finished_at=1.0, **pr.to_dict(),
+                     output_token_ids=[1, 2, 3]).model_dump(mode="json")
+    assert list(line) == ["kind", "key", "warmup", "finished_at", *pr.to_dict(),
+                          "output_token_ids", "error"]
+    assert (line["kind"], line["warmup"], line["error"]) == ("probe", False, None)
+    entries = probe_entries({"probes": [pr.to_dict()]})
+    assert not isinstance(entries, str) and entries[0].name == "copy" and entries[0].passed
+    assert probe_entries({"probes": [{**pr.to_dict(), "passed": "yes"}]}) == (
+        "a probe entry lacks a string 'name' or a boolean 'passed'")

@@ -86,7 +86,7 @@ def test_lmeval_samples_rescored_with_lm_evals_metric_beside(run: str) -> None:
 
 
 def test_two_lmeval_runs_get_a_paired_verdict_with_the_sequential_warning() -> None:
-    result = compare(resolve(str(samples_file("a"))), resolve(str(samples_file("b"))))
+    result = compare(resolve(str(samples_file("a"))), resolve(str(samples_file("b")))).to_json()
     comparison = result["comparison"]
     assert comparison["n_pairs"] == 5 and comparison["n_items"] == 5
     acc = comparison["quality"]["accuracy"]

@@ -188,3 +188,21 @@ def test_every_json_file_abgate_writes_is_accounted_for() -> None:
     names = {n for n in (*OWNED_FILES, *OWNED_PATTERNS) if n.endswith((".json", ".jsonl"))}
     known = {*DOCUMENT_FILES, *LINE_FILES, *NOT_RECORDS}
     assert names == known, (sorted(names - known), sorted(known - names))
+
+
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+def test_write_record_writes_and_checks_a_comparison_doc(tmp_path: Path) -> None:
+    """comparison.json goes through write_record too: its to_json as written, and a
+    result that does not validate (a writer's bug) is a one-line error, no file."""
+    from abgate.compare.results import ComparisonDoc, read_comparison_doc
+
+    doc = ComparisonDoc(schema_version=1, kind="ab-comparison", baseline="a",
+                        decision="ACCEPT", exit_code=0)
+    write_record(tmp_path / "comparison.json", doc)
+    written = json.loads((tmp_path / "comparison.json").read_text())
+    assert written == doc.to_json()
+    assert read_comparison_doc(written, "comparison.json") == doc
+    bad = ComparisonDoc.model_construct(exit_code="zero", _fields_set={"exit_code"})
+    with pytest.raises(AbgateError, match=r"bad\.json: exit_code: "):
+        write_record(tmp_path / "bad.json", bad)
+    assert not (tmp_path / "bad.json").exists()

@@ -15,10 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from abgate.ab.evidence import SCORE_K, agreement_row
+from abgate.ab.evidence import SCORE_K
+from abgate.ab.evidence import agreement_row as typed_row
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.llamacpp import engine as llamacpp
 from abgate.engines.openai import engine as openai_compat
+from abgate.runner.samples import Sample
 from tests.conftest import (
     abgate,
     llama_server_args,
@@ -27,6 +29,12 @@ from tests.conftest import (
     requested_threads,
     toml_engine_args,
 )
+
+
+def agreement_row(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The agreement.jsonl line as written (the typed row's JSON)."""
+    return typed_row(*args, **kwargs).model_dump(mode="json")
+
 
 QUESTION = ({"role": "user", "content": "Tom has 3 apples and buys 4 more. How many apples "
                                         "does he have? Explain step by step."},)
@@ -57,7 +65,7 @@ def test_llama_server_scores_agree_with_the_embedded_engine(
                                                   params=SamplingParams(max_tokens=32))])
     cont = list(out.output_token_ids or ())
     full = embedded.score(prompt, cont, SCORE_K)
-    sample = {"key": "q#0", "item_id": "q", "seed": 0}
+    sample = Sample(key="q#0", item_id="q", seed=0)
     served = _served(tmp_path)
     broken = _served(tmp_path / "rope", **{"rope-freq-base": 1.0})
     try:

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from abgate.ab.evidence import agreement_row
+from abgate.ab.evidence import agreement_row as typed_row
 from abgate.compare.agreement import summarize_agreement
 from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines.base import TokenScores
@@ -22,6 +22,11 @@ from abgate.engines.shared.logits import scores_from_logits
 from abgate.engines.shared.prompt_logprobs import prompt_position, scores_from_rows
 from abgate.errors import AbgateError
 from abgate.runner.samples import Sample
+
+
+def agreement_row(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The agreement.jsonl line as written (the typed row's JSON)."""
+    return typed_row(*args, **kwargs).model_dump(mode="json")
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:

@@ -24,6 +24,7 @@ from abgate.ab import declared
 from abgate.ab.recorded import AbView, ab_view
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
+from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
 from abgate.compare.pairing import Sampled
 from abgate.compare.probes import compare_probes
 from abgate.compare.results import (
@@ -38,7 +39,7 @@ from abgate.compare.sequential import sequential_section
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
-from abgate.runner.documents import read_record
+from abgate.runner.documents import read_record, write_record
 
 COMPARISON_FILE = "comparison.json"
 AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
@@ -48,6 +49,13 @@ DECISION_ORDER = ("REJECT", "INCONCLUSIVE", "ACCEPT")  # worst first
 def arm_samples(out: Path, arm: str) -> list[dict[str, Any]]:
     path = out / "arms" / arm / rec.SAMPLES_FILE
     return [s for s in rec.read_samples(path) if not Sampled.of(s).warmup]
+
+
+def read_agreement(path: Path, repair: bool = False) -> list[AgreementRow]:
+    """An arm's ``agreement.jsonl``, each line as its :class:`AgreementRow` (read
+    leniently: what is wrong with a row is counted by the analysis, never fatal); a
+    torn last line is ignored (cut off when ``repair``)."""
+    return [agreement_row_of(row) for row in rec.read_samples(path, repair=repair)]
 
 
 def _generation_seconds(samples: Sequence[Mapping[str, Any]]) -> float | None:
@@ -83,7 +91,7 @@ def _agreement(out: Path, ab: AbView, arm: str, base: str, confidence: float,
                                "(the engine cannot score, or the A/B predates scoring)")
     else:
         try:
-            section = summarize_agreement(rec.read_samples(path), confidence=confidence)
+            section = summarize_agreement(read_agreement(path), confidence=confidence)
         except AbgateError as exc:
             section = not_measured(f"{path.name} is unreadable: {exc}")
     return section.model_copy(update={"cost": _cost(ab, arm, base, samples)})
@@ -154,7 +162,7 @@ def sequential_for(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: s
     looks and the analysis both call this, so they agree on every look)."""
     ab = ab_view(doc)
     path = out / "arms" / arm / AGREEMENT_FILE
-    rows = (rec.read_samples(path, repair=True) if path.exists()
+    rows = (read_agreement(path, repair=True) if path.exists()
             and ab.experiment.evidence.agreement else None)
     speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
                                                                           samples[arm])
@@ -208,6 +216,6 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
     result = ComparisonDoc(schema_version=rec.SCHEMA_VERSION, kind="ab-comparison",
                            ab_status=ab.status, baseline=base, policy=policy.to_dict(),
                            comparisons=comparisons, decision=overall,
-                           exit_code=EXIT_CODES[overall]).to_json()
-    rec.write_json_atomic(out / COMPARISON_FILE, result)
-    return result
+                           exit_code=EXIT_CODES[overall])
+    write_record(out / COMPARISON_FILE, result)
+    return result.to_json()

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE
+from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE, read_agreement
 from abgate.bench.probes import default_probes, run_probes
+from abgate.compare.agreement_rows import AgreementRow
 from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError, UsageError
@@ -105,7 +106,7 @@ def _logps(values: npt.NDArray[np.float32]) -> list[float | None]:
 
 def agreement_row(sample: Sample, base: TokenScores, cand: TokenScores,
                   detok: Detok | None = None,
-                  source: str = "baseline_output") -> dict[str, Any]:
+                  source: str = "baseline_output") -> AgreementRow:
     """One ``agreement.jsonl`` line: the candidate against the baseline on one sequence.
     Both arms scored over the full vocabulary: the exact KL ("full"); else the lower
     bound from the top-k both reported ("top_k", with the smaller k)."""
@@ -118,12 +119,12 @@ def agreement_row(sample: Sample, base: TokenScores, cand: TokenScores,
     else:
         kl = _kl_top_k(base, cand)
         method, k = "top_k", min(base.top_ids.shape[1], cand.top_ids.shape[1])
-    return {"key": sample.key, "item_id": sample.item_id, "seed": sample.seed,
-            "source": source, "method": method, "k": k,
-            "tokens": list(base.tokens), "kl": [float(f"{x:.6g}") for x in kl],
-            "top1_base": base.top_ids[:, 0].tolist(), "top1_cand": cand.top_ids[:, 0].tolist(),
-            "logp_base": _logps(base.token_logprobs), "logp_cand": _logps(cand.token_logprobs),
-            "top_base": _top(base, detok), "top_cand": _top(cand, detok)}
+    return AgreementRow(
+        key=sample.key, item_id=sample.item_id, seed=sample.seed, source=source,
+        method=method, k=k, tokens=list(base.tokens), kl=[float(f"{x:.6g}") for x in kl],
+        top1_base=base.top_ids[:, 0].tolist(), top1_cand=cand.top_ids[:, 0].tolist(),
+        logp_base=_logps(base.token_logprobs), logp_cand=_logps(cand.token_logprobs),
+        top_base=_top(base, detok), top_cand=_top(cand, detok))
 
 
 def scorable(samples: Sequence[Sample]) -> list[Sample]:
@@ -210,7 +211,7 @@ def agreement_pass(out: Path, doc: AbRecord, baseline: str,
     for arm in set(refused) - {baseline}:
         scoring[arm] = ScoringCost(reason=refused[arm])
     paths = {a: out / "arms" / a / AGREEMENT_FILE for a in cands}
-    done = {a: {r["key"] for r in rec.read_samples(p, repair=True)} for a, p in paths.items()}
+    done = {a: {r.key for r in read_agreement(p, repair=True)} for a, p in paths.items()}
     samples = scorable(load_samples(out / "arms" / baseline / rec.SAMPLES_FILE))
     writers = {a: rec.SampleWriter(p) for a, p in paths.items()}
     if on_start:

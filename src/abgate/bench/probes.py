@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict
+
 from abgate.bench.prompts import Tokenize, filler_sentences, join_paragraphs
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, Message, SamplingParams
 from abgate.errors import UsageError
@@ -69,6 +71,31 @@ class ProbeResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class ProbeLine(BaseModel):
+    """A bench's ``samples.jsonl`` line for one probe: the result's fields between the
+    line's key and the output's token IDs and error."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    kind: Literal["probe"] = "probe"
+    key: str
+    warmup: bool = False
+    finished_at: float
+    name: str
+    passed: bool
+    natural_eos: bool
+    correct: bool
+    reason: str
+    finish_reason: str
+    prompt_tokens: int
+    output_tokens: int
+    expected: str
+    output_text: str
+    params: dict[str, Any]
+    output_token_ids: list[int] | None = None
+    error: str | None = None
 
 
 def _code(rnd: random.Random, n: int) -> str:
@@ -159,7 +186,7 @@ def check_fits(engine: Engine, probes: Sequence[Probe], n_ctx: int | None) -> No
 
 
 def run_probes(engine: Engine, probes: Sequence[Probe], n_ctx: int | None = None,
-               on_sample: Callable[[dict[str, Any]], None] | None = None) -> list[ProbeResult]:
+               on_sample: Callable[[ProbeLine], None] | None = None) -> list[ProbeResult]:
     """Run each probe once; ``on_sample`` gets the ``samples.jsonl`` line of each."""
     check_fits(engine, probes, n_ctx)
     out = []
@@ -168,7 +195,8 @@ def run_probes(engine: Engine, probes: Sequence[Probe], n_ctx: int | None = None
         pr = evaluate(p, result)
         out.append(pr)
         if on_sample is not None:
-            on_sample({"kind": "probe", "key": f"probe:{p.name}", "warmup": False,
-                       "finished_at": time.time(), **pr.to_dict(),
-                       "output_token_ids": result.output_token_ids, "error": result.error})
+            on_sample(ProbeLine(kind="probe", key=f"probe:{p.name}", warmup=False,
+                                finished_at=time.time(), **pr.to_dict(),
+                                output_token_ids=result.output_token_ids,
+                                error=result.error))
     return out

@@ -26,7 +26,14 @@ from pydantic import BeforeValidator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from abgate.bench import limits
-from abgate.bench.probes import Probe, ProbeResult, check_fits, default_probes, run_probes
+from abgate.bench.probes import (
+    Probe,
+    ProbeLine,
+    ProbeResult,
+    check_fits,
+    default_probes,
+    run_probes,
+)
 from abgate.bench.resources import engine_resources
 from abgate.bench.roofline import (
     ModelBytes,
@@ -267,7 +274,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
     with tracked(out, "bench", finish), session.env(), \
             rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
 
-        def record(sample: dict[str, Any]) -> None:
+        def record(sample: dict[str, Any] | ProbeLine) -> None:
             writer.append(sample)
             if progress is not None:
                 progress.on_sample(sample)

@@ -23,7 +23,7 @@ from abgate.ledger.history_report import HEADER, render, row
 from abgate.ledger.index import add, check, index_quietly
 from abgate.ledger.paths import ledger_path
 from abgate.ledger.store import opened
-from abgate.runner.records import write_json_atomic
+from abgate.runner.documents import write_record
 
 ledger_app = group("ledger", "The results ledger: index run, A/B, bench and baseline "
                    "directories and imported results.")
@@ -176,15 +176,15 @@ def compare_command(
     else:
         ref_a, ref_b = resolve(a), resolve(b)
     result = compare(ref_a, ref_b, policy, allow_diff=allow)
-    if result["warning"]:
-        print(f"WARNING: {result['warning']}", file=sys.stderr)
-    v = result["verdict"]
-    typer.echo(f"{b} vs {a}: {v['decision']}  (interleaved: {result['interleaved']})")
-    for reason in v.get("reasons", []):
+    if result.warning:
+        print(f"WARNING: {result.warning}", file=sys.stderr)
+    v = result.verdict
+    typer.echo(f"{b} vs {a}: {v.decision}  (interleaved: {result.interleaved})")
+    for reason in v.reasons:
         typer.echo(f"  - {reason}")
-    conf = result["configuration"]
+    conf = result.configuration
     typer.echo("configuration: " + (conf["summary"] if conf["available"] else conf["reason"]))
     if out is not None:
-        write_json_atomic(out, result)
+        write_record(out, result)
         typer.echo(f"wrote {out}")
-    raise typer.Exit(result["exit_code"])
+    raise typer.Exit(result.exit_code)

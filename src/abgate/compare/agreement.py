@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
 from abgate.compare.results import (
     Agreement,
     DeltaP,
@@ -61,8 +62,6 @@ KL_PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99_9", 99.9
                   ("max", 100.0))
 DP_PERCENTILES = (("min", 0.0), ("p01", 1.0), ("p05", 5.0), ("p10", 10.0), ("median", 50.0),
                   ("p90", 90.0), ("p95", 95.0), ("p99", 99.0), ("max", 100.0))
-METHODS = ("full", "top_k")
-_ARRAYS = ("kl", "top1_base", "top1_cand", "logp_base", "logp_cand")
 
 FloatArray = NDArray[np.float64]
 
@@ -101,35 +100,16 @@ def _floats(values: Sequence[Any]) -> FloatArray:
     return out
 
 
-def _problem(row: Mapping[str, Any]) -> str | None:
-    method = row.get("method")
-    if method not in METHODS:
-        return f"method {method!r} is not 'full' or 'top_k'"
-    tokens = row.get("tokens")
-    if not isinstance(tokens, list):
-        return "'tokens' is not a list"
-    for name in _ARRAYS:
-        values = row.get(name)
-        if not isinstance(values, list) or len(values) != len(tokens):
-            size = len(values) if isinstance(values, list) else "no"
-            return f"'{name}' has {size} values for {len(tokens)} tokens"
-    return None
-
-
-def _parse(row: Mapping[str, Any]) -> _Row:
-    key = str(row.get("key") or f"{row.get('item_id')}#{row.get('seed', 0)}")
-    item = row.get("item_id")
-    kl = _floats(row["kl"])
-    dp = np.exp(_floats(row["logp_cand"])) - np.exp(_floats(row["logp_base"]))
-    k = row.get("k")
+def _parse(row: AgreementRow) -> _Row:
+    tokens, top1_base, top1_cand = row.tokens or [], row.top1_base or [], row.top1_cand or []
+    dp = np.exp(_floats(row.logp_cand or [])) - np.exp(_floats(row.logp_base or []))
     return _Row(
-        key=key, item_id=str(item) if item is not None else key.rsplit("#", 1)[0],
-        method=str(row["method"]), k=int(k) if isinstance(k, int) else None,
-        source=str(row.get("source") or "unknown"), tokens=list(row["tokens"]), kl=kl,
-        agree=np.array([x == y for x, y in zip(row["top1_base"], row["top1_cand"],
-                                                strict=True)], dtype=bool),
-        dp=dp, top_base=row.get("top_base") or [], top_cand=row.get("top_cand") or [],
-        top1_base=list(row["top1_base"]), top1_cand=list(row["top1_cand"]))
+        key=row.row_key, item_id=row.row_item, method=str(row.method), k=row.k,
+        source=row.source or "unknown", tokens=list(tokens), kl=_floats(row.kl or []),
+        agree=np.array([x == y for x, y in zip(top1_base, top1_cand, strict=True)],
+                       dtype=bool),
+        dp=dp, top_base=row.top_base or [], top_cand=row.top_cand or [],
+        top1_base=list(top1_base), top1_cand=list(top1_cand))
 
 
 @dataclass(frozen=True)
@@ -143,19 +123,20 @@ class _Counts:
     problems: tuple[str, ...]
 
 
-def _rows(rows: Sequence[Mapping[str, Any]]) -> tuple[list[_Row], _Counts]:
+def _rows(rows: Sequence[AgreementRow | Mapping[str, Any]]) -> tuple[list[_Row], _Counts]:
     """Usable rows (first of each key, at least one token) and what was left out."""
     usable: list[_Row] = []
     seen: set[str] = set()
     problems: list[str] = []
     skipped = duplicates = empty = 0
     for index, row in enumerate(rows):
-        problem = _problem(row) if isinstance(row, Mapping) else "not a JSON object"
-        if problem is not None:
+        typed = agreement_row_of(row) if isinstance(row, Mapping | AgreementRow) else None
+        problem = typed.problem() if typed is not None else "not a JSON object"
+        if typed is None or problem is not None:
             skipped += 1
             problems.append(f"row {index + 1}: {problem}")
             continue
-        parsed = _parse(row)
+        parsed = _parse(typed)
         if parsed.key in seen:
             duplicates += 1
         elif not parsed.tokens:
@@ -284,9 +265,10 @@ def _delta_p(rows: Sequence[_Row], cols: _Items, confidence: float) -> DeltaP:
                   percentiles=DpPercentiles(**_percentiles(finite, DP_PERCENTILES)))
 
 
-def summarize_agreement(rows: Sequence[Mapping[str, Any]], *,
+def summarize_agreement(rows: Sequence[AgreementRow | Mapping[str, Any]], *,
                         confidence: float = 0.95) -> Agreement:
-    """The agreement section from one candidate arm's ``agreement.jsonl`` rows.
+    """The agreement section from one candidate arm's ``agreement.jsonl`` rows (as
+    :class:`~abgate.compare.agreement_rows.AgreementRow`, or lines as read).
 
     Never raises on bad rows: they are counted (``n_skipped``, the first three
     ``problems``), and with no usable row the section is :func:`not_measured`.

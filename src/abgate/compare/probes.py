@@ -9,28 +9,58 @@ nothing (the model cannot do it, whatever the switch).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from abgate.compare.results import ProbeRow, Probes
 
-__all__ = ["REGRESSION", "compare_probes", "probe_results"]
+__all__ = ["REGRESSION", "ProbeEntry", "compare_probes", "probe_entries", "probe_results"]
 
 REGRESSION, BOTH_PASS, BOTH_FAIL, FIXED = "regression", "passes in both", "fails in both", "fixed"
 ONLY_BASE, ONLY_CAND = "baseline only", "candidate only"
 
 
+class ProbeEntry(BaseModel):
+    """One entry of ``probes.json``'s ``probes`` list (``bench.probes.ProbeResult``):
+    what the comparison reads of it (the other fields are kept, unread)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    name: str = Field(strict=True)
+    passed: bool = Field(strict=True)
+    reason: Any = None
+
+
+class _ProbesList(BaseModel):
+    """The part of a ``probes.json`` document the comparison reads."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    probes: list[Any] = Field(strict=True)
+
+
+def probe_entries(doc: Any) -> list[ProbeEntry] | str:
+    """The entries of a ``probes.json`` document as :class:`ProbeEntry`, or what is
+    wrong with it (one line)."""
+    try:
+        probes = _ProbesList.model_validate(doc).probes
+    except ValidationError:
+        return "no 'probes' list"
+    try:
+        return [ProbeEntry.model_validate(entry) for entry in probes]
+    except ValidationError:
+        return "a probe entry lacks a string 'name' or a boolean 'passed'"
+
+
 def probe_results(doc: Any) -> dict[str, tuple[bool, str]] | str:
     """``{name: (passed, reason)}`` from a ``probes.json`` document, or what is wrong."""
-    probes = doc.get("probes") if isinstance(doc, Mapping) else None
-    if not isinstance(probes, list):
-        return "no 'probes' list"
+    entries = probe_entries(doc)
+    if isinstance(entries, str):
+        return entries
     out: dict[str, tuple[bool, str]] = {}
-    for entry in probes:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) \
-                or not isinstance(entry.get("passed"), bool):
-            return "a probe entry lacks a string 'name' or a boolean 'passed'"
-        out.setdefault(entry["name"], (entry["passed"], str(entry.get("reason") or "")))
+    for entry in entries:
+        out.setdefault(entry.name, (entry.passed, str(entry.reason or "")))
     return out
 
 

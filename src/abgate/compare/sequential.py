@@ -32,6 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from abgate.compare.agreement import KL_CAP
+from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
 from abgate.compare.confseq import betting_bounds, mixture_bounds
 from abgate.compare.gates import FAIL, INCONCLUSIVE, PASS, Gate
 from abgate.compare.paired import SPEED_METRICS
@@ -128,21 +129,21 @@ def _harm_values(pairs: Sequence[Pair], live: Sequence[Pair], field: str, sign: 
     return out
 
 
-def _agreement_values(rows: Sequence[Mapping[str, Any]], clip: float
+def _agreement_values(rows: Sequence[AgreementRow | Mapping[str, Any]], clip: float
                       ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per item: mean KLD (token-weighted over its keys, clipped) and top-1 share."""
     sums: dict[str, list[float]] = {}
     seen: set[str] = set()
-    for row in rows:
-        key, kl = str(row.get("key")), row.get("kl")
-        if key in seen or not isinstance(kl, list) or not kl:
+    for row in map(agreement_row_of, rows):
+        key, kl = row.row_key, row.kl
+        if key in seen or not kl:
             continue
         seen.add(key)
-        vals = np.array([v if isinstance(v, int | float) else math.nan for v in kl], float)
+        vals = np.array([math.nan if v is None else v for v in kl], float)
         vals = np.maximum(np.nan_to_num(vals, nan=KL_CAP, posinf=KL_CAP, neginf=KL_CAP), 0.0)
-        agree = sum(1 for x, y in zip(row.get("top1_base") or [], row.get("top1_cand") or [],
+        agree = sum(1 for x, y in zip(row.top1_base or [], row.top1_cand or [],
                                       strict=False) if x == y)
-        acc = sums.setdefault(str(row.get("item_id") or key.rsplit("#", 1)[0]), [0, 0, 0])
+        acc = sums.setdefault(row.item_id or key.rsplit("#", 1)[0], [0, 0, 0])
         acc[0] += float(vals.sum())
         acc[1] += float(agree)
         acc[2] += float(vals.size)
@@ -163,7 +164,8 @@ def _bet(name: str, metric: str, order: Sequence[str], values: Mapping[str, list
 
 
 def _series(pairing_pairs: Sequence[Pair], live: Sequence[Pair], order: Sequence[str],
-            agreement: Sequence[Mapping[str, Any]] | None, policy: Policy,
+            agreement: Sequence[AgreementRow | Mapping[str, Any]] | None,
+            policy: Policy,
             speed_only: bool) -> list[_Series]:
     rule, seq, q = policy.speed, policy.sequential, policy.quality
     pos, vals = _per_item(order, _speed_values(live, rule.metric))
@@ -268,7 +270,7 @@ def _guarantee(policy: Policy) -> str:
 def sequential_section(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
                        order: Sequence[str], policy: Policy, *, look_every: int = 1,
                        max_items: int | None = None,
-                       agreement: Sequence[Mapping[str, Any]] | None = None,
+                       agreement: Sequence[AgreementRow | Mapping[str, Any]] | None = None,
                        speed_only: bool = False,
                        arm_names: tuple[str, str] = ("A", "B")) -> Sequential:
     """The sequential evaluation of the first items of ``order`` that both arms ran:

@@ -24,6 +24,7 @@ from abgate.compare import load_policy
 from abgate.compare.agreement import not_measured
 from abgate.compare.drift import configuration, drift
 from abgate.compare.pairing import Sampled
+from abgate.compare.results import Comparison, Result, Verdict
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.imports import import_samples, read_import
@@ -150,8 +151,26 @@ def configuration_drift(a: Ref, b: Ref, allow: Sequence[str] = ()) -> dict[str, 
                                        allow).to_dict()}
 
 
+class LedgerComparison(Result):
+    """What ``abgate compare -o`` writes: the two references, how they were recorded,
+    the policy and the configuration drift, then the arm's comparison and verdict."""
+
+    kind: str = "ledger-compare"
+    a: str
+    b: str
+    arm_names: list[str]
+    interleaved: str
+    warning: str | None = None
+    policy: dict[str, Any]
+    configuration: dict[str, Any]
+    comparison: Comparison
+    verdict: Verdict
+    decision: str
+    exit_code: int
+
+
 def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
-            n_boot: int = 2000, allow_diff: Sequence[str] = ()) -> dict[str, Any]:
+            n_boot: int = 2000, allow_diff: Sequence[str] = ()) -> LedgerComparison:
     """B against A (A is the baseline): paired statistics, a verdict, and the
     configuration drift between them (reported; the verdict is the statistics')."""
     bad = _prompt_mismatches(a.samples, b.samples)
@@ -193,7 +212,8 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
     except AbgateError as exc:  # unpairable input: exit 2, never 1 (which means REJECT)
         raise UsageError(f"{a.label} vs {b.label}: {exc}") from None
     decision = str(result.verdict.decision)
-    return {"kind": "ledger-compare", "a": a.label, "b": b.label, "arm_names": list(names),
-            "interleaved": interleaved, "warning": warning, "policy": policy.to_dict(),
-            "configuration": configuration_drift(a, b, allow_diff),
-            **result.to_json(), "decision": decision, "exit_code": EXIT_CODES[decision]}
+    return LedgerComparison(
+        kind="ledger-compare", a=a.label, b=b.label, arm_names=list(names),
+        interleaved=interleaved, warning=warning, policy=policy.to_dict(),
+        configuration=configuration_drift(a, b, allow_diff), comparison=result.comparison,
+        verdict=result.verdict, decision=decision, exit_code=EXIT_CODES[decision])

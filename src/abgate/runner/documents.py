@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from abgate import __version__
+from abgate.compare.results import ComparisonDoc, Result
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.provenance.gitinfo import git_state
@@ -324,17 +325,18 @@ _ = Number  # re-exported for documents' users
 # Every JSON file abgate writes in an output directory (``runner.outdir.OWNED_FILES``):
 # the models it is written through (write_record) and read through, or, for the files
 # not typed here, what they are and who writes them.
-DOCUMENT_FILES: dict[str, tuple[type[Document], ...]] = {
+DOCUMENT_FILES: dict[str, tuple[type[Document] | type[Result], ...]] = {
     "run.json": (RunRecord, BenchRecord), "ab.json": (AbRecord,),
     "baseline.json": (BaselineRecord,), "summary.json": (Summary, BenchSummary),
-    "probes.json": (ProbesDocument,), "bench.json": (AbBenchDocument,)}
+    "probes.json": (ProbesDocument,), "bench.json": (AbBenchDocument,),
+    "comparison.json": (ComparisonDoc,)}  # typed in compare/results.py
 LINE_FILES = {  # JSON Lines, appended line by line
     "samples.jsonl": "runner.records.SampleWriter; each line a runner.samples.Sample",
-    "agreement.jsonl": "ab.evidence rows, one per scored sequence (compare/ reads them)",
+    "agreement.jsonl": "ab.evidence, one compare.agreement_rows.AgreementRow per scored "
+                       "sequence (read by ab.analyze.read_agreement)",
     "decisions.jsonl": "ab.decision: one DecisionRecord per line",
     "attachments.jsonl": "provenance.attach: attachment lines"}
 NOT_RECORDS = {  # JSON that is not one of these record documents
-    "comparison.json": "ab.analyze's statistics and verdicts (typed with compare/)",
     "manifest.json": "provenance.manifest, with its own schema and version",
     "report.json": "a rendered report (report.jsondoc)",
     "weights-diff-*.json": "weights.diff, schema abgate.weights_diff"}
@@ -397,11 +399,19 @@ def check_record(path: Path, doc: dict[str, Any]) -> None:
     _validated(path, doc)
 
 
-def write_record(path: Path, doc: Document) -> None:
-    """Write ``doc`` (any record or JSON document) atomically, after validating what is
-    written against its model (a writer's bug is an error, never a bad file)."""
-    data = doc.to_dict()
-    _validated(path, data, None if isinstance(doc, RecordHeader) else type(doc))
+def write_record(path: Path, doc: Document | Result) -> None:
+    """Write ``doc`` (any record or JSON document, or a compare-layer result document
+    such as ``comparison.json``) atomically, after validating what is written against
+    its model (a writer's bug is an error, never a bad file)."""
+    if isinstance(doc, Result):
+        data = doc.to_json()
+        try:
+            type(doc).model_validate(data)
+        except ValidationError as exc:
+            raise _one_line(path, exc) from None
+    else:
+        data = doc.to_dict()
+        _validated(path, data, None if isinstance(doc, RecordHeader) else type(doc))
     rec.write_json_atomic(path, data)
 
 
