@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpu_vllm import abgate, sh  # benchmarks/, beside this script
+
 DUMMY_ARGS = ('load_format = "dummy", dtype = "bfloat16", max_model_len = 2048, '
               "gpu_memory_utilization = 0.35")
 SERVE_ARGS = ('load-format = "dummy", dtype = "bfloat16", max-model-len = 2048, '
@@ -57,22 +59,6 @@ ORDER = ("env", "tests", "ab-speed", "ab-speed-served", "ab-agree", "contract",
          "contract-served", "kill")
 MULTICAST = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 LAUNCH = "vllm serve {model} --host {host} --port {port}"
-
-
-def sh(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
-    print("$ " + " ".join(cmd), flush=True)
-    with log.open("a") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
-        f.flush()
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, **(env or {})})
-        f.write(p.stdout + f"\n[exit {p.returncode}]\n")
-    print(p.stdout[-3000:], flush=True)
-    return p.returncode
-
-
-def abgate(*args: str, log: Path) -> int:
-    return sh([sys.executable, "-m", "abgate", *args], log)
 
 
 def read(path: Path) -> Any:
