@@ -21,8 +21,9 @@ Steps (each writes its records under OUT/STEP and OUT/figures-STEP.json):
                at batch 1 in-process and at concurrency 8 and 32 served, each beside
                vLLM's own `vllm bench latency` / `vllm bench serve` on the same shapes,
                and the ratios abgate / vLLM for TTFT, TPOT and output tok/s
-  all          the steps above in this order, each in its own process, until
-               --deadline seconds have passed (a step that fails does not stop the rest)
+  all          the steps above in this order (or --steps a,b,...), each in its own
+               process, until --deadline seconds have passed (a step that fails does not
+               stop the rest)
 
 Every A/B is an ``abgate ab`` of an experiment file written next to its records
 (OUT/STEP/experiment.toml), so ``abgate ab OUT/STEP/experiment.toml -o DIR`` repeats it.
@@ -44,6 +45,7 @@ SERVE_ARGS = ('dtype = "bfloat16", max-model-len = 2048, gpu-memory-utilization 
               'enable-prefix-caching = false')
 ORDER = ("tests", "ab-fp8", "lossless", "xengine", "baseline", "ab-fp8-served", "bench")
 SHAPE = {"input_len": 512, "output_len": 128}
+LLAMA3_8B_BF16_BYTES = 8_030_261_248 * 2  # Meta-Llama-3-8B: 8,030,261,248 parameters
 
 
 def sh(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> int:
@@ -264,7 +266,23 @@ def _serve_bench(a: argparse.Namespace, out: Path, levels: tuple[int, ...]) -> d
     finally:
         server.terminate()
         server.wait(timeout=60)
+        gpu_idle(out / "bench.log")
     return got
+
+
+def gpu_idle(log: Path, limit_mib: int = 2048, wait_s: float = 120) -> None:
+    """Wait until the GPU's used memory is below ``limit_mib`` (the last server's workers
+    gone) so that the next engine does not start on a half-full GPU; log the reading."""
+    deadline, used = time.time() + wait_s, -1
+    while time.time() < deadline:
+        query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        out = subprocess.run(query, capture_output=True, text=True).stdout.split()
+        used = int(out[0]) if out else -1
+        if 0 <= used < limit_mib:
+            break
+        time.sleep(2)
+    with log.open("a") as f:
+        f.write(f"gpu_idle: {used} MiB used on GPU 0\n")
 
 
 def step_bench(a: argparse.Namespace, out: Path) -> dict[str, Any]:
@@ -282,12 +300,16 @@ def step_bench(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     figures["batch1"] = {"abgate": mine, "vllm_bench_latency": theirs,
                          "ratio": _ratios(mine, theirs, ("ttft_s", "tpot_s"))}
     levels = (8, 32)
+    gpu_idle(out / "bench.log")
     served = _serve_bench(a, out, levels)
     for c in levels:
         abgate("bench", "--engine", "openai", "--model", a.dummy, "--launch",
                "vllm serve {model} --host {host} --port {port}", "--engine-arg",
                "load-format=dummy", "--engine-arg", "max-model-len=2048", "--engine-arg",
                "enable-prefix-caching=false", "--concurrency", str(c), "--ready-timeout", "600",
+               # a served engine's roofline: the H200's spec bandwidth and Llama-3-8B's bf16
+               # weights, declared (abgate cannot see a server's GPU or parameters)
+               "--peak-bw", "4800", "--weights-bytes", str(LLAMA3_8B_BF16_BYTES),
                *shape, "--repeats", "5", "-o", str(out / f"abgate-c{c}"), "--force",
                log=out / "bench.log")
         mine = _bench_case(out / f"abgate-c{c}" / "summary.json")
@@ -305,7 +327,7 @@ def _ratios(mine: dict[str, Any], theirs: dict[str, Any], keys: tuple[str, ...]
 
 def step_all(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     t0, done = time.time(), {}
-    for step in ORDER:
+    for step in a.steps.split(","):
         if time.time() - t0 > a.deadline:
             done[step] = "skipped: deadline"
             continue
@@ -329,7 +351,10 @@ def main() -> None:
     ap.add_argument("--dummy", default="/root/m/llama3-8b-dummy",
                     help="bench: a Llama-3-8B-shaped config directory (vllm_dummy_llama3)")
     ap.add_argument("--deadline", type=float, default=1e9, help="all: seconds")
+    ap.add_argument("--steps", default=",".join(ORDER), help="all: the steps, in order")
     a = ap.parse_args()
+    if bad := set(a.steps.split(",")) - set(ORDER):
+        ap.error(f"--steps: unknown step(s) {', '.join(sorted(bad))}; known: {', '.join(ORDER)}")
     out = a.out if a.step == "all" else a.out / a.step
     out.mkdir(parents=True, exist_ok=True)
     if a.step == "all":

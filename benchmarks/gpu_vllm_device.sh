@@ -2,8 +2,9 @@
 # Drive benchmarks/gpu_vllm.py on the lent GPU machine across device calls (each call may run
 # 10 minutes; the steps together run longer). From the project root there, after
 # `. .device-v2/on-device-vllm.sh` (or /root/vllm-stage/on-device-vllm.sh on a warm machine):
-#   bash benchmarks/gpu_vllm_device.sh start DATA.jsonl [DEADLINE_S]   convert SmolLM2, install abgate,
-#                                            start `gpu_vllm.py all` in its own session, then wait
+#   bash benchmarks/gpu_vllm_device.sh start DATA.jsonl [DEADLINE_S [WAIT_S [STEPS]]]   convert
+#        SmolLM2, install abgate, start `gpu_vllm.py all` (STEPS: a,b,... of its steps) in its own
+#        session, then wait WAIT_S seconds (default 500)
 #   bash benchmarks/gpu_vllm_device.sh wait [SECONDS]   wait for it (default 540 s), then pack
 # Results: /root/gv (records, logs, figures-*.json); each call packs them into $OUT/gv.tar.gz.
 set -uo pipefail
@@ -24,7 +25,7 @@ wait_for() {
 }
 case ${1:-} in
   start)
-    data=${2:?data file}; deadline=${3:-1500}
+    data=${2:?data file}; deadline=${3:-1500}; steps=${5:+--steps $5}
     vllm_convert_smol || exit
     vllm_dummy_llama3 || exit
     vllm_install_checkout || exit
@@ -32,9 +33,9 @@ case ${1:-} in
     nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv >"$root/gpu.txt"
     python3 -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)" >>"$root/gpu.txt" 2>&1
     touch "$root/running"
-    setsid bash -c "python3 benchmarks/gpu_vllm.py all --model /root/m/smol --data $root/gsm8k-test.jsonl -o $root --deadline $deadline >$root/driver.log 2>&1; rm -f $root/running" </dev/null >/dev/null 2>&1 &
+    setsid bash -c "python3 benchmarks/gpu_vllm.py all --model /root/m/smol --data $root/gsm8k-test.jsonl -o $root --deadline $deadline $steps >$root/driver.log 2>&1; rm -f $root/running" </dev/null >/dev/null 2>&1 &
     sleep 2
     wait_for "${4:-500}" ;;
   wait) wait_for "${2:-540}" ;;
-  *) echo "usage: $0 start DATA [DEADLINE_S [WAIT_S]] | wait [SECONDS]" >&2; exit 2 ;;
+  *) echo "usage: $0 start DATA [DEADLINE_S [WAIT_S [STEPS]]] | wait [SECONDS]" >&2; exit 2 ;;
 esac
