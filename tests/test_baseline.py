@@ -169,10 +169,13 @@ def test_record_refuses_a_reference_its_own_warmup_contradicts(
 
     def warmup_differs(*args: object, **kwargs: object) -> object:
         result = real(*args, **kwargs)  # type: ignore[arg-type]
-        warm = result.cases[0].samples[0]
-        assert warm["warmup"]
-        warm["output"]["token_ids"] = [warm["output"]["token_ids"][0], -1,
-                                       *warm["output"]["token_ids"][2:]]
+        samples = result.cases[0].samples
+        warm = samples[0]
+        assert warm.warmup and warm.output.token_ids is not None
+        ids = [warm.output.token_ids[0], -1, *warm.output.token_ids[2:]]
+        # the lines are frozen: the fault is a changed copy in the warm-up's place
+        samples[0] = warm.model_copy(update={
+            "output": warm.output.model_copy(update={"token_ids": ids})})
         return result
 
     monkeypatch.setattr(core, "run_bench", warmup_differs)

@@ -11,13 +11,21 @@ import pytest
 
 from abgate.baseline.agreement import agreement, first_divergence
 from abgate.baseline.core import read_baseline
+from abgate.bench.run import BenchCase, bench_sample
+from abgate.bench.samples import BenchSample
+from abgate.engines.base import GenerationResult
 from abgate.errors import UsageError
 from abgate.integrity import changed_parts, seal, verify_seal
 from tests.test_fuzz_loaders import BASELINE
 
 
-def sample(index: int, warmup: bool, ids: list[int] | None, text: str = "") -> dict[str, Any]:
-    return {"index": index, "warmup": warmup, "output": {"token_ids": ids, "text": text}}
+def sample(index: int, warmup: bool, ids: list[int] | None, text: str = "") -> BenchSample:
+    """A bench line as the bench builds it, for a request that output ``ids``/``text``."""
+    n = len(ids) if ids is not None else len(text)
+    result = GenerationResult(request_id="r", text=text, finish_reason="length",
+                              prompt_tokens=4, output_tokens=n, output_token_ids=ids,
+                              t_submit=0.0, t_first_token=0.1, t_last_token=0.2)
+    return bench_sample(BenchCase(4, n), index, warmup, result)
 
 
 def test_a_warmup_that_diverges_is_caught_and_named() -> None:

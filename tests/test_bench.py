@@ -20,6 +20,7 @@ from abgate.bench import (
 from abgate.bench.fidelity import fidelity
 from abgate.bench.prompts import parse_input_lens, parse_shas
 from abgate.bench.run import bench_request, resolve_cases
+from abgate.bench.samples import BenchSample
 from abgate.engines.base import GenerationResult
 from abgate.engines.llamacpp import engine as llamacpp
 from abgate.errors import UsageError
@@ -63,7 +64,7 @@ def test_prompt_sha_is_the_same_in_another_process(engine: llamacpp.LlamaCppEngi
 
 @pytest.mark.engine
 def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None:
-    seen: list[dict[str, object]] = []
+    seen: list[BenchSample] = []
     res = run_bench(engine, [BenchCase(64, 16)], warmup=1, repeats=2, on_sample=seen.append)
     doc = json.loads(json.dumps(res.to_dict()))
     assert doc["n_ctx"] == 256 and len(doc["cases"]) == 1
@@ -73,7 +74,8 @@ def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None
     assert case["output_sha256"] == ids_sha256(case["output_token_ids"])
     assert case["outputs_identical"] is True and case["warmup_identical"] is True
     assert [s["warmup"] for s in case["samples"]] == [True, False, False] == [
-        s["warmup"] for s in seen]
+        s.warmup for s in seen]
+    assert case["samples"] == [s.to_dict() for s in seen]
     assert case["n"] == 2 and case["n_warmup"] == 1
     speed = case["speed"]
     for key in ("ttft_s", "prefill_tps", "steady_decode_tps", "tpot_ms", "e2e_s", "output_tps"):
@@ -145,14 +147,14 @@ def test_fidelity_arithmetic() -> None:
     r = _result(11, 0.05, 0.15, {"prompt_eval_ms": 40.0, "prompt_eval_tokens": 100,
                                  "eval_ms": 99.0, "eval_tokens": 10})
     f = fidelity(r, request_timing(r))
-    assert f["engine_decode_tps"] == pytest.approx(1000 / 9.9)
-    assert f["decode_ratio"] == pytest.approx(0.99)
-    assert f["overhead_us_per_token"] == pytest.approx(100.0)
-    assert f["engine_prefill_tps"] == pytest.approx(2500.0)
-    assert f["prefill_ratio"] == pytest.approx(2000 / 2500)
-    assert f["counts_match"] is True
+    assert f.engine_decode_tps == pytest.approx(1000 / 9.9)
+    assert f.decode_ratio == pytest.approx(0.99)
+    assert f.overhead_us_per_token == pytest.approx(100.0)
+    assert f.engine_prefill_tps == pytest.approx(2500.0)
+    assert f.prefill_ratio == pytest.approx(2000 / 2500)
+    assert f.counts_match is True
     none = fidelity(_result(11, 0.05, 0.15, {}), request_timing(r))
-    assert none["decode_ratio"] is None and none["counts_match"] is None
+    assert none.decode_ratio is None and none.counts_match is None
 
 
 @pytest.mark.engine

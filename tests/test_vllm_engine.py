@@ -438,18 +438,21 @@ def test_gpu_engines_never_get_the_cpu_bandwidth(monkeypatch: pytest.MonkeyPatch
 def test_bench_at_concurrency_runs_batches_and_reports_throughput(
         fake_vllm: types.ModuleType) -> None:
     from abgate.bench.run import BenchCase, execute_plan, plan_bench
+    from abgate.bench.samples import BenchSample
 
     engine = ve.load("some/model", {}, {"concurrency": 3})
     plan = plan_bench(engine, [BenchCase(12, 4)])
-    seen: list[dict[str, Any]] = []
+    seen: list[BenchSample] = []
     result = execute_plan(engine, plan, warmup=1, repeats=2, concurrency=3, on_sample=seen.append)
-    assert [s["key"] for s in seen[:3]] == ["12/4#0.0", "12/4#0.1", "12/4#0.2"]
+    assert [s.key for s in seen[:3]] == ["12/4#0.0", "12/4#0.1", "12/4#0.2"]
     assert len(seen) == 9 and engine._llm.llm_engine.max_live == 3  # type: ignore[union-attr]
-    assert all(s["batch"]["size"] == 3 and s["batch"]["output_tokens"] == 12 for s in seen)
+    assert all(s.batch is not None and s.batch.size == 3 and s.batch.output_tokens == 12
+               for s in seen)
     case = result.cases[0].to_dict(samples=False)
     assert case["n"] == 6 and case["concurrency"] == 3
     assert case["throughput_tps"]["n"] == 2 and case["throughput_tps"]["median"] > 0
     one = execute_plan(engine, plan_bench(engine, [BenchCase(12, 4)]), warmup=0, repeats=1)
-    assert one.cases[0].samples[0]["key"] == "12/4#0" and "batch" not in one.cases[0].samples[0]
+    alone = one.cases[0].samples[0]
+    assert alone.key == "12/4#0" and alone.batch is None and "batch" not in alone.to_dict()
     assert one.cases[0].to_dict(samples=False)["throughput_tps"] is None
     engine.close()

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from abgate.bench.samples import BenchSample
+
 
 def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
     """The first position where ``cur`` differs from ``ref`` (a length difference counts
@@ -22,25 +24,23 @@ def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None
     return None if len(ref) == len(cur) else min(len(ref), len(cur))
 
 
-def request_label(sample: dict[str, Any], warmup: int) -> str:
-    i = int(sample["index"])
-    return f"warm-up {i + 1}" if sample["warmup"] else f"repeat {i - warmup + 1}"
+def request_label(sample: BenchSample, warmup: int) -> str:
+    i = sample.index
+    return f"warm-up {i + 1}" if sample.warmup else f"repeat {i - warmup + 1}"
 
 
 def divergence(ref_ids: Sequence[int] | None, ref_text: str | None,
-               sample: dict[str, Any]) -> dict[str, Any] | None:
+               sample: BenchSample) -> dict[str, Any] | None:
     """Where one request's output leaves the reference: by token ID where both sides
     have them, else by character of the text; None when it matches."""
-    out = sample["output"]
-    if ref_ids is not None and out.get("token_ids") is not None:
-        ids = out["token_ids"]
+    ids, text = sample.output.token_ids, sample.output.text
+    if ref_ids is not None and ids is not None:
         pos = first_divergence(ref_ids, ids)
         if pos is None:
             return None
         return {"position": pos, "unit": "token",
                 "reference_token": ref_ids[pos] if pos < len(ref_ids) else None,
                 "current_token": ids[pos] if pos < len(ids) else None}
-    text = out.get("text")
     if ref_text is not None and ref_text == text:
         return None
     pos = first_divergence(list(ref_text or ""), list(text or ""))
@@ -49,14 +49,14 @@ def divergence(ref_ids: Sequence[int] | None, ref_text: str | None,
 
 
 def agreement(ref_ids: Sequence[int] | None, ref_text: str | None,
-              samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+              samples: Sequence[BenchSample]) -> dict[str, Any]:
     """How many of the warm-up and measured requests reproduce the reference, and the
     first one that does not (in the order they ran)."""
-    n_warm = sum(1 for s in samples if s["warmup"])
+    n_warm = sum(1 for s in samples if s.warmup)
     counts = {"warmup": [0, 0], "measured": [0, 0]}
     first: dict[str, Any] | None = None
     for s in samples:
-        side = counts["warmup" if s["warmup"] else "measured"]
+        side = counts["warmup" if s.warmup else "measured"]
         side[1] += 1
         div = divergence(ref_ids, ref_text, s)
         if div is None:

@@ -12,6 +12,7 @@ from typing import Any
 from abgate.baseline.agreement import agreement, request_label
 from abgate.bench import BenchConfig, default_probes, limits, prepare_bench, run_bench, run_probes
 from abgate.bench.probes import DEFAULT_PROBE_NAMES
+from abgate.bench.samples import BenchSample
 from abgate.compare.drift import configuration, drift
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
@@ -36,7 +37,7 @@ def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[l
 
 
 def _cases(engine: Engine, c: BenchConfig, progress: Reporter | None = None
-           ) -> tuple[list[dict[str, Any]], list[list[Any]]]:
+           ) -> tuple[list[dict[str, Any]], list[list[BenchSample]]]:
     """Each case's record (the reference is its first measured repeat) and every request's
     sample, warm-ups first, for the agreement counts."""
     if progress is not None:
@@ -54,10 +55,10 @@ def _cases(engine: Engine, c: BenchConfig, progress: Reporter | None = None
         d["top_k"] = _topk(engine, cr.prompt_ids, d["output_token_ids"])
         d["prompt_ids"] = cr.prompt_ids
         # per repeat, for the noise-aware speed check (compare/speed_check.py)
-        d["decode_tps_values"] = [s["timing"]["steady_decode_tps"] for s in cr.measured]
-        d["prefill_tps_values"] = [s["timing"]["prefill_tps"] for s in cr.measured]
-        d["requests"] = [{"request": request_label(s, c.warmup), "warmup": s["warmup"],
-                          "output_sha256": s["output"]["sha256"]} for s in cr.samples]
+        d["decode_tps_values"] = [s.timing.steady_decode_tps for s in cr.measured]
+        d["prefill_tps_values"] = [s.timing.prefill_tps for s in cr.measured]
+        d["requests"] = [{"request": request_label(s, c.warmup), "warmup": s.warmup,
+                          "output_sha256": s.output.sha256} for s in cr.samples]
         out.append(d)
     return out, [cr.samples for cr in result.cases]
 
@@ -197,7 +198,7 @@ class CheckReport:
 
 
 def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
-                  samples: list[Any]) -> dict[str, Any]:
+                  samples: list[BenchSample]) -> dict[str, Any]:
     """The current warm-up(s) and every measured repeat against the recorded output."""
     row: dict[str, Any] = {"case": f"{ref['input_len']}/{ref['output_len']}",
                            "prompt_sha256": cur["prompt_sha256"]}

@@ -6,6 +6,7 @@ Library use, on an engine that is already loaded::
 
     result = run_bench(engine, [BenchCase(512, 128)], warmup=1, repeats=3)
     doc = result.to_dict()  # JSON: prompt/output SHAs, token IDs, timings, fidelity
+    line = result.cases[0].samples[0]  # a BenchSample: line.output.token_ids, line.timing
     probes = run_probes(engine, default_probes(engine.tokenize))
 
 :func:`~abgate.bench.session.execute_bench` is the whole ``abgate bench`` command
@@ -35,13 +36,15 @@ from abgate.bench.run import (
     plan_bench,
     run_bench,
 )
+from abgate.bench.samples import BenchSample, read_bench_lines
 from abgate.bench.session import BenchConfig, BenchOutcome, execute_bench, prepare_bench
 
 __all__ = [
-    "BenchCase", "BenchConfig", "BenchOutcome", "BenchPlan", "BenchResult", "CaseResult",
+    "BenchCase", "BenchConfig", "BenchOutcome", "BenchPlan", "BenchResult", "BenchSample",
+    "CaseResult",
     "ModelBytes", "Probe", "ProbeResult", "arithmetic_probe", "context_length", "copy_probe",
     "default_probes", "evaluate", "execute_bench", "execute_plan", "fidelity",
     "fixed_length_prompt", "measure_peak_bandwidth", "model_bytes_for", "needle_probe",
-    "parse_input_lens", "plan_bench", "prepare_bench", "prompt_sha256", "roofline",
-    "run_bench", "run_probes",
+    "parse_input_lens", "plan_bench", "prepare_bench", "prompt_sha256", "read_bench_lines",
+    "roofline", "run_bench", "run_probes",
 ]

@@ -19,11 +19,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from abgate.engines.base import GenerationResult
 from abgate.metrics import RequestTiming
 
 FIDELITY_FIELDS = ("engine_prefill_tps", "engine_decode_tps", "engine_tpot_ms",
                    "prefill_ratio", "decode_ratio", "overhead_us_per_token")
+
+
+class Fidelity(BaseModel):
+    """One request's fidelity figures (a bench line's ``fidelity``): the
+    :data:`FIDELITY_FIELDS`, then ``counts_match``; every one None where unknown."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    engine_prefill_tps: float | None
+    engine_decode_tps: float | None
+    engine_tpot_ms: float | None
+    prefill_ratio: float | None
+    decode_ratio: float | None
+    overhead_us_per_token: float | None
+    counts_match: bool | None
+
+    def value(self, name: str) -> float | None:
+        """One of the :data:`FIDELITY_FIELDS` by name."""
+        figure: float | None = getattr(self, name)
+        return figure
 
 
 def _rate(tokens: Any, ms: Any) -> float | None:
@@ -36,7 +58,7 @@ def _div(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def fidelity(result: GenerationResult, timing: RequestTiming) -> dict[str, Any]:
+def fidelity(result: GenerationResult, timing: RequestTiming) -> Fidelity:
     """The engine's own rates, their ratio to abgate's, and the per-token overhead.
 
     Every figure is ``None`` where the engine gives no counters or the request did not
@@ -52,12 +74,12 @@ def fidelity(result: GenerationResult, timing: RequestTiming) -> dict[str, Any]:
     if "eval_tokens" in et and "prompt_eval_tokens" in et:
         counts_match = (int(et["eval_tokens"]) == max(result.output_tokens - 1, 0)
                         and int(et["prompt_eval_tokens"]) == result.prompt_tokens)
-    return {
-        "engine_prefill_tps": eng_prefill,
-        "engine_decode_tps": eng_decode,
-        "engine_tpot_ms": 1000.0 / eng_decode if eng_decode else None,
-        "prefill_ratio": _div(timing.prefill_tps, eng_prefill),
-        "decode_ratio": _div(timing.steady_decode_tps, eng_decode),
-        "overhead_us_per_token": overhead,
-        "counts_match": counts_match,
-    }
+    return Fidelity(
+        engine_prefill_tps=eng_prefill,
+        engine_decode_tps=eng_decode,
+        engine_tpot_ms=1000.0 / eng_decode if eng_decode else None,
+        prefill_ratio=_div(timing.prefill_tps, eng_prefill),
+        decode_ratio=_div(timing.steady_decode_tps, eng_decode),
+        overhead_us_per_token=overhead,
+        counts_match=counts_match,
+    )

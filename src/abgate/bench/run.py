@@ -12,7 +12,6 @@ requests in flight together, and the case also reports its throughput.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,13 +20,22 @@ from typing import Any
 from abgate.bench.fidelity import FIDELITY_FIELDS, fidelity
 from abgate.bench.prompt_file import prompt_ids
 from abgate.bench.prompts import fixed_length_prompt, prompt_sha256
+from abgate.bench.samples import (
+    BenchBatch,
+    BenchCaseRef,
+    BenchOutput,
+    BenchPrompt,
+    BenchSample,
+    text_sha256,
+)
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
 from abgate.runner.samples import ids_sha256
+from abgate.runner.sections import Distribution
 from abgate.runner.summary import SPEED_FIELDS
 
-OnSample = Callable[[dict[str, Any]], None]
+OnSample = Callable[[BenchSample], None]
 
 
 WHOLE_PROMPT = 0  # input_len of a --prompt-file case without --input-len: all its tokens
@@ -54,20 +62,20 @@ class CaseResult:
     case: BenchCase
     prompt_ids: list[int]
     prompt_sha256: str
-    samples: list[dict[str, Any]] = field(default_factory=list)
+    samples: list[BenchSample] = field(default_factory=list)
 
     @property
-    def measured(self) -> list[dict[str, Any]]:
-        return [s for s in self.samples if not s["warmup"]]
+    def measured(self) -> list[BenchSample]:
+        return [s for s in self.samples if not s.warmup]
 
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         d = {"input_len": self.case.input_len, "output_len": self.case.output_len,
              "prompt_tokens": len(self.prompt_ids), "prompt_sha256": self.prompt_sha256,
-             **reference(self.measured, [s for s in self.samples if s["warmup"]]),
+             **reference(self.measured, [s for s in self.samples if s.warmup]),
              "n_warmup": len(self.samples) - len(self.measured),
              **case_summary(self.measured)}
         if samples:
-            d["samples"] = self.samples
+            d["samples"] = [s.to_dict() for s in self.samples]
         return d
 
 
@@ -148,30 +156,27 @@ def bench_request(case_id: str, prompt_ids: Sequence[int], output_len: int,
     return GenerationRequest(id=case_id, params=params, prompt_token_ids=tuple(prompt_ids))
 
 
-def bench_sample(case: BenchCase, index: int, warmup: bool,
-                 result: GenerationResult) -> dict[str, Any]:
-    """The ``samples.jsonl`` line for one bench request."""
+def bench_sample(case: BenchCase, index: int, warmup: bool, result: GenerationResult, *,
+                 key: str | None = None, batch: BenchBatch | None = None) -> BenchSample:
+    """The ``samples.jsonl`` line for one bench request (``key``: ``LABEL#index``
+    unless given); ``batch``: the concurrent batch it ran in, if any."""
     timing = request_timing(result)
     times = result.token_times or []
     itl_ms = [g * 1000.0 for g in inter_token_latencies(times)]
-    return {
-        "kind": "bench",
-        "key": f"{case.label}#{index}",
-        "case": {"input_len": case.input_len, "output_len": case.output_len},
-        "index": index,
-        "warmup": warmup,
-        "finished_at": time.time(),
-        "prompt": {"tokens": result.prompt_tokens, "sha256": ids_sha256(result.prompt_token_ids)},
-        "output": {"tokens": result.output_tokens, "token_ids": result.output_token_ids,
-                   "sha256": ids_sha256(result.output_token_ids), "text": result.text},
-        "finish_reason": result.finish_reason,
-        "error": result.error,
-        "timing": timing.to_dict(),
-        "itl_ms": distribution(itl_ms),
-        "token_times_ms": [round((t - result.t_submit) * 1000.0, 4) for t in times] or None,
-        "engine_timings": dict(result.engine_timings),
-        "fidelity": fidelity(result, timing),
-    }
+    sample = BenchSample(
+        key=key or f"{case.label}#{index}",
+        case=BenchCaseRef(input_len=case.input_len, output_len=case.output_len),
+        index=index, warmup=warmup, finished_at=time.time(),
+        prompt=BenchPrompt(tokens=result.prompt_tokens,
+                           sha256=ids_sha256(result.prompt_token_ids)),
+        output=BenchOutput(tokens=result.output_tokens, token_ids=result.output_token_ids,
+                           sha256=ids_sha256(result.output_token_ids), text=result.text),
+        finish_reason=result.finish_reason, error=result.error, timing=timing,
+        itl_ms=Distribution.model_validate(distribution(itl_ms)),
+        token_times_ms=[round((t - result.t_submit) * 1000.0, 4) for t in times] or None,
+        engine_timings=dict(result.engine_timings), fidelity=fidelity(result, timing))
+    # (a line without a batch has no "batch" key, as before batches existed)
+    return sample if batch is None else sample.model_copy(update={"batch": batch})
 
 
 def _check_result(case: BenchCase, result: GenerationResult) -> None:
@@ -244,9 +249,7 @@ def execute_plan(engine: Engine, plan: BenchPlan, *, warmup: int = 1, repeats: i
                                                      seed) for rid in ids])
             batch = batch_facts(i, results) if concurrency > 1 else None
             for rid, result in zip(ids, results, strict=True):
-                sample = bench_sample(cr.case, i, i < warmup, result)
-                if batch is not None:
-                    sample["key"], sample["batch"] = rid, batch
+                sample = bench_sample(cr.case, i, i < warmup, result, key=rid, batch=batch)
                 cr.samples.append(sample)
                 if on_sample is not None:
                     on_sample(sample)
@@ -255,14 +258,14 @@ def execute_plan(engine: Engine, plan: BenchPlan, *, warmup: int = 1, repeats: i
     return BenchResult(plan.cases, plan.n_ctx, warmup, repeats, plan.prompt_seed)
 
 
-def batch_facts(index: int, results: Sequence[GenerationResult]) -> dict[str, Any]:
+def batch_facts(index: int, results: Sequence[GenerationResult]) -> BenchBatch:
     """One concurrent batch: its size, wall time (first submit to last token) and the
     output tokens of all its requests."""
     last = [r.t_last_token for r in results if r.t_last_token is not None]
     wall = max(last) - min(r.t_submit for r in results) if last else None
     tokens = sum(r.output_tokens for r in results)
-    return {"index": index, "size": len(results), "wall_s": wall, "output_tokens": tokens,
-            "output_tps": tokens / wall if wall else None}
+    return BenchBatch(index=index, size=len(results), wall_s=wall, output_tokens=tokens,
+                      output_tps=tokens / wall if wall else None)
 
 
 def run_bench(engine: Engine, cases: Sequence[BenchCase], *, warmup: int = 1,
@@ -276,45 +279,40 @@ def run_bench(engine: Engine, cases: Sequence[BenchCase], *, warmup: int = 1,
                         on_sample=on_sample)
 
 
-def reference(measured: Sequence[dict[str, Any]],
-              warmups: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def reference(measured: Sequence[BenchSample],
+              warmups: Sequence[BenchSample] = ()) -> dict[str, Any]:
     """Greedy reference capture: the output token IDs and SHA of the first measured
-    request, whether every measured repeat produced the same tokens, and whether the
-    warm-ups did too (None without warm-ups)."""
-    shas = [_output_sha(s) for s in measured]
-    first = measured[0]["output"] if measured else {"token_ids": None, "sha256": None}
-    warm = [_output_sha(s) for s in warmups]
-    return {"output_token_ids": first["token_ids"], "output_sha256": first["sha256"],
-            "output_text": first.get("text"), "output_text_sha256": _text_sha(first.get("text")),
+    request, whether every measured repeat produced the same tokens (by token IDs, else
+    by text: some servers return no output token IDs), and whether the warm-ups did too
+    (None without warm-ups)."""
+    shas = [s.output_sha() for s in measured]
+    first = measured[0].output if measured else None
+    ids, sha, text = (None, None, None) if first is None else (
+        first.token_ids, first.sha256, first.text)
+    warm = [s.output_sha() for s in warmups]
+    return {"output_token_ids": ids, "output_sha256": sha,
+            "output_text": text, "output_text_sha256": text_sha256(text),
             "outputs_identical": len(set(shas)) <= 1,
             "warmup_identical": all(w == shas[0] for w in warm) if warm and shas else None}
 
 
-def _output_sha(sample: dict[str, Any]) -> str | None:
-    return sample["output"]["sha256"] or _text_sha(sample["output"].get("text"))
-
-
-def _text_sha(text: str | None) -> str | None:
-    """Engines that return no output token IDs (some servers) are compared by text."""
-    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def case_summary(measured: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def case_summary(measured: Sequence[BenchSample]) -> dict[str, Any]:
     """Request-weighted distributions over the measured (non-warm-up) requests; ITL is
     pooled over all their token gaps (token-weighted)."""
     itl: list[float] = []
     for s in measured:
-        times = s.get("token_times_ms") or []
+        times = s.token_times_ms or []
         itl.extend(b - a for a, b in zip(times, times[1:], strict=False))
-    batches = {s["batch"]["index"]: s["batch"] for s in measured if s.get("batch")}
+    batches = {s.batch.index: s.batch for s in measured if s.batch is not None}
     return {
         "n": len(measured),
-        "concurrency": max((b["size"] for b in batches.values()), default=1),
-        "throughput_tps": distribution([b["output_tps"] for b in batches.values()
-                                        if b["output_tps"] is not None]) if batches else None,
-        "speed": {f: distribution([s["timing"][f] for s in measured]) for f in SPEED_FIELDS},
+        "concurrency": max((b.size for b in batches.values()), default=1),
+        "throughput_tps": distribution([b.output_tps for b in batches.values()
+                                        if b.output_tps is not None]) if batches else None,
+        "speed": {f: distribution([getattr(s.timing, f) for s in measured])
+                  for f in SPEED_FIELDS},
         "itl_ms": distribution(itl),
-        "fidelity": {f: distribution([s["fidelity"][f] for s in measured])
-                   for f in FIDELITY_FIELDS},
-        "counts_match": all(s["fidelity"]["counts_match"] is not False for s in measured),
+        "fidelity": {f: distribution([s.fidelity.value(f) for s in measured])
+                     for f in FIDELITY_FIELDS},
+        "counts_match": all(s.fidelity.counts_match is not False for s in measured),
     }

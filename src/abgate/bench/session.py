@@ -51,6 +51,7 @@ from abgate.bench.run import (
     execute_plan,
     plan_bench,
 )
+from abgate.bench.samples import BenchSample
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
@@ -274,7 +275,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
     with tracked(out, "bench", finish), session.env(), \
             rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
 
-        def record(sample: dict[str, Any] | ProbeLine) -> None:
+        def record(sample: BenchSample | ProbeLine) -> None:
             writer.append(sample)
             if progress is not None:
                 progress.on_sample(sample)

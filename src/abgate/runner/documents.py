@@ -331,7 +331,9 @@ DOCUMENT_FILES: dict[str, tuple[type[Document] | type[Result], ...]] = {
     "probes.json": (ProbesDocument,), "bench.json": (AbBenchDocument,),
     "comparison.json": (ComparisonDoc,)}  # typed in compare/results.py
 LINE_FILES = {  # JSON Lines, appended line by line
-    "samples.jsonl": "runner.records.SampleWriter; each line a runner.samples.Sample",
+    "samples.jsonl": "runner.records.SampleWriter; each line a runner.samples.Sample (a "
+                     "bench's: a bench.samples.BenchSample or bench.probes.ProbeLine, read "
+                     "by bench.samples.read_bench_lines)",
     "agreement.jsonl": "ab.evidence, one compare.agreement_rows.AgreementRow per scored "
                        "sequence (read by ab.analyze.read_agreement)",
     "decisions.jsonl": "ab.decision: one DecisionRecord per line",

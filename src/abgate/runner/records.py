@@ -151,8 +151,8 @@ def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[
 
 class SampleWriter:
     """Appends one JSON line per finished sample, fsynced before returning: a model (a
-    ``runner.samples.Sample``) is written as its ``model_dump(mode="json")``; other line
-    files (a bench's samples, agreement rows) give their JSON objects."""
+    ``runner.samples.Sample``, a bench's ``BenchSample`` or ``ProbeLine``, an agreement
+    row) is written as its ``model_dump(mode="json")``; a JSON object as it is."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

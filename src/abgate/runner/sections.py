@@ -200,13 +200,16 @@ class ArmDifferences(Section):
 
 
 class Distribution(Section):
-    """``abgate.metrics.distribution``: n, and the statistics of the defined values."""
+    """``abgate.metrics.distribution``: n, and the statistics of the defined values
+    (in the order it writes them)."""
 
     n: int = 0
     mean: float | None = None
     median: float | None = None
     p10: float | None = None
     p90: float | None = None
+    min: float | None = None
+    max: float | None = None
     cv: float | None = None
 
 
