@@ -25,7 +25,7 @@ from typing import Any
 
 import psutil
 
-from abgate.engines.shared.process_roles import process_role
+from abgate.engines.shared.process_roles import HELPER, process_role
 from abgate.host import NvmlUnavailable, nvml
 from abgate.redact import redact_text
 
@@ -88,9 +88,7 @@ class ProcessTracker:
         if self.pgid is not None or self.marker is not None:
             found += [p for p in psutil.process_iter() if self._ours(p)]
         for p in found:
-            with contextlib.suppress(psutil.Error):
-                if p.pid not in self.seen:
-                    self.seen[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200])
+            note_process(self.seen, p)
 
     def processes(self) -> list[dict[str, Any]]:
         """Every process seen, per pid: its command, role and rank, and whether it has
@@ -208,10 +206,28 @@ def new_children(before: set[int], seen: dict[int, tuple[float, str]]) -> None:
     that is not in ``before``: an engine's workers, noted while they live so that the
     cleanup check knows them even after they exited or were re-parented."""
     for p in psutil.Process().children(recursive=True):
-        if p.pid in before or p.pid in seen:
-            continue
-        with contextlib.suppress(psutil.Error):
-            seen[p.pid] = (p.create_time(), " ".join(p.cmdline())[:200] or p.name())
+        if p.pid not in before:
+            note_process(seen, p)
+
+
+def note_process(seen: dict[int, tuple[float, str]], p: psutil.Process) -> None:
+    """Note ``p`` in ``seen`` (pid -> start time, command). A process seen before keeps
+    its first command unless it has since taken a title (vLLM and SGLang set theirs with
+    ``setproctitle`` after they start: ``VLLM::EngineCore``, ``VLLM::Worker_TP1``), so
+    the evidence names what it became, with its role and rank."""
+    with contextlib.suppress(psutil.Error):
+        created = p.create_time()
+        old = seen.get(p.pid)
+        if old is not None and old[0] == created and titled(old[1]):
+            return
+        cmd = " ".join(p.cmdline())[:200] or p.name()
+        if old is None or old[0] != created or titled(cmd):
+            seen[p.pid] = (created, cmd)
+
+
+def titled(cmd: str) -> bool:
+    """Whether a command line starts with an engine's process title (a role, a rank)."""
+    return process_role("", cmd.split(" ")[:1])[0] not in ("process", HELPER)
 
 
 def _seen_processes(seen: Mapping[int, tuple[float, str]]) -> list[psutil.Process]:
