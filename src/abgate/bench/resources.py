@@ -14,6 +14,7 @@ import contextlib
 import os
 import resource
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,11 @@ def peak_rss_bytes(pid: int) -> int | None:
     return None
 
 
-def gpu_memory(pid: int) -> list[dict[str, Any]]:
-    """Per NVIDIA GPU: memory used in total and by ``pid``, through NVML; ``[]`` where
-    NVML or GPUs are absent."""
+def gpu_memory(pids: Collection[int]) -> list[dict[str, Any]]:
+    """Per NVIDIA GPU: memory used in total and by the engine's processes ``pids`` (a
+    served vLLM holds its GPU memory in its EngineCore and workers, not in the leader),
+    through NVML; ``[]`` where NVML or GPUs are absent."""
+    wanted = set(pids)
     try:
         with nvml() as (nv, handles):
             out = []
@@ -47,7 +50,7 @@ def gpu_memory(pid: int) -> list[dict[str, Any]]:
                 mem = nv.nvmlDeviceGetMemoryInfo(h)
                 try:
                     procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
-                    mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid == pid)
+                    mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in wanted)
                 except Exception:  # not supported on every driver / inside containers
                     mine = None
                 out.append({"index": i, "name": nv.nvmlDeviceGetName(h),
@@ -67,4 +70,10 @@ def engine_resources(processes: list[int]) -> dict[str, Any]:
     with contextlib.suppress(psutil.Error):
         rss = psutil.Process(pid).memory_info().rss
     return {"pid": pid, "in_process": pid == os.getpid(), "peak_rss_bytes": peak_rss_bytes(pid),
-            "rss_bytes": rss, "gpus": gpu_memory(pid)}
+            "rss_bytes": rss, "gpus": gpu_memory(processes)}
+
+
+def holds_gpu_memory(resources: dict[str, Any]) -> bool:
+    """Whether NVML saw the engine's processes holding memory on a GPU (a launched
+    `vllm serve`, say): its roofline needs the GPU's bandwidth, not this host's CPU's."""
+    return any(g.get("process_memory_used") for g in resources.get("gpus") or [])

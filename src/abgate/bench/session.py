@@ -34,7 +34,7 @@ from abgate.bench.probes import (
     default_probes,
     run_probes,
 )
-from abgate.bench.resources import engine_resources
+from abgate.bench.resources import engine_resources, holds_gpu_memory
 from abgate.bench.roofline import (
     ModelBytes,
     measure_gpu_bandwidth,
@@ -289,13 +289,20 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
         parts["resources"] = engine_resources(session.processes)
 
 
-def peak_bandwidth(c: BenchConfig, engine: dict[str, Any]) -> dict[str, Any]:
-    """The declared peak, else a probe of the memory the engine decodes from (the GPU's
-    for an engine on a GPU, never the CPU's)."""
+def peak_bandwidth(c: BenchConfig, engine: dict[str, Any],
+                   resources: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The declared peak, else a probe of the memory the engine decodes from: the GPU's
+    for an engine on a GPU (in-process, or a launched server whose processes NVML saw
+    holding GPU memory), this host's CPU's for an engine running here on the CPU, and
+    none for a remote endpoint, whose hardware this host cannot see."""
     if c.peak_bw_gbps is not None:
         return {"gbps": c.peak_bw_gbps, "source": "declared (--peak-bw)"}
-    if runs_on_gpu(engine):
+    res = resources or {}
+    if runs_on_gpu(engine) or holds_gpu_memory(res):
         return measure_gpu_bandwidth()
+    if res and res.get("pid") is None:
+        return {"gbps": None, "source": "unknown: a remote engine's memory is not on this "
+                                        "host (declare it with --peak-bw)"}
     return measure_peak_bandwidth(c.bw_probe_mib)
 
 
@@ -317,7 +324,7 @@ def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
     if doc.status == "complete":
         engine = doc.engine.to_dict() if doc.engine is not None else {}
         mb = model_bytes_for(engine, c.weights_bytes)
-        bandwidth = peak_bandwidth(c, engine)
+        bandwidth = peak_bandwidth(c, engine, resources)
         for case in cases:
             case["roofline"] = case_roofline(case, mb, bandwidth.get("gbps"))
     return BenchSummary.new(

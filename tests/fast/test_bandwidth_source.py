@@ -1,0 +1,53 @@
+"""Which memory a bench's roofline is measured against: the GPU's for an engine whose
+processes hold GPU memory (a launched `vllm serve`), this host's CPU's for an engine that
+runs here on the CPU, none for a remote endpoint; a declared ``--peak-bw`` wins."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from abgate.bench import session
+from abgate.bench.resources import engine_resources, holds_gpu_memory
+
+SERVED = {"name": "openai", "effective_config": {"server_kind": "vllm"}}
+
+
+def _probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    ran: list[str] = []
+    monkeypatch.setattr(session, "measure_gpu_bandwidth",
+                        lambda: ran.append("gpu") or {"gbps": 4000.0, "source": "gpu probe"})
+    monkeypatch.setattr(session, "measure_peak_bandwidth",
+                        lambda *a: ran.append("cpu") or {"gbps": 50.0, "source": "cpu probe"})
+    return ran
+
+
+def _gpus(used: int | None) -> list[dict[str, Any]]:
+    return [{"index": 0, "name": "GPU", "memory_used": 1, "memory_total": 2,
+             "process_memory_used": used}]
+
+
+def test_a_launched_server_on_a_gpu_gets_the_gpu_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _probes(monkeypatch)
+    res = {"pid": 4321, "in_process": False, "gpus": _gpus(15 << 30)}
+    assert holds_gpu_memory(res)
+    assert session.peak_bandwidth(session.BenchConfig(), SERVED, res)["gbps"] == 4000.0
+    assert ran == ["gpu"]
+
+
+def test_a_local_server_on_the_cpu_gets_the_cpu_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _probes(monkeypatch)
+    for gpus in ([], _gpus(0), _gpus(None)):  # no NVML; a GPU the server does not use
+        res = {"pid": 4321, "in_process": False, "gpus": gpus}
+        assert session.peak_bandwidth(session.BenchConfig(), SERVED, res)["gbps"] == 50.0
+    assert ran == ["cpu"] * 3
+
+
+def test_a_remote_endpoint_gets_no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _probes(monkeypatch)
+    got = session.peak_bandwidth(session.BenchConfig(), SERVED, engine_resources([]))
+    assert got["gbps"] is None and "--peak-bw" in got["source"] and ran == []
+    declared = session.peak_bandwidth(session.BenchConfig(peak_bw_gbps=4800.0), SERVED,
+                                      engine_resources([]))
+    assert declared == {"gbps": 4800.0, "source": "declared (--peak-bw)"} and ran == []
