@@ -17,7 +17,9 @@ SERVED = {"name": "openai", "effective_config": {"server_kind": "vllm"}}
 def _probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ran: list[str] = []
     monkeypatch.setattr(session, "measure_gpu_bandwidth",
-                        lambda: ran.append("gpu") or {"gbps": 4000.0, "source": "gpu probe"})
+                        lambda: ran.append("gpu") or {"gbps": 4100.0, "source": "gpu probe"})
+    monkeypatch.setattr(session, "measure_gpu_bandwidth_in_child",
+                        lambda: ran.append("gpu child") or {"gbps": 4000.0, "source": "gpu"})
     monkeypatch.setattr(session, "measure_peak_bandwidth",
                         lambda *a: ran.append("cpu") or {"gbps": 50.0, "source": "cpu probe"})
     return ran
@@ -33,7 +35,10 @@ def test_a_launched_server_on_a_gpu_gets_the_gpu_probe(monkeypatch: pytest.Monke
     res = {"pid": 4321, "in_process": False, "gpus": _gpus(15 << 30)}
     assert holds_gpu_memory(res)
     assert session.peak_bandwidth(session.BenchConfig(), SERVED, res)["gbps"] == 4000.0
-    assert ran == ["gpu"]
+    assert ran == ["gpu child"]  # abgate's own process opens no CUDA context for a server
+    vllm = {"name": "vllm", "effective_config": {}}  # in this process: probed here
+    assert session.peak_bandwidth(session.BenchConfig(), vllm, res)["gbps"] == 4100.0
+    assert ran == ["gpu child", "gpu"]
 
 
 def test_a_local_server_on_the_cpu_gets_the_cpu_probe(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,3 +56,13 @@ def test_a_remote_endpoint_gets_no_probe(monkeypatch: pytest.MonkeyPatch) -> Non
     declared = session.peak_bandwidth(session.BenchConfig(peak_bw_gbps=4800.0), SERVED,
                                       engine_resources([]))
     assert declared == {"gbps": 4800.0, "source": "declared (--peak-bw)"} and ran == []
+
+
+def test_the_child_probe_reports_a_figure_or_why_not() -> None:
+    """Runs the real child process: on a host without CUDA it says so in one line."""
+    from abgate.bench.roofline import measure_gpu_bandwidth_in_child
+
+    got = measure_gpu_bandwidth_in_child(timeout_s=120)
+    assert got["gbps"] is None or got["gbps"] > 0
+    if got["gbps"] is None:
+        assert got["source"].startswith("unknown")

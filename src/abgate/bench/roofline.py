@@ -26,7 +26,10 @@ CPU's figure.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -177,6 +180,27 @@ def measure_gpu_bandwidth(size_mib: int = 1024, repeats: int = 20) -> dict[str, 
     return {"gbps": 2 * (size_mib << 20) * repeats / seconds / 1e9,
             "source": "probe estimate (GPU)", "method": "torch device-to-device copy",
             "device": name, "size_mib": size_mib, "repeats": repeats}
+
+
+_PROBE_CHILD = ("import json; from abgate.bench.roofline import measure_gpu_bandwidth; "
+                "print(json.dumps(measure_gpu_bandwidth()))")
+
+
+def measure_gpu_bandwidth_in_child(timeout_s: float = 180.0) -> dict[str, Any]:
+    """:func:`measure_gpu_bandwidth` in a child process, for an engine that is not in
+    this one (a launched server): abgate's own process then never opens a CUDA context,
+    which would hold GPU memory past the server's exit and fail its cleanup check
+    (seen on an H200: 552 MB left in abgate's process, ``returned: false``)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE_CHILD], capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return {"gbps": None, "source": f"unknown: the GPU probe's process failed: "
+                                        f"{type(exc).__name__}: {exc}"[:300]}
+    if not isinstance(got, dict):
+        return {"gbps": None, "source": "unknown: the GPU probe's process printed no figure"}
+    return {**got, "process": "a child process (abgate itself opens no CUDA context)"}
 
 
 def runs_on_gpu(describe: dict[str, Any]) -> bool:

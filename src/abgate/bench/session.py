@@ -38,6 +38,7 @@ from abgate.bench.resources import engine_resources, holds_gpu_memory
 from abgate.bench.roofline import (
     ModelBytes,
     measure_gpu_bandwidth,
+    measure_gpu_bandwidth_in_child,
     measure_peak_bandwidth,
     model_bytes_for,
     roofline,
@@ -298,8 +299,10 @@ def peak_bandwidth(c: BenchConfig, engine: dict[str, Any],
     if c.peak_bw_gbps is not None:
         return {"gbps": c.peak_bw_gbps, "source": "declared (--peak-bw)"}
     res = resources or {}
-    if runs_on_gpu(engine) or holds_gpu_memory(res):
+    if runs_on_gpu(engine):
         return measure_gpu_bandwidth()
+    if holds_gpu_memory(res):  # a launched server on a GPU: probe it from a child process
+        return measure_gpu_bandwidth_in_child()
     if res and res.get("pid") is None:
         return {"gbps": None, "source": "unknown: a remote engine's memory is not on this "
                                         "host (declare it with --peak-bw)"}
