@@ -431,9 +431,12 @@ class OpenAIEngine(Engine):
         return body
 
     async def _check_alive(self, ep: EndpointStats, exc: st.RequestFailed, last: bool) -> None:
-        """Raise :class:`ServerGone` when the failure is the server's, not the request's."""
+        """Raise :class:`ServerGone` when the failure is the server's, not the request's.
+        A launched server that answered with an HTTP error status is alive and only
+        polled; any other failure (refused, cut off) gives it a second to finish dying."""
         if self.server is not None:
-            if await asyncio.to_thread(self.server.died_within, 1.0):
+            grace = 0.0 if exc.answered else 1.0
+            if await asyncio.to_thread(self.server.died_within, grace):
                 raise ServerGone(f"the launched server exited with code "
                                  f"{self.server.proc.returncode} during the run (log: "
                                  f"{self.server.log_path}); last lines: "

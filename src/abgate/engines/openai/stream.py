@@ -112,12 +112,15 @@ def request_body(req: GenerationRequest, api: str, model: str,
 
 class RequestFailed(Exception):
     """One attempt failed. ``transient``: worth retrying; ``started``: output had
-    arrived (never retried); ``connect``: the server could not be reached at all."""
+    arrived (never retried); ``connect``: the server could not be reached at all;
+    ``answered``: the server replied with an HTTP error status (so it is alive)."""
 
     def __init__(self, message: str, *, transient: bool = False, started: bool = False,
-                 connect: bool = False, retry_after: float | None = None) -> None:
+                 connect: bool = False, retry_after: float | None = None,
+                 answered: bool = False) -> None:
         super().__init__(message)
         self.transient, self.started, self.connect = transient, started, connect
+        self.answered = answered
         self.retry_after = retry_after  # seconds the server asked to wait (Retry-After)
 
 
@@ -202,7 +205,7 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                 said = "" if wait is None else f" (Retry-After {wait:g} s)"
                 raise RequestFailed(f"HTTP {resp.status_code}{said}: {detail.strip()}",
                                     transient=resp.status_code in TRANSIENT_STATUS,
-                                    retry_after=wait)
+                                    retry_after=wait, answered=True)
             lines = resp.aiter_lines()
             async for line in lines:
                 now = time.perf_counter()
