@@ -56,19 +56,9 @@ class Probe:
         return bool(numbers) and numbers[-1].replace(",", "") == self.expected
 
 
-class ProbeResult(ProbeRecord):
-    """One probe's result as :func:`evaluate` makes it: a :class:`~abgate.runner.
-    bench_sections.ProbeRecord` (what a record holds) with every field given."""
-
-    natural_eos: bool
-    correct: bool
-    reason: str
-    finish_reason: str
-    prompt_tokens: int
-    output_tokens: int
-    expected: str
-    output_text: str
-    params: dict[str, Any]
+# One probe's result as :func:`evaluate` makes it (every field given) and as a bench
+# summary and a baseline record hold it.
+ProbeResult = ProbeRecord
 
 
 class ProbeLine(BaseModel):
