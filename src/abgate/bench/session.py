@@ -260,17 +260,25 @@ def _run_claimed(p: PreparedBench, out: Path, session: EngineSession, plan: Benc
     _measure(p, session, plan, probes, out, doc, summary, progress)
 
 
+@dataclass
+class _Measured:
+    """What a bench has measured so far (its summary is built from it on every way out)."""
+
+    result: BenchResult | None = None
+    probes: list[ProbeResult] = field(default_factory=list)
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
 def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
              probes: Sequence[Probe], out: Path, doc: BenchRecord,
              summary: list[BenchSummary], progress: Reporter | None) -> None:
     c, engine = p.config, session.engine
-    parts: dict[str, Any] = {"result": None, "probes": [], "resources": {}}
+    parts = _Measured()
 
     def finish(status: Status) -> None:
         doc.status, doc.error = status.value, status.error  # type: ignore[assignment]
         doc.ended_at = time.time()
-        made = build_summary(p, doc, plan, parts["result"], parts["probes"],
-                             parts["resources"])
+        made = build_summary(p, doc, plan, parts.result, parts.probes, parts.resources)
         write_record(out / rec.SUMMARY_FILE, made)
         summary.append(made)
         write_record(out / rec.RUN_FILE, doc)
@@ -284,12 +292,12 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
                 progress.on_sample(sample)
             check_interrupted()
 
-        parts["result"] = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
-                                       on_sample=record,
-                                       concurrency=int(c.engine_options.get("concurrency", 1)))
+        parts.result = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
+                                    on_sample=record,
+                                    concurrency=int(c.engine_options.get("concurrency", 1)))
         if probes:
-            parts["probes"] = run_probes(engine, probes, plan.n_ctx, record)
-        parts["resources"] = engine_resources(session.processes)
+            parts.probes = run_probes(engine, probes, plan.n_ctx, record)
+        parts.resources = engine_resources(session.processes)
 
 
 def peak_bandwidth(c: BenchConfig, engine: dict[str, Any],
