@@ -7,6 +7,7 @@ some fields existed) read and write back with the keys they had."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -164,3 +165,20 @@ def test_a_damaged_case_is_one_error_naming_the_field(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=r"summary\.json: cases\.0\.speed\.steady_decode_tps"):
         read_document(path, BenchSummary)
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    ("cases.0.input_len", "32"), ("cases.0.input_len", True), ("cases.0.prompt_ids", None),
+    ("probes.0.passed", "yes")])
+def test_what_a_baseline_check_relies_on_is_checked_strictly(
+        tmp_path: Path, where: str, value: object) -> None:
+    """A baseline's lengths, prompt and probe outcomes keep the types the check relies
+    on (a string or a boolean for a length is refused, not coerced)."""
+    made = record_baseline(_config(probes=True), tmp_path / "bl")
+    doc = made.to_dict()
+    part, index, key = where.split(".")
+    doc[part][int(index)][key] = value
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=re.escape(f"damaged.json: {where}: ")):
+        read_record(path, "baseline", model=BaselineRecord)

@@ -137,7 +137,8 @@ def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:
         raise UsageError(f"{path}: status {doc.status!r}, not 'complete': "
                          f"{doc.error or 'an incomplete baseline'}; record it again")
     c = config_from_record(doc, str(path))
-    names = tuple(probe.name for probe in doc.probes)  # (the cases' types: read_record)
+    # (the cases' and probes' fields are checked by read_record, against their models)
+    names = tuple(probe.name for probe in doc.probes)
     if names != (DEFAULT_PROBE_NAMES if c.probes else ()):  # checked before the re-run
         raise UsageError(f"{path}: not a readable baseline (ValueError: " + (
             f"probes are {list(names)}, not the {len(DEFAULT_PROBE_NAMES)} abgate records"

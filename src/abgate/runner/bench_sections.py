@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, StrictBool, StrictInt, StrictStr
 
 from abgate.runner.sections import Distribution, Number, Section
 
@@ -75,8 +75,8 @@ class CaseFigures(Part):
     request's output), whether the repeats (and warm-ups) reproduced it, and the
     distributions over the measured requests."""
 
-    input_len: int
-    output_len: int
+    input_len: StrictInt  # (strict: a baseline check re-runs these lengths)
+    output_len: StrictInt
     prompt_tokens: int | None = None
     prompt_sha256: str
     output_token_ids: list[int] | None = None
@@ -164,8 +164,8 @@ class BaselineCase(CaseFigures):
 class ProbeRecord(Part):
     """One health probe's result (``bench.probes.ProbeResult``)."""
 
-    name: str
-    passed: bool
+    name: StrictStr  # (strict: a baseline check compares probes by these)
+    passed: StrictBool
     natural_eos: bool | None = None
     correct: bool | None = None
     reason: str | None = None
