@@ -32,31 +32,35 @@ def test_a_warmup_that_diverges_is_caught_and_named() -> None:
     ref = [5, 6, 7, 8]
     found = agreement(ref, None, [sample(0, True, [5, 6, 9, 8]), sample(1, False, ref),
                                   sample(2, False, ref), sample(3, False, ref)])
-    assert not found["all_match"]
-    assert (found["measured_match"], found["measured"]) == (3, 3)
-    assert (found["warmup_match"], found["warmup"]) == (0, 1)
-    assert found["summary"] == "3/3 repeats match, the warm-up differs"
-    assert found["first_divergence"] == {"request": "warm-up 1", "position": 2, "unit": "token",
-                                         "reference_token": 7, "current_token": 9}
+    assert not found.all_match
+    assert (found.measured_match, found.measured) == (3, 3)
+    assert (found.warmup_match, found.warmup) == (0, 1)
+    assert found.summary == "3/3 repeats match, the warm-up differs"
+    assert found.first_divergence is not None
+    assert found.first_divergence.to_dict() == {
+        "request": "warm-up 1", "position": 2, "unit": "token", "reference_token": 7,
+        "current_token": 9}
 
 
 def test_every_repeat_is_compared_not_only_the_first() -> None:
     ref = [1, 2, 3]
     found = agreement(ref, None, [sample(0, False, ref), sample(1, False, ref),
                                   sample(2, False, [1, 2])])
-    assert found["summary"] == "2/3 repeats match (no warm-up)"
-    assert found["first_divergence"]["request"] == "repeat 3"
-    assert found["first_divergence"]["position"] == 2  # shorter: at its length
+    assert found.summary == "2/3 repeats match (no warm-up)"
+    assert found.first_divergence is not None
+    assert found.first_divergence.request == "repeat 3"
+    assert found.first_divergence.position == 2  # shorter: at its length
     ok = agreement(ref, None, [sample(0, True, ref), sample(1, False, ref)])
-    assert ok["all_match"] and ok["summary"] == "1/1 repeat and the warm-up match"
+    assert ok.all_match and ok.summary == "1/1 repeat and the warm-up match"
 
 
 def test_text_is_compared_where_an_engine_gives_no_token_ids() -> None:
     found = agreement(None, "abcd", [sample(0, False, None, "abcd"),
                                      sample(1, False, None, "abXd")])
-    assert found["first_divergence"] == {"request": "repeat 2", "position": 2,
-                                         "unit": "character", "reference_token": None,
-                                         "current_token": None}
+    assert found.first_divergence is not None
+    assert found.first_divergence.to_dict() == {
+        "request": "repeat 2", "position": 2, "unit": "character", "reference_token": None,
+        "current_token": None}
     assert first_divergence([1, 2], [1, 2]) is None
 
 

@@ -124,11 +124,11 @@ def test_model_bytes_from_gguf(model_path: str) -> None:
 def test_roofline_math() -> None:
     mb = ModelBytes(100_000_000, "declared", kv_bytes_per_position=1000.0)
     r = roofline(mb, 50.0, 2000.0, 10.0)
-    assert r["kv_bytes_per_token"] == 2_000_000
-    assert r["achieved_gbps_weights"] == pytest.approx(5.0)
-    assert r["achieved_gbps"] == pytest.approx(5.1)
-    assert r["fraction_of_peak"] == pytest.approx(0.51)
-    assert roofline(ModelBytes(None, "unknown"), 50.0, 10.0, 10.0)["achieved_gbps"] is None
+    assert r.kv_bytes_per_token == 2_000_000
+    assert r.achieved_gbps_weights == pytest.approx(5.0)
+    assert r.achieved_gbps == pytest.approx(5.1)
+    assert r.fraction_of_peak == pytest.approx(0.51)
+    assert roofline(ModelBytes(None, "unknown"), 50.0, 10.0, 10.0).achieved_gbps is None
 
 
 def test_bandwidth_probe_is_quick_and_positive() -> None:

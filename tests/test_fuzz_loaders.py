@@ -202,7 +202,7 @@ def test_baseline_json(data: st.DataObject, tmp_path: Path) -> None:
 def test_baseline_json_as_recorded_reads(tmp_path: Path) -> None:
     path = fresh(tmp_path, "baseline.json", json.dumps(BASELINE).encode())
     doc, config = read_baseline(path)
-    assert config.input_lens == (32,) and doc.cases[0]["input_len"] == 32
+    assert config.input_lens == (32,) and doc.cases[0].input_len == 32
 
 
 # -- engine-arg strings --------------------------------------------------------------

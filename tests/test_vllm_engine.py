@@ -439,6 +439,7 @@ def test_bench_at_concurrency_runs_batches_and_reports_throughput(
         fake_vllm: types.ModuleType) -> None:
     from abgate.bench.run import BenchCase, execute_plan, plan_bench
     from abgate.bench.samples import BenchSample
+    from abgate.runner.bench_sections import CaseFigures
 
     engine = ve.load("some/model", {}, {"concurrency": 3})
     plan = plan_bench(engine, [BenchCase(12, 4)])
@@ -448,11 +449,11 @@ def test_bench_at_concurrency_runs_batches_and_reports_throughput(
     assert len(seen) == 9 and engine._llm.llm_engine.max_live == 3  # type: ignore[union-attr]
     assert all(s.batch is not None and s.batch.size == 3 and s.batch.output_tokens == 12
                for s in seen)
-    case = result.cases[0].to_dict(samples=False)
-    assert case["n"] == 6 and case["concurrency"] == 3
-    assert case["throughput_tps"]["n"] == 2 and case["throughput_tps"]["median"] > 0
+    case = result.cases[0].figures(CaseFigures)
+    assert case.n == 6 and case.concurrency == 3 and case.throughput_tps is not None
+    assert case.throughput_tps.n == 2 and (case.throughput_tps.median or 0) > 0
     one = execute_plan(engine, plan_bench(engine, [BenchCase(12, 4)]), warmup=0, repeats=1)
     alone = one.cases[0].samples[0]
     assert alone.key == "12/4#0" and alone.batch is None and "batch" not in alone.to_dict()
-    assert one.cases[0].to_dict(samples=False)["throughput_tps"] is None
+    assert one.cases[0].figures(CaseFigures).throughput_tps is None
     engine.close()

@@ -41,7 +41,7 @@ def test_baseline_holds_on_the_same_build_and_catches_changes(tmp_path: Path) ->
     rec = cli("baseline", "record", "--engine", "fake", "--input-len", "64", "--output-len",
               "16", "--no-probes", "-o", str(base))
     assert rec.returncode == 0, rec.stderr
-    assert read_record(base / "baseline.json", "baseline", model=BaselineRecord).cases[0]["top_k"]
+    assert read_record(base / "baseline.json", "baseline", model=BaselineRecord).cases[0].top_k
     same = cli("baseline", "check", str(base))
     assert same.returncode == 0, same.stdout + same.stderr
     changed = cli("baseline", "check", str(base), "--engine-arg", "perturb=4.0")

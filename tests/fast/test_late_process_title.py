@@ -19,7 +19,7 @@ LATE_TITLE = ("import os, sys, time; time.sleep(0.3); "
 
 def _wait_for_title(p: psutil.Process, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
-    while not p.cmdline()[0].startswith("VLLM::"):
+    while not (p.cmdline() or [""])[0].startswith("VLLM::"):  # (empty mid-exec)
         assert time.monotonic() < deadline, p.cmdline()
         time.sleep(0.05)
 

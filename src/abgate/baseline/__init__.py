@@ -10,6 +10,7 @@ a slowdown that the runs' own spread cannot resolve is "inconclusive", not a fai
 and probe health.
 """
 
-from abgate.baseline.core import CheckReport, check_baseline, record_baseline
+from abgate.baseline.core import check_baseline, record_baseline
+from abgate.baseline.report import CheckReport
 
 __all__ = ["CheckReport", "check_baseline", "record_baseline"]

@@ -9,10 +9,11 @@ recorded output and every current request must reproduce it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from abgate.bench.samples import BenchSample
+from abgate.runner.bench_sections import Agreement, Divergence
 
 
 def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
@@ -30,43 +31,43 @@ def request_label(sample: BenchSample, warmup: int) -> str:
 
 
 def divergence(ref_ids: Sequence[int] | None, ref_text: str | None,
-               sample: BenchSample) -> dict[str, Any] | None:
-    """Where one request's output leaves the reference: by token ID where both sides
-    have them, else by character of the text; None when it matches."""
+               sample: BenchSample, request: str) -> Divergence | None:
+    """Where one request's output (``request`` names it) leaves the reference: by token
+    ID where both sides have them, else by character of the text; None when it matches."""
     ids, text = sample.output.token_ids, sample.output.text
     if ref_ids is not None and ids is not None:
         pos = first_divergence(ref_ids, ids)
         if pos is None:
             return None
-        return {"position": pos, "unit": "token",
-                "reference_token": ref_ids[pos] if pos < len(ref_ids) else None,
-                "current_token": ids[pos] if pos < len(ids) else None}
+        return Divergence(request=request, position=pos, unit="token",
+                          reference_token=ref_ids[pos] if pos < len(ref_ids) else None,
+                          current_token=ids[pos] if pos < len(ids) else None)
     if ref_text is not None and ref_text == text:
         return None
     pos = first_divergence(list(ref_text or ""), list(text or ""))
-    return {"position": pos or 0, "unit": "character", "reference_token": None,
-            "current_token": None}
+    return Divergence(request=request, position=pos or 0, unit="character",
+                      reference_token=None, current_token=None)
 
 
 def agreement(ref_ids: Sequence[int] | None, ref_text: str | None,
-              samples: Sequence[BenchSample]) -> dict[str, Any]:
+              samples: Sequence[BenchSample]) -> Agreement:
     """How many of the warm-up and measured requests reproduce the reference, and the
     first one that does not (in the order they ran)."""
     n_warm = sum(1 for s in samples if s.warmup)
-    counts = {"warmup": [0, 0], "measured": [0, 0]}
-    first: dict[str, Any] | None = None
+    total: Counter[bool] = Counter()  # by warm-up (True) or measured (False)
+    matched: Counter[bool] = Counter()
+    first: Divergence | None = None
     for s in samples:
-        side = counts["warmup" if s.warmup else "measured"]
-        side[1] += 1
-        div = divergence(ref_ids, ref_text, s)
+        total[s.warmup] += 1
+        div = divergence(ref_ids, ref_text, s, request_label(s, n_warm))
         if div is None:
-            side[0] += 1
+            matched[s.warmup] += 1
         elif first is None:
-            first = {"request": request_label(s, n_warm), **div}
-    (wm, wn), (mm, mn) = counts["warmup"], counts["measured"]
-    return {"measured": mn, "measured_match": mm, "warmup": wn, "warmup_match": wm,
-            "all_match": first is None, "first_divergence": first,
-            "summary": summary(mm, mn, wm, wn)}
+            first = div
+    (wm, wn), (mm, mn) = (matched[True], total[True]), (matched[False], total[False])
+    return Agreement(measured=mn, measured_match=mm, warmup=wn, warmup_match=wm,
+                     all_match=first is None, first_divergence=first,
+                     summary=summary(mm, mn, wm, wn))
 
 
 def summary(mm: int, mn: int, wm: int, wn: int) -> str:

@@ -5,22 +5,25 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from abgate.baseline.agreement import agreement, request_label
+from abgate.baseline.report import CheckReport, CheckRow, ProbeCheck, SpeedRow
 from abgate.bench import BenchConfig, default_probes, limits, prepare_bench, run_bench, run_probes
-from abgate.bench.probes import DEFAULT_PROBE_NAMES
+from abgate.bench.probes import DEFAULT_PROBE_NAMES, ProbeResult
+from abgate.bench.run import CaseResult
 from abgate.bench.samples import BenchSample
 from abgate.compare.drift import configuration, drift
 from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
-from abgate.errors import AbgateError, UsageError, one_line
+from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.integrity import FIELD, seal, verify_seal
 from abgate.progress import Reporter
 from abgate.runner import records as rec
+from abgate.runner.bench_sections import BaselineCase, RequestRef
 from abgate.runner.documents import BaselineRecord, LoadFacts, new_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
@@ -37,7 +40,7 @@ def _topk(engine: Engine, prompt: list[int], output: list[int] | None) -> list[l
 
 
 def _cases(engine: Engine, c: BenchConfig, progress: Reporter | None = None
-           ) -> tuple[list[dict[str, Any]], list[list[BenchSample]]]:
+           ) -> tuple[list[BaselineCase], list[list[BenchSample]]]:
     """Each case's record (the reference is its first measured repeat) and every request's
     sample, warm-ups first, for the agreement counts."""
     if progress is not None:
@@ -49,28 +52,31 @@ def _cases(engine: Engine, c: BenchConfig, progress: Reporter | None = None
                        prompt_seed=c.prompt_seed, expect_prompt_sha=c.expect_prompt_sha,
                        prompt=c.prompt,
                        on_sample=progress.on_sample if progress is not None else None)
-    out = []
-    for cr in result.cases:
-        d = cr.to_dict(samples=False)
-        d["top_k"] = _topk(engine, cr.prompt_ids, d["output_token_ids"])
-        d["prompt_ids"] = cr.prompt_ids
-        # per repeat, for the noise-aware speed check (compare/speed_check.py)
-        d["decode_tps_values"] = [s.timing.steady_decode_tps for s in cr.measured]
-        d["prefill_tps_values"] = [s.timing.prefill_tps for s in cr.measured]
-        d["requests"] = [{"request": request_label(s, c.warmup), "warmup": s.warmup,
-                          "output_sha256": s.output.sha256} for s in cr.samples]
-        out.append(d)
-    return out, [cr.samples for cr in result.cases]
+    return [_case(engine, cr, c.warmup) for cr in result.cases], \
+        [cr.samples for cr in result.cases]
+
+
+def _case(engine: Engine, cr: CaseResult, warmup: int) -> BaselineCase:
+    """A case's record: the bench figures, the reference's top-k trace and prompt, the
+    per-repeat speeds (for the noise-aware speed check, compare/speed_check.py) and
+    every request."""
+    first = cr.measured[0].output.token_ids if cr.measured else None
+    return cr.figures(
+        BaselineCase, top_k=_topk(engine, cr.prompt_ids, first), prompt_ids=cr.prompt_ids,
+        decode_tps_values=[s.timing.steady_decode_tps for s in cr.measured],
+        prefill_tps_values=[s.timing.prefill_tps for s in cr.measured],
+        requests=[RequestRef(request=request_label(s, warmup), warmup=s.warmup,
+                             output_sha256=s.output.sha256) for s in cr.samples])
 
 
 def _probes(engine: Engine, c: BenchConfig,
-            progress: Reporter | None = None) -> list[dict[str, Any]]:
+            progress: Reporter | None = None) -> list[ProbeResult]:
     if not c.probes:
         return []
     probes = default_probes(engine.tokenize, needle_len=c.probe_len,
                             needle_depth=c.probe_depth, seed=c.probe_seed)
-    return [r.to_dict() for r in run_probes(
-        engine, probes, on_sample=progress.on_sample if progress is not None else None)]
+    return run_probes(engine, probes,
+                      on_sample=progress.on_sample if progress is not None else None)
 
 
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
@@ -91,15 +97,14 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(prov, contract, session, doc)
             load_before = host_load()
-            doc.cases, samples = _cases(session.engine, c, progress)
+            cases, samples = _cases(session.engine, c, progress)
             doc.host_load = {"before": load_before, "after": host_load()}
-            doc.probes = _probes(session.engine, c, progress)
-        problems = []
-        for case, case_samples in zip(doc.cases, samples, strict=True):
-            case["repeat_agreement"] = agreement(case["output_token_ids"], case["output_text"],
-                                                 case_samples)
-            if not case["repeat_agreement"]["all_match"]:
-                problems.append(_disagreement(case))
+            doc.probes = list(_probes(session.engine, c, progress))
+        doc.cases = [case.model_copy(update={"repeat_agreement": agreement(
+            case.output_token_ids, case.output_text, case_samples)})
+            for case, case_samples in zip(cases, samples, strict=True)]
+        problems = [_disagreement(case) for case in doc.cases
+                    if case.repeat_agreement and not case.repeat_agreement.all_match]
         doc.status, doc.ended_at = ("failed" if problems else "complete"), time.time()
         doc.error = "; ".join(problems) or None
         doc.integrity = seal(doc.to_dict())[FIELD]
@@ -109,22 +114,18 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     return doc
 
 
-def _disagreement(case: dict[str, Any]) -> str:
-    a = case["repeat_agreement"]
-    d = a["first_divergence"]
-    return (f"case {case['input_len']}/{case['output_len']}: {a['summary']}; {d['request']} "
-            f"leaves the first repeat at {d['unit']} {d['position']} (greedy decoding is "
-            "not repeatable on this build)")
+def _disagreement(case: BaselineCase) -> str:
+    a = case.repeat_agreement
+    assert a is not None and a.first_divergence is not None
+    d = a.first_divergence
+    return (f"case {case.label}: {a.summary}; {d.request} leaves the first repeat at "
+            f"{d.unit} {d.position} (greedy decoding is not repeatable on this build)")
 
 
 def config_from_record(doc: BaselineRecord, where: str = "baseline") -> BenchConfig:
     """The bench config a baseline was recorded with, through the same model as the
     flags' (``BenchConfig``): a damaged one is a one-line UsageError naming ``where``."""
     return BenchConfig.from_dict(dict(doc.config), f"{where}: config")
-
-
-_CASE = {"input_len": int, "output_len": int, "prompt_sha256": str, "speed": dict,
-         "prompt_ids": list}
 
 
 def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:
@@ -136,33 +137,13 @@ def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:
         raise UsageError(f"{path}: status {doc.status!r}, not 'complete': "
                          f"{doc.error or 'an incomplete baseline'}; record it again")
     c = config_from_record(doc, str(path))
-    try:
-        cases, probes = doc.cases, doc.probes
-        _expect("cases", cases, list)
-        _expect("probes", probes, list)
-        for i, case in enumerate(cases):
-            for key, kind in _CASE.items():
-                _expect(f"cases[{i}].{key}", case[key], kind)
-            _expect(f"cases[{i}].speed.steady_decode_tps", case["speed"]["steady_decode_tps"],
-                    dict)
-            for key in ("output_token_ids", "decode_tps_values"):
-                _expect(f"cases[{i}].{key}", case.get(key), (list, type(None)))
-        for i, probe in enumerate(probes):
-            _expect(f"probes[{i}].passed", probe["passed"], bool)
-        names = tuple(probe["name"] for probe in probes)
-        if names != (DEFAULT_PROBE_NAMES if c.probes else ()):  # checked before the re-run
-            raise ValueError(f"probes are {list(names)}, not the {len(DEFAULT_PROBE_NAMES)} "
-                             "abgate records" if c.probes else "probes were recorded with "
-                             "probes off")
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UsageError(f"{path}: not a readable baseline ({type(exc).__name__}: "
-                         f"{one_line(exc)})") from None
+    # (the cases' and probes' fields are checked by read_record, against their models)
+    names = tuple(probe.name for probe in doc.probes)
+    if names != (DEFAULT_PROBE_NAMES if c.probes else ()):  # checked before the re-run
+        raise UsageError(f"{path}: not a readable baseline (ValueError: " + (
+            f"probes are {list(names)}, not the {len(DEFAULT_PROBE_NAMES)} abgate records"
+            if c.probes else "probes were recorded with probes off") + ")")
     return doc, c
-
-
-def _expect(where: str, value: Any, kind: type | tuple[type, ...]) -> None:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TypeError(f"{where} is {type(value).__name__}")
 
 
 def host_load() -> dict[str, Any]:
@@ -175,66 +156,40 @@ def host_load() -> dict[str, Any]:
     return {"load_1min": load, "cpus": os.cpu_count()}
 
 
-@dataclass
-class CheckReport:
-    passed: bool = True
-    cases: list[dict[str, Any]] = field(default_factory=list)
-    probes: list[dict[str, Any]] = field(default_factory=list)
-    host_load: dict[str, Any] = field(default_factory=dict)
-    configuration: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
-    cleanup: dict[str, Any] | None = None
-
-    @property
-    def speed_inconclusive(self) -> bool:
-        return any(c["speed"]["outcome"] == "inconclusive" for c in self.cases)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
-                "configuration": self.configuration, "cases": self.cases,
-                "probes": self.probes, "host_load": self.host_load,
-                "provenance": self.provenance, "cleanup": self.cleanup,
-                "not_certified": list(limits.BASELINE)}
-
-
-def _compare_case(engine: Engine, ref: dict[str, Any], cur: dict[str, Any],
-                  samples: list[BenchSample]) -> dict[str, Any]:
+def _compare_case(engine: Engine, ref: BaselineCase, cur: BaselineCase,
+                  samples: list[BenchSample], speed: SpeedRow) -> CheckRow:
     """The current warm-up(s) and every measured repeat against the recorded output."""
-    row: dict[str, Any] = {"case": f"{ref['input_len']}/{ref['output_len']}",
-                           "prompt_sha256": cur["prompt_sha256"]}
-    by_ids = ref["output_token_ids"] is not None and cur["output_token_ids"] is not None
-    row["compared_by"] = ("token IDs" if by_ids
-                          else "text (the engine returns no output token IDs)")
-    ref_ids = ref["output_token_ids"] if by_ids else None
-    found = agreement(ref_ids, ref.get("output_text"), samples)
-    row |= {"tokens_match": found["all_match"], "repeats": found}
-    div = found["first_divergence"]
-    if div is not None:
-        row["divergence"] = dict(div)
-        pos, ref_tok, cur_tok = div["position"], div["reference_token"], div["current_token"]
-        cur_topk = _topk(engine, ref["prompt_ids"], ref_ids) if by_ids else None
-        if by_ids and ref.get("top_k") and cur_topk and pos < len(ref_ids or ()):
-            row["divergence"]["reference_in_current_top_k"] = ref_tok in cur_topk[pos]
-            row["divergence"]["current_in_reference_top_k"] = cur_tok in ref["top_k"][pos]
-    return row
+    by_ids = ref.output_token_ids is not None and cur.output_token_ids is not None
+    ref_ids = ref.output_token_ids if by_ids else None
+    found = agreement(ref_ids, ref.output_text, samples)
+    div = found.first_divergence
+    if div is not None and by_ids and ref.top_k and ref_ids and div.position < len(ref_ids):
+        cur_topk = _topk(engine, ref.prompt_ids, ref_ids)
+        if cur_topk:
+            div = div.model_copy(update={
+                "reference_in_current_top_k": div.reference_token in cur_topk[div.position],
+                "current_in_reference_top_k": div.current_token in ref.top_k[div.position]})
+    row = CheckRow(case=ref.label, prompt_sha256=cur.prompt_sha256,
+                   compared_by="token IDs" if by_ids
+                   else "text (the engine returns no output token IDs)",
+                   tokens_match=found.all_match, repeats=found, speed=speed,
+                   passed=found.all_match and speed.ok)
+    # (a row without a divergence has no "divergence" key)
+    return row if div is None else row.model_copy(update={"divergence": div})
 
 
-def _speed_row(row: dict[str, Any], ref: dict[str, Any], cur: dict[str, Any],
-               tolerance: float) -> dict[str, Any]:
+def _speed_row(ref: BaselineCase, cur: BaselineCase, tolerance: float) -> SpeedRow:
     """Steady decode against the recorded repeats; with one output token (the context
     boundary case) decode is undefined and prefill tok/s is compared instead."""
-    metric, values = (("steady_decode_tps", "decode_tps_values") if ref["output_len"] >= 2
-                      else ("prefill_tps", "prefill_tps_values"))
-    old = ref["speed"][metric].get("median")
-    new = cur["speed"][metric].get("median")
+    metric = "steady_decode_tps" if ref.output_len >= 2 else "prefill_tps"
+    old, new = ref.speed.of(metric).median, cur.speed.of(metric).median
     # a baseline recorded before per-repeat values were kept has its median only
-    recorded = ref.get(values) or [old]
-    check = compare_speed(recorded, cur[values], tolerance)
-    row["speed"] = {"metric": metric, "recorded_median": old, "current_median": new,
-                    "recorded_values": recorded, "current_values": cur[values],
-                    "tolerance": tolerance, **check.to_dict()}
-    row["passed"] = row["tokens_match"] and check.ok
-    return row
+    recorded = ref.speed_values(metric) or [old]
+    current = cur.speed_values(metric) or []
+    check = compare_speed(recorded, current, tolerance)
+    return SpeedRow(metric=metric, recorded_median=old, current_median=new,
+                    recorded_values=recorded, current_values=current, tolerance=tolerance,
+                    **check.to_dict())
 
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
@@ -251,8 +206,8 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
                          "'abgate baseline record'")
     doc, c = read_baseline(path)
     c = replace(c, engine_args={**c.engine_args, **(engine_args or {})},
-                expect_prompt_sha=tuple(case["prompt_sha256"] for case in doc.cases),
-                input_lens=tuple(case["input_len"] for case in doc.cases))
+                expect_prompt_sha=tuple(case.prompt_sha256 for case in doc.cases),
+                input_lens=tuple(case.input_len for case in doc.cases))
     if repeats is not None:
         if repeats < 1:
             raise UsageError(f"--repeats must be >= 1, got {repeats}")
@@ -281,11 +236,11 @@ def _check_cases(engine: Engine, c: BenchConfig, doc: BaselineRecord, tolerance:
     report.host_load = {"recorded": doc.host_load,
                         "current": {"before": load_before, "after": host_load()}}
     for ref, cur, case_samples in zip(doc.cases, current, samples, strict=True):
-        row = _speed_row(_compare_case(engine, ref, cur, case_samples), ref, cur, tolerance)
+        row = _compare_case(engine, ref, cur, case_samples, _speed_row(ref, cur, tolerance))
         report.cases.append(row)
-        report.passed &= row["passed"]
+        report.passed &= row.passed
     for old, new in zip(doc.probes, _probes(engine, c, progress), strict=True):
-        ok = new["passed"] or not old["passed"]  # a probe the baseline failed may fail
-        report.probes.append({"name": new["name"], "recorded": old["passed"],
-                              "current": new["passed"], "reason": new["reason"], "ok": ok})
+        ok = new.passed or not old.passed  # a probe the baseline failed may fail
+        report.probes.append(ProbeCheck(name=new.name, recorded=old.passed,
+                                        current=new.passed, reason=new.reason, ok=ok))
         report.passed &= ok

@@ -20,7 +20,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from abgate.bench.prompts import Tokenize, filler_sentences, join_paragraphs
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, Message, SamplingParams
 from abgate.errors import UsageError
+from abgate.runner.bench_sections import ProbeRecord
 
 Match = Literal["last_integer", "contains"]
 _INT = re.compile(r"-?\d[\d,]*")
@@ -55,22 +56,9 @@ class Probe:
         return bool(numbers) and numbers[-1].replace(",", "") == self.expected
 
 
-@dataclass(frozen=True)
-class ProbeResult:
-    name: str
-    passed: bool
-    natural_eos: bool
-    correct: bool
-    reason: str
-    finish_reason: str
-    prompt_tokens: int
-    output_tokens: int
-    expected: str
-    output_text: str
-    params: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+# One probe's result as :func:`evaluate` makes it (every field given) and as a bench
+# summary and a baseline record hold it.
+ProbeResult = ProbeRecord
 
 
 class ProbeLine(BaseModel):
@@ -164,9 +152,11 @@ def evaluate(probe: Probe, result: GenerationResult) -> ProbeResult:
         reason = "ok" if correct else "wrong answer"
     if not correct and not natural and result.finish_reason != "error":
         reason += ", wrong answer"
-    return ProbeResult(probe.name, natural and correct, natural, correct, reason,
-                       result.finish_reason, result.prompt_tokens, result.output_tokens,
-                       probe.expected, result.text, dict(probe.params))
+    return ProbeResult(name=probe.name, passed=natural and correct, natural_eos=natural,
+                       correct=correct, reason=reason, finish_reason=result.finish_reason,
+                       prompt_tokens=result.prompt_tokens, output_tokens=result.output_tokens,
+                       expected=probe.expected, output_text=result.text,
+                       params=dict(probe.params))
 
 
 def probe_request(probe: Probe, seed: int = 0) -> GenerationRequest:

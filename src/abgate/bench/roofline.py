@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from abgate.gguf_file import read_gguf
+from abgate.runner.bench_sections import Roofline
 
 # Bytes per element of KV-cache types (block formats: block bytes / 32 elements).
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
@@ -212,7 +213,7 @@ def runs_on_gpu(describe: dict[str, Any]) -> bool:
 
 
 def roofline(mb: ModelBytes, decode_tps: float | None, mean_context: float | None,
-             peak_gbps: float | None) -> dict[str, Any]:
+             peak_gbps: float | None) -> Roofline:
     """Achieved GB/s at ``decode_tps`` and its fraction of ``peak_gbps``, for weights
     alone and for weights + KV cache."""
     kv = mb.kv_bytes_per_token(mean_context) if mean_context is not None else None
@@ -226,8 +227,8 @@ def roofline(mb: ModelBytes, decode_tps: float | None, mean_context: float | Non
         return x / peak_gbps if x is not None and peak_gbps else None
 
     achieved_w, achieved_t = gbps(w), gbps(total)
-    return {"weights_bytes_per_token": w, "kv_bytes_per_token": kv,
-            "bytes_per_token": total, "decode_tps": decode_tps,
-            "achieved_gbps_weights": achieved_w, "achieved_gbps": achieved_t,
-            "peak_gbps": peak_gbps, "fraction_of_peak_weights": frac(achieved_w),
-            "fraction_of_peak": frac(achieved_t)}
+    return Roofline(weights_bytes_per_token=w, kv_bytes_per_token=kv,
+                    bytes_per_token=total, decode_tps=decode_tps,
+                    achieved_gbps_weights=achieved_w, achieved_gbps=achieved_t,
+                    peak_gbps=peak_gbps, fraction_of_peak_weights=frac(achieved_w),
+                    fraction_of_peak=frac(achieved_t))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from abgate.bench.fidelity import FIDELITY_FIELDS, fidelity
 from abgate.bench.prompt_file import prompt_ids
@@ -31,11 +31,13 @@ from abgate.bench.samples import (
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
+from abgate.runner.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
 from abgate.runner.samples import ids_sha256
 from abgate.runner.sections import Distribution
 from abgate.runner.summary import SPEED_FIELDS
 
 OnSample = Callable[[BenchSample], None]
+F = TypeVar("F", bound=CaseFigures)
 
 
 WHOLE_PROMPT = 0  # input_len of a --prompt-file case without --input-len: all its tokens
@@ -68,12 +70,20 @@ class CaseResult:
     def measured(self) -> list[BenchSample]:
         return [s for s in self.samples if not s.warmup]
 
+    def figures(self, model: type[F], /, **more: Any) -> F:
+        """The case's figures as ``model`` (:class:`CaseFigures`, or a summary's or a
+        baseline's case), with the ``more`` fields that model adds after them."""
+        assert self.case.input_len is not None  # (resolved by plan_bench)
+        return model(input_len=self.case.input_len, output_len=self.case.output_len,
+                     prompt_tokens=len(self.prompt_ids), prompt_sha256=self.prompt_sha256,
+                     **reference(self.measured, [s for s in self.samples if s.warmup]),
+                     n_warmup=len(self.samples) - len(self.measured),
+                     **case_summary(self.measured), **more)
+
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
-        d = {"input_len": self.case.input_len, "output_len": self.case.output_len,
-             "prompt_tokens": len(self.prompt_ids), "prompt_sha256": self.prompt_sha256,
-             **reference(self.measured, [s for s in self.samples if s.warmup]),
-             "n_warmup": len(self.samples) - len(self.measured),
-             **case_summary(self.measured)}
+        """The figures as JSON, with every request's line (an A/B arm's ``bench.json``)
+        when ``samples``."""
+        d = self.figures(CaseFigures).to_dict()
         if samples:
             d["samples"] = [s.to_dict() for s in self.samples]
         return d
@@ -284,7 +294,8 @@ def reference(measured: Sequence[BenchSample],
     """Greedy reference capture: the output token IDs and SHA of the first measured
     request, whether every measured repeat produced the same tokens (by token IDs, else
     by text: some servers return no output token IDs), and whether the warm-ups did too
-    (None without warm-ups)."""
+    (None without warm-ups): those fields of :class:`~abgate.runner.bench_sections.
+    CaseFigures`."""
     shas = [s.output_sha() for s in measured]
     first = measured[0].output if measured else None
     ids, sha, text = (None, None, None) if first is None else (
@@ -298,7 +309,8 @@ def reference(measured: Sequence[BenchSample],
 
 def case_summary(measured: Sequence[BenchSample]) -> dict[str, Any]:
     """Request-weighted distributions over the measured (non-warm-up) requests; ITL is
-    pooled over all their token gaps (token-weighted)."""
+    pooled over all their token gaps (token-weighted): the typed values of those fields
+    of :class:`~abgate.runner.bench_sections.CaseFigures`."""
     itl: list[float] = []
     for s in measured:
         times = s.token_times_ms or []
@@ -307,12 +319,16 @@ def case_summary(measured: Sequence[BenchSample]) -> dict[str, Any]:
     return {
         "n": len(measured),
         "concurrency": max((b.size for b in batches.values()), default=1),
-        "throughput_tps": distribution([b.output_tps for b in batches.values()
-                                        if b.output_tps is not None]) if batches else None,
-        "speed": {f: distribution([getattr(s.timing, f) for s in measured])
-                  for f in SPEED_FIELDS},
-        "itl_ms": distribution(itl),
-        "fidelity": {f: distribution([s.fidelity.value(f) for s in measured])
-                     for f in FIDELITY_FIELDS},
+        "throughput_tps": _dist([b.output_tps for b in batches.values()
+                                 if b.output_tps is not None]) if batches else None,
+        "speed": SpeedDistributions(**{f: _dist([getattr(s.timing, f) for s in measured])
+                                       for f in SPEED_FIELDS}),
+        "itl_ms": _dist(itl),
+        "fidelity": FidelityDistributions(**{
+            f: _dist([s.fidelity.value(f) for s in measured]) for f in FIDELITY_FIELDS}),
         "counts_match": all(s.fidelity.counts_match is not False for s in measured),
     }
+
+
+def _dist(values: Sequence[float | None]) -> Distribution:
+    return Distribution.model_validate(distribution(values))

@@ -59,6 +59,7 @@ from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.provenance import ContractOutcome
 from abgate.runner import records as rec
+from abgate.runner.bench_sections import BenchProbes, BenchSummaryCase, CaseFigures, Roofline
 from abgate.runner.documents import (
     BenchRecord,
     BenchSummary,
@@ -149,7 +150,7 @@ class PreparedBench:
 class BenchOutcome:
     out_dir: Path
     status: str
-    summary: dict[str, Any]
+    summary: BenchSummary | None  # None when the bench ended before its summary
 
 
 def _check_config(c: BenchConfig) -> None:
@@ -209,7 +210,7 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
     check_new_dir(out, force, rec.RUN_FILE)
     facts = LoadFacts()  # filled by loaded() (engine, processes, cleanup)
     made: list[BenchRecord] = []  # the record, once the directory is written
-    summary: dict[str, Any] = {}
+    summary: list[BenchSummary] = []  # the summary, once written
     with ExitStack() as claim:  # the directory's lock, held until the last write
         try:
             with loaded(p.engine, None, facts) as session:
@@ -224,7 +225,8 @@ def execute_bench(p: PreparedBench, out: Path, *, force: bool = False,
             if made:  # the directory was written: keep it complete
                 made[0].cleanup = facts.cleanup
                 write_record(out / rec.RUN_FILE, made[0])
-    return BenchOutcome(out, str(made[0].status) if made else "failed", summary)
+    return BenchOutcome(out, str(made[0].status) if made else "failed",
+                        summary[0] if summary else None)
 
 
 def _new_bench_record(p: PreparedBench, out: Path, force: bool, facts: LoadFacts
@@ -248,7 +250,7 @@ def _record_provenance(prov: ProvenanceOptions, contract: ContractOutcome | None
 
 
 def _run_claimed(p: PreparedBench, out: Path, session: EngineSession, plan: BenchPlan,
-                 probes: list[Probe], doc: BenchRecord, summary: dict[str, Any],
+                 probes: list[Probe], doc: BenchRecord, summary: list[BenchSummary],
                  progress: Reporter | None) -> None:
     write_record(out / rec.RUN_FILE, doc)
     if progress is not None:
@@ -258,19 +260,27 @@ def _run_claimed(p: PreparedBench, out: Path, session: EngineSession, plan: Benc
     _measure(p, session, plan, probes, out, doc, summary, progress)
 
 
+@dataclass
+class _Measured:
+    """What a bench has measured so far (its summary is built from it on every way out)."""
+
+    result: BenchResult | None = None
+    probes: list[ProbeResult] = field(default_factory=list)
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
 def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
              probes: Sequence[Probe], out: Path, doc: BenchRecord,
-             summary: dict[str, Any], progress: Reporter | None) -> None:
+             summary: list[BenchSummary], progress: Reporter | None) -> None:
     c, engine = p.config, session.engine
-    parts: dict[str, Any] = {"result": None, "probes": [], "resources": {}}
+    parts = _Measured()
 
     def finish(status: Status) -> None:
         doc.status, doc.error = status.value, status.error  # type: ignore[assignment]
         doc.ended_at = time.time()
-        made = build_summary(p, doc, plan, parts["result"], parts["probes"],
-                             parts["resources"])
+        made = build_summary(p, doc, plan, parts.result, parts.probes, parts.resources)
         write_record(out / rec.SUMMARY_FILE, made)
-        summary.update(made.to_dict())
+        summary.append(made)
         write_record(out / rec.RUN_FILE, doc)
 
     with tracked(out, "bench", finish), session.env(), \
@@ -282,12 +292,12 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
                 progress.on_sample(sample)
             check_interrupted()
 
-        parts["result"] = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
-                                       on_sample=record,
-                                       concurrency=int(c.engine_options.get("concurrency", 1)))
+        parts.result = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
+                                    on_sample=record,
+                                    concurrency=int(c.engine_options.get("concurrency", 1)))
         if probes:
-            parts["probes"] = run_probes(engine, probes, plan.n_ctx, record)
-        parts["resources"] = engine_resources(session.processes)
+            parts.probes = run_probes(engine, probes, plan.n_ctx, record)
+        parts.resources = engine_resources(session.processes)
 
 
 def peak_bandwidth(c: BenchConfig, engine: dict[str, Any],
@@ -309,10 +319,10 @@ def peak_bandwidth(c: BenchConfig, engine: dict[str, Any],
     return measure_peak_bandwidth(c.bw_probe_mib)
 
 
-def case_roofline(case: dict[str, Any], mb: ModelBytes, peak: float | None) -> dict[str, Any]:
-    decode = case["speed"]["steady_decode_tps"].get("median")
-    mean_ctx = case["input_len"] + case["output_len"] / 2.0
-    return roofline(mb, decode, mean_ctx, peak)
+def case_roofline(case: CaseFigures, mb: ModelBytes, peak: float | None) -> Roofline:
+    """The roofline at the case's median steady decode, over its mean context."""
+    mean_ctx = case.input_len + case.output_len / 2.0
+    return roofline(mb, case.speed.steady_decode_tps.median, mean_ctx, peak)
 
 
 def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
@@ -321,20 +331,19 @@ def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
     """``summary.json``: per-case distributions, fidelity, reference SHAs and roofline;
     probes; resources; the bandwidth figures used."""
     c = p.config
-    cases = [cr.to_dict(samples=False) for cr in (result.cases if result else plan.cases)]
+    cases = [cr.figures(BenchSummaryCase) for cr in (result.cases if result else plan.cases)]
     bandwidth: dict[str, Any] = {}
     mb = ModelBytes(None, "unknown")
     if doc.status == "complete":
         engine = doc.engine.to_dict() if doc.engine is not None else {}
         mb = model_bytes_for(engine, c.weights_bytes)
         bandwidth = peak_bandwidth(c, engine, resources)
-        for case in cases:
-            case["roofline"] = case_roofline(case, mb, bandwidth.get("gbps"))
+        cases = [case.model_copy(update={"roofline": case_roofline(
+            case, mb, bandwidth.get("gbps"))}) for case in cases]
     return BenchSummary.new(
-        status=doc.status, n_ctx=plan.n_ctx, warmup=c.warmup, repeats=c.repeats,
-        prompt_seed=c.prompt_seed, cases=cases,
-        probes=None if not c.probes else {
-            "n": len(probes), "n_passed": sum(r.passed for r in probes),
-            "results": [r.to_dict() for r in probes]},
+        status=doc.status, cases=cases,
+        probes=None if not c.probes else BenchProbes(
+            n=len(probes), n_passed=sum(r.passed for r in probes), results=list(probes)),
+        n_ctx=plan.n_ctx, warmup=c.warmup, repeats=c.repeats, prompt_seed=c.prompt_seed,
         resources=resources, model_bytes=mb.to_dict(), peak_bandwidth=bandwidth,
         not_certified=list(limits.BENCH))

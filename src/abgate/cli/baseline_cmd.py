@@ -20,6 +20,7 @@ from abgate.compare.drift import CLASSES, parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
+from abgate.runner.bench_sections import Divergence
 from abgate.runner.provenance import ProvenanceOptions
 
 _CLASSES = ", ".join(CLASSES)
@@ -60,13 +61,13 @@ def record_command(
                                                            allow_stale_manifest),
                               progress=rep)
     for case in doc.cases:
-        typer.echo(f"case {case['input_len']}/{case['output_len']}: prompt "
-                   f"{case['prompt_sha256'][:16]} output "
-                   f"{(case['output_sha256'] or 'text ' + case['output_text_sha256'])[:16]} "
-                   f"decode {case['speed']['steady_decode_tps'].get('median', 0):.1f} tok/s; "
-                   f"{case['repeat_agreement']['summary']}")
+        output = case.output_sha256 or f"text {case.output_text_sha256}"
+        agreed = case.repeat_agreement.summary if case.repeat_agreement else "-"
+        typer.echo(f"case {case.label}: prompt {case.prompt_sha256[:16]} output "
+                   f"{output[:16]} decode {case.speed.steady_decode_tps.median or 0:.1f} "
+                   f"tok/s; {agreed}")
     for p in doc.probes:
-        typer.echo(f"probe {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['reason']})")
+        typer.echo(f"probe {p.name}: {'pass' if p.passed else 'FAIL'} ({p.reason})")
     _not_certified(limits.BASELINE)
     typer.echo(f"baseline written to {out / 'baseline.json'}")
     index_finished(out)
@@ -103,41 +104,46 @@ def check_command(
     for col in ("case", "tokens", "first divergence", "tok/s (rec -> now)", "speed"):
         table.add_column(col)
     for row in report.cases:
-        div = row.get("divergence")
-        where = "-" if div is None else (
-            f"{div['request']}, {div['unit']} {div['position']}: {div['reference_token']} -> "
-            f"{div['current_token']}"
-            + ("" if "reference_in_current_top_k" not in div else
-               f" (in each other's top-5: {div['reference_in_current_top_k']} / "
-               f"{div['current_in_reference_top_k']})"))
-        s = row["speed"]
-        interval = "" if s["low"] is None else f" [{s['low']:.2f}-{s['high']:.2f}]"
-        table.add_row(row["case"], "match" if row["tokens_match"] else "DIFFER", where,
-                      f"{s['recorded_median'] or 0:.1f} -> {s['current_median'] or 0:.1f}"
-                      + (" prefill" if s.get("metric") == "prefill_tps" else " decode"),
+        s = row.speed
+        interval = "" if s.low is None or s.high is None else f" [{s.low:.2f}-{s.high:.2f}]"
+        table.add_row(row.case, "match" if row.tokens_match else "DIFFER",
+                      _where(row.divergence),
+                      f"{s.recorded_median or 0:.1f} -> {s.current_median or 0:.1f}"
+                      + (" prefill" if s.metric == "prefill_tps" else " decode"),
                       {"ok": "ok", "slower": "SLOWER", "inconclusive": "inconclusive",
-                       "unmeasured": "UNMEASURED"}[s["outcome"]] + interval)
+                       "unmeasured": "UNMEASURED"}[s.outcome] + interval)
     Console().print(table)
     drift = report.configuration
     typer.echo(f"configuration: {drift['summary']}" + ("" if drift["passed"] else
                                                        "  <- not allowed"))
     for row in report.cases:
-        div = row.get("divergence")
-        typer.echo(f"tokens {row['case']}: {row['repeats']['summary']}" + (
-            "" if div is None else f"; first divergence: {div['request']} at {div['unit']} "
-            f"{div['position']}"))
+        div = row.divergence
+        typer.echo(f"tokens {row.case}: {row.repeats.summary}" + (
+            "" if div is None else f"; first divergence: {div.request} at {div.unit} "
+            f"{div.position}"))
     for row in report.cases:
-        if row["speed"]["outcome"] != "ok":
-            typer.echo(f"speed {row['case']}: {row['speed']['outcome']}: "
-                       f"{row['speed']['reason']}")
+        if row.speed.outcome != "ok":
+            typer.echo(f"speed {row.case}: {row.speed.outcome}: {row.speed.reason}")
     for p in report.probes:
-        typer.echo(f"probe {p['name']}: recorded {'pass' if p['recorded'] else 'fail'}, now "
-                   f"{'pass' if p['current'] else 'fail'} ({p['reason']})"
-                   + ("" if p["ok"] else "  <- regression"))
+        typer.echo(f"probe {p.name}: recorded {'pass' if p.recorded else 'fail'}, now "
+                   f"{'pass' if p.current else 'fail'} ({p.reason})"
+                   + ("" if p.ok else "  <- regression"))
     _not_certified(limits.BASELINE)
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     raise typer.Exit(0 if report.passed else 1)
+
+
+def _where(div: Divergence | None) -> str:
+    """A check row's first divergence: the request, where, both tokens (and whether each
+    is in the other's top-k, where known)."""
+    if div is None:
+        return "-"
+    return (f"{div.request}, {div.unit} {div.position}: {div.reference_token} -> "
+            f"{div.current_token}"
+            + ("" if div.reference_in_current_top_k is None else
+               f" (in each other's top-5: {div.reference_in_current_top_k} / "
+               f"{div.current_in_reference_top_k})"))
 
 
 def _not_certified(items: tuple[str, ...]) -> None:

@@ -18,7 +18,10 @@ from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
 from abgate.progress import reporter
+from abgate.runner.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
+from abgate.runner.documents import BenchSummary
 from abgate.runner.provenance import ProvenanceOptions
+from abgate.runner.sections import Distribution
 
 # (label, speed field, scale, format, engine counterpart, engine scale)
 _ROWS: tuple[tuple[str, str, float, str, str | None, float], ...] = (
@@ -35,96 +38,115 @@ def _f(x: Any, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _spread(d: dict[str, Any], scale: float, spec: str) -> tuple[str, str, str]:
-    if not d.get("n"):
+def _spread(d: Distribution | None, scale: float, spec: str) -> tuple[str, str, str]:
+    if d is None or not d.n or d.median is None:
         return "-", "-", "-"
-    med = _f(d["median"] * scale, spec)
-    rng = f"{_f(d['min'] * scale, spec)} – {_f(d['max'] * scale, spec)}"
-    cv = "-" if d.get("cv") is None else f"{d['cv'] * 100:.2f}%"
+    med = _f(d.median * scale, spec)
+    rng = (f"{_f(None if d.min is None else d.min * scale, spec)} – "
+           f"{_f(None if d.max is None else d.max * scale, spec)}")
+    cv = "-" if d.cv is None else f"{d.cv * 100:.2f}%"
     return med, rng, cv
 
 
-def _engine_ttft_ms(case: dict[str, Any]) -> float | None:
-    eng = case["fidelity"]["engine_prefill_tps"].get("median")
-    return case["prompt_tokens"] / eng * 1000.0 if eng else None
+def _median(d: Distribution | None) -> float | None:
+    return None if d is None else d.median
 
 
-def case_table(case: dict[str, Any], engine_name: str) -> Table:
+def _engine_ttft_ms(case: BenchSummaryCase, fid: FidelityDistributions) -> float | None:
+    eng = _median(fid.engine_prefill_tps)
+    return (case.prompt_tokens or 0) / eng * 1000.0 if eng else None
+
+
+def case_table(case: BenchSummaryCase, engine_name: str) -> Table:
     """Rows: the metric; columns: median, min–max, CV, the engine's own figure, ratio."""
-    n, nw = case["n"], case["n_warmup"]
-    table = Table(title=f"input {case['input_len']} / output {case['output_len']} tokens  "
-                        f"({n} measured, {nw} warm-up excluded)", title_justify="left")
+    table = Table(title=f"input {case.input_len} / output {case.output_len} tokens  "
+                        f"({case.n} measured, {case.n_warmup} warm-up excluded)",
+                  title_justify="left")
     for col in ("metric", "median", "min – max", "CV", f"{engine_name} (median)",
                 "abgate/engine"):
         table.add_column(col, justify="left" if col == "metric" else "right")
-    fid = case["fidelity"]
+    fid = case.fidelity or FidelityDistributions()
     for label, key, scale, spec, eng_key, eng_scale in _ROWS:
-        med, rng, cv = _spread(case["speed"][key], scale, spec)
-        eng = fid[eng_key].get("median") if eng_key else None
+        med, rng, cv = _spread(case.speed.of(key), scale, spec)
+        eng = _median(getattr(fid, eng_key)) if eng_key else None
         if key == "ttft_s":
-            eng = _engine_ttft_ms(case)
-        ours = case["speed"][key].get("median")
+            eng = _engine_ttft_ms(case, fid)
+        ours = case.speed.of(key).median
         ratio = ours * scale / eng if ours is not None and eng else None
         table.add_row(label, med, rng, cv, _f(eng * eng_scale if eng else None, spec),
                       _f(ratio, ".4f"))
-    itl = case["itl_ms"]
-    table.add_row("ITL ms (p10/p50/p90)", _f(itl.get("median"), ".3f"),
-                  f"{_f(itl.get('p10'), '.3f')} / {_f(itl.get('p90'), '.3f')}", "", "", "")
-    med, rng, cv = _spread(fid["overhead_us_per_token"], 1.0, ".1f")
+    itl = case.itl_ms or Distribution()
+    table.add_row("ITL ms (p10/p50/p90)", _f(itl.median, ".3f"),
+                  f"{_f(itl.p10, '.3f')} / {_f(itl.p90, '.3f')}", "", "", "")
+    med, rng, cv = _spread(fid.overhead_us_per_token, 1.0, ".1f")
     table.add_row("loop overhead µs/token", med, rng, cv, "", "")
     return table
 
 
-def _roofline_line(case: dict[str, Any], peak: dict[str, Any]) -> str:
-    r = case.get("roofline") or {}
-    if not r.get("weights_bytes_per_token"):
+def _roofline_line(case: BenchSummaryCase, peak: dict[str, Any]) -> str:
+    r = case.roofline
+    if r is None or not r.weights_bytes_per_token:
         return "roofline: model bytes unknown"
-    mb = r["weights_bytes_per_token"] / 1e6
-    kv = r.get("kv_bytes_per_token")
-    frac = r.get("fraction_of_peak") or r.get("fraction_of_peak_weights")
-    achieved = r.get("achieved_gbps") or r.get("achieved_gbps_weights")
+    mb = r.weights_bytes_per_token / 1e6
+    kv = r.kv_bytes_per_token
+    frac = r.fraction_of_peak or r.fraction_of_peak_weights
+    achieved = r.achieved_gbps or r.achieved_gbps_weights
     return (f"roofline: {mb:.1f} MB weights{f' + {kv / 1e6:.1f} MB KV' if kv else ''} per token"
             f" -> {_f(achieved, '.2f')} GB/s achieved; peak {_f(peak.get('gbps'), '.2f')} GB/s "
             f"({peak.get('source', '-')}) -> {_f(frac * 100 if frac else None, '.1f')}% of peak")
 
 
-def probes_table(probes: dict[str, Any]) -> Table:
-    table = Table(title=f"health probes: {probes['n_passed']}/{probes['n']} passed",
+def probes_table(probes: BenchProbes) -> Table:
+    table = Table(title=f"health probes: {probes.n_passed}/{probes.n} passed",
                   title_justify="left")
     for col in ("probe", "result", "finish", "prompt tok", "output tok", "expected", "got"):
         table.add_column(col)
-    for r in probes["results"]:
-        got = " ".join(r["output_text"].split())
-        table.add_row(r["name"], "PASS" if r["passed"] else f"FAIL ({r['reason']})",
-                      r["finish_reason"], str(r["prompt_tokens"]), str(r["output_tokens"]),
-                      r["expected"], got[:60] + ("…" if len(got) > 60 else ""))
+    for r in probes.results:
+        got = " ".join((r.output_text or "").split())
+        table.add_row(r.name, "PASS" if r.passed else f"FAIL ({r.reason})",
+                      r.finish_reason, str(r.prompt_tokens), str(r.output_tokens),
+                      r.expected, got[:60] + ("…" if len(got) > 60 else ""))
     return table
 
 
-def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: str) -> None:
+def _case_lines(console: Console, case: BenchSummaryCase, peak: dict[str, Any]) -> None:
+    same = "identical over all repeats" if case.outputs_identical else \
+        "DIFFERS between repeats (non-deterministic greedy output)"
+    warm = case.warmup_identical
+    same += "" if warm is None else ("; the warm-up too" if warm else
+                                     "; the warm-up DIFFERS")
+    console.print(f"prompt sha256: {case.prompt_sha256}")
+    console.print(f"output sha256: {case.output_sha256}  ({same})")
+    console.print(_roofline_line(case, peak))
+    tp = case.throughput_tps or Distribution()
+    if case.batch_size > 1 and tp.median is not None:
+        console.print(f"throughput at concurrency {case.concurrency}: "
+                      f"{tp.median:,.1f} output tok/s median over {tp.n} batches "
+                      f"(min {_f(tp.min, ',.1f')}, max {_f(tp.max, ',.1f')})")
+
+
+def print_bench(out: Path, status: str, summary: BenchSummary | None,
+                engine_name: str) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=140)
     console.print(f"[bold]{escape(str(out))}[/bold]  {escape(f'[{status}]')}")
-    for case in summary["cases"]:
+    if summary is None:
+        return
+    for case in summary.cases:
         console.print(case_table(case, engine_name))
-        same = "identical over all repeats" if case["outputs_identical"] else \
-            "DIFFERS between repeats (non-deterministic greedy output)"
-        warm = case.get("warmup_identical")
-        same += "" if warm is None else ("; the warm-up too" if warm else
-                                         "; the warm-up DIFFERS")
-        console.print(f"prompt sha256: {case['prompt_sha256']}")
-        console.print(f"output sha256: {case['output_sha256']}  ({same})")
-        console.print(_roofline_line(case, summary.get("peak_bandwidth") or {}))
-        tp = case.get("throughput_tps") or {}
-        if case.get("concurrency", 1) > 1 and tp.get("median") is not None:
-            console.print(f"throughput at concurrency {case['concurrency']}: "
-                          f"{tp['median']:,.1f} output tok/s median over {tp.get('n')} batches "
-                          f"(min {_f(tp.get('min'), ',.1f')}, max {_f(tp.get('max'), ',.1f')})")
+        _case_lines(console, case, summary.peak_bandwidth or {})
         console.print()
-    if summary.get("probes"):
-        console.print(probes_table(summary["probes"]))
-    res = summary.get("resources") or {}
+    if summary.probes:
+        console.print(probes_table(summary.probes))
+    _resources_line(console, summary.resources or {})
+    console.print("This does not certify:", highlight=False)
+    for item in summary.not_certified or []:
+        console.print(f"  - {item}", highlight=False, markup=False)
+
+
+def _resources_line(console: Console, res: dict[str, Any]) -> None:
+    """The engine's peak RSS and GPU memory (``bench.resources``: the host's own object)."""
     if res.get("peak_rss_bytes"):
         where = "this process (in-process engine)" if res.get("in_process") else \
             f"pid {res.get('pid')}"
@@ -132,9 +154,6 @@ def print_bench(out: Path, status: str, summary: dict[str, Any], engine_name: st
                          for g in res.get("gpus", []))
         console.print(f"peak RSS: {res['peak_rss_bytes'] / 2**20:,.1f} MiB ({where})"
                       + (f"; {gpus}" if gpus else ""))
-    console.print("This does not certify:", highlight=False)
-    for item in summary.get("not_certified") or []:
-        console.print(f"  - {item}", highlight=False, markup=False)
 
 
 @app.command("bench")

@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 
 from abgate.compare.stats import clustered_mean
 from abgate.identity import digest_json
+from abgate.runner.bench_sections import SpeedDistributions
 from abgate.runner.samples import Sample
-from abgate.runner.sections import Distribution
 from abgate.runner.summary import SPEED_FIELDS
 from abgate.scoring.health import clustered_accuracy
 
@@ -104,15 +104,12 @@ def sample_metrics(samples: Sequence[Sample | Mapping[str, Any]]
     return out
 
 
-def distribution_metrics(speed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def distribution_metrics(speed: SpeedDistributions) -> dict[str, dict[str, Any]]:
     """Metrics from a bench case's ``speed`` distributions (mean, cv, n): the SE of the
     mean is ``cv * mean / sqrt(n)``."""
     out: dict[str, dict[str, Any]] = {}
     for field in SPEED_FIELDS:
-        found = speed.get(field)
-        if not isinstance(found, Mapping):
-            continue
-        d = Distribution.model_validate(found)
+        d = speed.of(field)
         mean, cv, n = _number(d.mean), _number(d.cv), d.n
         if mean is None:
             continue

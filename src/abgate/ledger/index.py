@@ -10,7 +10,7 @@ moved directory is recognised (its row gets the new path and ``moved_from``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from abgate.ledger.imports import read_import
 from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
 from abgate.runner import records as rec
+from abgate.runner.bench_sections import CaseFigures
 from abgate.runner.documents import (
     AbRecord,
     AnyRecord,
@@ -82,19 +83,18 @@ def run_unit(doc: RunRecord, samples: Sequence[Sample], name: str = "") -> Unit:
                 metrics=sample_metrics(live))
 
 
-def _cases(doc: SpecRecord, cases: Sequence[Mapping[str, Any]]) -> list[Unit]:
-    """One unit per bench case (a case is the bench's own free object)."""
+def _cases(doc: SpecRecord, cases: Sequence[CaseFigures]) -> list[Unit]:
+    """One unit per bench case (a bench summary's or a baseline's)."""
     spec = doc.spec.to_dict()
     units = []
     for case in cases:
-        name = f"in{case.get('input_len')}/out{case.get('output_len')}"
-        units.append(Unit(name=name, **_engine_facts(doc), suite="bench",
+        units.append(Unit(name=f"in{case.input_len}/out{case.output_len}",
+                          **_engine_facts(doc), suite="bench",
                           workload_digest=workload_digest(
-                              {**spec, "input_len": case.get("input_len"),
-                               "prompt_sha256": case.get("prompt_sha256")},
+                              {**spec, "input_len": case.input_len,
+                               "prompt_sha256": case.prompt_sha256},
                               (*BENCH_WORKLOAD, "input_len", "prompt_sha256")),
-                          n=int(case.get("n") or 0),
-                          metrics=distribution_metrics(case.get("speed") or {})))
+                          n=case.n or 0, metrics=distribution_metrics(case.speed)))
     return units
 
 

@@ -15,8 +15,10 @@ type, a missing field, an unexpected kind or a newer schema version is a one-lin
 naming the file and the field). Each document name has its own schema version
 (:data:`SCHEMA_VERSIONS`); an older file is upgraded on read by the steps in
 :data:`MIGRATIONS` (a version-aware before-validator, as inspect_ai's EvalLog
-migrates). Sections that grow with abgate (``cleanup``, per-case bench results) are
-typed as JSON objects; unknown fields from newer minor versions are kept.
+migrates). A bench summary's and a baseline's cases and probes are typed in
+:mod:`abgate.runner.bench_sections`; sections owned by others (``cleanup``, an
+engine's effective config, resources) are JSON objects; unknown fields from newer minor
+versions are kept.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from abgate.host import host_info
 from abgate.provenance.gitinfo import git_state
 from abgate.redact import redact
 from abgate.runner import records as rec
+from abgate.runner.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
 from abgate.runner.sections import (
     ArmDifferences,
     Distribution,
@@ -240,8 +243,8 @@ class BaselineRecord(SpecRecord):
 
     recorded_at: float
     integrity: dict[str, Any] | None = None
-    cases: list[dict[str, Any]] = []
-    probes: list[dict[str, Any]] = []
+    cases: list[BaselineCase] = []
+    probes: list[ProbeRecord] = []
     host_load: dict[str, Any] | None = None
 
 
@@ -277,13 +280,22 @@ class AbBenchDocument(Document):
 
 
 class BenchSummary(Document):
-    """A bench's ``summary.json``: per-case distributions, probes, resources, bandwidth."""
+    """A bench's ``summary.json``: per-case distributions, probes, resources, bandwidth
+    (the host's and the engine's own objects, typed as JSON objects)."""
 
     NAME = "bench-summary"
     kind: Literal["bench"] = "bench"
     status: Status | None
-    cases: list[dict[str, Any]]
-    probes: dict[str, Any] | None
+    cases: list[BenchSummaryCase]
+    probes: BenchProbes | None
+    n_ctx: int | None = None
+    warmup: int | None = None
+    repeats: int | None = None
+    prompt_seed: int | None = None
+    resources: dict[str, Any] | None = None
+    model_bytes: dict[str, Any] | None = None
+    peak_bandwidth: dict[str, Any] | None = None
+    not_certified: list[str] | None = None
 
 
 class DecisionSource(BaseModel):

@@ -1,0 +1,80 @@
+"""``abgate baseline check``'s report, typed: one :class:`CheckRow` per recorded case
+(tokens, the first divergence, speed against the recorded repeats), one
+:class:`ProbeCheck` per probe; :meth:`CheckReport.to_dict` is the ``--json`` report,
+its keys in the order abgate has always written them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from abgate.bench import limits
+from abgate.runner.bench_sections import Agreement, Divergence, Part
+from abgate.runner.sections import Number
+
+
+class SpeedRow(Part):
+    """A case's speed against the recorded repeats: the metric compared, both medians
+    and every value, the tolerance, then ``compare.speed_check.SpeedCheck``'s figures."""
+
+    metric: str
+    recorded_median: Number | None
+    current_median: Number | None
+    recorded_values: list[Number | None]
+    current_values: list[Number | None]
+    tolerance: Number
+    outcome: str
+    ratio: Number | None
+    low: Number | None
+    high: Number | None
+    recorded_spread: Number | None
+    current_spread: Number | None
+    reason: str
+    ok: bool
+
+
+class CheckRow(Part):
+    """One recorded case re-run: its tokens (every warm-up and repeat) and speed;
+    ``divergence`` (with the top-k cross-check) only where a request diverged."""
+
+    case: str
+    prompt_sha256: str
+    compared_by: str
+    tokens_match: bool
+    repeats: Agreement
+    divergence: Divergence | None = None
+    speed: SpeedRow
+    passed: bool
+
+
+class ProbeCheck(Part):
+    """One probe, recorded against now; ``ok`` unless a recorded pass now fails."""
+
+    name: str
+    recorded: bool
+    current: bool
+    reason: str | None
+    ok: bool
+
+
+@dataclass
+class CheckReport:
+    passed: bool = True
+    cases: list[CheckRow] = field(default_factory=list)
+    probes: list[ProbeCheck] = field(default_factory=list)
+    host_load: dict[str, Any] = field(default_factory=dict)
+    configuration: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    cleanup: dict[str, Any] | None = None
+
+    @property
+    def speed_inconclusive(self) -> bool:
+        return any(c.speed.outcome == "inconclusive" for c in self.cases)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
+                "configuration": self.configuration,
+                "cases": [c.to_dict() for c in self.cases],
+                "probes": [p.to_dict() for p in self.probes], "host_load": self.host_load,
+                "provenance": self.provenance, "cleanup": self.cleanup,
+                "not_certified": list(limits.BASELINE)}
