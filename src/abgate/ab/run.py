@@ -12,7 +12,6 @@ Layout of an A/B directory::
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from abgate.provenance import ContractViolation
 from abgate.runner import documents as docs
 from abgate.runner import records as rec
 from abgate.runner.documents import source_state, write_record
-from abgate.runner.execute import RunRecorder, Status, fail_if_all_errors, kept_status, tracked
+from abgate.runner.execute import RunRecorder, Status, end_record, fail_if_all_errors, tracked
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions, input_hashes, record_after_load
 from abgate.runner.samples import WARMUP_PREFIX, Sample, ids_sha256, load_samples, sample_key
@@ -36,8 +35,8 @@ from abgate.runner.sections import ArmDifferences, EngineRecord
 from abgate.runner.session import EngineSession, loaded
 from abgate.suites import Item
 
-log = logging.getLogger("abgate.ab")
 Progress = Callable[[Sample | dict[str, Any]], None]  # a sample, or a scoring step
+log = logging.getLogger("abgate.ab")
 OnPhase = evidence.OnStart  # (done, total, phase): a later phase (the scoring pass) begins
 
 
@@ -246,12 +245,7 @@ class AbRunner:
     def finish(self, status: str, error: str | None) -> dict[str, dict[str, Any]]:
         summaries = {arm: r.finish(status, error).to_dict()
                      for arm, r in self.recorders.items()}
-        if kept_status(self.previous, status) != status:
-            log.warning("%s was complete before this resume, and stays so (this resume "
-                        "ended %s)", self.out, status)
-            status, error = "complete", self.doc.error
-        self.doc.status, self.doc.error = status, error  # type: ignore[assignment]
-        self.doc.ended_at = time.time()
+        end_record(self.doc, self.out, self.previous, status, error, log)
         self.save()
         return summaries
 
