@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from abgate.ab import load_experiment
-from abgate.ab.run import choose_mode, prepare_arms
+from abgate.ab.checks import choose_mode, prepare_arms
 from abgate.ab.schedule import blocks, interleaved
 from abgate.errors import UsageError
 from tests.conftest import REPO

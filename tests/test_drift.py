@@ -32,6 +32,18 @@ def test_configuration_names_every_class() -> None:
     assert conf["host.hostname"] == "a"
 
 
+def test_a_malformed_section_reads_as_empty_not_as_a_crash() -> None:
+    """The drift check reads records through the lenient views (``compare.views``): a
+    section of the wrong type is empty, a list keeps only its objects."""
+    doc = {**copy.deepcopy(DOC), "spec": "not an object", "engine": None}
+    doc["provenance"]["libraries"] = ["junk", {"libs": "none"},
+                                      {"libs": [7, {"path": "/y/libz.so", "sha256": "z"}]}]
+    conf = configuration(doc)
+    assert conf["mapped.libz.so"] == "z" and "mapped.libggml.so" not in conf
+    assert conf["engine.name"] is None and not any(k.startswith("engine_args") for k in conf)
+    assert conf["env.CUDA_VISIBLE_DEVICES"] == "0" and conf["host.hostname"] == "a"
+
+
 def test_identical_records_are_an_exact_match() -> None:
     found = drift(configuration(DOC), configuration(copy.deepcopy(DOC)))
     assert found.passed and found.summary == "exact match" and not found.differences

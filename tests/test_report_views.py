@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from abgate.compare.views import views
 from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (
@@ -16,7 +17,6 @@ from abgate.report.views import (
     Outlier,
     RecordedPolicy,
     WeightsDiff,
-    views,
 )
 from abgate.runner.documents import AbBenchDocument, write_record
 from tests.support.report import build_ab_dir

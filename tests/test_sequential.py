@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from abgate.ab.checks import choose_mode
 from abgate.ab.experiment import Experiment, parse_experiment
-from abgate.ab.run import choose_mode
 from abgate.cli.ab_cmd import _with_stopping
 from abgate.compare import compare_samples, decide, load_policy
 from abgate.compare.confseq import betting_bounds, mixture_bounds

@@ -7,31 +7,23 @@ with its verdict and reports (a script, a CI job, a notebook) calls the same fun
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from abgate.ab.analyze import COMPARISON_FILE, analyze
+from abgate.ab.checks import check_experiment
+from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
-from abgate.ab.run import (
-    AB_FILE,
-    AbOutcome,
-    OnPhase,
-    Progress,
-    check_contracts,
-    choose_mode,
-    prepare_arms,
-    request_differences,
-    run_ab,
-)
-from abgate.compare import load_policy
+from abgate.ab.run import AbOutcome, OnPhase, Progress, run_checked
 from abgate.errors import AbgateError
 from abgate.redact import redact
 from abgate.runner import records as rec
 from abgate.runner.documents import AbRecord, read_document, read_record
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions
+from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary
 
 
@@ -51,12 +43,13 @@ class AbResult:
         return int(self.comparison["exit_code"])
 
 
-def diff_weights(exp: Experiment, out: Path) -> list[Path]:
+def diff_weights(exp: Experiment, prepared: Mapping[str, PreparedRun], out: Path
+                 ) -> list[Path]:
     """``weights-diff-<arm>.json`` for each candidate whose model differs from the
-    baseline's (needs ``abgate[weights]``); the report shows them."""
+    baseline's (needs ``abgate[weights]``; ``prepared``: the arms as the A/B's checks
+    prepared them); the report shows them."""
     from abgate.weights import diff_checkpoints
 
-    prepared = prepare_arms(exp)  # identities come from the hash cache: no re-hashing
     base = prepared[exp.baseline].engine.model
     written = []
     for arm in exp.candidates:
@@ -77,25 +70,15 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    on_phase: OnPhase | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
-    load_policy(policy if policy is not None else exp.policy)  # a bad policy: before any work
-    provenance = provenance or ProvenanceOptions()
-    if provenance.contract is None and exp.contract is not None:  # the file's [contract]
-        provenance = replace(provenance, contract=exp.contract)
+    checked = check_experiment(exp, provenance, policy)  # bad input: before any work
     from abgate.report import write_reports
 
-    # bad input refused before the directory is claimed (cheap: identities are cached):
-    # every arm's contract, and differences the experiment does not declare
-    prepared = prepare_arms(exp)
-    check_contracts(exp, prepared, provenance)
-    request_differences(exp, prepared)
-    choose_mode(exp)  # a sequential A/B that would run in blocks is refused here
     with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
-        outcome = run_ab(exp, out, resume=resume, force=force, on_start=on_start,
-                         progress=progress, provenance=provenance, on_phase=on_phase,
-                         policy=policy)
+        outcome = run_checked(checked, out, resume=resume, force=force, on_start=on_start,
+                              progress=progress, on_phase=on_phase)
         comparison = analyze(out, policy)
         if weights_diff:
-            diff_weights(exp, out)
+            diff_weights(exp, checked.prepared, out)
         return AbResult(outcome, comparison, write_reports(out))
 
 

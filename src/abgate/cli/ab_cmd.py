@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
-from abgate.ab.run import AB_FILE
+from abgate.ab.directory import AB_FILE
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app

@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
+from abgate.compare.views import Objects, View, views
 from abgate.errors import UsageError, did_you_mean
 
 CLASSES = ("env", "engine_args", "engine_options", "effective", "engine", "library",
@@ -53,58 +54,52 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
 
 
-class _Part(BaseModel):
-    """Lenient: a record of any version reads; what is not a section stays as it was."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", from_attributes=True)
-
-
-class _Lib(_Part):
+class _Lib(View):
     path: Any = None
     sha256: Any = None
 
 
-class _Process(_Part):
-    libs: list[_Lib | Any] | None = None
+class _Process(View):
+    libs: Objects = []
 
 
-class _Environment(_Part):
+class _Environment(View):
     env: Any = None
     packages: Any = None
 
 
-class _Provenance(_Part):
-    environment: _Environment | None = None
-    libraries: list[_Process | Any] | None = None
+class _Provenance(View):
+    environment: _Environment = Field(default_factory=_Environment)
+    libraries: Objects = []
 
 
-class _Spec(_Part):
+class _Spec(View):
     env: Any = None
     engine_args: Any = None
     engine_options: Any = None
     model: Any = None
 
 
-class _Engine(_Part):
+class _Engine(View):
     name: Any = None
     version: Any = None
     effective_config: Any = None
 
 
-class _Recorded(_Part):
-    """What :func:`configuration` reads of a record document."""
+class _Recorded(View):
+    """What :func:`configuration` reads of a record document (of any version)."""
 
-    spec: _Spec | None = None
-    engine: _Engine | None = None
-    provenance: _Provenance | None = None
+    spec: _Spec = Field(default_factory=_Spec)
+    engine: _Engine = Field(default_factory=_Engine)
+    provenance: _Provenance = Field(default_factory=_Provenance)
     host: Any = None
 
 
 def _mapped(provenance: _Provenance) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for proc in provenance.libraries or []:
-        for lib in (proc.libs or []) if isinstance(proc, _Process) else []:
-            if isinstance(lib, _Lib) and lib.path:
+    for proc in views(_Process, provenance.libraries):
+        for lib in views(_Lib, proc.libs):
+            if lib.path:
                 out[str(lib.path).rsplit("/", 1)[-1]] = lib.sha256
     return out
 
@@ -112,9 +107,8 @@ def _mapped(provenance: _Provenance) -> dict[str, Any]:
 def configuration(doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc``'s configuration as flat ``class.key`` entries (module doc)."""
     found = _Recorded.model_validate(doc)
-    spec, engine = found.spec or _Spec(), found.engine or _Engine()
-    provenance = found.provenance or _Provenance()
-    environment = provenance.environment or _Environment()
+    spec, engine, provenance = found.spec, found.engine, found.provenance
+    environment = provenance.environment
     parts: dict[str, Any] = {
         "env": {**(environment.env or {}), **(spec.env or {})},
         "engine_args": spec.engine_args or {}, "engine_options": spec.engine_options or {},

@@ -9,12 +9,13 @@ from typing import Any
 
 from abgate.compare.mde import REACH_FACTOR
 from abgate.compare.results import ArmAccuracy, ChangeRow, Comparison, Gate
+from abgate.compare.views import views
 from abgate.report.agreement_sections import agreement_blocks, at_floor, nats, probes_blocks
 from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
-from abgate.report.views import Outlier, views
+from abgate.report.views import Outlier
 
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
               ("ttft_s", "TTFT ms (lower is better)"))

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from abgate.compare.results import Comparison
+from abgate.compare.views import views
 from abgate.report.blocks import Block, Bullets, Heading, Para
 from abgate.report.fmt import NA, as_float, pct, value_text
 from abgate.report.load import AbData
 from abgate.report.plots import SPEED_LABELS
-from abgate.report.views import ArmSetting, Gpu, views
+from abgate.report.views import ArmSetting, Gpu
 from abgate.runner.sections import Distribution, Spec, SuiteRef
 
 NOISY_CV = 0.25  # decode-speed coefficient of variation that suggests a busy host

@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from abgate.compare.views import views
 from abgate.report.blocks import Block, Bullets, Heading, Para, Table
 from abgate.report.contract import Contract
 from abgate.report.fmt import (
@@ -22,7 +23,7 @@ from abgate.report.fmt import (
 )
 from abgate.report.load import AbData
 from abgate.report.review import of_total
-from abgate.report.views import BenchCase, Gpu, WeightsDiff, views
+from abgate.report.views import BenchCase, Gpu, WeightsDiff
 from abgate.runner.documents import AbBenchDocument, AbRecord
 from abgate.runner.sections import Distribution, HostInfo, QualitySummary
 from abgate.runner.summary import Summary

@@ -1,43 +1,18 @@
 """Typed views of the free-form objects inside the records, read by attribute: the
 recorded policy's limits, a summary's outliers, a bench case, a weights diff.
 
-A view never refuses what it reads: an object of the wrong type reads as an empty one,
-a list keeps only its objects, a missing field is its default and any value is kept as
-written (the renderers format it, or print ``n/a``), because reports read records that
-other code, or older versions, wrote. Keys a view does not name are kept too.
+Built on ``compare.views`` (a view never refuses what it reads: the renderers format
+any value kept as written, or print ``n/a``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import Field
 
+from abgate.compare.views import Objects, View, views
 from abgate.report.fmt import NA
-
-V = TypeVar("V", bound="View")
-
-
-class View(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _an_object(cls, value: Any) -> Any:
-        return value if isinstance(value, Mapping | BaseModel) else {}
-
-
-def _only_objects(value: Any) -> list[Any]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-Objects = Annotated[list[dict[str, Any]], BeforeValidator(_only_objects)]
-
-
-def views(model: type[V], value: Any) -> list[V]:
-    """The objects of the list ``value`` as ``model`` views ([] when not a list)."""
-    return [model.model_validate(v) for v in _only_objects(value)]
 
 
 class SpeedLimits(View):

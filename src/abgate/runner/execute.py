@@ -27,6 +27,7 @@ from abgate.runner import records as rec
 from abgate.runner.documents import (
     AnyRecord,
     Kind,
+    RecordHeader,
     RunRecord,
     new_record,
     read_record,
@@ -166,6 +167,18 @@ def kept_status(previous: str | None, status: str) -> str:
     return "complete" if previous == "complete" else status
 
 
+def end_record(doc: RecordHeader, out: Path, previous: str | None, status: str,
+               error: str | None, logger: logging.Logger = log) -> None:
+    """Set ``doc``'s final status, error and end time; a record that was ``complete``
+    when it was reopened stays so (:func:`kept_status`), with a warning to ``logger``."""
+    if kept_status(previous, status) != status:
+        logger.warning("%s was complete before this resume, and stays so (this resume "
+                       "ended %s)", out, status)
+        status, error = "complete", doc.error
+    doc.status, doc.error = status, error  # type: ignore[assignment]
+    doc.ended_at = time.time()
+
+
 def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
                  git: GitState | None,
                  inputs: dict[str, str | None] | None = None,
@@ -280,12 +293,7 @@ class RunRecorder:
 
     def finish(self, status: str, error: str | None = None) -> Summary:
         self._writer.close()
-        if kept_status(self.previous, status) != status:
-            log.warning("%s was complete before this resume, and stays so (this resume "
-                        "ended %s)", self.out, status)
-            status, error = "complete", self.doc.error
-        self.doc.status, self.doc.error = status, error  # type: ignore[assignment]
-        self.doc.ended_at = time.time()
+        end_record(self.doc, self.out, self.previous, status, error)
         samples = self.samples()
         summary = summarize(samples, status)
         write_record(self.out / rec.SUMMARY_FILE, summary)

@@ -40,14 +40,13 @@ included); ``score_mode=prefill`` scores the continuation in one forward pass th
 fresh cache of the arm's ``cache_implementation`` (faster, but blind to what only the
 decode step does: measured on an H200, a compiled static-cache decode step changed 74
 of 100 greedy GSM8K outputs while prefill-mode scoring read a KL divergence of exactly
-0, docs/gpu.md). Only this module imports torch and transformers, and only when the engine
-is used.
+0, docs/gpu.md). Loading is ``loading.py``'s, the scoring passes ``scoring.py``'s and
+the release at close ``cleanup.py``'s; only this package touches torch and transformers,
+imported (``loading.import_libraries``) only when the engine is used.
 """
 
 from __future__ import annotations
 
-import gc
-import importlib
 import inspect
 import os
 import time
@@ -69,13 +68,14 @@ from abgate.engines.base import (
 )
 from abgate.engines.shared import server_cleanup as srv
 from abgate.engines.shared.logits import scores_from_logits
+from abgate.engines.transformers import cleanup, scoring
 from abgate.engines.transformers import determinism as det
+from abgate.engines.transformers import loading as ld
 from abgate.engines.transformers.describe import device_facts, weight_facts
-from abgate.engines.transformers.hooks import _Force, _hooks, _Watch
+from abgate.engines.transformers.hooks import _hooks, _Watch
 from abgate.engines.transformers.options import (  # noqa: F401  (the engine module's API)
     ARG_SPECS,
     DEFAULTS,
-    GPU_CONTEXT_TOLERANCE_BYTES,
     INSTALL_HINT,
     NAME,
     RANDOM_WEIGHTS_LABEL,
@@ -84,15 +84,6 @@ from abgate.engines.transformers.options import (  # noqa: F401  (the engine mod
     resolve_model,
 )
 from abgate.errors import AbgateError, UsageError
-
-
-def import_libraries() -> tuple[Any, Any]:
-    """``(torch, transformers)``, typed as Any on purpose: the adapter is checked the same
-    whether or not they are installed."""
-    try:
-        return importlib.import_module("torch"), importlib.import_module("transformers")
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
 
 
 def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
@@ -119,21 +110,6 @@ def generation_kwargs(p: SamplingParams) -> dict[str, Any]:
 # -- the engine ---------------------------------------------------------------------------
 
 
-class _Source:
-    """Where transformers reads a model from: a directory, or a GGUF file in one."""
-
-    def __init__(self, model: str) -> None:
-        path = Path(model)
-        self.gguf = path.name if path.is_file() else None
-        self.dir = str(path.parent if path.is_file() else path)
-
-    def kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"local_files_only": True}
-        if self.gguf:
-            kw["gguf_file"] = self.gguf
-        return kw
-
-
 class TransformersEngine(Engine):
     """A transformers causal LM, resident in this process."""
 
@@ -143,7 +119,7 @@ class TransformersEngine(Engine):
 
     def __init__(self, model: str, args: Mapping[str, Any]) -> None:
         check_args(args)
-        torch, self._tf = import_libraries()
+        torch, self._tf = ld.import_libraries()
         self._torch = torch
         self.model_path = model
         self.requested = {**DEFAULTS, **args}
@@ -153,29 +129,27 @@ class TransformersEngine(Engine):
         self._speculative = bool(r.get("assistant_model") or r.get("prompt_lookup_num_tokens"))
         device = r.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         self._device = torch.device(device) if r.get("device_map") is None else None
-        self._on_cuda = self._uses_cuda(device)
+        self._on_cuda = ld.uses_cuda(torch, device, r.get("device_map"))
         self._deterministic = bool(r["deterministic"])
         det.prepare(torch, self._deterministic, self._on_cuda)
         if self._on_cuda:
-            torch.cuda.init()  # context and BLAS handles exist before the "before" reading
-            x = torch.ones(8, 8, device=self._device or "cuda")
-            (x @ x).sum().item()
-            del x
-            torch.cuda.empty_cache()
+            ld.start_cuda(torch, self._device)
         self._gpu_before = srv.gpu_memory() if self._on_cuda else {
             "available": False, "reason": f"the engine runs on {device}"}
         self._allocated_before = int(torch.cuda.memory_allocated()) if self._on_cuda else 0
         t0 = time.perf_counter()
         try:
-            self._tokenizer = self._load_tokenizer(model)
-            self._model = self._load_model(model)
-            self._assistant, self._assistant_tok = self._load_assistant()
+            self._tokenizer = ld.load_tokenizer(self._tf, model)
+            self._model = ld.load_model(torch, self._tf, model, r, self._device)
+            self._assistant, self._assistant_tok = ld.load_assistant(self._tf, r, self._model,
+                                                                     self._device)
         except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise AbgateError(f"transformers could not load {model}: {first}") from None
         self.load_seconds = time.perf_counter() - t0
-        self._eos = self._eos_ids()
-        self._neutral_generation_config()
+        self._eos = ld.eos_ids(self._tokenizer, self._model)
+        self._pad = ld.neutral_generation_config(self._tf, self._tokenizer, self._eos,
+                                                 (self._model, self._assistant))
         self._cache_kw = ("cache" if "cache" in inspect.signature(self._model.forward).parameters
                           else "past_key_values")
         if not self._tokenizer.chat_template:
@@ -184,109 +158,8 @@ class TransformersEngine(Engine):
         if self._speculative:
             self.capabilities = Capabilities(**{**vars(self.capabilities),
                                                 "engine_timings": False})
-        self._check_compile()
+        ld.check_compile(self._tf, r, self._on_cuda)
         self._info = self._effective_config()
-
-    # -- loading --------------------------------------------------------------------------
-
-    def _uses_cuda(self, device: str) -> bool:
-        torch = self._torch
-        if not torch.cuda.is_available():
-            return False
-        dm = self.requested.get("device_map")
-        if dm is None:
-            return bool(torch.device(device).type == "cuda")
-        values = dm.values() if isinstance(dm, dict) else [dm]
-        return any(str(v) not in ("cpu", "disk", "meta") for v in values)
-
-    def _dtype(self) -> Any:
-        name = self.requested["dtype"]
-        return "auto" if name == "auto" else getattr(self._torch, name)
-
-    def _load_tokenizer(self, model: str) -> Any:
-        src = _Source(model)
-        return self._tf.AutoTokenizer.from_pretrained(src.dir, **src.kwargs())
-
-    def _load_model(self, model: str) -> Any:
-        tf, torch, r = self._tf, self._torch, self.requested
-        src = _Source(model)
-        attn = r.get("attn_implementation")
-        kw: dict[str, Any] = {} if attn is None else {"attn_implementation": attn}
-        torch.manual_seed(int(r["seed"]))
-        if self._dummy:
-            config = tf.AutoConfig.from_pretrained(src.dir, **src.kwargs())
-            dtype = self._dtype()
-            if dtype == "auto":
-                dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) \
-                    or torch.float32
-                dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-            if r.get("device_map") is not None:
-                raise UsageError("load_format=dummy builds the model on one device: use "
-                                 "'device', not 'device_map'")
-            with torch.device(self._device):
-                m = tf.AutoModelForCausalLM.from_config(config, dtype=dtype, **kw)
-        else:
-            placement = r.get("device_map") if r.get("device_map") is not None else \
-                str(self._device)
-            m = tf.AutoModelForCausalLM.from_pretrained(
-                src.dir, dtype=self._dtype(), device_map=placement, **kw, **src.kwargs())
-        m.eval()
-        return m
-
-    def _load_assistant(self) -> tuple[Any, Any]:
-        name = self.requested.get("assistant_model")
-        if not name:
-            return None, None
-        path = resolve_model(name, what="assistant model")
-        src = _Source(path)
-        tok = self._tf.AutoTokenizer.from_pretrained(src.dir, **src.kwargs())
-        placement = str(self._device) if self._device is not None else self._model.device
-        m = self._tf.AutoModelForCausalLM.from_pretrained(
-            src.dir, dtype=self._model.dtype, device_map=placement, **src.kwargs())
-        m.eval()
-        n = self.requested.get("num_assistant_tokens")
-        if n is not None:
-            m.generation_config.num_assistant_tokens = int(n)
-            m.generation_config.num_assistant_tokens_schedule = "constant"
-        return m, tok
-
-    def _eos_ids(self) -> frozenset[int]:
-        ids: set[int] = set()
-        for source in (self._tokenizer.eos_token_id, self._model.generation_config.eos_token_id,
-                       getattr(self._model.config, "eos_token_id", None)):
-            if isinstance(source, int):
-                ids.add(source)
-            elif isinstance(source, list | tuple):
-                ids.update(int(i) for i in source)
-        return frozenset(ids)
-
-    def _neutral_generation_config(self) -> None:
-        """The model's own sampling defaults (temperature, top_p, ...) would be merged into
-        every request's config; abgate sends every knob itself, so they are cleared."""
-        pad = self._tokenizer.pad_token_id
-        if pad is None and self._eos:
-            pad = min(self._eos)
-        for m in (self._model, self._assistant):
-            if m is not None:
-                old = m.generation_config
-                m.generation_config = self._tf.GenerationConfig(
-                    pad_token_id=pad, bos_token_id=self._tokenizer.bos_token_id,
-                    num_assistant_tokens=getattr(old, "num_assistant_tokens", 20),
-                    num_assistant_tokens_schedule=getattr(old, "num_assistant_tokens_schedule",
-                                                          "constant"))
-        self._pad = pad
-
-    def _check_compile(self) -> None:
-        r = self.requested
-        if r.get("max_cache_len") is not None and \
-                not hasattr(self._tf.GenerationConfig(), "max_cache_len"):
-            raise UsageError(f"transformers {self._tf.__version__} has no max_cache_len in "
-                             "GenerationConfig; drop the engine arg or upgrade transformers")
-        if r.get("compile") is True and not (self._on_cuda and
-                                             r["cache_implementation"] in STATIC_CACHES):
-            raise UsageError("compile=true: transformers compiles the decode step only with a "
-                             "static cache on CUDA (cache_implementation=static, a CUDA "
-                             "device)")
 
     # -- the protocol ---------------------------------------------------------------------
 
@@ -350,27 +223,18 @@ class TransformersEngine(Engine):
         return "prefill" if self._speculative else str(self.requested["score_mode"])
 
     def _decode_logits(self, prompt: list[int], cont: list[int]) -> Any:
-        torch, tf = self._torch, self._tf
-        force = _Force(torch, len(prompt), cont)
-        ids = self._ids(prompt)
         gcfg = self._generation_config(SamplingParams(max_tokens=len(cont), ignore_eos=True))
-        seq = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                   generation_config=gcfg,
-                                   logits_processor=tf.LogitsProcessorList([force]))
-        if seq[0, len(prompt):].tolist() != cont or len(force.rows) != len(cont):
-            raise RuntimeError("teacher forcing through generate() did not follow the "
-                               "continuation")
-        return torch.stack(force.rows).float().cpu().numpy()
+        return scoring.decode_logits(self._torch, self._tf, self._model, self._ids(prompt),
+                                     gcfg, cont)
 
     def _prefill_logits(self, prompt: list[int], cont: list[int]) -> Any:
-        torch = self._torch
-        with torch.no_grad():
-            cache = self._scoring_cache(len(prompt) + len(cont))
-            kw = {self._cache_kw: cache, "use_cache": True}
-            if len(prompt) > 1:
-                self._model(input_ids=self._ids(prompt[:-1]), logits_to_keep=1, **kw)
-            out = self._model(input_ids=self._ids([prompt[-1], *cont[:-1]]), **kw)
-            return out.logits[0].float().cpu().numpy()
+        with self._torch.no_grad():
+            cache = scoring.scoring_cache(self._tf, self._model, self.requested,
+                                          len(prompt) + len(cont))
+        head = self._ids(prompt[:-1]) if len(prompt) > 1 else None
+        return scoring.prefill_logits(self._torch, self._model,
+                                      {self._cache_kw: cache, "use_cache": True}, head,
+                                      self._ids([prompt[-1], *cont[:-1]]))
 
     def topk_trace(self, prompt_ids: Sequence[int], output_ids: Sequence[int],
                    k: int) -> list[list[int]]:
@@ -386,32 +250,11 @@ class TransformersEngine(Engine):
         NVML's reading of device memory against the one taken before load."""
         if self.cleanup_evidence is not None:
             return
-        torch = self._torch
-        compiled = any(getattr(m, "_compiled_call", None) is not None
-                       for m in (getattr(self, "_model", None), getattr(self, "_assistant", None))
-                       if m is not None)
+        was_compiled = cleanup.compiled((getattr(self, "_model", None),
+                                         getattr(self, "_assistant", None)))
         self._model = self._assistant = None
-        gc.collect()
-        if compiled:
-            torch._dynamo.reset()  # compiled graphs (and CUDA-graph pools) hold memory
-            gc.collect()
-        evidence: dict[str, Any] = {"kind": "in_process", "pid": os.getpid(), "survivors": [],
-                                    "compiled": compiled}
-        allocator_back = True
-        if self._on_cuda:
-            torch.cuda.synchronize()
-            torch.cuda.empty_cache()
-            after = int(torch.cuda.memory_allocated())
-            evidence.update(torch_allocated_before_bytes=self._allocated_before,
-                            torch_allocated_bytes=after,
-                            torch_reserved_bytes=int(torch.cuda.memory_reserved()))
-            allocator_back = after <= self._allocated_before
-        # NVML: the device's used memory within the context tolerance of the pre-load
-        # reading (this process keeps its CUDA context: see GPU_CONTEXT_TOLERANCE_BYTES)
-        evidence["gpu"] = srv.gpu_returned(self._gpu_before, wait_s=10.0,
-                                           tolerance=GPU_CONTEXT_TOLERANCE_BYTES)
-        evidence["verified"] = bool(evidence["gpu"].get("returned", True) and allocator_back)
-        self.cleanup_evidence = evidence
+        self.cleanup_evidence = cleanup.release(self._torch, was_compiled, self._on_cuda,
+                                                self._allocated_before, self._gpu_before)
 
     # -- internals ------------------------------------------------------------------------
 
@@ -424,18 +267,6 @@ class TransformersEngine(Engine):
     def _ids(self, ids: Sequence[int]) -> Any:
         return self._torch.tensor([list(ids)], dtype=self._torch.long,
                                   device=self._input_device())
-
-    def _scoring_cache(self, length: int) -> Any:
-        cu = self._tf.cache_utils
-        impl = self.requested["cache_implementation"]
-        config = self._model.config.get_text_config(decoder=True)
-        if impl in STATIC_CACHES:
-            size = max(length, int(self.requested.get("max_cache_len") or 0))
-            return cu.StaticCache(config=config, max_cache_len=size,
-                                  offloading=impl == "offloaded_static")
-        if impl == "offloaded":
-            return cu.DynamicCache(config=config, offloading=True)
-        return cu.DynamicCache(config=config)  # dynamic; quantized scores through dynamic
 
     def _prompt_ids(self, req: GenerationRequest) -> list[int]:
         if req.prompt_token_ids is not None:
@@ -506,7 +337,7 @@ class TransformersEngine(Engine):
             **weight_facts(torch, m),
             "load_format": r["load_format"],
             "weights": RANDOM_WEIGHTS_LABEL if self._dummy else (
-                "dequantized from GGUF" if _Source(self.model_path).gguf else "checkpoint"),
+                "dequantized from GGUF" if ld.Source(self.model_path).gguf else "checkpoint"),
             "dtype": str(m.dtype).removeprefix("torch."),
             "attn_implementation": getattr(cfg, "_attn_implementation", None),
             "cache_implementation": r["cache_implementation"],

@@ -1,0 +1,87 @@
+"""The declared-switch wiring of an A/B run: each candidate compared with the baseline
+before the load (:func:`request_differences`) and after it (:func:`loaded_differences`),
+into ``ab.json``'s ``differences``. The keys and patterns are :mod:`abgate.ab.declared`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from abgate.ab import declared, optout
+from abgate.ab.experiment import Experiment
+from abgate.errors import UsageError
+from abgate.runner import documents as docs
+from abgate.runner.sections import ArmDifferences, DiffStage, Provenance
+from abgate.runner.spec import PreparedRun
+
+log = logging.getLogger("abgate.ab")
+
+
+def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
+                        ) -> dict[str, ArmDifferences]:
+    """Each candidate's differences from the baseline before any load, declared and
+    undeclared apart; an undeclared one is refused (exit 2, nothing written) when the
+    experiment declares anything, else logged as a warning."""
+    base = declared.request_facts(prepared[exp.baseline].spec)
+    out: dict[str, ArmDifferences] = {}
+    for arm in exp.candidates:
+        patterns = exp.declared_for(arm)
+        diff = declared.differing(base, declared.request_facts(prepared[arm].spec))
+        known, unknown = declared.split(diff, patterns)
+        if unknown and exp.declares:
+            raise UsageError(declared.refusal(arm, exp.baseline, unknown, "before the load"))
+        if unknown:
+            log.warning("arm %r differs from %r in %s, declared nowhere (declare the switch "
+                        "with changes = [...] to have any other difference refused)", arm,
+                        exp.baseline, ", ".join(unknown))
+        out[arm] = ArmDifferences(declares=exp.declares,
+                                  request=declared.section(known, unknown, patterns))
+    return out
+
+
+def loaded_differences(exp: Experiment, doc: docs.AbRecord,
+                       provenance: Mapping[str, Provenance | None], out: Path) -> str | None:
+    """After a load: each candidate whose and whose baseline's engines have loaded,
+    compared with the baseline (engine version, effective config, ``provenance``'s
+    libraries) into ``doc.differences``; the refusal of the first undeclared difference
+    when the experiment declares anything (the caller saves and stops), else None."""
+    base = _loaded_facts(doc, provenance, exp.baseline)
+    for arm in exp.candidates:
+        facts = _loaded_facts(doc, provenance, arm)
+        if base is None or facts is None:
+            continue
+        patterns = exp.declared_for(arm)
+        known, unknown = declared.split(declared.differing(base, facts), patterns)
+        entry = doc.differences.setdefault(arm, ArmDifferences())
+        entry.loaded = declared.section(known, unknown, patterns)
+        request = entry.request or DiffStage()
+        entry.unobserved = declared.unused(  # the arm's own claims, not allowances
+            exp.changes.get(arm, ()), {**request.declared, **known})
+        _opt_out(exp, arm, entry, out)
+        if unknown and exp.declares:
+            return declared.refusal(arm, exp.baseline, unknown, "after the load")
+        if unknown:
+            log.warning("arm %r differs from %r after the load in %s, declared nowhere",
+                        arm, exp.baseline, ", ".join(unknown))
+    return None
+
+
+def _loaded_facts(doc: docs.AbRecord, provenance: Mapping[str, Provenance | None],
+                  arm: str) -> dict[str, str] | None:
+    engine = doc.engines.get(arm)
+    if engine is None:
+        return None
+    return declared.loaded_facts(engine, provenance.get(arm))
+
+
+def _opt_out(exp: Experiment, arm: str, entry: ArmDifferences, out: Path) -> None:
+    """Arms that differ only by env: record what shows the variable took effect."""
+    dirs = (out / "arms" / exp.baseline, out / "arms" / arm)
+    found = optout.opt_out_evidence(entry, dirs, exp.evidence.log_patterns)
+    if found is None:
+        return
+    entry.opt_out = found
+    if found.warning:
+        log.warning("arm %r: %s", arm, found.warning)
