@@ -294,7 +294,7 @@ class RunRecorder:
     def finish(self, status: str, error: str | None = None) -> Summary:
         self._writer.close()
         end_record(self.doc, self.out, self.previous, status, error)
-        status = self.doc.status  # a complete record reopened stays complete
+        status = self.doc.status or status  # a complete record reopened stays complete
         samples = self.samples()
         summary = summarize(samples, status)
         write_record(self.out / rec.SUMMARY_FILE, summary)
