@@ -32,3 +32,19 @@ def test_ci_runs_the_engine_tests_on_one_thread_first() -> None:
     # the step selects tests (pytest's exit 5 for none would fail CI)
     assert any("@pytest.mark.engine" in p.read_text()
                for p in (REPO / "tests").glob("test_*.py"))
+
+
+def test_ci_runs_the_readme_test_command_without_the_extras() -> None:
+    """The README's test command runs in the README's own .venv, where no optional extra
+    (torch, transformers) was installed; the extras get their own venv (issue #35: lint failed
+    without torch while CI only ever had it)."""
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    readme_step = ci.index(_readme_commands()[1])
+    bare = [line for line in ci[:readme_step] if ". .venv/bin/activate" in line
+            or "python3 -m venv .venv" == line.strip()]
+    assert bare, "the README's venv is made by .ci/run"
+    first_bare = ci.index("python3 -m venv .venv")
+    assert not any("torch" in line or "transformers" in line
+                   for line in ci[first_bare:] if not line.lstrip().startswith("#"))
+    assert "python3 -m venv .venv-extras" in ci[:first_bare]
+    assert "torch" not in _readme_commands()[1] and "transformers" not in _readme_commands()[1]

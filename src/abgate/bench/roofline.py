@@ -165,8 +165,8 @@ def measure_gpu_bandwidth(size_mib: int = 1024, repeats: int = 20) -> dict[str, 
         b = torch.empty_like(a)
         for _ in range(3):
             b.copy_(a)
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(repeats):
             b.copy_(a)

@@ -34,7 +34,7 @@ def model_bytes(model_config: Any, kv_cache_dtype: str | None) -> dict[str, Any]
         from transformers import AutoModelForCausalLM
 
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(model_config.hf_config)  # type: ignore[no-untyped-call]
+            model = AutoModelForCausalLM.from_config(model_config.hf_config)
     except Exception as exc:  # an architecture transformers does not know, no torch, ...
         return {"weights_bytes_source": f"unknown: {type(exc).__name__}: {exc}"[:300]}
     elem = _elem_bytes(torch, getattr(model_config, "dtype", None))
