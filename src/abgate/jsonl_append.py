@@ -58,11 +58,13 @@ def write_all(fd: int, data: bytes) -> None:
 def repair_torn(path: Path) -> bytes:
     """Cut the torn tail off ``path`` (a missing file has none), its bytes kept first in
     ``<path>.torn``; the bytes cut (empty when there were none). Never through a link."""
-    safefs.refuse_link(path)
     try:
-        data = path.read_bytes()
+        fd = safefs.open_fd(path, os.O_RDONLY)  # a link or a FIFO: refused, never read
     except FileNotFoundError:
         return b""
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read()
     except OSError as exc:
         raise AbgateError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     start = torn_start(data)
