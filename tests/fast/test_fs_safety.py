@@ -16,8 +16,9 @@ from abgate.ab.decision import DECISIONS_FILE, read_decisions
 from abgate.dirlock import LOCK_FILE, exclusive
 from abgate.errors import UsageError
 from abgate.jsonl_append import append_line, repair_torn, torn_start
-from abgate.runner.records import SampleWriter, read_samples, write_json_atomic, \
-    write_text_atomic
+from abgate.ledger.store import Ledger
+from abgate.provenance.manifest import write_manifest
+from abgate.runner.records import SampleWriter, read_samples, write_json_atomic, write_text_atomic
 from abgate.safefs import LogFile, truncate
 from tests.conftest import error_lines, wait_until
 from tests.support.fake import RUN_FLAGS, cli, experiment, fake_run
@@ -65,9 +66,8 @@ def test_a_symlinked_lock_is_refused_and_the_directory_is_not_empty(tmp_path: Pa
     _one_line(fake_run(out, "--force"), LOCK_FILE)  # not abgate's: foreign
     assert victim.read_text() == VICTIM
     assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
-    with pytest.raises(UsageError, match="symbolic link"):
-        with exclusive(out):
-            pass
+    with pytest.raises(UsageError, match="symbolic link"), exclusive(out):
+        pass
     assert victim.read_text() == VICTIM
 
 
@@ -104,6 +104,24 @@ def test_every_writer_refuses_a_link(tmp_path: Path, victim: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(UsageError, match="not a regular file"):
         append_line(fifo, b"{}\n")  # a FIFO nobody reads: refused, never a hang
+
+
+def test_ledger_and_manifest_refuse_a_link(tmp_path: Path, victim: Path) -> None:
+    ledger = tmp_path / "ledger.sqlite"
+    ledger.symlink_to(victim)
+    with pytest.raises(UsageError, match="ledger.sqlite is a symbolic link"):
+        Ledger(ledger)
+    ledger.unlink()
+    (tmp_path / "ledger.sqlite-journal").symlink_to(victim)
+    with pytest.raises(UsageError, match="ledger.sqlite-journal is a symbolic link"):
+        Ledger(ledger)
+    manifest = tmp_path / "manifest.json"
+    manifest.symlink_to(victim)
+    with pytest.raises(UsageError, match="manifest.json is a symbolic link"):
+        write_manifest({"schema_version": 1}, manifest)
+    assert victim.read_text() == VICTIM and manifest.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "elsewhere", "ledger.sqlite-journal", "manifest.json"]  # no temporary file left
 
 
 def test_atomic_write_refuses_a_symlinked_temporary_file(tmp_path: Path,
@@ -163,9 +181,8 @@ def test_a_parent_of_a_directory_another_writer_holds_is_refused(
             pass
     proc = _hold(inner, tmp_path / "held.flag")
     try:
-        with pytest.raises(UsageError) as exc:
-            with exclusive(parent):
-                pass
+        with pytest.raises(UsageError) as exc, exclusive(parent):
+            pass
         assert str(inner) in str(exc.value) and f"pid {proc.pid}" in str(exc.value)
     finally:
         proc.kill()
