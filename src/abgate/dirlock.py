@@ -47,6 +47,14 @@ def _note_holder(fd: int) -> None:
     os.pwrite(fd, data, 0)
 
 
+def check_outer_writer(directory: Path) -> None:
+    """Refuse ``directory`` now (writing nothing) when a record it is inside is being
+    written by another process: the early form of :func:`exclusive`'s own check, for
+    commands that load an engine before they lock their directory."""
+    with contextlib.ExitStack() as stack:
+        nestlock.share_ancestors(directory, directory.resolve(), set(_HELD), stack)
+
+
 @contextmanager
 def exclusive(directory: Path) -> Iterator[None]:
     """Hold ``directory``'s writer lock for the block (the directory is created if

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from abgate.dirlock import LOCK_FILE, exclusive
+from abgate.dirlock import LOCK_FILE, check_outer_writer, exclusive
 from abgate.errors import AbgateError, UsageError
 from abgate.runner.documents import read_record
 from abgate.safefs import is_link, link_refusal, open_fd, refuse_link
@@ -81,6 +81,7 @@ def check_new_dir(out: Path, force: bool, marker: str) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"output path {out} exists and is not a directory")
     refuse_link(out / LOCK_FILE)
+    check_outer_writer(out)  # inside a record another process writes: refused now
     if not out.exists() or not _contents(out):
         return
     if not force:
