@@ -86,6 +86,20 @@ def test_resume_refuses_a_symlinked_record_file(tmp_path: Path, victim: Path,
     assert {p.name: p.read_bytes() for p in out.iterdir() if not p.is_symlink()} == before
 
 
+def test_ab_resume_refuses_an_arms_symlinked_samples(tmp_path: Path, victim: Path) -> None:
+    exp = experiment(tmp_path / "exp.toml", "crash_after = 3", limit=6, agreement=False)
+    out = tmp_path / "AB"
+    r = cli("ab", str(exp), "-o", str(out))
+    assert r.returncode == 130, r.stderr  # arm b's engine crashed: the A/B is resumable
+    samples = out / "arms" / "b" / "samples.jsonl"
+    victim.write_bytes(samples.read_bytes())
+    copy = victim.read_bytes()
+    samples.unlink()
+    samples.symlink_to(victim)
+    _one_line(cli("ab", "--resume", str(out)), str(samples), "symbolic link")
+    assert victim.read_bytes() == copy and samples.is_symlink()
+
+
 def test_every_writer_refuses_a_link(tmp_path: Path, victim: Path) -> None:
     link = tmp_path / "link"
     link.symlink_to(victim)
