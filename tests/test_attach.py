@@ -120,11 +120,14 @@ def test_refusals(repo: Path, tmp_path: Path) -> None:
 
 
 def test_torn_last_line_is_kept_separate(repo: Path, tmp_path: Path) -> None:
+    # the one torn-line rule of abgate.jsonl_append: cut, its bytes kept in .torn
     out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "dirty": False})
     (out / ATTACHMENTS_FILE).write_text('{"tested_commit": "abc"')  # crash mid-write
     attach(out, "HEAD", repo)
     lines = (out / ATTACHMENTS_FILE).read_text().splitlines()
-    assert len(lines) == 2 and json.loads(lines[1])["attached_commit"]
+    assert len(lines) == 1 and json.loads(lines[0])["attached_commit"]
+    torn = out / (ATTACHMENTS_FILE + ".torn")
+    assert torn.read_text() == '{"tested_commit": "abc"\n'
 
 
 def test_a_sealed_baseline_attaches_and_an_edited_one_is_refused(repo: Path,

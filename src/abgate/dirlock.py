@@ -6,6 +6,10 @@ when the holder dies (even by SIGKILL), so a stale lock never blocks a resume. T
 lock file names its holder (pid and command line, secrets redacted); a second writer
 is refused in one line naming them, before it writes anything.
 
+The lock covers the records nested in its directory too (an A/B's ``arms/<arm>``):
+see :mod:`abgate.nestlock`. The lock file is opened never through a link
+(:mod:`abgate.safefs`): a symlinked ``.abgate.lock`` is refused, naming it.
+
 The lock file itself is never deleted (not even by ``--force``): a second process
 that opened the old file would otherwise lock a different inode than the first.
 """
@@ -23,21 +27,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from abgate import nestlock, safefs
 from abgate.errors import UsageError
+from abgate.nestlock import LOCK_FILE as LOCK_FILE
+from abgate.nestlock import holder
 from abgate.redact import redact_text
 
-LOCK_FILE = ".abgate.lock"
 _HELD: dict[Path, int] = {}  # directories this process holds -> nesting depth
-
-
-def _holder(fd: int) -> str:
-    """Who holds the lock, as its lock file says (it may not have written it yet)."""
-    try:
-        raw = os.pread(fd, 65536, 0).decode("utf-8", "replace")
-        doc = json.loads(raw)
-        return f"pid {doc['pid']} ({doc['command']})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "another process (it has not written its pid yet)"
 
 
 def _note_holder(fd: int) -> None:
@@ -51,11 +47,20 @@ def _note_holder(fd: int) -> None:
     os.pwrite(fd, data, 0)
 
 
+def check_outer_writer(directory: Path) -> None:
+    """Refuse ``directory`` now (writing nothing) when a record it is inside is being
+    written by another process: the early form of :func:`exclusive`'s own check, for
+    commands that load an engine before they lock their directory."""
+    with contextlib.ExitStack() as stack:
+        nestlock.share_ancestors(directory, directory.resolve(), set(_HELD), stack)
+
+
 @contextmanager
 def exclusive(directory: Path) -> Iterator[None]:
     """Hold ``directory``'s writer lock for the block (the directory is created if
-    missing). Another holder is a UsageError naming its pid and command. Nested
-    claims of the same directory by this process share the one lock."""
+    missing). Another holder is a UsageError naming its pid and command, and so is a
+    writer of a record this one is inside or of one inside it (:mod:`abgate.nestlock`).
+    Nested claims of the same directory by this process share the one lock."""
     key = directory.resolve()
     if key in _HELD:
         _HELD[key] += 1
@@ -64,19 +69,23 @@ def exclusive(directory: Path) -> Iterator[None]:
         finally:
             _HELD[key] -= 1
         return
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise UsageError(f"cannot write to output directory {directory}: "
-                         f"{exc.strerror or exc}") from None
-    try:
+    with contextlib.ExitStack() as stack:
+        nestlock.share_ancestors(directory, key, set(_HELD), stack)  # before creating it
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = safefs.open_fd(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise UsageError(f"cannot write to output directory {directory}: "
+                             f"{exc.strerror or exc}") from None
+        stack.callback(os.close, fd)  # closing it releases the lock
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UsageError(f"{directory} is being written by {_holder(fd)}; one writer per "
+            nestlock.refuse_inner_writer(directory, fd, set(_HELD))
+            raise UsageError(f"{directory} is being written by {holder(fd)}; one writer per "
                              "directory: wait for it to end (or stop it), then resume"
                              ) from None
+        nestlock.refuse_inner_writer(directory, None, set(_HELD))
         with contextlib.suppress(OSError):  # the pid is a courtesy; the flock is the lock
             _note_holder(fd)
         _HELD[key] = 1
@@ -84,5 +93,3 @@ def exclusive(directory: Path) -> Iterator[None]:
             yield
         finally:
             del _HELD[key]
-    finally:
-        os.close(fd)  # releases the lock

@@ -3,7 +3,9 @@
 A decision (``keep-default-on``, ``make-opt-in`` or ``revert``) is recorded with why,
 who, when, the machine verdict it confirms, overrides or settles, and the source tree
 every arm of the A/B ran on. Decisions are appended (and fsynced) to
-``AB_DIR/decisions.jsonl``: a later decision supersedes an earlier one, none is lost.
+``AB_DIR/decisions.jsonl`` under the directory's writer lock, after a torn last line
+is cut (its bytes kept in ``decisions.jsonl.torn``, :mod:`abgate.jsonl_append`): a later
+decision supersedes an earlier one, none is lost.
 The reports and the ledger show the latest.
 """
 
@@ -11,15 +13,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from abgate.compare.results import read_comparison_doc
+from abgate.dirlock import exclusive
 from abgate.errors import UsageError, did_you_mean
+from abgate.jsonl_append import append_line
 from abgate.redact import redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import AbRecord, DecisionRecord, RunRecord, read_record
@@ -104,18 +106,10 @@ def record_decision(out: Path, decision: str, why: str, by: str | None = None,
             "decided_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     except ValidationError as exc:  # a writer's bug, never a bad line on disk
         raise UsageError(f"decision record: {exc.errors()[0]['msg']}") from None
-    _append(out / DECISIONS_FILE, doc.model_dump())
+    line = json.dumps(doc.model_dump(), sort_keys=True, ensure_ascii=False) + "\n"
+    with exclusive(out):  # one writer; a torn last line is cut (kept in .torn) first
+        append_line(out / DECISIONS_FILE, line.encode("utf-8"))
     return doc
-
-
-def _append(path: Path, doc: Mapping[str, Any]) -> None:
-    data = (json.dumps(doc, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_decisions(out: Path) -> list[DecisionRecord]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from abgate import safefs
 from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.checks import check_experiment
 from abgate.ab.directory import AB_FILE
@@ -57,7 +58,7 @@ def diff_weights(exp: Experiment, prepared: Mapping[str, PreparedRun], out: Path
         if model != base:
             doc = diff_checkpoints(Path(base), Path(model))
             path = out / f"weights-diff-{arm}.json"
-            path.write_text(json.dumps(redact(doc), indent=1) + "\n")
+            safefs.write_atomic(path, (json.dumps(redact(doc), indent=1) + "\n").encode())
             written.append(path)
     return written
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from abgate import safefs
 from abgate.errors import AbgateError
 from abgate.ledger.entries import Entry, Unit
 
@@ -46,6 +47,8 @@ class Ledger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        for name in (path.name, *(path.name + x for x in ("-journal", "-wal", "-shm"))):
+            safefs.refuse_link(path.with_name(name))  # sqlite would write through it
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(path), timeout=30.0)

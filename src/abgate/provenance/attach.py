@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_seal
+from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import digest_matches, load_manifest
 
@@ -160,23 +160,9 @@ def tested_source(result_dir: Path) -> MeasuredSource:
 
 
 def _append_line(path: Path, record: dict[str, Any]) -> None:
+    """One line, after a torn last line is cut (kept in ``.torn``: abgate.jsonl_append)."""
     line = json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n"
-    if path.is_file() and path.stat().st_size > 0:
-        with open(path, "rb") as fh:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                line = "\n" + line  # a torn last line from a crash stays on its own
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    append_line(path, line.encode("utf-8"))
 
 
 def _existing(path: Path, tested: str, attached: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abgate import __version__
+from abgate import __version__, safefs
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import (
     DEFAULT_CACHE,
@@ -254,12 +254,17 @@ def write_manifest(manifest: dict[str, Any], path: Path | str) -> None:
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = safefs.open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # never a link
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(manifest, fh, indent=2, sort_keys=True, ensure_ascii=False)
             fh.write("\n")
             fh.flush()
             os.fsync(fh.fileno())
+        safefs.refuse_link(target)  # replacing a link would delete it
         os.replace(tmp, target)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
+    except (OSError, AbgateError) as exc:
+        if not safefs.is_link(tmp):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, AbgateError):
+            raise
         raise AbgateError(f"cannot write manifest {target}: {exc.strerror or exc}") from None

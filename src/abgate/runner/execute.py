@@ -52,6 +52,7 @@ from abgate.runner.sections import GitState, Resume
 from abgate.runner.session import loaded
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
+from abgate.safefs import LogFile
 from abgate.suites import Item
 
 log = logging.getLogger("abgate.run")
@@ -128,7 +129,7 @@ class RedactingFormatter(logging.Formatter):
 
 @contextmanager
 def _run_log(out: Path) -> Iterator[None]:
-    handler = logging.FileHandler(out / rec.LOG_FILE, encoding="utf-8")
+    handler = LogFile(out / rec.LOG_FILE)  # never through a link
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("abgate")
     root.addHandler(handler)

@@ -11,14 +11,16 @@ notes) is refused, naming the first foreign entry, and nothing is deleted.
 from __future__ import annotations
 
 import fnmatch
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from abgate.dirlock import LOCK_FILE, exclusive
+from abgate.dirlock import LOCK_FILE, check_outer_writer, exclusive
 from abgate.errors import AbgateError, UsageError
 from abgate.runner.documents import read_record
+from abgate.safefs import is_link, link_refusal, open_fd, refuse_link
 
 # Every name abgate writes in an output directory (and in an A/B's arms/<arm>/).
 OWNED_FILES = frozenset({
@@ -27,7 +29,8 @@ OWNED_FILES = frozenset({
     "report.html", "report.json", "manifest.json", "attachments.jsonl", "decisions.jsonl",
     LOCK_FILE,
     ".abgate-write-test"})
-OWNED_PATTERNS = ("server-*.log", "engine-*.log", "weights-diff-*.json", "*.tmp")
+OWNED_PATTERNS = ("server-*.log", "engine-*.log", "weights-diff-*.json", "*.tmp",
+                  "*.jsonl.torn")  # a torn last line cut off (abgate.jsonl_append)
 
 
 def _owned_file(name: str) -> bool:
@@ -54,7 +57,22 @@ def foreign_entries(out: Path) -> Iterator[Path]:
 
 
 def _contents(out: Path) -> list[Path]:
-    return [e for e in out.iterdir() if e.name != LOCK_FILE]
+    """What ``out`` holds, its lock file aside (a link of that name is not one)."""
+    return [e for e in out.iterdir() if e.name != LOCK_FILE or e.is_symlink()]
+
+
+def refuse_links(out: Path) -> None:
+    """A link among ``out``'s entries, its arms' directories or their entries (which
+    abgate writes and deletes) is a one-line UsageError naming it; writes nothing."""
+    if not out.is_dir():
+        return
+    arms = out / "arms"
+    places = [out] + ([] if is_link(arms) or not arms.is_dir() else
+                      [arms, *(a for a in sorted(arms.iterdir()) if a.is_dir())])
+    for place in places:
+        for entry in sorted(place.iterdir()):
+            if entry.is_symlink():
+                raise link_refusal(entry)
 
 
 def check_new_dir(out: Path, force: bool, marker: str) -> None:
@@ -62,6 +80,8 @@ def check_new_dir(out: Path, force: bool, marker: str) -> None:
     own. Writes nothing."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"output path {out} exists and is not a directory")
+    refuse_link(out / LOCK_FILE)
+    check_outer_writer(out)  # inside a record another process writes: refused now
     if not out.exists() or not _contents(out):
         return
     if not force:
@@ -93,7 +113,7 @@ def prepare_new_dir(out: Path, force: bool, marker: str = "run.json") -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / ".abgate-write-test"
-        probe.write_text("")
+        os.close(open_fd(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"cannot write to output directory {out}: {exc.strerror}") from None
@@ -108,6 +128,7 @@ def claimed(out: Path, *, resume: bool, force: bool, marker: str) -> Iterator[No
     if resume:
         if not (out / marker).is_file():
             raise UsageError(f"--resume {out}: no {marker} there; nothing to resume")
+        refuse_links(out)  # a resume appends to and replaces what is there
     else:
         check_new_dir(out, force, marker)
     with exclusive(out):

@@ -2,7 +2,8 @@
 
 - ``samples.jsonl`` is append-only: each line is written, flushed and fsynced as its
   sample finishes, so a crash loses at most the sample in flight. A torn last line
-  (a crash mid-write) is dropped when the run is resumed; a bad line anywhere else is
+  (a crash mid-write) is cut before anything is appended, its bytes kept in
+  ``samples.jsonl.torn`` (:mod:`abgate.jsonl_append`); a bad line anywhere else is
   corruption and is refused.
 - ``run.json`` and ``summary.json`` are replaced atomically (write, fsync, rename).
 - Every document carries ``schema_version``; a newer version than this build knows is
@@ -14,7 +15,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -23,7 +23,9 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
+from abgate import safefs
 from abgate.errors import AbgateError, UsageError
+from abgate.jsonl_append import repair_torn, torn_start
 from abgate.redact import redact, redact_text
 
 SCHEMA_VERSION = 1
@@ -31,48 +33,20 @@ RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE = (
     "run.json", "samples.jsonl", "summary.json", "run.log")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     """Write ``doc`` whole or not at all: a failure (a full disk, a read-only directory)
-    leaves the previous version and no temporary file, and is a one-line error."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            json.dump(redact(doc), f, indent=2, sort_keys=False, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise AbgateError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    leaves the previous version and no temporary file, and is a one-line error; a link
+    at ``path`` is refused (:func:`abgate.safefs.write_atomic`)."""
+    text = json.dumps(redact(doc), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    safefs.write_atomic(path, text.encode("utf-8"))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
     """``text`` into ``path`` whole or not at all, no temporary file left on any error
     (a directory of that name, a full disk): a one-line error naming ``path``."""
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         raise UsageError(f"cannot write {path}: it is a directory (give a file name)")
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise AbgateError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    safefs.write_atomic(path, text.encode("utf-8"))
 
 
 def check_schema(doc: Mapping[str, Any], where: Path) -> None:
@@ -119,33 +93,26 @@ def read_samples(path: Path, repair: bool = False) -> list[dict[str, Any]]:
 
 
 def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`read_samples` with each sample's line number (for file:line errors)."""
+    """:func:`read_samples` with each sample's line number (for file:line errors). The
+    torn tail is that of :func:`abgate.jsonl_append.torn_start` (cut, its bytes kept in
+    ``<file>.torn``, when ``repair``)."""
     if not path.exists():
         return []
     data = path.read_bytes()
+    start = torn_start(data)
+    if start is not None:
+        if repair:
+            repair_torn(path)
+        data = data[:start]
     samples: list[tuple[int, dict[str, Any]]] = []
-    pos = 0
-    lines = data.split(b"\n")
-    for i, raw in enumerate(lines):
-        is_last = i == len(lines) - 1
-        if is_last and raw == b"":
-            break
+    for i, raw in enumerate(data.rstrip().split(b"\n") if data.strip() else []):
         try:
             rec = json.loads(raw)
-            if is_last:  # no newline after it: the write did not finish
-                raise ValueError("torn line")
             if not isinstance(rec, dict):
                 raise ValueError("not a JSON object")
         except (ValueError, RecursionError):
-            if is_last or all(not rest.strip() for rest in lines[i + 1:]):
-                if repair:
-                    with path.open("r+b") as f:
-                        f.truncate(pos)
-                        os.fsync(f.fileno())
-                break
             raise AbgateError(f"{path}:{i + 1}: corrupt sample line") from None
         samples.append((i + 1, rec))
-        pos += len(raw) + 1
     return samples
 
 
@@ -156,8 +123,9 @@ class SampleWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        repair_torn(path)  # the next line starts on its own, never glued onto a torn one
         try:
-            self._f: IO[str] = path.open("a", encoding="utf-8")
+            self._f: IO[str] = safefs.open_text_append(path)
         except OSError as exc:
             raise AbgateError(f"{path}: cannot open for appending ({exc.strerror or exc})"
                               ) from exc

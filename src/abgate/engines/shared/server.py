@@ -38,6 +38,7 @@ from typing import IO, Any
 import httpx
 import psutil
 
+from abgate import safefs
 from abgate.engines.shared import supervise as supervise
 from abgate.engines.shared.multicast import server_env
 from abgate.engines.shared.process_roles import process_role
@@ -194,7 +195,7 @@ class ManagedServer:
         self.ready_s: float | None = None
         self._gpu_before = gpu_memory()
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log: IO[bytes] = log_path.open("ab")
+        self._log: IO[bytes] = os.fdopen(safefs.open_append(log_path), "ab")  # no link
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
         self._log.write(f"# abgate {stamp}: launching {shlex.join(self.shown)}\n".encode())
         self._log.flush()
@@ -269,11 +270,11 @@ class ManagedServer:
         """Servers print their arguments and settings (vLLM does, keys among them): the
         log kept in the run directory goes through :func:`abgate.redact.redact_text`
         with the values known to be secret."""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, AbgateError):  # a link there: refused, left
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
             clean = redact_text(text, self._secrets)
             if clean != text:
-                self.log_path.write_text(clean, encoding="utf-8")
+                safefs.write_atomic(self.log_path, clean.encode("utf-8"))
 
     def failure(self, what: str) -> AbgateError:
         """An error naming the log and its tail, after stopping and verifying cleanup."""
