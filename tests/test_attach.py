@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
 from abgate.cli.app import app
 from abgate.errors import UsageError
-from abgate.integrity import seal
+from abgate.integrity import record_text, seal
 from abgate.provenance.attach import ATTACHMENTS_FILE, AttachRefused, attach
 from abgate.provenance.manifest import build_manifest, write_manifest
 
@@ -135,7 +135,7 @@ def test_a_sealed_baseline_attaches_and_an_edited_one_is_refused(repo: Path,
     doc = seal({"kind": "baseline", "git": {"commit": head, "tree": git(repo, "rev-parse",
                                                                         "HEAD^{tree}"),
                                             "dirty": False}, "cases": [{"output": [1, 2]}]})
-    (out / "baseline.json").write_text(json.dumps(doc))
+    (out / "baseline.json").write_text(record_text(doc))  # as abgate writes it
     git(repo, "commit", "-q", "--allow-empty", "-m", "merged, same tree")
     done = attach(out, "HEAD", repo)
     assert done.origin == "baseline.json git.commit" and done.tested_commit == head

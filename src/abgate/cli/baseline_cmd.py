@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abgate.baseline import check_baseline, record_baseline
+from abgate.baseline.upgrade import upgrade_baseline
 from abgate.bench import BenchConfig, limits
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
@@ -132,6 +133,18 @@ def check_command(
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     raise typer.Exit(0 if report.passed else 1)
+
+
+@baseline_app.command("upgrade")
+def upgrade_command(
+    baseline: Path = typer.Argument(..., help="Baseline directory."),
+    accept_unsealed: bool = typer.Option(
+        False, help="Seal a baseline recorded before seals as it is now (nothing can "
+        "verify its content; its sha256 before the upgrade is recorded)."),
+) -> None:
+    """Re-seal a baseline written by an older abgate under today's rules, after verifying
+    its old seal under its own rules; one whose seal does not verify is refused."""
+    typer.echo(upgrade_baseline(baseline, accept_unsealed=accept_unsealed).summary())
 
 
 def _where(div: Divergence | None) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
-from abgate.integrity import verify_seal
+from abgate.integrity import verify_file
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import digest_matches, load_manifest
 
@@ -76,14 +76,13 @@ def _read_json(path: Path) -> Any:
 
 
 def _from_run(path: Path) -> MeasuredSource | None:
-    data = _read_json(path)
     if path.name == BASELINE_FILE:
-        if not isinstance(data, dict):
-            raise AttachRefused(f"{path}: not a baseline record")
         try:
-            verify_seal(path, data)
+            data: Any = verify_file(path)  # the bytes on disk against their seal
         except UsageError as exc:
             raise AttachRefused(f"{exc}; it cannot vouch for a commit") from None
+    else:
+        data = _read_json(path)
     for keys in _RUN_KEYS:
         node: Any = data
         for key in keys:

@@ -243,6 +243,7 @@ class BaselineRecord(SpecRecord):
 
     recorded_at: float
     integrity: dict[str, Any] | None = None
+    upgrades: list[dict[str, Any]] | None = None  # abgate baseline upgrade: what it verified
     cases: list[BaselineCase] = []
     probes: list[ProbeRecord] = []
     host_load: dict[str, Any] | None = None
