@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from abgate.baseline.core import read_baseline
-from abgate.integrity import FIELD, VERSION, record_text, verify_file
+import abgate.integrity as integrity
 from tests.support.fake import cli
 
+FIELD = "integrity"
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = sorted((ROOT / "benchmarks" / "results" / "gpu").rglob("baseline.json"))
 
@@ -32,7 +33,7 @@ def _rewrite(base: Path, edit: object) -> bytes:
     doc = json.loads((base / "baseline.json").read_text())
     assert callable(edit)
     edit(doc)
-    data = record_text(doc).encode()
+    data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
     (base / "baseline.json").write_bytes(data)
     return data
 
@@ -45,8 +46,8 @@ def test_an_unsealed_baseline_is_refused_unless_accepted(recorded: Path) -> None
     assert (recorded / "baseline.json").read_bytes() == before  # nothing written
     r = cli("baseline", "upgrade", str(recorded), "--accept-unsealed")
     assert r.returncode == 0 and "upgraded" in r.stdout, r.stderr
-    doc = verify_file(recorded / "baseline.json")
-    assert doc[FIELD]["version"] == VERSION
+    doc = integrity.verify_file(recorded / "baseline.json")
+    assert doc[FIELD]["version"] == integrity.VERSION
     assert doc["upgrades"][0]["verified"] == "unsealed"
     assert doc["upgrades"][0]["previous_sha256"] == hashlib.sha256(before).hexdigest()
     read_baseline(recorded / "baseline.json")
@@ -56,7 +57,7 @@ def test_an_old_seal_is_verified_under_its_own_rules(recorded: Path) -> None:
     _rewrite(recorded, lambda d: d[FIELD].pop("version"))  # a seal written before v2
     r = cli("baseline", "upgrade", str(recorded))
     assert r.returncode == 0 and "old seal verified" in r.stdout, r.stdout + r.stderr
-    doc = verify_file(recorded / "baseline.json")
+    doc = integrity.verify_file(recorded / "baseline.json")
     assert doc["upgrades"][0]["verified"] == "old seal"
     assert doc["upgrades"][0]["previous_seal_version"] == 1
     again = cli("baseline", "upgrade", str(recorded))  # nothing left to do

@@ -11,7 +11,7 @@ import pytest
 
 from abgate.baseline.core import read_baseline
 from abgate.errors import UsageError
-from abgate.integrity import verify_file
+import abgate.integrity as integrity
 from abgate.redact import REDACTED
 from tests.support.fake import cli
 
@@ -40,7 +40,7 @@ def _one_line(r: object, *needles: str) -> str:
 
 
 def test_the_recorded_baseline_verifies_and_checks(recorded: Path) -> None:
-    verify_file(recorded / "baseline.json")
+    integrity.verify_file(recorded / "baseline.json")
     # (in this process, libraries another test loaded since the record are mapped too)
     r = cli("baseline", "check", str(recorded), "--tolerance", "1", "--allow-diff", "mapped.*")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -77,7 +77,7 @@ def test_a_reformatted_file_is_refused_naming_the_line(recorded: Path) -> None:
     path = recorded / "baseline.json"
     path.write_text(json.dumps(json.loads(path.read_text()), indent=1) + "\n")
     with pytest.raises(UsageError, match=r"baseline\.json:2: the file's bytes"):
-        verify_file(path)
+        integrity.verify_file(path)
     # the ledger and attach read a baseline through the same check
     r = cli("ledger", "add", str(recorded))
     assert r.returncode != 0 and "bytes are not what abgate wrote" in r.stderr, r.stderr
