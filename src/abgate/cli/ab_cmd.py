@@ -19,6 +19,7 @@ from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -240,9 +241,11 @@ def ab_command(
                                     "every item (default: the file's [schedule] stopping)."),
     max_items: int = typer.Option(None, help="Sequential: at most this many items."),
     look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
+    sign: SignKey = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
+    check_sign_key(sign)
     doc = None
     if resume is not None:
         if out is not None and out.resolve() != resume.resolve():
@@ -284,5 +287,6 @@ def ab_command(
                                     allow_source_change=allow_source_change),
                                 weights_diff=weights_diff, on_phase=rep.on_start)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    sign_after(out, sign)
     index_finished(out)
     raise typer.Exit(result.exit_code)

@@ -17,6 +17,7 @@ from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import group
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.compare.drift import CLASSES, parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -47,9 +48,11 @@ def record_command(
     manifest: eo.Manifest = None,
     allow_stale_manifest: eo.AllowStaleManifest = False,
     force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
+    sign: SignKey = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Record greedy reference outputs, speed and probe health for the current build."""
+    check_sign_key(sign)
     config = BenchConfig(**flags.spec(),
                          input_lens=input_lens(input_len, prompt_file, "128,512"),
                          prompt=read_prompt_file(prompt_file) if prompt_file else None,
@@ -71,6 +74,7 @@ def record_command(
         typer.echo(f"probe {p.name}: {'pass' if p.passed else 'FAIL'} ({p.reason})")
     _not_certified(limits.BASELINE)
     typer.echo(f"baseline written to {out / 'baseline.json'}")
+    sign_after(out, sign)
     index_finished(out)
 
 

@@ -24,6 +24,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_file
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import digest_matches, load_manifest
+from abgate.signing import check_signature
 
 RUN_FILE = "run.json"
 BASELINE_FILE = "baseline.json"
@@ -200,13 +201,27 @@ def _refuse_different(repo: Path, tested: str, target: str, rev: str) -> AttachR
                          f"({target[:12]}); {len(paths)} path(s) differ: {shown}{more}", paths)
 
 
-def attach(result_dir: Path | str, rev: str, repo: Path | str = ".") -> Attachment:
-    """Record that ``result_dir``'s results hold for ``rev``, iff the trees are identical."""
+def _signed(result_dir: Path, allowed_signers: Path) -> None:
+    """Refuse unless ``result_dir`` is signed by a key in ``allowed_signers`` and every
+    file is as signed (the record's git facts among them)."""
+    found = check_signature(result_dir, allowed_signers)
+    if not found.ok:
+        more = f" (+{len(found.problems) - 1} more)" if len(found.problems) > 1 else ""
+        raise AttachRefused(f"{found.problems[0]}{more}; a signature is required "
+                            "(--require-signature)")
+
+
+def attach(result_dir: Path | str, rev: str, repo: Path | str = ".", *,
+           allowed_signers: Path | None = None) -> Attachment:
+    """Record that ``result_dir``'s results hold for ``rev``, iff the trees are identical;
+    with ``allowed_signers``, only when the directory is signed by one of them."""
     result_dir, repo = Path(result_dir), Path(repo)
     if not result_dir.is_dir():
         raise UsageError(f"result directory {str(result_dir)!r} does not exist")
     if gitinfo.toplevel(repo) is None:
         raise UsageError(f"{str(repo)!r} is not inside a git checkout (use --repo)")
+    if allowed_signers is not None:
+        _signed(result_dir, allowed_signers)
     source = tested_source(result_dir)
     tested = gitinfo.resolve_commit(repo, source.commit)
     tree = gitinfo.tree_of(repo, tested)
