@@ -27,6 +27,10 @@ def git(repo: Path, *args: str) -> str:
                           text=True, env=env).stdout.strip()
 
 
+def tree_of(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD^{tree}")
+
+
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
@@ -69,7 +73,7 @@ def test_identical_tree_attaches(repo: Path, tmp_path: Path, nested: bool) -> No
 
 def test_different_tree_refused_listing_paths(repo: Path, tmp_path: Path) -> None:
     tested = git(repo, "rev-parse", "HEAD")
-    out = results(tmp_path, {"commit": tested, "dirty": False})
+    out = results(tmp_path, {"commit": tested, "tree": tree_of(repo), "dirty": False})
     (repo / "src" / "engine.py").write_text("FAST = False\n")
     (repo / "src" / "new.py").write_text("X = 1\n")
     git(repo, "add", "-A")
@@ -85,7 +89,8 @@ def test_different_tree_refused_listing_paths(repo: Path, tmp_path: Path) -> Non
 
 
 def test_cli_attach_success(repo: Path, tmp_path: Path) -> None:
-    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "dirty": False})
+    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "tree": tree_of(repo),
+                             "dirty": False})
     git(repo, "commit", "-q", "--allow-empty", "-m", "empty")
     res = runner.invoke(app, ["attach", str(out), "--commit", "HEAD", "--repo", str(repo)])
     assert res.exit_code == 0, res.output
@@ -113,6 +118,12 @@ def test_refusals(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(AttachRefused, match="inconsistent"):
         attach(out, "HEAD", repo)
     out = results(tmp_path, {"commit": head, "dirty": False})
+    with pytest.raises(AttachRefused, match="no tree hash"):
+        attach(out, "HEAD", repo)
+    out = results(tmp_path, {"commit": head, "tree": tree_of(repo)})
+    with pytest.raises(AttachRefused, match="does not say whether the tree was clean"):
+        attach(out, "HEAD", repo)
+    out = results(tmp_path, {"commit": head, "tree": tree_of(repo), "dirty": False})
     with pytest.raises(UsageError, match="is not a commit"):
         attach(out, "no-such-branch", repo)
     with pytest.raises(UsageError, match="does not exist"):
@@ -120,7 +131,8 @@ def test_refusals(repo: Path, tmp_path: Path) -> None:
 
 
 def test_torn_last_line_is_kept_separate(repo: Path, tmp_path: Path) -> None:
-    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "dirty": False})
+    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "tree": tree_of(repo),
+                             "dirty": False})
     (out / ATTACHMENTS_FILE).write_text('{"tested_commit": "abc"')  # crash mid-write
     attach(out, "HEAD", repo)
     lines = (out / ATTACHMENTS_FILE).read_text().splitlines()
