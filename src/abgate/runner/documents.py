@@ -354,6 +354,7 @@ LINE_FILES = {  # JSON Lines, appended line by line
 NOT_RECORDS = {  # JSON that is not one of these record documents
     "manifest.json": "provenance.manifest, with its own schema and version",
     "report.json": "a rendered report (report.jsondoc)",
+    "signed-files.json": "signing.sign_directory: every file's SHA-256 (signed beside it)",
     "weights-diff-*.json": "weights.diff, schema abgate.weights_diff"}
 
 
