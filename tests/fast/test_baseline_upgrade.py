@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from abgate.baseline.core import read_baseline
 import abgate.integrity as integrity
+from abgate.baseline.core import read_baseline
 from tests.support.fake import cli
 
 FIELD = "integrity"

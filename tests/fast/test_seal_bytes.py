@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+import abgate.integrity as integrity
 from abgate.baseline.core import read_baseline
 from abgate.errors import UsageError
-import abgate.integrity as integrity
 from abgate.redact import REDACTED
 from tests.support.fake import cli
 

@@ -201,10 +201,10 @@ def _refuse_different(repo: Path, tested: str, target: str, rev: str) -> AttachR
                          f"({target[:12]}); {len(paths)} path(s) differ: {shown}{more}", paths)
 
 
-def _checkable(source: MeasuredSource, repo: Path) -> MeasuredSource:
+def _checkable(source: MeasuredSource, repo: Path) -> str:
     """Refuse a record whose git facts cannot be checked against ``repo``: no tree hash
     beside its commit (the tree is what git recomputes from the commit), or no word on
-    whether the tree was clean."""
+    whether the tree was clean. Returns the recorded tree hash."""
     if source.tree is None:
         raise AttachRefused(f"{source.origin} {source.commit[:12]} has no tree hash beside "
                             f"it: the record cannot be checked against {repo} (abgate "
@@ -212,7 +212,7 @@ def _checkable(source: MeasuredSource, repo: Path) -> MeasuredSource:
     if source.dirty is not False:
         raise AttachRefused(f"{source.origin} does not say whether the tree was clean "
                             "(no 'dirty': false): its results belong to no known commit")
-    return source
+    return source.tree
 
 
 def _signed(result_dir: Path, allowed_signers: Path) -> None:
@@ -236,11 +236,12 @@ def attach(result_dir: Path | str, rev: str, repo: Path | str = ".", *,
         raise UsageError(f"{str(repo)!r} is not inside a git checkout (use --repo)")
     if allowed_signers is not None:
         _signed(result_dir, allowed_signers)
-    source = _checkable(tested_source(result_dir), repo)
+    source = tested_source(result_dir)
+    recorded = _checkable(source, repo)
     tested = gitinfo.resolve_commit(repo, source.commit)
     tree = gitinfo.tree_of(repo, tested)
-    if source.tree != tree:
-        raise AttachRefused(f"{source.origin} records tree {source.tree[:12]} but commit "
+    if recorded != tree:
+        raise AttachRefused(f"{source.origin} records tree {recorded[:12]} but commit "
                             f"{tested[:12]} has tree {tree[:12]}; the record is inconsistent")
     target = gitinfo.resolve_commit(repo, rev)
     if gitinfo.tree_of(repo, target) != tree:
