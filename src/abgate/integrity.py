@@ -17,9 +17,10 @@ without a seal, or whose bytes no longer match it, is a one-line
 cannot be told from damage, and either is refused. A seal is no signature: anyone can
 recompute it (``docs/signing.md``).
 
-Seals written before version 2 hashed the content redacted again on read; a file that
-was not edited verifies under these rules too (its content was written redacted).
-:func:`verify_old_rules` is that old check, for ``abgate baseline upgrade``.
+Seals written before version 2 were checked over the content redacted again on read
+(blind to an edit inside a redacted value); a file that was not edited verifies under
+today's rules too (its content was written redacted). :func:`verify_old_rules` is the
+check ``abgate baseline upgrade`` runs on such a seal.
 """
 
 from __future__ import annotations
@@ -169,10 +170,20 @@ def verify_file(path: Path) -> dict[str, Any]:
 
 
 def verify_old_rules(path: Path, doc: dict[str, Any]) -> None:
-    """The seal as checked before version 2 (the content redacted again, then hashed):
-    for ``abgate baseline upgrade`` only, which then re-seals under today's rules."""
+    """A seal written before version 2, for ``abgate baseline upgrade``: the digest over
+    the content as it is (what the old writer hashed: it wrote the content redacted), the
+    bytes not compared (an older abgate may have formatted them otherwise). A seal that
+    matches only with the content redacted again (the old reader's check) is refused: a
+    redacted value was edited after it was recorded."""
     section = _section(path, doc)
-    body = redact(_body(doc))
-    assert isinstance(body, dict)
-    if _digest(path, body) != section["digest"]:
-        raise _mismatch(path, section, body)
+    body = _body(doc)
+    if _digest(path, body) == section["digest"]:
+        return
+    again = redact(body)
+    if isinstance(again, dict) and _digest(path, again) == section["digest"]:
+        parts = section.get("parts")
+        named = ", ".join(changed_parts(parts, body)) if isinstance(parts, dict) else ""
+        raise UsageError(f"{path}: its old seal matches only with secrets redacted again: "
+                         f"a redacted value was edited since it was recorded "
+                         f"({named or 'a redacted value'}); refusing it")
+    raise _mismatch(path, section, body)

@@ -88,3 +88,22 @@ def test_the_committed_h200_baselines_read(path: Path) -> None:
     assert len(COMMITTED) == 3
     doc, _ = read_baseline(path)
     assert doc.upgrades and doc.upgrades[0]["verified"] == "unsealed"
+
+
+def test_upgrade_does_not_launder_an_edit_inside_a_redacted_value(tmp_path: Path) -> None:
+    """An old seal that matches only with the content redacted again (the old reader's
+    blind spot) is refused, nothing written."""
+    base = tmp_path / "bl"
+    r = cli("baseline", "record", "--engine", "fake", "--input-len", "32", "--output-len",
+            "8", "--repeats", "1", "--no-probes", "--env", "MY_API_KEY=hunter2-secret-value",
+            "-o", str(base))
+    assert r.returncode == 0, r.stderr
+    path = base / "baseline.json"
+    doc = json.loads(path.read_text())
+    doc[FIELD].pop("version")  # an old seal
+    doc["spec"]["env"]["MY_API_KEY"] = "sk-attacker-supplied-value-1234567890"
+    data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+    path.write_bytes(data)
+    r = cli("baseline", "upgrade", str(base), "--accept-unsealed")
+    assert r.returncode == 2 and "redacted value was edited" in r.stderr, r.stderr
+    assert "spec.env" in r.stderr and path.read_bytes() == data

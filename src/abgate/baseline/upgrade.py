@@ -3,8 +3,9 @@ today's rules, after verifying what can be verified.
 
 - A seal of version 2 (today's) is verified over the bytes on disk; the file is left
   as it is when its schema is current too.
-- An older seal is verified under its own rules (``integrity.verify_old_rules``: the
-  content redacted again, then hashed); one that does not verify is refused (exit 2,
+- An older seal is verified over the content as it is (``integrity.verify_old_rules``);
+  one that does not verify, or that matches only with the content redacted again (an
+  edit inside a redacted value, which the old reader missed), is refused (exit 2,
   nothing written).
 - A baseline recorded before seals existed has nothing that vouches for its content: it
   is refused unless ``accept_unsealed``, and then re-sealed as it is.
@@ -52,7 +53,7 @@ class Upgrade:
     def summary(self) -> str:
         if not self.written:
             return f"{self.path}: already sealed under today's rules; nothing to do"
-        how = {"old seal": "its old seal verified under its own rules",
+        how = {"old seal": "its old seal verified over the content as it is",
                "unsealed": "never sealed: re-sealed as it is (--accept-unsealed)",
                "current": "its seal verified; schema migrated"}[self.verified]
         return (f"{self.path}: upgraded ({how}; previous sha256 "

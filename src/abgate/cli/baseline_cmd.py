@@ -147,7 +147,7 @@ def upgrade_command(
         "verify its content; its sha256 before the upgrade is recorded)."),
 ) -> None:
     """Re-seal a baseline written by an older abgate under today's rules, after verifying
-    its old seal under its own rules; one whose seal does not verify is refused."""
+    its old seal over the content as it is; one whose seal does not verify is refused."""
     typer.echo(upgrade_baseline(baseline, accept_unsealed=accept_unsealed).summary())
 
 
