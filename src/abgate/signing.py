@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ from pathlib import Path
 from abgate import __version__
 from abgate.dirlock import LOCK_FILE
 from abgate.errors import AbgateError, UsageError
+from abgate.identity import sha256_file
 
 NAMESPACE = "abgate"
 SUMS_FILE = "signed-files.json"
@@ -82,7 +82,7 @@ def listed_files(directory: Path) -> dict[str, str]:
         if path.is_symlink() or not path.is_file() or rel in NOT_SIGNED \
                 or path.name == LOCK_FILE or rel.endswith(".tmp"):
             continue
-        found[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        found[rel] = sha256_file(path)
     return found
 
 

@@ -106,6 +106,10 @@ def test_ab_and_decide_sign_every_arm_and_decision(tmp_path: Path,
     assert {"ab.json", "arms/a/run.json", "arms/b/samples.jsonl"} <= set(listed)
     code, text = _verify(out, allowed)
     assert code == 0 and "'ab-arm' record" in text and "'ab' record" in text, text
+    (out / SIG).unlink()  # a complete A/B resumed with --sign: signed as it is
+    again = cli("ab", "--resume", str(out), "--sign", str(alice))
+    assert again.returncode == 0 and (out / SIG).is_file(), again.stderr
+    assert _verify(out, allowed)[0] == 0
     r = cli("decide", str(out), "--decision", "keep-default-on", "--why", "accepted",
             "--sign", str(alice))
     assert r.returncode == 0, r.stderr

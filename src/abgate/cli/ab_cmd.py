@@ -148,7 +148,7 @@ def _recorded(resume: Path, doc: AnyRecord) -> Experiment:
 
 
 def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experiment],
-              reanalyse: bool, policy: str | None) -> None:
+              reanalyse: bool, policy: str | None, sign: Path | None = None) -> None:
     """``--resume`` of a complete A/B (or ``--reanalyse``): say so, show the verdict
     (recorded, or recomputed from the saved samples) and exit with it; nothing runs.
     ``exp`` makes the experiment given (file, overrides) from the recorded one."""
@@ -168,6 +168,7 @@ def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experime
                    "--force runs the whole A/B again)", err=True)
     result = recorded_result(resume, reanalyse=reanalyse, policy=policy)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    sign_after(resume, sign)  # (--reanalyse rewrites the reports: signed as they are now)
     raise typer.Exit(int(result.comparison["exit_code"]))
 
 
@@ -272,7 +273,7 @@ def ab_command(
     complete = doc is not None and doc.status == "complete"
     if resume is not None and doc is not None and (reanalyse or (complete and not force)):
         _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
-                  policy)
+                  policy, sign)
     exp = given(None if resume is None or doc is None else lambda: _recorded(resume, doc))
     redo = resume is not None and force and complete
     if redo:
