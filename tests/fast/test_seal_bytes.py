@@ -81,3 +81,17 @@ def test_a_reformatted_file_is_refused_naming_the_line(recorded: Path) -> None:
     # the ledger and attach read a baseline through the same check
     r = cli("ledger", "add", str(recorded))
     assert r.returncode != 0 and "bytes are not what abgate wrote" in r.stderr, r.stderr
+
+
+def test_a_redacted_read_verifies_the_seal_first(recorded: Path) -> None:
+    """``read_record(..., redacted=True)`` (the reports' way in) redacted the content
+    before anything checked it; a sealed file is now verified over its bytes first."""
+    from abgate.runner.documents import read_record
+
+    path = recorded / "baseline.json"
+    assert read_record(path, "baseline", redacted=True).kind == "baseline"
+    path.write_text(path.read_text().replace(
+        f'"MY_API_KEY": "{REDACTED}"', '"MY_API_KEY": "sk-attacker-supplied-value-1234567890"',
+        1))
+    with pytest.raises(UsageError, match="integrity"):
+        read_record(path, "baseline", redacted=True)

@@ -35,6 +35,7 @@ from abgate.compare.results import ComparisonDoc, Result
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.provenance.gitinfo import git_state
+from abgate.integrity import FIELD, verify_file
 from abgate.redact import redact
 from abgate.runner import records as rec
 from abgate.runner.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
@@ -436,6 +437,8 @@ def _read(path: Path, model: type[D] | None, redacted: bool) -> Document:
         doc = rec.read_json_object(path)
         if not isinstance(doc.get("schema_version"), int):
             raise AbgateError(f"{path}: no schema_version; not an abgate record")
+        if redacted and FIELD in doc:  # a sealed document: its bytes before any redaction
+            verify_file(path)
         return _validated(path, redact(doc) if redacted else doc, model)
     except AbgateError as exc:  # a damaged or foreign file is bad input, not a failure
         raise UsageError(str(exc)) from None
