@@ -48,8 +48,16 @@ def _keygen() -> str:
 
 
 def _run(args: list[str], data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([_keygen(), *args], input=data if data is not None else b"",
-                          capture_output=True, check=False, timeout=60)
+    """ssh-keygen in a session of its own (no terminal: a key's passphrase is never
+    prompted for, the call fails instead)."""
+    try:
+        return subprocess.run([_keygen(), *args], input=data if data is not None else b"",
+                              capture_output=True, check=False, timeout=60,
+                              start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise AbgateError(f"ssh-keygen {' '.join(args[:2])} did not finish in 60 s") from None
+    except OSError as exc:
+        raise AbgateError(f"cannot run ssh-keygen ({exc.strerror or exc})") from None
 
 
 def _last(proc: subprocess.CompletedProcess[bytes]) -> str:

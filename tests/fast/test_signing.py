@@ -88,7 +88,10 @@ def test_a_rewritten_file_list_or_another_key_is_refused(
 def test_a_bad_sign_key_exits_2_with_nothing_written(tmp_path: Path) -> None:
     garbage = tmp_path / "not-a-key"
     garbage.write_text("hello\n")
-    for key in (tmp_path / "missing", garbage):
+    locked = tmp_path / "locked"  # a passphrase: never prompted for, refused
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f",
+                    str(locked)], check=True, capture_output=True)
+    for key in (tmp_path / "missing", garbage, locked):
         r = _baseline(tmp_path / "B", "--sign", str(key))
         err = getattr(r, "stderr", "")
         assert getattr(r, "returncode", None) == 2 and f"--sign {key}" in err, err
