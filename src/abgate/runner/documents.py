@@ -34,8 +34,8 @@ from abgate import __version__
 from abgate.compare.results import ComparisonDoc, Result
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
-from abgate.provenance.gitinfo import git_state
 from abgate.integrity import FIELD, verify_file
+from abgate.provenance.gitinfo import git_state
 from abgate.redact import redact
 from abgate.runner import records as rec
 from abgate.runner.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
