@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
 from abgate.cli.app import app
 from abgate.errors import UsageError
-from abgate.integrity import seal
+from abgate.integrity import record_text, seal
 from abgate.provenance.attach import ATTACHMENTS_FILE, AttachRefused, attach
 from abgate.provenance.manifest import build_manifest, write_manifest
 
@@ -25,6 +25,10 @@ def git(repo: Path, *args: str) -> str:
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
                           text=True, env=env).stdout.strip()
+
+
+def tree_of(repo: Path) -> str:
+    return git(repo, "rev-parse", "HEAD^{tree}")
 
 
 @pytest.fixture
@@ -69,7 +73,7 @@ def test_identical_tree_attaches(repo: Path, tmp_path: Path, nested: bool) -> No
 
 def test_different_tree_refused_listing_paths(repo: Path, tmp_path: Path) -> None:
     tested = git(repo, "rev-parse", "HEAD")
-    out = results(tmp_path, {"commit": tested, "dirty": False})
+    out = results(tmp_path, {"commit": tested, "tree": tree_of(repo), "dirty": False})
     (repo / "src" / "engine.py").write_text("FAST = False\n")
     (repo / "src" / "new.py").write_text("X = 1\n")
     git(repo, "add", "-A")
@@ -85,7 +89,8 @@ def test_different_tree_refused_listing_paths(repo: Path, tmp_path: Path) -> Non
 
 
 def test_cli_attach_success(repo: Path, tmp_path: Path) -> None:
-    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "dirty": False})
+    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "tree": tree_of(repo),
+                             "dirty": False})
     git(repo, "commit", "-q", "--allow-empty", "-m", "empty")
     res = runner.invoke(app, ["attach", str(out), "--commit", "HEAD", "--repo", str(repo)])
     assert res.exit_code == 0, res.output
@@ -113,6 +118,12 @@ def test_refusals(repo: Path, tmp_path: Path) -> None:
     with pytest.raises(AttachRefused, match="inconsistent"):
         attach(out, "HEAD", repo)
     out = results(tmp_path, {"commit": head, "dirty": False})
+    with pytest.raises(AttachRefused, match="no tree hash"):
+        attach(out, "HEAD", repo)
+    out = results(tmp_path, {"commit": head, "tree": tree_of(repo)})
+    with pytest.raises(AttachRefused, match="does not say whether the tree was clean"):
+        attach(out, "HEAD", repo)
+    out = results(tmp_path, {"commit": head, "tree": tree_of(repo), "dirty": False})
     with pytest.raises(UsageError, match="is not a commit"):
         attach(out, "no-such-branch", repo)
     with pytest.raises(UsageError, match="does not exist"):
@@ -120,8 +131,8 @@ def test_refusals(repo: Path, tmp_path: Path) -> None:
 
 
 def test_torn_last_line_is_kept_separate(repo: Path, tmp_path: Path) -> None:
-    # the one torn-line rule of abgate.jsonl_append: cut, its bytes kept in .torn
-    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "dirty": False})
+    out = results(tmp_path, {"commit": git(repo, "rev-parse", "HEAD"), "tree": tree_of(repo),
+                             "dirty": False})
     (out / ATTACHMENTS_FILE).write_text('{"tested_commit": "abc"')  # crash mid-write
     attach(out, "HEAD", repo)
     lines = (out / ATTACHMENTS_FILE).read_text().splitlines()
@@ -138,7 +149,7 @@ def test_a_sealed_baseline_attaches_and_an_edited_one_is_refused(repo: Path,
     doc = seal({"kind": "baseline", "git": {"commit": head, "tree": git(repo, "rev-parse",
                                                                         "HEAD^{tree}"),
                                             "dirty": False}, "cases": [{"output": [1, 2]}]})
-    (out / "baseline.json").write_text(json.dumps(doc))
+    (out / "baseline.json").write_text(record_text(doc))  # as abgate writes it
     git(repo, "commit", "-q", "--allow-empty", "-m", "merged, same tree")
     done = attach(out, "HEAD", repo)
     assert done.origin == "baseline.json git.commit" and done.tested_commit == head

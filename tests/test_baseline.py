@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from abgate.integrity import seal
+from abgate.integrity import record_text, seal
 from tests.conftest import abgate, engine_threads, thread_flags
 
 pytestmark = pytest.mark.engine
@@ -117,7 +117,7 @@ def test_speed_regression_fails_the_check(recorded: Path, tmp_path: Path,
     assert doc["host_load"]["before"]["cpus"] >= 1
     fake = tmp_path / "B"
     fake.mkdir()
-    (fake / "baseline.json").write_text(json.dumps(seal(doc)))  # sealed as recorded
+    (fake / "baseline.json").write_text(record_text(seal(doc)))  # sealed as recorded
     report = tmp_path / "check.json"
     # two repeats: on a loaded host their t-interval (one degree of freedom) may span
     # 0 to hundreds; the slowdown is gross, so it is SLOWER whatever the interval

@@ -15,7 +15,7 @@ from abgate.bench.run import BenchCase, bench_sample
 from abgate.bench.samples import BenchSample
 from abgate.engines.base import GenerationResult
 from abgate.errors import UsageError
-from abgate.integrity import changed_parts, seal, verify_seal
+from abgate.integrity import changed_parts, record_text, seal, verify_seal
 from tests.test_fuzz_loaders import BASELINE
 
 
@@ -66,7 +66,7 @@ def test_text_is_compared_where_an_engine_gives_no_token_ids() -> None:
 
 def write(tmp_path: Path, doc: dict[str, Any]) -> Path:
     path = tmp_path / "baseline.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(record_text(doc))  # as abgate writes it
     return path
 
 

@@ -27,7 +27,7 @@ from abgate.bench import BenchConfig
 from abgate.compare.policy import load_policy
 from abgate.engines.args import parse_pairs, validate_args
 from abgate.engines.llamacpp.engine import ARG_SPECS
-from abgate.integrity import seal
+from abgate.integrity import record_text, seal
 from abgate.provenance.contract_toml import load_contract
 from abgate.provenance.loading import load_manifest
 from abgate.provenance.manifest import build_manifest, write_manifest
@@ -194,13 +194,13 @@ def test_baseline_json(data: st.DataObject, tmp_path: Path) -> None:
         if isinstance(broken, dict) and data.draw(st.booleans()):
             with contextlib.suppress(ValueError):  # (NaN cannot be sealed)
                 broken = seal(broken)
-        raw = json.dumps(broken).encode()
+        raw = record_text(broken).encode()
     path = fresh(tmp_path, "baseline.json", raw)
     check_clean(lambda: read_baseline(path), path)
 
 
 def test_baseline_json_as_recorded_reads(tmp_path: Path) -> None:
-    path = fresh(tmp_path, "baseline.json", json.dumps(BASELINE).encode())
+    path = fresh(tmp_path, "baseline.json", record_text(BASELINE).encode())
     doc, config = read_baseline(path)
     assert config.input_lens == (32,) and doc.cases[0].input_len == 32
 

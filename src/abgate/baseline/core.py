@@ -20,9 +20,8 @@ from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
-from abgate.integrity import FIELD, seal, verify_seal
+from abgate.integrity import FIELD, seal, verify_file
 from abgate.progress import Reporter
-from abgate.runner import records as rec
 from abgate.runner.bench_sections import BaselineCase, RequestRef
 from abgate.runner.documents import BaselineRecord, LoadFacts, new_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
@@ -131,8 +130,14 @@ def config_from_record(doc: BaselineRecord, where: str = "baseline") -> BenchCon
 def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:
     """``baseline.json`` and its bench config, with what the check relies on checked:
     a damaged file is a one-line UsageError naming it, not a traceback mid-check."""
+    verify_file(path)  # the bytes on disk against their seal, before anything is read
     doc = read_record(path, "baseline", model=BaselineRecord)
-    verify_seal(path, rec.read_json(path))  # the file's own bytes, as sealed
+    return doc, check_readable(path, doc)
+
+
+def check_readable(path: Path, doc: BaselineRecord) -> BenchConfig:
+    """What a check relies on in ``doc`` (read from ``path``): complete, its config and
+    its probes; a one-line UsageError naming the file otherwise."""
     if doc.status != "complete":
         raise UsageError(f"{path}: status {doc.status!r}, not 'complete': "
                          f"{doc.error or 'an incomplete baseline'}; record it again")
@@ -143,7 +148,7 @@ def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:
         raise UsageError(f"{path}: not a readable baseline (ValueError: " + (
             f"probes are {list(names)}, not the {len(DEFAULT_PROBE_NAMES)} abgate records"
             if c.probes else "probes were recorded with probes off") + ")")
-    return doc, c
+    return c
 
 
 def host_load() -> dict[str, Any]:

@@ -22,6 +22,7 @@ from abgate.cli import (  # noqa: F401  (registers commands)
     provenance_cmd,
     report_cmd,
     run_cmd,
+    verify_cmd,
     weights_cmd,
 )
 from abgate.cli.app import app

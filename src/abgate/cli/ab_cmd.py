@@ -19,6 +19,7 @@ from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -147,7 +148,7 @@ def _recorded(resume: Path, doc: AnyRecord) -> Experiment:
 
 
 def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experiment],
-              reanalyse: bool, policy: str | None) -> None:
+              reanalyse: bool, policy: str | None, sign: Path | None = None) -> None:
     """``--resume`` of a complete A/B (or ``--reanalyse``): say so, show the verdict
     (recorded, or recomputed from the saved samples) and exit with it; nothing runs.
     ``exp`` makes the experiment given (file, overrides) from the recorded one."""
@@ -167,6 +168,7 @@ def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experime
                    "--force runs the whole A/B again)", err=True)
     result = recorded_result(resume, reanalyse=reanalyse, policy=policy)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    sign_after(resume, sign)  # (--reanalyse rewrites the reports: signed as they are now)
     raise typer.Exit(int(result.comparison["exit_code"]))
 
 
@@ -240,9 +242,11 @@ def ab_command(
                                     "every item (default: the file's [schedule] stopping)."),
     max_items: int = typer.Option(None, help="Sequential: at most this many items."),
     look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
+    sign: SignKey = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
+    check_sign_key(sign)
     doc = None
     if resume is not None:
         if out is not None and out.resolve() != resume.resolve():
@@ -269,7 +273,7 @@ def ab_command(
     complete = doc is not None and doc.status == "complete"
     if resume is not None and doc is not None and (reanalyse or (complete and not force)):
         _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
-                  policy)
+                  policy, sign)
     exp = given(None if resume is None or doc is None else lambda: _recorded(resume, doc))
     redo = resume is not None and force and complete
     if redo:
@@ -284,5 +288,6 @@ def ab_command(
                                     allow_source_change=allow_source_change),
                                 weights_diff=weights_diff, on_phase=rep.on_start)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    sign_after(out, sign)
     index_finished(out)
     raise typer.Exit(result.exit_code)

@@ -10,12 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from abgate.baseline import check_baseline, record_baseline
+from abgate.baseline.upgrade import upgrade_baseline
 from abgate.bench import BenchConfig, limits
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import group
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.compare.drift import CLASSES, parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -46,9 +48,11 @@ def record_command(
     manifest: eo.Manifest = None,
     allow_stale_manifest: eo.AllowStaleManifest = False,
     force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
+    sign: SignKey = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Record greedy reference outputs, speed and probe health for the current build."""
+    check_sign_key(sign)
     config = BenchConfig(**flags.spec(),
                          input_lens=input_lens(input_len, prompt_file, "128,512"),
                          prompt=read_prompt_file(prompt_file) if prompt_file else None,
@@ -70,6 +74,7 @@ def record_command(
         typer.echo(f"probe {p.name}: {'pass' if p.passed else 'FAIL'} ({p.reason})")
     _not_certified(limits.BASELINE)
     typer.echo(f"baseline written to {out / 'baseline.json'}")
+    sign_after(out, sign)
     index_finished(out)
 
 
@@ -132,6 +137,18 @@ def check_command(
     if json_out is not None:
         json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     raise typer.Exit(0 if report.passed else 1)
+
+
+@baseline_app.command("upgrade")
+def upgrade_command(
+    baseline: Path = typer.Argument(..., help="Baseline directory."),
+    accept_unsealed: bool = typer.Option(
+        False, help="Seal a baseline recorded before seals as it is now (nothing can "
+        "verify its content; its sha256 before the upgrade is recorded)."),
+) -> None:
+    """Re-seal a baseline written by an older abgate under today's rules, after verifying
+    its old seal over the content as it is; one whose seal does not verify is refused."""
+    typer.echo(upgrade_baseline(baseline, accept_unsealed=accept_unsealed).summary())
 
 
 def _where(div: Divergence | None) -> str:

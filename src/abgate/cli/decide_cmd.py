@@ -10,6 +10,7 @@ import typer
 from abgate.ab.decision import DECISIONS, record_decision
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.report import write_reports
 
 
@@ -21,11 +22,14 @@ def decide_command(
     by: Annotated[str | None, typer.Option("--by", help="Who decided.")] = None,
     arm: Annotated[str | None, typer.Option("--arm", help="The candidate arm decided on "
                                             "(default: the A/B's overall verdict).")] = None,
+    sign: SignKey = None,
 ) -> None:
     """Record a decision (keep-default-on, make-opt-in, revert) with why, when, the
     verdict it confirms or overrides and the audited tree; the reports are re-rendered."""
+    check_sign_key(sign)
     doc = record_decision(ab_dir, decision, why, by, arm)
     write_reports(ab_dir)
+    sign_after(ab_dir, sign)  # after the decision and the re-rendered reports
     index_finished(ab_dir)
     src = doc.source
     typer.echo(f"decided {doc.decision} ({doc.relation} the machine verdict "

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from abgate.cli.app import app, group
-from abgate.errors import AbgateError
+from abgate.errors import AbgateError, UsageError
 from abgate.provenance.attach import AttachRefused, attach
 from abgate.provenance.manifest import BuildOptions, build_manifest, write_manifest
 from abgate.provenance.verify import VerifyReport, verify_file
@@ -118,10 +118,19 @@ def attach_cmd(
     commit: Annotated[str, typer.Option("--commit", help="Commit the results should also "
                                         "hold for.")],
     repo: Annotated[Path, typer.Option("--repo", help="Git checkout to read.")] = Path("."),
+    require_signature: Annotated[bool, typer.Option(
+        "--require-signature", help="Attach only a directory signed by a key in "
+        "--allowed-signers, every file as signed.")] = False,
+    allowed_signers: Annotated[Path | None, typer.Option(
+        "--allowed-signers", help="ssh-keygen allowed_signers file (with "
+        "--require-signature).")] = None,
 ) -> None:
     """Attach results to another commit, only if both commits have the identical tree."""
+    if require_signature != (allowed_signers is not None):
+        raise UsageError("--require-signature and --allowed-signers FILE go together")
     with _errors_exit():
-        done = attach(result_dir, commit, repo)
+        done = attach(result_dir, commit, repo,
+                      allowed_signers=allowed_signers if require_signature else None)
     verb = "already attached" if done.already_recorded else "attached"
     typer.echo(f"{verb}: results of {done.tested_commit[:12]} hold for {commit} "
                f"({done.attached_commit[:12]}); identical tree {done.tree[:12]}")

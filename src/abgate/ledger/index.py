@@ -19,7 +19,7 @@ from abgate.ab.decision import read_decisions
 from abgate.compare.results import read_comparison_doc
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
-from abgate.integrity import verify_seal
+from abgate.integrity import verify_file
 from abgate.ledger.entries import (
     Entry,
     Unit,
@@ -138,8 +138,8 @@ def _ab_dir(path: Path) -> Entry:
 
 
 def _baseline_dir(path: Path) -> Entry:
+    verify_file(path / "baseline.json")  # the bytes on disk, before anything is read
     doc = read_record(path / "baseline.json", "baseline", model=BaselineRecord)
-    verify_seal(path / "baseline.json", rec.read_json(path / "baseline.json"))
     entry = _header(doc, path, doc.spec_digest)
     entry.units = _cases(doc, doc.cases)
     return entry

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
-from abgate.integrity import verify_seal
+from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import digest_matches, load_manifest
+from abgate.signing import check_signature
 
 RUN_FILE = "run.json"
 BASELINE_FILE = "baseline.json"
@@ -76,14 +77,13 @@ def _read_json(path: Path) -> Any:
 
 
 def _from_run(path: Path) -> MeasuredSource | None:
-    data = _read_json(path)
     if path.name == BASELINE_FILE:
-        if not isinstance(data, dict):
-            raise AttachRefused(f"{path}: not a baseline record")
         try:
-            verify_seal(path, data)
+            data: Any = verify_file(path)  # the bytes on disk against their seal
         except UsageError as exc:
             raise AttachRefused(f"{exc}; it cannot vouch for a commit") from None
+    else:
+        data = _read_json(path)
     for keys in _RUN_KEYS:
         node: Any = data
         for key in keys:
@@ -187,18 +187,47 @@ def _refuse_different(repo: Path, tested: str, target: str, rev: str) -> AttachR
                          f"({target[:12]}); {len(paths)} path(s) differ: {shown}{more}", paths)
 
 
-def attach(result_dir: Path | str, rev: str, repo: Path | str = ".") -> Attachment:
-    """Record that ``result_dir``'s results hold for ``rev``, iff the trees are identical."""
+def _checkable(source: MeasuredSource, repo: Path) -> str:
+    """Refuse a record whose git facts cannot be checked against ``repo``: no tree hash
+    beside its commit (the tree is what git recomputes from the commit), or no word on
+    whether the tree was clean. Returns the recorded tree hash."""
+    if source.tree is None:
+        raise AttachRefused(f"{source.origin} {source.commit[:12]} has no tree hash beside "
+                            f"it: the record cannot be checked against {repo} (abgate "
+                            "records both; record the results again)")
+    if source.dirty is not False:
+        raise AttachRefused(f"{source.origin} does not say whether the tree was clean "
+                            "(no 'dirty': false): its results belong to no known commit")
+    return source.tree
+
+
+def _signed(result_dir: Path, allowed_signers: Path) -> None:
+    """Refuse unless ``result_dir`` is signed by a key in ``allowed_signers`` and every
+    file is as signed (the record's git facts among them)."""
+    found = check_signature(result_dir, allowed_signers)
+    if not found.ok:
+        more = f" (+{len(found.problems) - 1} more)" if len(found.problems) > 1 else ""
+        raise AttachRefused(f"{found.problems[0]}{more}; a signature is required "
+                            "(--require-signature)")
+
+
+def attach(result_dir: Path | str, rev: str, repo: Path | str = ".", *,
+           allowed_signers: Path | None = None) -> Attachment:
+    """Record that ``result_dir``'s results hold for ``rev``, iff the trees are identical;
+    with ``allowed_signers``, only when the directory is signed by one of them."""
     result_dir, repo = Path(result_dir), Path(repo)
     if not result_dir.is_dir():
         raise UsageError(f"result directory {str(result_dir)!r} does not exist")
     if gitinfo.toplevel(repo) is None:
         raise UsageError(f"{str(repo)!r} is not inside a git checkout (use --repo)")
+    if allowed_signers is not None:
+        _signed(result_dir, allowed_signers)
     source = tested_source(result_dir)
+    recorded = _checkable(source, repo)
     tested = gitinfo.resolve_commit(repo, source.commit)
     tree = gitinfo.tree_of(repo, tested)
-    if source.tree is not None and source.tree != tree:
-        raise AttachRefused(f"{source.origin} records tree {source.tree[:12]} but commit "
+    if recorded != tree:
+        raise AttachRefused(f"{source.origin} records tree {recorded[:12]} but commit "
                             f"{tested[:12]} has tree {tree[:12]}; the record is inconsistent")
     target = gitinfo.resolve_commit(repo, rev)
     if gitinfo.tree_of(repo, target) != tree:

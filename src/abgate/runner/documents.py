@@ -34,6 +34,7 @@ from abgate import __version__
 from abgate.compare.results import ComparisonDoc, Result
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
+from abgate.integrity import FIELD, verify_file
 from abgate.provenance.gitinfo import git_state
 from abgate.redact import redact
 from abgate.runner import records as rec
@@ -243,6 +244,7 @@ class BaselineRecord(SpecRecord):
 
     recorded_at: float
     integrity: dict[str, Any] | None = None
+    upgrades: list[dict[str, Any]] | None = None  # abgate baseline upgrade: what it verified
     cases: list[BaselineCase] = []
     probes: list[ProbeRecord] = []
     host_load: dict[str, Any] | None = None
@@ -353,6 +355,7 @@ LINE_FILES = {  # JSON Lines, appended line by line
 NOT_RECORDS = {  # JSON that is not one of these record documents
     "manifest.json": "provenance.manifest, with its own schema and version",
     "report.json": "a rendered report (report.jsondoc)",
+    "signed-files.json": "signing.sign_directory: every file's SHA-256 (signed beside it)",
     "weights-diff-*.json": "weights.diff, schema abgate.weights_diff"}
 
 
@@ -434,6 +437,8 @@ def _read(path: Path, model: type[D] | None, redacted: bool) -> Document:
         doc = rec.read_json_object(path)
         if not isinstance(doc.get("schema_version"), int):
             raise AbgateError(f"{path}: no schema_version; not an abgate record")
+        if redacted and FIELD in doc:  # a sealed document: its bytes before any redaction
+            verify_file(path)
         return _validated(path, redact(doc) if redacted else doc, model)
     except AbgateError as exc:  # a damaged or foreign file is bad input, not a failure
         raise UsageError(str(exc)) from None
