@@ -25,6 +25,7 @@ from pathlib import Path
 
 from abgate.errors import UsageError
 from abgate.redact import redact_text
+from abgate.safejson import parse
 
 LOCK_FILE = ".abgate.lock"
 _HELD: dict[Path, int] = {}  # directories this process holds -> nesting depth
@@ -34,9 +35,9 @@ def _holder(fd: int) -> str:
     """Who holds the lock, as its lock file says (it may not have written it yet)."""
     try:
         raw = os.pread(fd, 65536, 0).decode("utf-8", "replace")
-        doc = json.loads(raw)
+        doc = parse(raw)
         return f"pid {doc['pid']} ({doc['command']})"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # BadJson is a ValueError
         return "another process (it has not written its pid yet)"
 
 
