@@ -51,7 +51,7 @@ def _label(name: str) -> str:
 
 def _speed_clause(gate: Gate, comparison: Comparison, policy: Policy) -> str:
     if gate.outcome == UNMEASURED:  # nothing measured: no speed, no host, no more samples
-        return f"speed {gate.evidence.rstrip('.')}"
+        return f"speed: {gate.evidence.rstrip('.')}"
     spread = speed_spread(comparison, policy.speed.metric)
     observed = gate.observed
     seen = "n/a" if observed is None else f"{observed:+.1%}"

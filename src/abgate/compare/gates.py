@@ -61,8 +61,8 @@ def _unmeasured_gate(comparison: Comparison, policy: Policy, metric: str) -> Gat
     section = comparison.speed[policy.speed.metric]
     why = _unmeasured_text(section) or (
         "no pair without an engine error" if not comparison.n_items else "no timings")
-    evidence = (f"unmeasured \u2014 no item had a finite {_TIMES[policy.speed.metric]} in "
-                f"both arms ({why}).")
+    evidence = (f"{_SPEED_LABELS[policy.speed.metric]} unmeasured \u2014 no item had a finite "
+                f"{_TIMES[policy.speed.metric]} in both arms ({why}).")
     return Gate("speed", metric, policy.speed.min_speedup, None, None, UNMEASURED, evidence,
                 -policy.speed.max_slowdown)
 
