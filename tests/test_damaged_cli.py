@@ -68,7 +68,9 @@ def test_ledger_with_a_damaged_page(tmp_path: Path, command: list[str],
     assert len(data) > 3 * page
     data[page:3 * page] = b"\xa5" * (2 * page)  # garbage over pages 2 and 3
     path.write_bytes(bytes(data))
-    extra = [str(tmp_path)] if command == ["ledger", "add"] else []
+    sample = tmp_path / "samples_gsm8k_2024-01-01T00-00-00.000000.jsonl"  # a good file to add
+    sample.write_text('{"doc_id": 0, "resps": [["The answer is 3."]]}\n')
+    extra = [str(sample)] if command == ["ledger", "add"] else []
     _one_line(cli(*command, *extra, "--ledger", str(path)), str(path))
 
 

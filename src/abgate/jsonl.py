@@ -4,20 +4,18 @@ naming ``file:line``."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
+from abgate.safejson import MAX_BYTES, BadJson, parse, read_bytes
 
 
-def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for every non-blank line of ``path``."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+def json_objects(path: Path, max_bytes: int = MAX_BYTES) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of ``path`` (each line through
+    the guarded :func:`abgate.safejson.parse`; a file past ``max_bytes`` refused)."""
+    data = read_bytes(path, max_bytes=max_bytes)
     for lineno, raw in enumerate(data.split(b"\n"), 1):
         try:
             line = raw.decode("utf-8")
@@ -27,11 +25,9 @@ def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        except RecursionError:
-            raise UsageError(f"{path}:{lineno}: JSON nested too deeply") from None
+            record = parse(line)
+        except BadJson as exc:
+            raise UsageError(f"{path}:{lineno}: {exc.reason}") from None
         if not isinstance(record, dict):
             raise UsageError(f"{path}:{lineno}: expected a JSON object")
         yield lineno, record

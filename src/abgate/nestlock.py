@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from abgate.errors import UsageError
+from abgate.safejson import parse
 
 LOCK_FILE = ".abgate.lock"
 DEPTH = 4  # directory levels looked into below a locked directory
@@ -39,7 +39,7 @@ def holder(fd: int) -> str:
     """Who holds the lock, as its lock file says (it may not have written it yet)."""
     try:
         raw = os.pread(fd, 65536, 0).decode("utf-8", "replace")
-        doc = json.loads(raw)
+        doc = parse(raw)
         return f"pid {doc['pid']} ({doc['command']})"
     except (OSError, ValueError, KeyError, TypeError):
         return "another process (it has not written its pid yet)"

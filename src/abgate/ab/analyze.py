@@ -14,7 +14,6 @@ Besides the samples, each candidate's comparison gets:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,6 +39,7 @@ from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record, write_record
+from abgate.safejson import read_json
 
 COMPARISON_FILE = "comparison.json"
 AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
@@ -102,8 +102,8 @@ def _probes_doc(out: Path, arm: str) -> tuple[Any, str | None]:
     if not path.exists():
         return None, f"no {PROBES_FILE} for arm {arm!r}"
     try:
-        return json.loads(path.read_text(encoding="utf-8")), None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return read_json(path, error=AbgateError), None
+    except AbgateError as exc:
         return None, f"{PROBES_FILE} of arm {arm!r} is unreadable ({exc})"
 
 

@@ -26,6 +26,7 @@ from abgate.redact import redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import AbRecord, DecisionRecord, RunRecord, read_record
 from abgate.runner.sections import GitState
+from abgate.safejson import BadJson, parse
 
 DECISIONS_FILE = "decisions.jsonl"
 DECISIONS = ("keep-default-on", "make-opt-in", "revert")
@@ -121,7 +122,7 @@ def read_decisions(out: Path) -> list[DecisionRecord]:
     found = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            found.append(DecisionRecord.model_validate_json(line))
-        except ValidationError:
+            found.append(DecisionRecord.model_validate(parse(line)))
+        except (BadJson, ValidationError):
             continue
     return found

@@ -26,6 +26,7 @@ from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary
+from abgate.safejson import read_json
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,10 @@ def recorded_result(out: Path, *, reanalyse: bool = False,
     comparison: dict[str, Any] | None = None
     if not reanalyse and policy is None:
         try:
-            comparison = json.loads((out / COMPARISON_FILE).read_text())
-        except (OSError, ValueError):
+            comparison = read_json(out / COMPARISON_FILE, error=AbgateError)
+        except AbgateError:
             comparison = None  # none yet (killed before the analysis), or unreadable
-    if comparison is None or not isinstance(comparison.get("exit_code"), int):
+    if not isinstance(comparison, dict) or not isinstance(comparison.get("exit_code"), int):
         return AbResult(outcome, analyze(out, policy), write_reports(out))
     return AbResult(outcome, comparison,
                     [out / name for name in FILES.values() if (out / name).exists()])

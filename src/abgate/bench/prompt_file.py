@@ -15,21 +15,21 @@ no ``--input-len`` the whole prompt.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
+from abgate.safejson import BadJson, parse, read_bytes
+
+MAX_PROMPT_BYTES = 64 << 20  # a prompt file is read whole, before anything loads
+MAX_TOKEN_ID = 1 << 31  # engines index tokens with int32
 
 
 def read_prompt_file(path: str) -> dict[str, Any]:
     """The recorded form: ``{"file", "file_sha256", "token_ids"}`` or ``{..., "text"}``."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"--prompt-file {path}: cannot read it ({exc.strerror or exc})") from None
+    raw = read_bytes(p, max_bytes=MAX_PROMPT_BYTES, where=f"--prompt-file {path}")
     out: dict[str, Any] = {"file": str(p), "file_sha256": hashlib.sha256(raw).hexdigest()}
     try:
         text = raw.decode("utf-8")
@@ -48,18 +48,19 @@ def read_prompt_file(path: str) -> dict[str, Any]:
 
 def _token_ids(path: str, text: str) -> list[int]:
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"--prompt-file {path}:{exc.lineno}: not valid JSON ({exc.msg}); "
-                         "token IDs are a JSON list of integers") from None
+        doc = parse(text)
+    except BadJson as exc:
+        raise UsageError(f"--prompt-file {exc.at(path)}; token IDs are a JSON list of "
+                         "integers") from None
     ids = doc.get("token_ids") if isinstance(doc, dict) else doc
     if not isinstance(ids, list) or not ids:
         raise UsageError(f"--prompt-file {path}: expected a non-empty JSON list of token IDs "
                          "(or an object with a 'token_ids' list)")
     for i, t in enumerate(ids):
-        if not isinstance(t, int) or isinstance(t, bool) or t < 0:
-            raise UsageError(f"--prompt-file {path}: token_ids[{i}] is {t!r}, not a "
-                             "non-negative integer")
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < MAX_TOKEN_ID:
+            shown = repr(t) if len(repr(t)) <= 40 else repr(t)[:37] + "..."
+            raise UsageError(f"--prompt-file {path}: token_ids[{i}] is {shown}, not an "
+                             f"integer from 0 to {MAX_TOKEN_ID - 1}")
     return list(ids)
 
 

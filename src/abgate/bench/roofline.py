@@ -26,7 +26,6 @@ CPU's figure.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import numpy as np
 
 from abgate.gguf_file import read_gguf
 from abgate.runner.bench_sections import Roofline
+from abgate.safejson import parse
 
 # Bytes per element of KV-cache types (block formats: block bytes / 32 elements).
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
@@ -195,7 +195,7 @@ def measure_gpu_bandwidth_in_child(timeout_s: float = 180.0) -> dict[str, Any]:
     try:
         done = subprocess.run([sys.executable, "-c", _PROBE_CHILD], capture_output=True,
                               text=True, timeout=timeout_s, check=False)
-        got = json.loads(done.stdout.strip().splitlines()[-1])
+        got = parse(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
         return {"gbps": None, "source": f"unknown: the GPU probe's process failed: "
                                         f"{type(exc).__name__}: {exc}"[:300]}

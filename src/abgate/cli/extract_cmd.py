@@ -16,6 +16,7 @@ import typer
 
 from abgate.cli.app import app
 from abgate.errors import UsageError
+from abgate.safejson import BadJson, parse
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.numbers import format_int, parse_digits
 
@@ -80,10 +81,11 @@ def _score_jsonl(source: TextIO, sink: TextIO, field: str, explain: bool) -> int
     for number, raw in enumerate(source, start=1):
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw, parse_int=_exact_int)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"stdin line {number}: invalid JSON ({exc.msg})") from None
+        try:  # integers of any length are read exactly; the nesting is still guarded
+            record = parse(raw, max_digits=None, parse_int=_exact_int)
+        except BadJson as exc:
+            why = exc.reason if exc.detail is None else f"invalid JSON ({exc.detail})"
+            raise UsageError(f"stdin line {number}: {why}") from None
         try:
             text = _text_at(record, field)
         except ValueError as exc:

@@ -20,7 +20,7 @@ from abgate.errors import UsageError
 from abgate.ledger.compare import compare, resolve
 from abgate.ledger.history import DEFAULT_MIN_CHANGE, history
 from abgate.ledger.history_report import HEADER, render, row
-from abgate.ledger.index import add, check, index_quietly
+from abgate.ledger.index import add, check, index_quietly, read_entry
 from abgate.ledger.paths import ledger_path
 from abgate.ledger.store import opened
 from abgate.runner.documents import write_record
@@ -57,9 +57,10 @@ def add_command(paths: list[Path] = typer.Argument(..., help="Run, A/B, bench or
                                                    "vllm bench serve result JSON."),
                 ledger: Path = LedgerOpt) -> None:
     """Index existing directories or files (re-adding is idempotent)."""
+    entries = [read_entry(path) for path in paths]  # a bad one refused before any write
     with opened(ledger_path(ledger)) as db:
-        for path in paths:
-            done = add(db, path)
+        for path, entry in zip(paths, entries, strict=True):
+            done = add(db, path, entry)
             extra = f" (was at {done.other_path})" if done.action == "moved" else (
                 f" (already recorded at {done.other_path}; not added)"
                 if done.action == "copy" else "")

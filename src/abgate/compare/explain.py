@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from abgate.compare.gates import INCONCLUSIVE, UNMEASURED
 from abgate.compare.policy import Policy
 from abgate.compare.results import Comparison, Gate
 
@@ -49,6 +50,8 @@ def _label(name: str) -> str:
 
 
 def _speed_clause(gate: Gate, comparison: Comparison, policy: Policy) -> str:
+    if gate.outcome == UNMEASURED:  # nothing measured: no speed, no host, no more samples
+        return f"speed: {gate.evidence.rstrip('.')}"
     spread = speed_spread(comparison, policy.speed.metric)
     observed = gate.observed
     seen = "n/a" if observed is None else f"{observed:+.1%}"
@@ -68,7 +71,7 @@ def explain_inconclusive(gates: Sequence[Gate], comparison: Comparison, policy: 
                          more_samples: int | None, notes: Sequence[str] = ()) -> str:
     """One line: ``INCONCLUSIVE at 40 items: accuracy, truncation could not yet show
     non-inferiority (about 380 more samples per arm would settle them); speed ...``."""
-    open_gates = [g for g in gates if g.outcome == "inconclusive"]
+    open_gates = [g for g in gates if g.outcome in (INCONCLUSIVE, UNMEASURED)]
     names = [g.name for g in open_gates]
     quality = list(dict.fromkeys(_label(n) for n in names if n not in ("speed", "sample_size")))
     parts = []

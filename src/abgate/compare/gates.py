@@ -29,17 +29,42 @@ from abgate.compare.results import (
     Comparison,
     Gate,
     PairedDelta,
+    SpeedMetric,
 )
 from abgate.compare.stats import z_one_sided, z_two_sided
 from abgate.errors import AbgateError
 
-__all__ = ["Gate", "diagnostic_gates", "more_items", "quality_gates", "sample_size_gate",
-           "speed_gate"]
+__all__ = ["UNMEASURED", "Gate", "diagnostic_gates", "more_items", "quality_gates",
+           "sample_size_gate", "speed_gate"]
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+# No item had the speed metric measured in both arms: the gate says so and nothing else
+# (no speed, no sample count that would settle it); the verdict is then INCONCLUSIVE.
+UNMEASURED = "unmeasured"
 
 _SPEED_LABELS = {"steady_decode_tps": "steady decode tok/s", "prefill_tps": "prefill tok/s",
                  "ttft_s": "TTFT"}
+_TIMES = {"steady_decode_tps": "decode time", "prefill_tps": "prefill time",
+          "ttft_s": "time to first token"}
+_WHY = {"nan": "NaN timings", "inf": "infinite timings", "missing": "no timing",
+        "not positive": "a zero or negative timing"}
+
+
+def _unmeasured_text(section: SpeedMetric) -> str:
+    """``60 samples had NaN timings, 2 had no timing``; '' when every sample measured."""
+    counts = sorted((section.unmeasured_samples or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{n} {'' if i else 'sample ' if n == 1 else 'samples '}had "
+                     f"{_WHY.get(why, why)}" for i, (why, n) in enumerate(counts))
+
+
+def _unmeasured_gate(comparison: Comparison, policy: Policy, metric: str) -> Gate:
+    section = comparison.speed[policy.speed.metric]
+    why = _unmeasured_text(section) or (
+        "no pair without an engine error" if not comparison.n_items else "no timings")
+    evidence = (f"{_SPEED_LABELS[policy.speed.metric]} unmeasured \u2014 no item had a finite "
+                f"{_TIMES[policy.speed.metric]} in both arms ({why}).")
+    return Gate("speed", metric, policy.speed.min_speedup, None, None, UNMEASURED, evidence,
+                -policy.speed.max_slowdown)
 
 
 def _pct(value: float | None) -> str:
@@ -100,13 +125,19 @@ def speed_gate(comparison: Comparison, policy: Policy) -> Gate:
     metric = f"speedup on {label}: geometric mean of {arms.b}/{arms.a} per item, - 1"
     estimate, se = section.log_ratio.estimate, section.log_ratio.se
     bounds = section.log_ratio.ci
+    if not section.n_pairs:
+        return _unmeasured_gate(comparison, policy, metric)
+    left_out = _unmeasured_text(section)
+    left_out = f"; left out: {left_out}" if left_out else ""
     if estimate is None or se is None or bounds is None or None in bounds:
         return Gate("speed", metric, rule.min_speedup, None, None, INCONCLUSIVE,
-                    f"{label} was measured on {n_items} items: no interval.",
-                    -rule.max_slowdown)
+                    f"{label} was measured on only {n_items} "
+                    f"{'item' if n_items == 1 else 'items'}: too few for an interval"
+                    f"{left_out}.", -rule.max_slowdown)
     observed = math.expm1(sign * estimate)
     low, high = sorted(math.expm1(sign * bound) for bound in bounds if bound is not None)
-    ci_text = f"{rule.confidence:.0%} CI {_pct(low)} to {_pct(high)}, {n_items} items"
+    ci_text = (f"{rule.confidence:.0%} CI {_pct(low)} to {_pct(high)}, {n_items} items"
+               f"{left_out}")
     outcome, evidence = _speed_outcome(observed, low, high, rule, arms, label, ci_text)
     more, far = None, False
     if outcome == INCONCLUSIVE:

@@ -118,10 +118,34 @@ def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> Qual
 
 
 def _timing(sample: Sampled, metric: str) -> float | None:
+    return float(sample.timing[metric]) if _why_unmeasured(sample, metric) is None else None
+
+
+def _why_unmeasured(sample: Sampled, metric: str) -> str | None:
+    """Why a sample's ``metric`` is no measurement (None when it is one): ``nan``,
+    ``inf``, ``missing`` (absent, null, not a number) or ``not positive``."""
     value = sample.timing.get(metric)
-    if value is None or not math.isfinite(value) or value <= 0:
-        return None
-    return float(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "missing"
+    try:
+        value = float(value)
+    except OverflowError:
+        return "inf"
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    return None if value > 0 else "not positive"
+
+
+def _unmeasured(pairs: Sequence[Pair], metric: str) -> dict[str, int]:
+    """How many samples of the pairs had no measurement of ``metric``, by why."""
+    counts: dict[str, int] = {}
+    for side in (s for p in pairs for s in (p.a, p.b)):
+        why = _why_unmeasured(side, metric)
+        if why is not None:
+            counts[why] = counts.get(why, 0) + 1
+    return counts
 
 
 def _summary(values: np.ndarray) -> ArmSpeed:
@@ -153,6 +177,8 @@ def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
         low = high = math.nan
     arm_a, arm_b = _summary(xa), _summary(xb)
     sd = finite(float(np.std(per_item, ddof=1))) if len(per_item) > 1 else None
+    unmeasured = _unmeasured(pairs, metric)
+    extra: dict[str, Any] = {"unmeasured_samples": unmeasured} if unmeasured else {}
     return SpeedMetric(
         higher_is_better=SPEED_METRICS[metric] > 0, n_pairs=int(xa.size),
         n_items=boot.n_items, a=arm_a, b=arm_b,
@@ -162,7 +188,7 @@ def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
                            sd=sd, ci=(finite(low), finite(high)),
                            ci_bootstrap=(finite(boot.low), finite(boot.high)),
                            ci_t=(finite(t_low), finite(t_high))),
-        ratio=Ratio(estimate=_exp(boot.estimate), ci=(_exp(low), _exp(high))))
+        ratio=Ratio(estimate=_exp(boot.estimate), ci=(_exp(low), _exp(high))), **extra)
 
 
 def _mde(quality: Quality, speed: Mapping[str, SpeedMetric], confidence: float,

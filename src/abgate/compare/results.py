@@ -141,6 +141,8 @@ class SpeedMetric(Result):
     pct_change_median: float | None = None
     log_ratio: LogRatio = Field(default_factory=LogRatio)
     ratio: Ratio = Field(default_factory=Ratio)
+    # samples without a measurement, by why (nan, inf, missing, not positive); if any
+    unmeasured_samples: dict[str, int] | None = None
 
 
 class IdenticalOutputs(Result):

@@ -38,6 +38,7 @@ from abgate.compare.gates import (
     FAIL,
     INCONCLUSIVE,
     PASS,
+    UNMEASURED,
     diagnostic_gates,
     quality_gates,
     sample_size_gate,
@@ -116,8 +117,10 @@ def _inconclusive_reasons(open_gates: list[Gate], more: int | None, pairs_per_it
                        "would let every open gate decide if the effects are as observed.")
         return reasons
     far = [gate.name for gate in open_gates if gate.out_of_reach]
-    stuck = [gate.name for gate in open_gates
-             if gate.more_items_needed is None and not gate.out_of_reach]
+    # "would not settle" only of a gate with an interval between its limits: one that
+    # has no interval (too few items) or no measurement at all says so in its evidence
+    stuck = [gate.name for gate in open_gates if gate.more_items_needed is None
+             and not gate.out_of_reach and gate.ci is not None and gate.outcome != UNMEASURED]
     if far:
         reasons.append("Out of reach at this effect size: settling " + ", ".join(far) +
                        f" would take more than {REACH_FACTOR}x this run's {n_items} items.")
@@ -215,7 +218,7 @@ def decide(comparison: Comparison, policy: Policy) -> Verdict:
     pairs_per_item = float(comparison.pairs_per_item or 1.0)
     gates = _gates(comparison, policy)
     failed = [gate for gate in gates if gate.outcome == FAIL]
-    open_gates = [gate for gate in gates if gate.outcome == INCONCLUSIVE]
+    open_gates = [gate for gate in gates if gate.outcome in (INCONCLUSIVE, UNMEASURED)]
     more: int | None = None
     if failed:
         decision, reasons = REJECT, _headline(REJECT, failed)

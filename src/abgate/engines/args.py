@@ -9,13 +9,13 @@ names (``type_k=q8_0``) are mapped to the engine's codes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from abgate.errors import UsageError, did_you_mean
+from abgate.safejson import BadJson, parse
 
 _INT = re.compile(r"^[+-]?\d+$")
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
@@ -40,12 +40,10 @@ def coerce_value(raw: str) -> Any:
         return float(text)
     if text and text[0] in "[{":
         try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
+            return parse(text)
+        except BadJson as exc:
             raise UsageError(f"value {_short(raw)} looks like JSON but does not parse: "
-                             f"{exc.msg}") from None
-        except RecursionError:
-            raise UsageError(f"value {_short(raw)}: JSON nested too deeply") from None
+                             f"{exc.reason}") from None
     return raw
 
 

@@ -71,7 +71,17 @@ def _split(text: str) -> tuple[str, str | None]:
 
 
 def resolve(text: str, ledger: Ledger | None = None) -> Ref:
-    """A reference as typed on the command line, read from disk."""
+    """A reference as typed on the command line, read from disk. A record that cannot
+    be read is bad input (exit 2): compare's exit 1 means REJECT."""
+    try:
+        return _resolve(text, ledger)
+    except UsageError:
+        raise
+    except AbgateError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _resolve(text: str, ledger: Ledger | None) -> Ref:
     head, arm = _split(text)
     if head.startswith("@"):
         if ledger is None:

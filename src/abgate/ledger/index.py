@@ -172,8 +172,9 @@ class Added:
     other_path: str | None = None
 
 
-def add(ledger: Ledger, path: Path) -> Added:
-    entry = read_entry(path)
+def add(ledger: Ledger, path: Path, entry: Entry | None = None) -> Added:
+    """Index ``path`` (``entry``: it, read already by :func:`read_entry`)."""
+    entry = read_entry(path) if entry is None else entry
     old = ledger.get(entry.id)
     if old is None:
         ledger.put(entry)

@@ -18,6 +18,7 @@ from typing import Any
 from abgate import safefs
 from abgate.errors import AbgateError
 from abgate.ledger.entries import Entry, Unit
+from abgate.safejson import BadJson, parse
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -163,20 +164,27 @@ class Ledger:
         out = []
         for row in rows:
             d = dict(row)
-            d["metrics"] = json.loads(d["metrics"])
+            d["metrics"] = _cell(d["metrics"])
             out.append(d)
         return out
 
     def units_of(self, record_id: str) -> list[Unit]:
         rows = self.db.execute("SELECT * FROM units WHERE record_id = ? ORDER BY name",
                                (record_id,)).fetchall()
-        return [Unit(**{**{f: r[f] for f in UNIT_FIELDS}, "metrics": json.loads(r["metrics"])})
+        return [Unit(**{**{f: r[f] for f in UNIT_FIELDS}, "metrics": _cell(r["metrics"])})
                 for r in rows]
+
+
+def _cell(value: Any) -> Any:
+    """A JSON cell abgate wrote, read through the guarded parser."""
+    if not isinstance(value, str):
+        raise BadJson(f"a {type(value).__name__} cell where a JSON text was written")
+    return parse(value)
 
 
 def _record(row: sqlite3.Row) -> dict[str, Any]:
     d = dict(row)
-    d["verdicts"] = json.loads(d.get("verdicts") or "{}")
+    d["verdicts"] = _cell(d.get("verdicts") or "{}")
     if d.get("git_dirty") is not None:
         d["git_dirty"] = bool(d["git_dirty"])
     return d
@@ -192,7 +200,7 @@ def opened(path: Path) -> Iterator[Ledger]:
     except sqlite3.Error as exc:
         raise AbgateError(f"ledger {path}: damaged ({exc}); move it away (abgate builds a "
                           "new one; `abgate add` re-indexes your records)") from None
-    except json.JSONDecodeError as exc:
+    except BadJson as exc:
         raise AbgateError(f"ledger {path}: a stored value is not valid JSON ({exc}); move "
                           "it away (abgate builds a new one)") from None
     finally:

@@ -24,6 +24,7 @@ from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import digest_matches, load_manifest
+from abgate.safejson import BadJson, parse, read_json
 from abgate.signing import check_signature
 
 RUN_FILE = "run.json"
@@ -70,10 +71,7 @@ class Attachment:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AbgateError(f"cannot read {path}: {exc}") from None
+    return read_json(path, error=AbgateError)
 
 
 def _from_run(path: Path) -> MeasuredSource | None:
@@ -170,8 +168,8 @@ def _existing(path: Path, tested: str, attached: str) -> dict[str, Any] | None:
         return None
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+            rec = parse(line)
+        except BadJson:
             continue  # a torn line from a crash
         if isinstance(rec, dict) and rec.get("tested_commit") == tested \
                 and rec.get("attached_commit") == attached:

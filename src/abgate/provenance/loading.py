@@ -10,13 +10,13 @@ edited manifest, which ``verify`` reports field by field.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
 from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, content_digest, fingerprint
 from abgate.provenance.paths import check_entry_path, check_relative
+from abgate.safejson import BadJson, parse
 
 _TOP = {"schema": str, "schema_version": int, "created_at": str, "params": dict,
         "source": dict, "libraries": list, "models": list, "environment": dict,
@@ -48,7 +48,7 @@ def _require(obj: Any, fields: dict[str, Any], where: str) -> dict[str, Any]:
     return obj
 
 
-class _NonFinite(ValueError):
+class _NonFinite(Exception):  # not a ValueError: the guarded parser lets it through
     pass
 
 
@@ -67,17 +67,16 @@ def _parse(path: Path) -> Any:
     if not text.strip():
         raise ManifestError(f"manifest {str(path)!r} is empty")
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        return parse(text, parse_constant=_no_constant)
     except _NonFinite as exc:
         raise ManifestError(f"manifest {path}: not valid JSON ({exc} is not a JSON "
                             "number)") from None
-    except RecursionError:
-        raise ManifestError(f"manifest {path}: JSON nested too deeply") from None
-    except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated")
-        hint = "truncated: the JSON ends early" if truncated else "not valid JSON"
-        raise ManifestError(f"manifest {path}:{exc.lineno}: {hint} ({exc.msg} at line "
-                            f"{exc.lineno} column {exc.colno})") from None
+    except BadJson as exc:
+        if exc.detail is None:  # a limit of the guarded reader (depth, digits)
+            raise ManifestError(f"manifest {exc.at(str(path))}") from None
+        hint = "truncated: the JSON ends early" if exc.truncated else "not valid JSON"
+        raise ManifestError(f"manifest {path}:{exc.line}: {hint} ({exc.detail} at line "
+                            f"{exc.line} column {exc.column})") from None
 
 
 def _check_schema(data: Any) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-BADGES = ("pass", "fail", "inconclusive", "ACCEPT", "REJECT", "INCONCLUSIVE")
+BADGES = ("pass", "fail", "inconclusive", "unmeasured", "ACCEPT", "REJECT", "INCONCLUSIVE")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-n
   font-size: 12.5px; text-transform: uppercase; }
 .badge-pass, .badge-ACCEPT { background: #dcfce7; color: #166534; }
 .badge-fail, .badge-REJECT { background: #fee2e2; color: #991b1b; }
-.badge-inconclusive, .badge-INCONCLUSIVE { background: #fef3c7; color: #92400e; }
+.badge-inconclusive, .badge-unmeasured, .badge-INCONCLUSIVE { background: #fef3c7; color: #92400e; }
 .banner { padding: 12px 16px; border-radius: 8px; margin: 12px 0; font-size: 17px; }
 .banner.ACCEPT { background: #dcfce7; } .banner.REJECT { background: #fee2e2; }
 .banner.INCONCLUSIVE { background: #fef3c7; }

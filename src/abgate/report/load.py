@@ -14,11 +14,12 @@ it. Renderers read them by attribute: ``AbData.record`` (``ab.json``), ``AbData.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from abgate.ab.decision import read_decisions
 from abgate.compare.results import (
@@ -44,6 +45,7 @@ from abgate.runner.documents import (
 from abgate.runner.samples import Sample, load_samples
 from abgate.runner.sections import Spec
 from abgate.runner.summary import Summary, summarize
+from abgate.safejson import read_json
 
 AB_FILE, COMPARISON_FILE, BENCH_FILE = "ab.json", "comparison.json", "bench.json"
 SPEED_KEYS = ("steady_decode_tps", "prefill_tps", "ttft_s")
@@ -183,15 +185,20 @@ def load_ab(out: Path) -> AbData:
     arms = {name: _load_arm(out, name) for name in ab.experiment.arms}
     weights = {}
     for path in sorted(out.glob("weights-diff*.json")):  # from: abgate weights-diff --json
+        doc = redact(read_json(path, where=f"{path} (weights diff)"))
         try:
-            doc = redact(json.loads(path.read_text(encoding="utf-8")))
             weights[path.name] = WeightsDiff.model_validate(doc)
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"{path}: unreadable weights diff ({exc})") from None
+        except ValidationError as exc:
+            raise UsageError(f"{path}: not a weights diff ({_first_error(exc)})") from None
     decisions = [DecisionRecord.model_validate(redact(d.model_dump()))
                  for d in read_decisions(out)]
     return AbData(record=ab, arms=arms, baseline=baseline,
                   analysis=analysis, weights=weights, decisions=decisions)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in err['loc']) or 'document'}: {err['msg']}"
 
 
 def paired_points(data: AbData, arm: str) -> list[tuple[Point, Point]]:

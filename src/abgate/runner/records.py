@@ -23,10 +23,11 @@ from typing import IO, Any
 
 from pydantic import BaseModel
 
-from abgate import safefs
+from abgate import safefs, safejson
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import repair_torn, torn_start
 from abgate.redact import redact, redact_text
+from abgate.safejson import parse, read_bytes
 
 SCHEMA_VERSION = 1
 RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE = (
@@ -69,18 +70,7 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """The JSON object in ``path``; anything else is a one-line AbgateError."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AbgateError(f"{path}: not found") from None
-    except json.JSONDecodeError as exc:
-        raise AbgateError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    except UnicodeDecodeError as exc:
-        raise AbgateError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
-    except RecursionError:
-        raise AbgateError(f"{path}: JSON nested too deeply") from None
-    except OSError as exc:
-        raise AbgateError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    doc = safejson.read_json(path, error=AbgateError)
     if not isinstance(doc, dict):
         raise AbgateError(f"{path}: expected a JSON object")
     return doc
@@ -98,7 +88,7 @@ def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[
     ``<file>.torn``, when ``repair``)."""
     if not path.exists():
         return []
-    data = path.read_bytes()
+    data = read_bytes(path, error=AbgateError)
     start = torn_start(data)
     if start is not None:
         if repair:
@@ -107,7 +97,7 @@ def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[
     samples: list[tuple[int, dict[str, Any]]] = []
     for i, raw in enumerate(data.rstrip().split(b"\n") if data.strip() else []):
         try:
-            rec = json.loads(raw)
+            rec = parse(raw.decode("utf-8"))
             if not isinstance(rec, dict):
                 raise ValueError("not a JSON object")
         except (ValueError, RecursionError):

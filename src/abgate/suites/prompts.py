@@ -7,13 +7,13 @@ overlap with the items under evaluation.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from abgate.engines.base import Message
 from abgate.errors import UsageError
+from abgate.safejson import BadJson, parse
 from abgate.suites.base import Item
 
 PROMPT_VERSION = "v1"
@@ -80,9 +80,9 @@ def _load_shots_file(path: Path) -> list[tuple[str, str]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = parse(line)
             shots.append((str(rec["question"]), str(rec["answer"])))
-        except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
+        except (BadJson, KeyError, TypeError):
             raise UsageError(f"{path}:{lineno}: expected {{\"question\": ..., \"answer\": ...}}"
                              ) from None
     return shots

@@ -15,7 +15,6 @@ float32 (a BF16 value is the top 16 bits of a float32).
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ import numpy.typing as npt
 
 from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
+from abgate.safejson import parse
 
 if TYPE_CHECKING:
     from gguf import GGMLQuantizationType
@@ -201,7 +201,7 @@ def _read_header(path: Path) -> tuple[dict[str, Any], int]:
             (size,) = struct.unpack("<Q", fh.read(8))
             if size > 100_000_000:
                 raise ValueError(f"header length {size} is implausible")
-            header = json.loads(fh.read(size))
+            header = parse(fh.read(size).decode("utf-8"))
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not a safetensors file ({exc})") from None
     if not isinstance(header, dict):

@@ -26,6 +26,7 @@ import httpx
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.openai.checks import retry_after
 from abgate.errors import AbgateError, UsageError
+from abgate.safejson import BadJson, parse
 
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -217,8 +218,8 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                     await _drain(lines)
                     break
                 try:
-                    chunk = json.loads(data)
-                except json.JSONDecodeError:
+                    chunk = parse(data)
+                except BadJson:
                     raise RequestFailed(f"unparsable SSE data: {data[:200]!r}",
                                         started=bool(state.chunk_times)) from None
                 absorb(state, chunk, now, api)

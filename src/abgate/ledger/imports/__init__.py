@@ -8,24 +8,30 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
 from abgate.ledger.entries import Entry
 from abgate.ledger.imports import lmeval, vllm_bench
+from abgate.safejson import BadJson, parse, read_text
 
 
 def detect(path: Path) -> str:
     """``lm-eval`` or ``vllm-bench``, from the file's content."""
     try:
-        with path.open(encoding="utf-8") as fh:
-            head = fh.readline() if path.suffix == ".jsonl" else fh.read()
-        doc: Any = json.loads(head)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if path.suffix == ".jsonl":
+            with path.open(encoding="utf-8") as fh:
+                head = fh.readline()
+        else:
+            head = read_text(path)
+        doc: Any = parse(head)
+    except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not an lm-eval samples JSONL or vLLM bench JSON "
                          f"({exc})") from None
+    except BadJson as exc:
+        raise UsageError(f"{exc.at(str(path))} (not an lm-eval samples JSONL or vLLM bench "
+                         "JSON)") from None
     if isinstance(doc, dict) and "doc_id" in doc and "resps" in doc:
         return "lm-eval"
     if isinstance(doc, dict) and "ttfts" in doc or isinstance(doc, dict) and "backend" in doc \

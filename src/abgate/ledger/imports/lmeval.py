@@ -18,7 +18,6 @@ The sibling ``results_<date>.json`` (when present) gives the model and its argum
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from abgate.errors import UsageError
 from abgate.identity import digest_json, sha256_file
 from abgate.jsonl import json_objects
 from abgate.ledger.entries import Entry, Unit, metric, sample_metrics
+from abgate.safejson import read_json
 from abgate.scoring.extract import extract_integer, reference_answer
 from abgate.scoring.health import sample_health
 
@@ -39,11 +39,35 @@ _TIMING = {"ttft_s": None, "prefill_tps": None, "decode_s": None, "steady_decode
            "tpot_ms": None, "e2e_s": None, "output_tps": None}
 
 
+# The fields abgate reads and the JSON types lm-eval writes them as.
+_TYPES: tuple[tuple[str, type | tuple[type, ...], str], ...] = (
+    ("doc_id", (int, str), "an integer or a string"), ("resps", list, "a list"),
+    ("doc", dict, "an object"), ("arguments", dict, "an object"),
+    ("filtered_resps", list, "a list"), ("metrics", list, "a list"),
+    ("filter", str, "a string"))
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", dict: "an object", str: "a string", bool: "a boolean",
+            float: "a number", int: "an integer"}.get(type(value), type(value).__name__)
+
+
+def _check_line(path: Path, n: int, doc: Mapping[str, Any]) -> None:
+    if "doc_id" not in doc or "resps" not in doc:
+        raise UsageError(f"{path}:{n}: not an lm-eval sample (no doc_id / resps)")
+    for key, types, what in _TYPES:
+        value = doc.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise UsageError(f"{path}:{n}: {key} is {_kind(value)}, not {what}")
+    args = (doc.get("arguments") or {}).get("gen_args_0")
+    if args is not None and not isinstance(args, dict):
+        raise UsageError(f"{path}:{n}: arguments.gen_args_0 is {_kind(args)}, not an object")
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
     out = []
     for n, doc in json_objects(path):
-        if "doc_id" not in doc or "resps" not in doc:
-            raise UsageError(f"{path}:{n}: not an lm-eval sample (no doc_id / resps)")
+        _check_line(path, n, doc)
         out.append(doc)
     if not out:
         raise UsageError(f"{path}: no lm-eval samples")
@@ -62,8 +86,8 @@ def results_doc(path: Path) -> dict[str, Any]:
         return {}
     results = path.with_name(f"results_{m.group('date')}.json")
     try:
-        doc = json.loads(results.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        doc = read_json(results)
+    except UsageError:  # none, or unreadable: the samples alone
         return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -18,7 +18,7 @@ Without per-request data the file cannot be paired and is refused.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 from abgate.errors import UsageError
 from abgate.identity import digest_json, sha256_file
 from abgate.ledger.entries import Entry, Unit, sample_metrics
+from abgate.safejson import read_json
 from abgate.scoring.extract import extract_integer
 from abgate.scoring.health import sample_health
 
@@ -34,10 +35,7 @@ PER_REQUEST = ("input_lens", "output_lens", "ttfts", "itls")
 
 
 def _doc(path: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: not a vllm bench serve result ({exc})") from None
+    doc = read_json(path)
     if not isinstance(doc, dict):
         raise UsageError(f"{path}: not a vllm bench serve result (not an object)")
     missing = [k for k in PER_REQUEST if not isinstance(doc.get(k), list)]
@@ -47,11 +45,44 @@ def _doc(path: Path) -> dict[str, Any]:
     n = len(doc["ttfts"])
     if any(len(doc[k]) != n for k in PER_REQUEST):
         raise UsageError(f"{path}: per-request arrays of different lengths")
+    _check_requests(path, doc)
     return doc
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, list | dict):
+        return "a list" if isinstance(value, list) else "an object"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_requests(path: Path, doc: Mapping[str, Any]) -> None:
+    """The per-request values abgate reads have the types vLLM writes (a count an int,
+    a request's ITLs a list, an error a string); anything else names the value."""
+    checks: tuple[tuple[str, Any, str], ...] = (
+        ("input_lens", _count, "a token count"), ("output_lens", _count, "a token count"),
+        ("itls", lambda v: isinstance(v, list), "a list of inter-token gaps"),
+        ("errors", lambda v: isinstance(v, str), "an error string"))
+    for key, ok, what in checks:
+        values = doc.get(key)
+        for i, value in enumerate(values if isinstance(values, list) else []):
+            if value is not None and not ok(value):
+                raise UsageError(f"{path}: {key}[{i}] is {_shown(value)}, not {what}")
+
+
 def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+    """A finite number, else None (a string, NaN, inf, an int past a float: unmeasured)."""
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return None
+    try:
+        value = float(x)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -111,11 +142,16 @@ def _started(doc: Mapping[str, Any], path: Path) -> float:
     return path.stat().st_mtime
 
 
+def _plain(value: Any) -> Any:
+    """A setting as canonical JSON can hold it (a NaN or infinite rate as its text)."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def entry(path: Path) -> Entry:
     doc = _doc(path)
     found = samples(path)
-    setup = {k: doc.get(k) for k in ("backend", "label", "model_id", "tokenizer_id",
-                                     "request_rate", "burstiness", "max_concurrency")}
+    setup = {k: _plain(doc.get(k)) for k in ("backend", "label", "model_id", "tokenizer_id",
+                                             "request_rate", "burstiness", "max_concurrency")}
     unit = Unit(name=str(doc.get("label") or doc.get("backend") or "vllm"),
                 engine=f"vllm-bench:{doc.get('backend')}", model=doc.get("model_id"),
                 config_digest=digest_json(setup),
