@@ -12,13 +12,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from abgate import signals
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
 from abgate.ab.directory import AB_FILE
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
-from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -161,11 +162,15 @@ def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experime
         typer.echo(f"--reanalyse: recomputing {resume}'s verdict and reports from its saved "
                    "samples (no engine is loaded; no sample, score or probe is redone)",
                    err=True)
-    else:
-        typer.echo(f"A/B {resume} is already complete; nothing to resume. Its recorded "
-                   "verdict follows (--reanalyse recomputes it from the saved samples, "
-                   "--force runs the whole A/B again)", err=True)
-    result = recorded_result(resume, reanalyse=reanalyse, policy=policy)
+        with signals.deferred():
+            result = recorded_result(resume, reanalyse=reanalyse, policy=policy)
+            finish_dir(resume)
+    else:  # its verdict, reports and ledger entry completed if a signal cut them short
+        parts = finish_dir(resume)
+        typer.echo(resumed_line("A/B", resume, parts) + ". Its recorded verdict follows "
+                   "(--reanalyse recomputes it from the saved samples, --force runs the "
+                   "whole A/B again)", err=True)
+        result = recorded_result(resume)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
     raise typer.Exit(int(result.comparison["exit_code"]))
 
@@ -275,7 +280,7 @@ def ab_command(
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
                    "samples, scores, probes and verdict are replaced)", err=True)
-    with reporter(f"ab {out.name}") as rep:
+    with reporter(f"ab {out.name}") as rep, finishing(out):
         result = run_experiment(exp, out, resume=resume is not None and not redo, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
                                 provenance=ProvenanceOptions(
@@ -284,5 +289,5 @@ def ab_command(
                                     allow_source_change=allow_source_change),
                                 weights_diff=weights_diff, on_phase=rep.on_start)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
-    index_finished(out)
+    finish_dir(out)
     raise typer.Exit(result.exit_code)

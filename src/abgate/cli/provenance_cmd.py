@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from abgate.cli.app import app, group
+from abgate.cli.finishing import finish_dir
 from abgate.errors import AbgateError
 from abgate.provenance.attach import AttachRefused, attach
 from abgate.provenance.manifest import BuildOptions, build_manifest, write_manifest
@@ -122,6 +123,8 @@ def attach_cmd(
     """Attach results to another commit, only if both commits have the identical tree."""
     with _errors_exit():
         done = attach(result_dir, commit, repo)
+    if any((result_dir / m).is_file() for m in ("ab.json", "run.json")):
+        finish_dir(result_dir)  # a finishing a signal cut short, completed
     verb = "already attached" if done.already_recorded else "attached"
     typer.echo(f"{verb}: results of {done.tested_commit[:12]} hold for {commit} "
                f"({done.attached_commit[:12]}); identical tree {done.tree[:12]}")

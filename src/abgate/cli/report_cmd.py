@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
+from abgate.ab.directory import AB_FILE
 from abgate.cli.app import app
+from abgate.cli.finishing import finish_dir
 from abgate.report import check_format, render
 from abgate.runner.records import write_text_atomic
 
@@ -23,6 +25,8 @@ def report_command(
 ) -> None:
     """Render an A/B's report (Markdown, JSON or HTML) from its saved records only."""
     check_format(fmt)
+    if (ab_dir / AB_FILE).is_file():  # a finishing a signal cut short, completed first
+        finish_dir(ab_dir)
     text = render(ab_dir, fmt)
     if output is None:
         typer.echo(text, nl=False)

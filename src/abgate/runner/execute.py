@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from abgate import signals
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
@@ -86,6 +87,7 @@ def _interrupts() -> Iterator[None]:
     run would go on as if nothing had been asked."""
     def handler(signum: int, frame: FrameType | None) -> None:
         _PENDING.append(signum)
+        signals.note(signum)
         if _FINISHING and len(_PENDING) - _FINISHING[-1] < 2:
             # The final records are being written: an exception now would tear them (a
             # second signal in this phase still stops at once, e.g. a hung shutdown).
@@ -347,6 +349,12 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
             log.info("%s %s ended %s%s", what, out, status.value,
                      f": {status.error}" if status.error else "")
             _finish(finish, status, out, what)
+        late = _PENDING[_FINISHING[-1]] if _FINISHING and len(_PENDING) > _FINISHING[-1] \
+            else None
+    if late is not None and status.value == "complete":
+        # A signal while the final records were written: they are whole (and complete);
+        # the rest (verdict, reports, ledger entry) is left to --resume.
+        raise signals.Stopped(late, out=out)
 
 
 def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: str) -> None:
