@@ -363,6 +363,7 @@ def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: s
     while it runs is noted, not raised (the records are written whole)."""
     _FINISHING.append(len(_PENDING))
     try:
+        signals.pause_point("records")  # tests: a signal while the final records are written
         finish(status)
     except Exception as exc:
         log.exception("%s %s: finalising the records failed", what, out)
