@@ -251,16 +251,14 @@ def test_a_signal_while_finishing_is_deferred_and_a_second_stops_at_once() -> No
 
     previous = signals.install()
     try:
-        with pytest.raises(signals.Stopped) as first:
-            with signals.deferred():
-                signal.raise_signal(signal.SIGTERM)
-                wrote = True  # reached: the first signal was only noted
+        with pytest.raises(signals.Stopped) as first, signals.deferred():
+            signal.raise_signal(signal.SIGTERM)
+            wrote = True  # reached: the first signal was only noted
         assert wrote and first.value.done and signals.exit_code() == 143
-        with pytest.raises(signals.Stopped) as second:
-            with signals.deferred():
-                signal.raise_signal(signal.SIGINT)
-                signal.raise_signal(signal.SIGINT)
-                pytest.fail("a second signal while finishing must stop at once")
+        with pytest.raises(signals.Stopped) as second, signals.deferred():
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+            pytest.fail("a second signal while finishing must stop at once")
         assert not second.value.done and signals.exit_code(second.value.signum) == 130
     finally:
         signals.restore(previous)
