@@ -24,7 +24,7 @@ from types import FrameType
 from typing import Any
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+_NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 _PAUSED: set[str] = set()
 
 
@@ -77,7 +77,7 @@ def install() -> dict[int, Any]:
     started, as for a background job or nohup, stays ignored); returns the handlers
     replaced, for :func:`restore`."""
     _State.received, _State.depth, _State.noted_at = [], 0, 0
-    previous = {}
+    previous: dict[int, Any] = {}
     for s in _SIGNALS:
         current = signal.getsignal(s)
         if current is not signal.SIG_IGN:
