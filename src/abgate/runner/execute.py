@@ -51,6 +51,7 @@ from abgate.runner.samples import (
 )
 from abgate.runner.sections import GitState, Resume
 from abgate.runner.session import loaded
+from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
 from abgate.suites import Item
@@ -205,35 +206,6 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
                       spec_digest=p.spec_digest, resumes=[], inputs=inputs)
     assert isinstance(made, RunRecord)
     return made
-
-
-GIT_FACTS = ("commit", "dirty", "diff_sha256")
-
-
-def check_same_source(out: Path, recorded: GitState | None,
-                      now: GitState | dict[str, Any] | None, allow: bool = False) -> str | None:
-    """A resume must run the source its run started with: a new commit, or a tree made
-    dirty (or edited further) since, is refused, so records never vouch for a mix;
-    with ``allow`` (``--allow-source-change``) it is returned, to be recorded."""
-    if isinstance(now, dict):
-        now = GitState.model_validate(now)
-    before = None if recorded is None else recorded.model_dump(include=set(GIT_FACTS))
-    after = None if now is None else now.model_dump(include=set(GIT_FACTS))
-    if before == after:
-        return None
-    if before is None or after is None:
-        what = "it was not in a git checkout" if before is None else "it is no longer in one"
-    elif before["commit"] != after["commit"]:
-        what = f"commit {str(before['commit'])[:12]} then, {str(after['commit'])[:12]} now"
-    elif before["dirty"] != after["dirty"]:
-        what = "clean then, dirty now" if after["dirty"] else "dirty then, clean now"
-    else:
-        what = "the uncommitted changes differ"
-    if allow:
-        return what
-    raise UsageError(f"--resume {out}: the source checkout changed since the run started "
-                     f"({what}); restore it, start a new directory, or pass "
-                     "--allow-source-change (recorded under resumes)")
 
 
 def request_for(p: PreparedRun, item_id: str, seed: int,
