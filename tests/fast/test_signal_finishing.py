@@ -279,3 +279,19 @@ def test_ctrl_c_early_in_the_start_up_is_one_line_without_any_hook(tmp_path: Pat
     if proc.returncode == 0:
         pytest.skip("abgate --help ended before the signal (a fast host)")
     assert proc.returncode == 130 and err.splitlines() == ["abgate: interrupted (SIGINT)"], err
+
+
+def test_resume_of_a_complete_ab_checks_its_samples(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    path, out = _ab(tmp_path)
+    monkeypatch.setenv("ABGATE_LEDGER", "off")
+    assert cli("ab", str(path), "-o", str(out)).returncode == 3
+    samples = out / "arms" / "b" / "samples.jsonl"
+    lines = samples.read_text().splitlines(keepends=True)
+    samples.write_text("".join(lines[:-1]) + "{damaged\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = cli("ab", "--resume", str(out))
+    assert bad.returncode == 2, bad.stderr
+    (line,) = [x for x in error_lines(bad.stderr) if not x.startswith("warning:")]
+    assert line.startswith(f"abgate: error: {samples}:{len(lines)}: corrupt sample line")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

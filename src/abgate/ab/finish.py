@@ -11,8 +11,11 @@ from pathlib import Path
 
 from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.directory import AB_FILE
+from abgate.ab.experiment import Experiment
 from abgate.report import refresh_reports
+from abgate.runner.complete import checked_complete
 from abgate.runner.documents import AbRecord, read_record
+from abgate.runner.spec import prepare
 
 
 def comparison_current(out: Path, status: str) -> bool:
@@ -36,3 +39,11 @@ def finish_ab(out: Path) -> list[str]:
         analyze(out)
         done.append(COMPARISON_FILE)
     return done + refresh_reports(out)
+
+
+def check_complete_ab(out: Path, exp: Experiment) -> None:
+    """Every arm's samples of the complete A/B in ``out`` (``exp``: as recorded) checked
+    as ``--resume`` checks a complete run's (a damaged line: a UsageError naming
+    file:line), before its verdict is shown or its finishing completed."""
+    for arm, config in exp.arms.items():
+        checked_complete(out / "arms" / arm, prepare(config), require_all=False)

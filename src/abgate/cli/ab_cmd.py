@@ -16,6 +16,7 @@ from abgate import signals
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
 from abgate.ab.directory import AB_FILE
+from abgate.ab.finish import check_complete_ab
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
@@ -158,6 +159,7 @@ def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experime
         raise UsageError(f"--resume {resume}: the A/B there is {doc.status}, and the "
                          "experiment given differs from the one it recorded; use a new "
                          "directory (or --force to run the given one there)")
+    check_complete_ab(resume, recorded)  # its samples, as any resume checks them
     if reanalyse:
         typer.echo(f"--reanalyse: recomputing {resume}'s verdict and reports from its saved "
                    "samples (no engine is loaded; no sample, score or probe is redone)",

@@ -14,11 +14,13 @@ from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
 
 
-def checked_complete(out: Path, p: PreparedRun) -> list[dict[str, Any]]:
+def checked_complete(out: Path, p: PreparedRun, require_all: bool = True
+                     ) -> list[dict[str, Any]]:
     """The samples of the complete run in ``out``, every line checked against ``p``'s
     (item, seed) keys as a resume checks them; as nothing was being written when it
-    completed, a damaged last line is refused too (not taken for a torn write), and a
-    sample missing makes it not complete. Each is a UsageError naming file:line."""
+    completed, a damaged last line is refused too (not taken for a torn write), and
+    (``require_all``; not for an A/B arm, which a sequential A/B ends early) a sample
+    missing makes it not complete. Each is a UsageError naming file:line."""
     path = out / rec.SAMPLES_FILE
     lines = rec.read_sample_lines(path)
     raw = path.read_bytes().split(b"\n") if path.exists() else []
@@ -31,7 +33,7 @@ def checked_complete(out: Path, p: PreparedRun) -> list[dict[str, Any]]:
     keys = {sample_key(i.id, s) for i, s in pairs}
     samples = checked_samples(path, lines, keys)
     missing = keys - {str(s["key"]) for s in samples if not s.get("warmup")}
-    if missing:
+    if missing and require_all:
         raise UsageError(f"{path}: the run is recorded complete but {len(missing)} of its "
                          f"{len(keys)} samples are missing (e.g. {sorted(missing)[0]!r}): the "
                          "file was damaged or edited (--force runs it again)")
