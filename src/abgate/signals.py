@@ -4,8 +4,9 @@ so ``abgate.cli.main`` installs it before any heavy import).
 Outside a tracked run (``runner.execute.tracked`` has its own, finer handler) a signal
 raises :class:`Stopped` at once, except inside :func:`deferred` (the finishing step:
 verdict, reports, ledger entry), where the first signal is noted and raised when the
-step is done, so the records it writes are whole; a second one stops at once. The
-exit code of an interruption is ``128 + signal``: 130 for SIGINT, 143 for SIGTERM.
+step is done, so the records it writes are whole; a second one stops at once. An
+interruption exits :data:`INTERRUPTED` (130, as the README documents), by SIGINT or
+SIGTERM alike; the message names the signal.
 
 ``ABGATE_TEST_PAUSE_AT=NAME`` (tests only) makes :func:`pause_point` ``NAME`` print
 ``abgate-test: paused at NAME`` on stderr and wait up to 60 s, ending early when a
@@ -50,19 +51,12 @@ def name(signum: int | None) -> str:
 
 
 def note(signum: int) -> None:
-    """Remember ``signum`` (the tracked run's handler calls this too) for
-    :func:`exit_code`."""
+    """Remember ``signum`` (the tracked run's handler calls this too: the test hook and
+    :func:`deferred` count them)."""
     _State.received.append(signum)
 
 
-def last() -> int | None:
-    return _State.received[-1] if _State.received else None
-
-
-def exit_code(signum: int | None = None) -> int:
-    """``128 + signal`` of ``signum`` (default: the last one received; SIGINT if none,
-    e.g. a simulated Ctrl-C)."""
-    return 128 + int(signum or last() or signal.SIGINT)
+INTERRUPTED = 130
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:

@@ -66,7 +66,7 @@ def _reports_current(out: Path) -> None:
         assert (out / name).read_text(encoding="utf-8") == render(out, fmt), name
 
 
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 130)])
 def test_a_signal_during_the_imports_is_one_line(tmp_path: Path, signum: int,
                                                  code: int) -> None:
     proc = _start(tmp_path, "imports", "run", *RUN_FLAGS, "--limit", "2",
@@ -81,12 +81,12 @@ def test_sigterm_while_the_reports_are_written_finishes_them_first(tmp_path: Pat
                                                                    monkeypatch:
                                                                    pytest.MonkeyPatch
                                                                    ) -> None:
-    """The reports, then the ledger entry, are written whole; exit 143 in one line that
+    """The reports, then the ledger entry, are written whole; exit 130 in one line that
     says nothing is left; a --resume then has nothing to do."""
     path, out = _ab(tmp_path)
     rc, said = _signal_at(_start(tmp_path, "reports", "ab", str(path), "-o", str(out)),
                           "reports", signal.SIGTERM)
-    assert rc == 143, said
+    assert rc == 130, said
     assert "abgate: interrupted (SIGTERM) while finishing; the finishing was completed " \
            "first, nothing is left to resume" in error_lines(said)
     assert "Traceback" not in said
@@ -142,7 +142,7 @@ def test_a_signal_while_a_runs_final_records_are_written(tmp_path: Path,
     out = tmp_path / "r"
     rc, said = _signal_at(_start(tmp_path, "records", "run", *RUN_FLAGS, "--limit", "2",
                                  "-o", str(out)), "records", signal.SIGTERM)
-    assert rc == 143, said
+    assert rc == 130, said
     assert f"abgate: interrupted (SIGTERM) before {out} was finished; --resume {out} " \
            "completes it" in error_lines(said)
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
@@ -166,7 +166,7 @@ def _decision_in(out: Path) -> tuple[bool, bool]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_after_decide_appended_its_line(tmp_path: Path, signum: int,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """SIGTERM: both reports are rendered from the new decision before exit 143. SIGKILL:
+    """SIGTERM: both reports are rendered from the new decision before exit 130. SIGKILL:
     neither has it, and the next command (here ``abgate report``) renders both."""
     path, out = _ab(tmp_path)
     monkeypatch.setenv("ABGATE_LEDGER", str(tmp_path / "ledger.sqlite"))
@@ -175,7 +175,7 @@ def test_a_signal_after_decide_appended_its_line(tmp_path: Path, signum: int,
                                  "keep-default-on", "--why", "fast enough"), "decided", signum)
     assert len((out / "decisions.jsonl").read_text().splitlines()) == 1
     if signum == signal.SIGTERM:
-        assert rc == 143 and "nothing is left to resume" in said, said
+        assert rc == 130 and "nothing is left to resume" in said, said
         assert _decision_in(out) == (True, True)
     else:
         assert _decision_in(out) == (False, False)
@@ -254,12 +254,12 @@ def test_a_signal_while_finishing_is_deferred_and_a_second_stops_at_once() -> No
         with pytest.raises(signals.Stopped) as first, signals.deferred():
             signal.raise_signal(signal.SIGTERM)
             wrote = True  # reached: the first signal was only noted
-        assert wrote and first.value.done and signals.exit_code() == 143
+        assert wrote and first.value.done and first.value.signum == signal.SIGTERM
         with pytest.raises(signals.Stopped) as second, signals.deferred():
             signal.raise_signal(signal.SIGINT)
             signal.raise_signal(signal.SIGINT)
             pytest.fail("a second signal while finishing must stop at once")
-        assert not second.value.done and signals.exit_code(second.value.signum) == 130
+        assert not second.value.done and second.value.signum == signal.SIGINT
     finally:
         signals.restore(previous)
 

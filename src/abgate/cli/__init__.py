@@ -4,7 +4,7 @@ Every command module registers itself on :data:`abgate.cli.app.app`. Errors that
 abgate raises on purpose print as one line (``abgate: error: ...``) and exit with
 the error's code (2 for bad input, 1 for failures); nothing prints a traceback.
 Ctrl-C and SIGTERM are handled from the first line of :func:`main`, before the
-commands (typer, pydantic, numpy) are imported: one line, exit 130 or 143.
+commands (typer, pydantic, numpy) are imported: one line, exit 130.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _stopped(exc: signals.Stopped) -> None:
               f"--resume {os.fspath(exc.out)} completes it", file=sys.stderr)
     else:
         print(f"abgate: interrupted ({what})", file=sys.stderr)
-    sys.exit(signals.exit_code(exc.signum))
+    sys.exit(signals.INTERRUPTED)
 
 
 def main() -> None:
@@ -66,7 +66,7 @@ def main() -> None:
             _stopped(exc)
         except KeyboardInterrupt:  # a Ctrl-C simulated in code, or one before install
             print("abgate: interrupted", file=sys.stderr)
-            sys.exit(signals.exit_code())
+            sys.exit(signals.INTERRUPTED)
     finally:
         signals.restore(previous)
 
@@ -93,7 +93,7 @@ def _run(app: Any) -> None:
         sys.exit(1)
     except (typer.Abort, Interrupted):  # Ctrl-C outside a tracked run
         print("abgate: interrupted", file=sys.stderr)
-        sys.exit(signals.exit_code())
+        sys.exit(signals.INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:

@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from abgate import signals
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
@@ -207,4 +206,4 @@ def bench_command(
     print_bench(outcome.out_dir, outcome.status, outcome.summary, flags.engine_name)
     index_finished(outcome.out_dir)
     if outcome.status == "interrupted":
-        raise typer.Exit(signals.exit_code())
+        raise typer.Exit(130)

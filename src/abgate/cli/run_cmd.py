@@ -7,7 +7,6 @@ from typing import Any
 
 import typer
 
-from abgate import signals
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir, finishing, resumed_line
@@ -161,4 +160,4 @@ def run_command(
     print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
     finish_dir(outcome.out_dir)
     if outcome.status == "interrupted":
-        raise typer.Exit(signals.exit_code())
+        raise typer.Exit(130)
