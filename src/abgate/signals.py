@@ -75,8 +75,11 @@ def install() -> dict[int, Any]:
     for s in _SIGNALS:
         current = signal.getsignal(s)
         if current is not signal.SIG_IGN:
+            try:
+                signal.signal(s, _handler)
+            except ValueError:  # not the main thread (main() called from a thread)
+                break
             previous[s] = current
-            signal.signal(s, _handler)
     return previous
 
 

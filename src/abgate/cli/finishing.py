@@ -4,6 +4,7 @@ while it finished."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,4 +45,17 @@ def finishing(out: Path) -> Iterator[None]:
     except signals.Stopped as exc:
         if exc.done:
             finish_dir(out)
+        elif exc.out is None and _finished_record(out):
+            exc.out = out  # between the records and the finishing: --resume completes it
         raise
+
+
+def _finished_record(out: Path) -> bool:
+    """Whether ``out`` holds a run or A/B recorded finished (not ``running``)."""
+    for marker in ("ab.json", "run.json"):
+        try:
+            status = json.loads((out / marker).read_text(encoding="utf-8")).get("status")
+        except (OSError, ValueError, AttributeError):
+            continue
+        return status in ("complete", "interrupted", "failed")
+    return False

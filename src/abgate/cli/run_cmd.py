@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from abgate import signals
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir, finishing, resumed_line
@@ -157,7 +158,8 @@ def run_command(
                           provenance=ProvenanceOptions(
                               contract, manifest, allow_stale_manifest=allow_stale_manifest,
                               allow_source_change=allow_source_change))
-    print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
-    finish_dir(outcome.out_dir)
+    with signals.deferred():  # the summary shown, then the ledger entry, whole
+        print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
+        finish_dir(outcome.out_dir)
     if outcome.status == "interrupted":
         raise typer.Exit(130)

@@ -298,10 +298,13 @@ class Status:
 
 
 @contextmanager
-def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[Status]:
+def tracked(out: Path, what: str, finish: Callable[[Status], None],
+            resumable: bool = True) -> Iterator[Status]:
     """The bookkeeping ``abgate run`` and ``abgate ab`` share: the run log, SIGTERM as an
     interruption, the final status, and ``finish`` (close engines, write records) on
-    every way out. Unexpected errors become one-line AbgateErrors; records are kept."""
+    every way out. Unexpected errors become one-line AbgateErrors; records are kept. A
+    signal while ``finish`` wrote a complete record stops the command after it
+    (``signals.Stopped``, naming ``out`` for ``--resume`` when ``resumable``)."""
     status = Status()
     with _run_log(out), _interrupts():
         try:
@@ -326,7 +329,7 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
     if late is not None and status.value == "complete":
         # A signal while the final records were written: they are whole (and complete);
         # the rest (verdict, reports, ledger entry) is left to --resume.
-        raise signals.Stopped(late, out=out)
+        raise signals.Stopped(late, out=out if resumable else None)
 
 
 def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: str) -> None:
