@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -124,7 +125,8 @@ def attach_cmd(
     with _errors_exit():
         done = attach(result_dir, commit, repo)
     if any((result_dir / m).is_file() for m in ("ab.json", "run.json")):
-        finish_dir(result_dir)  # a finishing a signal cut short, completed
+        with contextlib.suppress(AbgateError):  # not one abgate can finish (another
+            finish_dir(result_dir)  # tool's run.json): attached all the same
     verb = "already attached" if done.already_recorded else "attached"
     typer.echo(f"{verb}: results of {done.tested_commit[:12]} hold for {commit} "
                f"({done.attached_commit[:12]}); identical tree {done.tree[:12]}")
