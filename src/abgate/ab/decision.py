@@ -78,11 +78,9 @@ def _verdicts(out: Path) -> tuple[str | None, dict[str, Any]]:
     return comparison.decision, arms
 
 
-def record_decision(out: Path, decision: str, why: str, by: str | None = None,
-                    arm: str | None = None) -> DecisionRecord:
-    """Append a decision to ``out/decisions.jsonl`` and return it (as recorded).
-    Bad input (an unknown decision, no reason, an unanalysed A/B, arms on different
-    trees) is a UsageError with nothing written."""
+def check_decision(out: Path, decision: str, why: str) -> None:
+    """The checks of a decision that need no verdict (a UsageError, nothing written):
+    a known decision, a reason, a finished A/B directory."""
     if decision not in DECISIONS:
         raise UsageError(f"--decision {decision!r} is not one of {', '.join(DECISIONS)}"
                          + did_you_mean(decision, DECISIONS))
@@ -93,6 +91,14 @@ def record_decision(out: Path, decision: str, why: str, by: str | None = None,
     if read_record(out / "ab.json", "ab").status == "running":
         raise UsageError(f"{out}: the A/B is recorded as running (still running, or killed: "
                          "abgate ab --resume DIR finishes it); decide on a finished A/B")
+
+
+def record_decision(out: Path, decision: str, why: str, by: str | None = None,
+                    arm: str | None = None) -> DecisionRecord:
+    """Append a decision to ``out/decisions.jsonl`` and return it (as recorded).
+    Bad input (an unknown decision, no reason, an unanalysed A/B, arms on different
+    trees) is a UsageError with nothing written."""
+    check_decision(out, decision, why)
     overall, arms = _verdicts(out)
     if arm is not None and arm not in arms:
         raise UsageError(f"--arm {arm!r} is not a candidate arm of {out}"

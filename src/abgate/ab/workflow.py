@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abgate import safefs
+from abgate import safefs, signals
 from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.checks import check_experiment
 from abgate.ab.directory import AB_FILE
@@ -78,10 +78,11 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
     with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
         outcome = run_checked(checked, out, resume=resume, force=force, on_start=on_start,
                               progress=progress, on_phase=on_phase)
-        comparison = analyze(out, policy)
-        if weights_diff:
-            diff_weights(exp, checked.prepared, out)
-        return AbResult(outcome, comparison, write_reports(out))
+        with signals.deferred():  # a signal now: noted; the verdict and reports first
+            comparison = analyze(out, policy)
+            if weights_diff:
+                diff_weights(exp, checked.prepared, out)
+            return AbResult(outcome, comparison, write_reports(out))
 
 
 def _summaries(out: Path, arms: list[str]) -> dict[str, dict[str, Any]]:

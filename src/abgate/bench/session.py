@@ -283,7 +283,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
         summary.append(made)
         write_record(out / rec.RUN_FILE, doc)
 
-    with tracked(out, "bench", finish), session.env(), \
+    with tracked(out, "bench", finish, resumable=False), session.env(), \
             rec.SampleWriter(out / rec.SAMPLES_FILE) as writer:
 
         def record(sample: BenchSample | ProbeLine) -> None:

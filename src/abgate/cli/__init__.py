@@ -3,37 +3,84 @@
 Every command module registers itself on :data:`abgate.cli.app.app`. Errors that
 abgate raises on purpose print as one line (``abgate: error: ...``) and exit with
 the error's code (2 for bad input, 1 for failures); nothing prints a traceback.
+Ctrl-C and SIGTERM are handled from the first line of :func:`main`, before the
+commands (typer, pydantic, numpy) are imported: one line, exit 130.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import Any
 
-import typer
-from pydantic import ValidationError
+from abgate import signals
 
-from abgate.cli import (  # noqa: F401  (registers commands)
-    ab_cmd,
-    baseline_cmd,
-    bench_cmd,
-    decide_cmd,
-    extract_cmd,
-    ledger_cmd,
-    provenance_cmd,
-    report_cmd,
-    run_cmd,
-    verify_cmd,
-    weights_cmd,
-)
-from abgate.cli.app import app
-from abgate.errors import AbgateError
-from abgate.redact import redact_text
-from abgate.runner.execute import Interrupted
-from abgate.schema import usage_error
+
+def _commands() -> Any:
+    """The Typer app with every command registered (the heavy imports)."""
+    from abgate.cli import (  # noqa: F401  (registers commands)
+        ab_cmd,
+        baseline_cmd,
+        bench_cmd,
+        decide_cmd,
+        extract_cmd,
+        ledger_cmd,
+        provenance_cmd,
+        report_cmd,
+        run_cmd,
+        verify_cmd,
+        weights_cmd,
+    )
+    from abgate.cli.app import app as typer_app
+
+    globals()["app"] = typer_app  # not the submodule of that name, as before
+    return typer_app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # ``from abgate.cli import app``: the Typer app, commands registered
+        return _commands()
+    raise AttributeError(f"module 'abgate.cli' has no attribute {name!r}")
+
+
+def _stopped(exc: signals.Stopped) -> None:
+    what = signals.name(exc.signum)
+    if exc.done:
+        print(f"abgate: interrupted ({what}) while finishing; the finishing was completed "
+              "first, nothing is left to resume", file=sys.stderr)
+    elif exc.out is not None:
+        print(f"abgate: interrupted ({what}) before {os.fspath(exc.out)} was finished; "
+              f"--resume {os.fspath(exc.out)} completes it", file=sys.stderr)
+    else:
+        print(f"abgate: interrupted ({what})", file=sys.stderr)
+    sys.exit(signals.INTERRUPTED)
 
 
 def main() -> None:
     """Console-script entry point."""
+    previous = signals.install()
+    try:
+        try:
+            signals.pause_point("imports")
+            _run(_commands())
+        except signals.Stopped as exc:
+            _stopped(exc)
+        except KeyboardInterrupt:  # a Ctrl-C simulated in code, or one before install
+            print("abgate: interrupted", file=sys.stderr)
+            sys.exit(signals.INTERRUPTED)
+    finally:
+        signals.restore(previous)
+
+
+def _run(app: Any) -> None:
+    import typer
+    from pydantic import ValidationError
+
+    from abgate.errors import AbgateError
+    from abgate.redact import redact_text
+    from abgate.runner.execute import Interrupted
+    from abgate.schema import usage_error
+
     try:
         try:
             rc = app(standalone_mode=False)
@@ -45,9 +92,9 @@ def main() -> None:
     except OSError as exc:  # the environment's (a full disk, a directory gone): one line
         print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
         sys.exit(1)
-    except (typer.Abort, KeyboardInterrupt, Interrupted):  # Ctrl-C outside a tracked run
+    except (typer.Abort, Interrupted):  # Ctrl-C outside a tracked run
         print("abgate: interrupted", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(signals.INTERRUPTED)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:

@@ -12,13 +12,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from abgate import signals
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.declared import check_patterns
 from abgate.ab.directory import AB_FILE
+from abgate.ab.finish import check_complete_ab
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
-from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
@@ -158,15 +160,20 @@ def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experime
         raise UsageError(f"--resume {resume}: the A/B there is {doc.status}, and the "
                          "experiment given differs from the one it recorded; use a new "
                          "directory (or --force to run the given one there)")
+    check_complete_ab(resume, recorded)  # its samples, as any resume checks them
     if reanalyse:
         typer.echo(f"--reanalyse: recomputing {resume}'s verdict and reports from its saved "
                    "samples (no engine is loaded; no sample, score or probe is redone)",
                    err=True)
-    else:
-        typer.echo(f"A/B {resume} is already complete; nothing to resume. Its recorded "
-                   "verdict follows (--reanalyse recomputes it from the saved samples, "
-                   "--force runs the whole A/B again)", err=True)
-    result = recorded_result(resume, reanalyse=reanalyse, policy=policy)
+        with signals.deferred():
+            result = recorded_result(resume, reanalyse=reanalyse, policy=policy)
+            finish_dir(resume)
+    else:  # its verdict, reports and ledger entry completed if a signal cut them short
+        parts = finish_dir(resume)
+        typer.echo(resumed_line("A/B", resume, parts) + ". Its recorded verdict follows "
+                   "(--reanalyse recomputes it from the saved samples, --force runs the "
+                   "whole A/B again)", err=True)
+        result = recorded_result(resume)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
     sign_after(resume, sign)  # (--reanalyse rewrites the reports: signed as they are now)
     raise typer.Exit(int(result.comparison["exit_code"]))
@@ -279,7 +286,7 @@ def ab_command(
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
                    "samples, scores, probes and verdict are replaced)", err=True)
-    with reporter(f"ab {out.name}") as rep:
+    with reporter(f"ab {out.name}") as rep, finishing(out):
         result = run_experiment(exp, out, resume=resume is not None and not redo, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
                                 provenance=ProvenanceOptions(
@@ -287,7 +294,8 @@ def ab_command(
                                     allow_stale_manifest=allow_stale_manifest,
                                     allow_source_change=allow_source_change),
                                 weights_diff=weights_diff, on_phase=rep.on_start)
-    _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    with signals.deferred():  # the verdict shown, then the ledger entry, whole
+        _print_verdicts(result.comparison, result.outcome.status, result.reports)
+        finish_dir(out)
     sign_after(out, sign)
-    index_finished(out)
     raise typer.Exit(result.exit_code)

@@ -7,11 +7,14 @@ from typing import Annotated
 
 import typer
 
-from abgate.ab.decision import DECISIONS, record_decision
+from abgate import signals
+from abgate.ab.decision import DECISIONS, check_decision, record_decision
+from abgate.ab.directory import AB_FILE
+from abgate.ab.finish import comparison_current
 from abgate.cli.app import app
-from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.finishing import finish_dir
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
-from abgate.report import write_reports
+from abgate.runner.documents import read_record
 
 
 @app.command("decide")
@@ -27,12 +30,17 @@ def decide_command(
     """Record a decision (keep-default-on, make-opt-in, revert) with why, when, the
     verdict it confirms or overrides and the audited tree; the reports are re-rendered."""
     check_sign_key(sign)
-    doc = record_decision(ab_dir, decision, why, by, arm)
-    write_reports(ab_dir)
-    sign_after(ab_dir, sign)  # after the decision and the re-rendered reports
-    index_finished(ab_dir)
-    src = doc.source
-    typer.echo(f"decided {doc.decision} ({doc.relation} the machine verdict "
-               f"{doc.machine_verdict}) for tree {str(src.tree)[:12]} "
-               f"(commit {str(src.commit)[:12]}{', dirty' if src.dirty else ''}); "
-               f"recorded in {ab_dir / 'decisions.jsonl'}")
+    check_decision(ab_dir, decision, why)
+    status = str(read_record(ab_dir / AB_FILE, "ab").status)
+    if not comparison_current(ab_dir, status):
+        finish_dir(ab_dir)  # the verdict a signal cut short, before deciding on it
+    with signals.deferred():  # the decision line, then both reports from it, whole
+        doc = record_decision(ab_dir, decision, why, by, arm)
+        signals.pause_point("decided")
+        finish_dir(ab_dir)
+        sign_after(ab_dir, sign)  # after the decision and the re-rendered reports
+        src = doc.source
+        typer.echo(f"decided {doc.decision} ({doc.relation} the machine verdict "
+                   f"{doc.machine_verdict}) for tree {str(src.tree)[:12]} "
+                   f"(commit {str(src.commit)[:12]}{', dirty' if src.dirty else ''}); "
+                   f"recorded in {ab_dir / 'decisions.jsonl'}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from abgate.cli.app import app, group
+from abgate.cli.finishing import finish_dir
 from abgate.errors import AbgateError, UsageError
 from abgate.provenance.attach import AttachRefused, attach
 from abgate.provenance.manifest import BuildOptions, build_manifest, write_manifest
@@ -131,6 +133,9 @@ def attach_cmd(
     with _errors_exit():
         done = attach(result_dir, commit, repo,
                       allowed_signers=allowed_signers if require_signature else None)
+    if any((result_dir / m).is_file() for m in ("ab.json", "run.json")):
+        with contextlib.suppress(AbgateError):  # not one abgate can finish (another
+            finish_dir(result_dir)  # tool's run.json): attached all the same
     verb = "already attached" if done.already_recorded else "attached"
     typer.echo(f"{verb}: results of {done.tested_commit[:12]} hold for {commit} "
                f"({done.attached_commit[:12]}); identical tree {done.tree[:12]}")

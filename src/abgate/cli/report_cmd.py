@@ -3,12 +3,16 @@ HTML. Nothing is run or recomputed; the same records always give the same bytes.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from abgate.ab.directory import AB_FILE
 from abgate.cli.app import app
+from abgate.cli.finishing import finish_dir
+from abgate.errors import AbgateError
 from abgate.report import check_format, render
 from abgate.runner.records import write_text_atomic
 
@@ -23,6 +27,9 @@ def report_command(
 ) -> None:
     """Render an A/B's report (Markdown, JSON or HTML) from its saved records only."""
     check_format(fmt)
+    if (ab_dir / AB_FILE).is_file():  # a finishing a signal cut short, completed first
+        with contextlib.suppress(AbgateError):  # a directory it cannot finish: the
+            finish_dir(ab_dir)  # render below says what is wrong, in its own words
     text = render(ab_dir, fmt)
     if output is None:
         typer.echo(text, nl=False)

@@ -7,14 +7,16 @@ from typing import Any
 
 import typer
 
+from abgate import signals
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
-from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.render import print_run_summary
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.runner import RunConfig, execute, prepare
 from abgate.runner import records as rec
+from abgate.runner.complete import checked_complete
 from abgate.runner.documents import AnyRecord, RunRecord, read_document
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
@@ -75,11 +77,14 @@ def _already_complete(ctx: typer.Context, resume: Path, doc: AnyRecord,
         raise UsageError(f"--resume {resume}: the run there is already complete; the options "
                          f"given change its {', '.join(diffs[:4])} (use a new directory, or "
                          "--force to run it again there)")
-    n = doc.n_samples if isinstance(doc, RunRecord) else None
-    typer.echo(f"run {resume} is already complete ({n} samples); nothing "
-               "to resume (--force runs its recorded configuration again)", err=True)
-    summary = read_document(resume / rec.SUMMARY_FILE, Summary).to_dict() if (
-        resume / rec.SUMMARY_FILE).exists() else {}
+    samples = checked_complete(resume, prepare(RunConfig.from_dict(
+        _config(doc), f"{resume / RUN_FILE}: config")))
+    parts = finish_dir(resume)  # its summary and ledger entry, if a signal cut them short
+    n = sum(1 for s in samples if not s.get("warmup"))
+    typer.echo(resumed_line("run", resume, parts).replace(" is already complete",
+                                                          f" is already complete ({n} samples)")
+               + " (--force runs its recorded configuration again)", err=True)
+    summary = read_document(resume / rec.SUMMARY_FILE, Summary).to_dict()
     print_run_summary(resume, "complete", summary)
     raise typer.Exit(0)
 
@@ -147,13 +152,14 @@ def run_command(
             raise UsageError("missing -o RUN_DIR (where to write the run)")
         config = config_from_options(opts)
     prepared = prepare(config)
-    with reporter(f"run {out.name}") as rep:
+    with reporter(f"run {out.name}") as rep, finishing(out):
         outcome = execute(prepared, out, resume=resume is not None and not redo, force=force,
                           on_start=rep.on_start, on_sample=rep.on_sample,
                           provenance=ProvenanceOptions(
                               contract, manifest, allow_stale_manifest=allow_stale_manifest,
                               allow_source_change=allow_source_change))
-    print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
-    index_finished(outcome.out_dir)
+    with signals.deferred():  # the summary shown, then the ledger entry, whole
+        print_run_summary(outcome.out_dir, outcome.status, outcome.summary)
+        finish_dir(outcome.out_dir)
     if outcome.status == "interrupted":
         raise typer.Exit(130)

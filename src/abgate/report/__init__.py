@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from abgate import signals
 from abgate.errors import UsageError, did_you_mean
 from abgate.report.agreement_plots import kld_plot
 from abgate.report.blocks import Doc
@@ -33,7 +34,8 @@ from abgate.report.sections import (
 )
 from abgate.runner.records import write_text_atomic
 
-__all__ = ["FORMATS", "build_doc", "check_format", "render", "render_data", "write_reports"]
+__all__ = ["FORMATS", "build_doc", "check_format", "refresh_reports", "render", "render_data",
+           "write_reports"]
 
 FILES = {"md": "report.md", "json": "report.json", "html": "report.html"}
 FORMATS = tuple(FILES)
@@ -82,11 +84,32 @@ def render(out: Path, fmt: str) -> str:
 
 
 def write_reports(out: Path) -> list[Path]:
-    """Write report.md, report.json and report.html into ``out``; return their paths."""
+    """Write report.md, report.json and report.html into ``out``; return their paths.
+    All three are rendered from one reading of the records (one decisions read), each
+    written atomically."""
+    refresh_reports(out, only_stale=False)
+    return [out / name for name in FILES.values()]
+
+
+def refresh_reports(out: Path, *, only_stale: bool = True) -> list[str]:
+    """Render the three reports from one reading of ``out``'s records and write those
+    whose bytes on disk differ (missing, torn by a kill, or rendered before a later
+    decision); returns the names written. The same records give the same bytes, so a
+    current report is never rewritten."""
     data = load_ab(out)
-    paths = []
-    for fmt, name in FILES.items():
-        path = out / name
-        write_text_atomic(path, render_data(data, fmt))
-        paths.append(path)
-    return paths
+    texts = {name: render_data(data, fmt) for fmt, name in FILES.items()}
+    written = []
+    for name, text in texts.items():
+        if only_stale and _holds(out / name, text):
+            continue
+        write_text_atomic(out / name, text)
+        written.append(name)
+        signals.pause_point("reports")  # tests: a signal between two reports
+    return written
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.read_bytes() == text.encode("utf-8")
+    except OSError:
+        return False

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from abgate import signals
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
@@ -50,6 +51,7 @@ from abgate.runner.samples import (
 )
 from abgate.runner.sections import GitState, Resume
 from abgate.runner.session import loaded
+from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
 from abgate.safefs import LogFile
@@ -87,6 +89,7 @@ def _interrupts() -> Iterator[None]:
     run would go on as if nothing had been asked."""
     def handler(signum: int, frame: FrameType | None) -> None:
         _PENDING.append(signum)
+        signals.note(signum)
         if _FINISHING and len(_PENDING) - _FINISHING[-1] < 2:
             # The final records are being written: an exception now would tear them (a
             # second signal in this phase still stops at once, e.g. a hung shutdown).
@@ -206,35 +209,6 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
     return made
 
 
-GIT_FACTS = ("commit", "dirty", "diff_sha256")
-
-
-def check_same_source(out: Path, recorded: GitState | None,
-                      now: GitState | dict[str, Any] | None, allow: bool = False) -> str | None:
-    """A resume must run the source its run started with: a new commit, or a tree made
-    dirty (or edited further) since, is refused, so records never vouch for a mix;
-    with ``allow`` (``--allow-source-change``) it is returned, to be recorded."""
-    if isinstance(now, dict):
-        now = GitState.model_validate(now)
-    before = None if recorded is None else recorded.model_dump(include=set(GIT_FACTS))
-    after = None if now is None else now.model_dump(include=set(GIT_FACTS))
-    if before == after:
-        return None
-    if before is None or after is None:
-        what = "it was not in a git checkout" if before is None else "it is no longer in one"
-    elif before["commit"] != after["commit"]:
-        what = f"commit {str(before['commit'])[:12]} then, {str(after['commit'])[:12]} now"
-    elif before["dirty"] != after["dirty"]:
-        what = "clean then, dirty now" if after["dirty"] else "dirty then, clean now"
-    else:
-        what = "the uncommitted changes differ"
-    if allow:
-        return what
-    raise UsageError(f"--resume {out}: the source checkout changed since the run started "
-                     f"({what}); restore it, start a new directory, or pass "
-                     "--allow-source-change (recorded under resumes)")
-
-
 def request_for(p: PreparedRun, item_id: str, seed: int,
                 messages: tuple[dict[str, str], ...]) -> GenerationRequest:
     c = p.config
@@ -325,10 +299,13 @@ class Status:
 
 
 @contextmanager
-def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[Status]:
+def tracked(out: Path, what: str, finish: Callable[[Status], None],
+            resumable: bool = True) -> Iterator[Status]:
     """The bookkeeping ``abgate run`` and ``abgate ab`` share: the run log, SIGTERM as an
     interruption, the final status, and ``finish`` (close engines, write records) on
-    every way out. Unexpected errors become one-line AbgateErrors; records are kept."""
+    every way out. Unexpected errors become one-line AbgateErrors; records are kept. A
+    signal while ``finish`` wrote a complete record stops the command after it
+    (``signals.Stopped``, naming ``out`` for ``--resume`` when ``resumable``)."""
     status = Status()
     with _run_log(out), _interrupts():
         try:
@@ -348,6 +325,12 @@ def tracked(out: Path, what: str, finish: Callable[[Status], None]) -> Iterator[
             log.info("%s %s ended %s%s", what, out, status.value,
                      f": {status.error}" if status.error else "")
             _finish(finish, status, out, what)
+        late = _PENDING[_FINISHING[-1]] if _FINISHING and len(_PENDING) > _FINISHING[-1] \
+            else None
+    if late is not None and status.value == "complete":
+        # A signal while the final records were written: they are whole (and complete);
+        # the rest (verdict, reports, ledger entry) is left to --resume.
+        raise signals.Stopped(late, out=out if resumable else None)
 
 
 def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: str) -> None:
@@ -356,6 +339,7 @@ def _finish(finish: Callable[[Status], None], status: Status, out: Path, what: s
     while it runs is noted, not raised (the records are written whole)."""
     _FINISHING.append(len(_PENDING))
     try:
+        signals.pause_point("records")  # tests: a signal while the final records are written
         finish(status)
     except Exception as exc:
         log.exception("%s %s: finalising the records failed", what, out)

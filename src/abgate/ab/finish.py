@@ -1,0 +1,49 @@
+"""The end of an A/B that a signal (or a kill) may have cut short, completed from its
+saved records: ``comparison.json`` (missing, unreadable, or analysed while the A/B had
+another status) and the three reports (missing, torn, or rendered before a later
+decision). Idempotent: a finished A/B is left byte for byte as it is. The ledger entry
+is the last part (``ledger.finish``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from abgate.ab.analyze import COMPARISON_FILE, analyze
+from abgate.ab.directory import AB_FILE
+from abgate.ab.experiment import Experiment
+from abgate.report import refresh_reports
+from abgate.runner.complete import checked_complete
+from abgate.runner.documents import AbRecord, read_record
+from abgate.runner.spec import prepare
+
+
+def comparison_current(out: Path, status: str) -> bool:
+    """Whether ``comparison.json`` holds a verdict analysed at ``status``."""
+    try:
+        doc = json.loads((out / COMPARISON_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and isinstance(doc.get("exit_code"), int)
+            and not isinstance(doc.get("exit_code"), bool) and doc.get("ab_status") == status)
+
+
+def finish_ab(out: Path) -> list[str]:
+    """Complete the finishing of the A/B in ``out`` (one that is still ``running`` is
+    not finished: ``--resume`` runs it); returns the names of the files written."""
+    doc = read_record(out / AB_FILE, "ab", model=AbRecord)
+    if doc.status == "running":
+        return []
+    done = []
+    if not comparison_current(out, str(doc.status)):
+        analyze(out)
+        done.append(COMPARISON_FILE)
+    return done + refresh_reports(out)
+
+
+def check_complete_ab(out: Path, exp: Experiment) -> None:
+    """Every arm's samples of the complete A/B in ``out`` (``exp``: as recorded) checked
+    as ``--resume`` checks a complete run's (a damaged line: a UsageError naming
+    file:line), before its verdict is shown or its finishing completed."""
+    for arm, config in exp.arms.items():
+        checked_complete(out / "arms" / arm, prepare(config), require_all=False)

@@ -1,0 +1,40 @@
+"""A resume runs the source its run started with: the check of the git facts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from abgate.errors import UsageError
+from abgate.runner.sections import GitState
+
+GIT_FACTS = ("commit", "dirty", "diff_sha256")
+
+
+def check_same_source(out: Path, recorded: GitState | None,
+                      now: GitState | dict[str, Any] | None, allow: bool = False) -> str | None:
+    """A resume must run the source its run started with: a new commit, or a tree made
+    dirty (or edited further) since, is refused, so records never vouch for a mix;
+    with ``allow`` (``--allow-source-change``) it is returned, to be recorded."""
+    if isinstance(now, dict):
+        now = GitState.model_validate(now)
+    before = None if recorded is None else recorded.model_dump(include=set(GIT_FACTS))
+    after = None if now is None else now.model_dump(include=set(GIT_FACTS))
+    if before == after:
+        return None
+    if before is None or after is None:
+        what = "it was not in a git checkout" if before is None else "it is no longer in one"
+    elif before["commit"] != after["commit"]:
+        what = f"commit {str(before['commit'])[:12]} then, {str(after['commit'])[:12]} now"
+    elif before["dirty"] != after["dirty"]:
+        what = "clean then, dirty now" if after["dirty"] else "dirty then, clean now"
+    else:
+        what = "the uncommitted changes differ"
+    if allow:
+        return what
+    raise UsageError(f"--resume {out}: the source checkout changed since the run started "
+                     f"({what}); restore it, start a new directory, or pass "
+                     "--allow-source-change (recorded under resumes)")
+
+
+__all__ = ["GIT_FACTS", "check_same_source"]
