@@ -141,7 +141,7 @@ def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": declared.warnings(ab.differences.get(arm) or {}),
+        "difference_warnings": declared.warnings(ab.differences.get(arm) or {}, arm),
     }
     probes = _probes(out, arm, base)
     if probes is not None:

@@ -24,7 +24,14 @@ from abgate.integrity import FIELD, seal, verify_seal
 from abgate.progress import Reporter
 from abgate.runner import records as rec
 from abgate.runner.bench_sections import BaselineCase, RequestRef
-from abgate.runner.documents import BaselineRecord, LoadFacts, new_record, read_record, write_record
+from abgate.runner.documents import (
+    BaselineRecord,
+    HostInfo,
+    LoadFacts,
+    new_record,
+    read_record,
+    write_record,
+)
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded
@@ -96,6 +103,8 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
         assert isinstance(doc, BaselineRecord)
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(prov, contract, session, doc)
+            # the host as the check sees it: after the load (what the GPUs hold then)
+            doc.host = HostInfo.model_validate(host_info())
             load_before = host_load()
             cases, samples = _cases(session.engine, c, progress)
             doc.host_load = {"before": load_before, "after": host_load()}
@@ -194,12 +203,14 @@ def _speed_row(ref: BaselineCase, cur: BaselineCase, tolerance: float) -> SpeedR
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
                    tolerance: float = 0.10, repeats: int | None = None,
-                   allow_diff: Sequence[str] = (),
+                   allow_diff: Sequence[str] = (), strict_volatile: bool = False,
                    provenance: ProvenanceOptions | None = None,
                    progress: Reporter | None = None) -> CheckReport:
     """Re-run the recorded cases: tokens (every warm-up and repeat), speed, probes, and
     the configuration against the recorded one (``compare/drift.py``: a difference
-    outside ``allow_diff`` fails the check, naming the keys)."""
+    outside ``allow_diff`` fails the check, naming the keys; volatile figures, such as
+    the GPU memory in use, are listed apart and compared only with ``strict_volatile``).
+    The host is taken after the load, as the record takes it."""
     path = base_dir / BASELINE_FILE
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
@@ -220,7 +231,8 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     with loaded(p.engine, None, now) as session, session.env():
         record_after_load(prov, contract, session, now)
         found = drift(configuration(doc.to_dict()), configuration(
-            {"spec": p.spec, "host": host_info(), **now.to_dict()}), allow_diff)
+            {"spec": p.spec, "host": host_info(), **now.to_dict()}), allow_diff,
+            strict_volatile=strict_volatile)
         report.configuration = found.to_dict()
         report.provenance = now.provenance.to_dict() if now.provenance else {}
         report.passed &= found.passed
