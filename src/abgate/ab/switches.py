@@ -59,8 +59,9 @@ def loaded_differences(exp: Experiment, doc: docs.AbRecord,
         request = entry.request or DiffStage()
         entry.unobserved = declared.unused(  # the arm's own claims, not allowances
             exp.changes.get(arm, ()), {**request.declared, **known})
-        entry.unchanged = declared.no_op(request, entry.loaded) or None
-        if entry.unchanged:
+        unchanged = declared.no_op(request, entry.loaded)
+        if unchanged:
+            entry.unchanged = unchanged
             log.warning("arm %r: %s changed nothing observable after load (effective "
                         "config identical to %r's)", arm, ", ".join(entry.unchanged),
                         exp.baseline)
