@@ -8,7 +8,8 @@
 - Every document carries ``schema_version``; a newer version than this build knows is
   refused with a clear message instead of being misread.
 - Documents pass through :func:`abgate.redact.redact` as they are written (a sample's
-  ``error`` text through ``redact_text``; its prompt and output are kept as they are):
+  ``error`` text through ``redact_text``; its prompt and output keep their words, only
+  token-shaped secrets replaced, ``redact_sample_texts``):
   whatever a record was built from, no secret reaches the file.
 """
 
@@ -24,7 +25,7 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from abgate.errors import AbgateError, UsageError
-from abgate.redact import redact, redact_text
+from abgate.redact import redact, redact_sample_texts, redact_text
 
 SCHEMA_VERSION = 1
 RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE = (
@@ -167,6 +168,7 @@ class SampleWriter:
             record = record.model_dump(mode="json")
         if isinstance(record.get("error"), str):
             record = {**record, "error": redact_text(record["error"])}
+        record = redact_sample_texts(record)
         try:
             self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
             self._f.flush()
