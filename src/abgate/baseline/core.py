@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,6 +19,7 @@ from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
+from abgate.host_load import snapshot, summarize
 from abgate.integrity import FIELD, seal, verify_seal
 from abgate.progress import Reporter
 from abgate.runner import records as rec
@@ -105,9 +105,9 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
             record_after_load(prov, contract, session, doc)
             # the host as the check sees it: after the load (what the GPUs hold then)
             doc.host = HostInfo.model_validate(host_info())
-            load_before = host_load()
+            load_before = snapshot("start")
             cases, samples = _cases(session.engine, c, progress)
-            doc.host_load = {"before": load_before, "after": host_load()}
+            doc.host_load = _host_load(load_before, snapshot("end"))
             doc.probes = list(_probes(session.engine, c, progress))
         doc.cases = [case.model_copy(update={"repeat_agreement": agreement(
             case.output_token_ids, case.output_text, case_samples)})
@@ -155,14 +155,11 @@ def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:
     return doc, c
 
 
-def host_load() -> dict[str, Any]:
-    """The 1-minute load average against the cores: context for a speed comparison (a
-    host that got busier between record and check runs slower for that alone)."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
-    return {"load_1min": load, "cpus": os.cpu_count()}
+def _host_load(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The host's load at the start and end of the cases (``abgate.host_load``): context
+    for a speed comparison (a host that got busier between record and check runs slower
+    for that alone)."""
+    return {"before": before, "after": after, "summary": summarize([before, after])}
 
 
 def _compare_case(engine: Engine, ref: BaselineCase, cur: BaselineCase,
@@ -243,10 +240,10 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
 
 def _check_cases(engine: Engine, c: BenchConfig, doc: BaselineRecord, tolerance: float,
                  report: CheckReport, progress: Reporter | None = None) -> None:
-    load_before = host_load()
+    load_before = snapshot("start")
     current, samples = _cases(engine, c, progress)
     report.host_load = {"recorded": doc.host_load,
-                        "current": {"before": load_before, "after": host_load()}}
+                        "current": _host_load(load_before, snapshot("end"))}
     for ref, cur, case_samples in zip(doc.cases, current, samples, strict=True):
         row = _compare_case(engine, ref, cur, case_samples, _speed_row(ref, cur, tolerance))
         report.cases.append(row)
