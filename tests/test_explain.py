@@ -9,16 +9,18 @@ from tests.support.compare import make_arm
 
 
 def test_a_busy_host_is_named_from_the_speed_spread() -> None:
-    # the same speed on average, but single items moved by ~30% (load bursts)
+    # the same speed on average, but single items moved by ~30% (load bursts), on a
+    # host whose measured load was elevated (abgate.host_load)
     a = make_arm(60, accuracy=0.5, noise=0.02, rng_seed=0)
     b = make_arm(60, accuracy=0.5, noise=0.30, rng_seed=1)
-    comparison = compare_samples(a, b)
+    comparison = compare_samples(a, b).with_extras(
+        host_load={"elevated": True, "text": "load 5.0 above 2 cores"})
     assert speed_spread(comparison, "steady_decode_tps") > BUSY_SPREAD
     v = decide(comparison, load_policy(None))
     assert v.decision == "INCONCLUSIVE" and v.explanation is not None
     line = v.explanation
     assert "\n" not in line and line.startswith("INCONCLUSIVE at 60 items: speed ")
-    assert "the host was busy" in line and "spread ±" in line
+    assert "the host was busy (load 5.0 above 2 cores)" in line and "spread ±" in line
     assert v.to_json()["explanation"] == line
 
 

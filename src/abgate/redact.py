@@ -10,7 +10,9 @@ A value is secret by its **name** (an env var, a flag, a JSON key, a header, the
 ``NAME`` of ``NAME=VALUE``), judged on whole words, never on substrings, see
 :func:`is_secret_name`; or by its **shape**, wherever it appears: ``sk-...``,
 ``hf_...``, ``ghp_...`` and other provider key formats, ``Bearer ...``, user:password
-in a URL, the value after a secret-named flag (``--api-key X``, ``--token=X``).
+in a URL, the value after a secret-named flag (``--api-key X``, ``--token=X``). A
+sample's prompt and output are redacted by shape only (:func:`redact_shapes`), with a
+random-looking body required, so ordinary model output words are kept.
 Numbers, booleans and ``null`` are never redacted by name: ``max_tokens: 8`` is
 evidence, not a secret.
 """
@@ -60,9 +62,14 @@ _SHAPES = re.compile("|".join([
     _NOT_IDENT + r"github_pat_[A-Za-z0-9_]{20,}",
     _NOT_IDENT + r"glpat-[A-Za-z0-9_-]{20,}",               # GitLab
     _NOT_IDENT + r"xox[abposr]-[A-Za-z0-9-]{10,}",          # Slack
-    _NOT_IDENT + r"AKIA[0-9A-Z]{16}(?![A-Za-z0-9])",        # AWS access key id
+    _NOT_IDENT + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])",  # AWS access key id
     _NOT_IDENT + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JWT
+    # a Slack incoming webhook: the URL is the credential (T.../B.../secret)
+    r"(?<=hooks\.slack\.com/services/)T[A-Za-z0-9]{6,}/B[A-Za-z0-9]{6,}/[A-Za-z0-9]{16,}",
 ]))
+# A token's random part mixes character classes; a word of model output that happens to
+# start like one ("sk-learn-style-pipelines", "hf_transformers_models") does not.
+_CLASSES = (re.compile(r"[a-z]"), re.compile(r"[A-Z]"), re.compile(r"[0-9]"))
 _AUTH_SCHEME = re.compile(
     r"\b(?P<scheme>[Bb]earer)\s+(?!<redacted>)[A-Za-z0-9._~+/=-]+"
     r"|\b(?P<basic>Basic)\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2}")
@@ -76,6 +83,30 @@ _FLAG_VALUE = re.compile(
 _NAME_VALUE = re.compile(
     r"(?P<name>(?<![\w.-])[A-Za-z_][\w.-]*)(?P<sep>['\"]?(?:=|:\s*)['\"]?)"
     r"(?P<value>(?:[Bb]earer\s+|Basic\s+)?(?!//|\{\w+\})[^\s'\",;&?}\]]+)")
+
+
+def _random_looking(token: str) -> bool:
+    body = re.sub(r"^(?:sk-(?:proj-|ant-|svcacct-)?|hf_|gh[pousr]_|github_pat_|glpat-|"
+                  r"xox[abposr]-)", "", token)
+    return sum(bool(c.search(body)) for c in _CLASSES) >= 2
+
+
+def redact_shapes(text: str) -> str:
+    """``text`` (a sample's prompt or output) with only the token-shaped secrets
+    replaced, each one's random part required to mix letters and digits or cases, so a
+    model's ordinary words are kept; no name-based redaction (``pass: 3`` is an answer)."""
+    return _SHAPES.sub(lambda m: REDACTED if _random_looking(m[0]) else m[0], text)
+
+
+def redact_sample_texts(obj: Any) -> Any:
+    """A sample line with :func:`redact_shapes` applied to every string in it."""
+    if isinstance(obj, str):
+        return redact_shapes(obj)
+    if isinstance(obj, Mapping):
+        return {k: redact_sample_texts(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact_sample_texts(v) for v in obj]
+    return obj
 
 
 def _words(name: str) -> list[str]:

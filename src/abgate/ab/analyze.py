@@ -37,6 +37,7 @@ from abgate.compare.results import (
 from abgate.compare.sequential import sequential_section
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
+from abgate.host_load import summarize
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record, write_record
 from abgate.safejson import read_json
@@ -141,7 +142,9 @@ def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": declared.warnings(ab.differences.get(arm) or {}),
+        "difference_warnings": declared.warnings(ab.differences.get(arm) or {}, arm),
+        # what the host was doing while the arms ran: whether "busy" is measured
+        "host_load": summarize((ab.host_load or {}).get("snapshots") or []),
     }
     probes = _probes(out, arm, base)
     if probes is not None:

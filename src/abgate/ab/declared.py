@@ -35,6 +35,9 @@ MISSING = "(not set)"
 # what decides them (the launch template, the endpoint) is compared before the load.
 INSTANCE_KEYS = ("server_ready_s", "server_log", "endpoints", "launch")
 GROUPS = ("engine_args", "engine_options", "env", "effective", "library")
+# Effective-config keys that repeat the request (vLLM's requested_engine_args): they
+# differ whenever the args do, so they are no evidence that an arg took effect.
+ECHO_KEYS = ("effective.requested_engine_args",)
 
 
 class UndeclaredDifference(AbgateError):
@@ -128,6 +131,18 @@ def unused(patterns: Sequence[str], diff: Mapping[str, list[str]]) -> list[str]:
     return [p for p in patterns if not any(matches(k, [p]) for k in diff)]
 
 
+def no_op(request: DiffStage | None, loaded: DiffStage | None) -> list[str]:
+    """The engine args a candidate's request differs in when nothing the engine reports
+    after the load differs (effective config, model config digest, engine version,
+    libraries; the request's echo aside): a switch the engine ignored. Empty otherwise."""
+    if request is None or loaded is None:
+        return []
+    args = [k for k in (*request.declared, *request.undeclared)
+            if k.startswith("engine_args.")]
+    seen = [k for k in (*loaded.declared, *loaded.undeclared) if k not in ECHO_KEYS]
+    return [] if seen else args
+
+
 def refusal(arm: str, baseline: str, undeclared: Mapping[str, list[str]], stage: str) -> str:
     shown = "; ".join(f"{k} ({v[0]} vs {v[1]})" for k, v in list(undeclared.items())[:12])
     more = f" and {len(undeclared) - 12} more" if len(undeclared) > 12 else ""
@@ -157,9 +172,10 @@ def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
     return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
 
 
-def warnings(entry: ArmDifferences | Mapping[str, Any]) -> list[str]:
+def warnings(entry: ArmDifferences | Mapping[str, Any], arm: str = "candidate") -> list[str]:
     """What a reader of a candidate's differences must not miss: undeclared differences
-    (when nothing was declared, so none was refused) and an opt-out nothing shows."""
+    (when nothing was declared, so none was refused), an engine arg after which nothing
+    differs and an opt-out nothing shows."""
     if not isinstance(entry, ArmDifferences):  # as read from ab.json
         entry = ArmDifferences.model_validate(entry)
     out = []
@@ -170,6 +186,11 @@ def warnings(entry: ArmDifferences | Mapping[str, Any]) -> list[str]:
     if entry.unobserved:
         out.append(f"Declared, but no recorded value differs: {', '.join(entry.unobserved)} "
                    "(the switch may not be set in this arm, or not be reported).")
+    if entry.unchanged:
+        out.append(f"arm {arm}'s declared switch {', '.join(entry.unchanged)} changed "
+                   "nothing observable after load (effective config identical: effective "
+                   "configuration, model config, engine version and libraries as the "
+                   "baseline arm's); the engine may have ignored it.")
     if entry.opt_out is not None and entry.opt_out.warning:
         out.append(f"Opt-out evidence: none: {entry.opt_out.warning}.")
     return out

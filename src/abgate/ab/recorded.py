@@ -84,6 +84,7 @@ class AbView(_View):
     scoring: dict[str, ScoringRun] = Field(default_factory=dict)
     differences: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     sequential: _Sequential | None = None
+    host_load: dict[str, Any] | None = None
 
     def scoring_of(self, arm: str) -> ScoringRun:
         return self.scoring.get(arm) or ScoringRun()

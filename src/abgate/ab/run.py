@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from abgate import host_load
 from abgate.ab import declared, evidence, schedule, sequential, switches
 from abgate.ab.checks import Checked, check_experiment
 from abgate.ab.directory import AB_FILE, open_ab_dir
@@ -183,9 +184,16 @@ class AbRunner:
     def bench_done(self) -> bool:
         return all((self.out / "arms" / arm / "bench.json").exists() for arm in self.exp.arms)
 
+    def host_load(self, label: str) -> None:
+        """A host-load snapshot (``abgate.host_load``) into ``ab.json``."""
+        found = self.doc.host_load or {"snapshots": []}
+        found["snapshots"] = [*found.get("snapshots", []), host_load.snapshot(label)]
+        self.doc.host_load = found
+
     def run_interleaved(self) -> None:
         with ExitStack() as stack:
             sessions = {arm: self.load(arm, stack) for arm in self.exp.arms}
+            self.host_load("interleaved start")
             self.save()
             if self.exp.schedule.sequential:
                 sequential.run_sequential(self, sessions)
@@ -193,6 +201,7 @@ class AbRunner:
                 for arm, (item, seed) in schedule.interleaved(self.keys(),
                                                               list(self.exp.arms)):
                     self.run_one(arm, sessions[arm], item, seed)
+            self.host_load("interleaved end")
             if not self.bench_done():
                 self.run_bench_cases(sessions)
             self.gather_evidence(sessions)
@@ -229,8 +238,10 @@ class AbRunner:
                 continue
             with ExitStack() as stack:
                 session = self.load(arm, stack)
+                self.host_load(f"{arm} block start")
                 for item, seed in chunk:
                     self.run_one(arm, session, item, seed)
+                self.host_load(f"{arm} block end")
             self.save()
         if self.exp.bench.input_len and not self.bench_done():
             self.bench_blocks()

@@ -59,6 +59,12 @@ def loaded_differences(exp: Experiment, doc: docs.AbRecord,
         request = entry.request or DiffStage()
         entry.unobserved = declared.unused(  # the arm's own claims, not allowances
             exp.changes.get(arm, ()), {**request.declared, **known})
+        unchanged = declared.no_op(request, entry.loaded)
+        if unchanged:
+            entry.unchanged = unchanged
+            log.warning("arm %r: %s changed nothing observable after load (effective "
+                        "config identical to %r's)", arm, ", ".join(entry.unchanged),
+                        exp.baseline)
         _opt_out(exp, arm, entry, out)
         if unknown and exp.declares:
             return declared.refusal(arm, exp.baseline, unknown, "after the load")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,12 +19,20 @@ from abgate.compare.speed_check import compare_speed
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
+from abgate.host_load import snapshot, summarize
 from abgate.integrity import FIELD, seal, verify_file
 from abgate.progress import Reporter
 from abgate.runner.bench_sections import BaselineCase, RequestRef
-from abgate.runner.documents import BaselineRecord, LoadFacts, new_record, read_record, write_record
+from abgate.runner.documents import (
+    BaselineRecord,
+    LoadFacts,
+    new_record,
+    read_record,
+    write_record,
+)
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
+from abgate.runner.sections import HostInfo
 from abgate.runner.session import loaded
 
 BASELINE_FILE = "baseline.json"
@@ -95,9 +102,11 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
         assert isinstance(doc, BaselineRecord)
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(prov, contract, session, doc)
-            load_before = host_load()
+            # the host as the check sees it: after the load (what the GPUs hold then)
+            doc.host = HostInfo.model_validate(host_info())
+            load_before = snapshot("start")
             cases, samples = _cases(session.engine, c, progress)
-            doc.host_load = {"before": load_before, "after": host_load()}
+            doc.host_load = _host_load(load_before, snapshot("end"))
             doc.probes = list(_probes(session.engine, c, progress))
         doc.cases = [case.model_copy(update={"repeat_agreement": agreement(
             case.output_token_ids, case.output_text, case_samples)})
@@ -151,14 +160,11 @@ def check_readable(path: Path, doc: BaselineRecord) -> BenchConfig:
     return c
 
 
-def host_load() -> dict[str, Any]:
-    """The 1-minute load average against the cores: context for a speed comparison (a
-    host that got busier between record and check runs slower for that alone)."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
-    return {"load_1min": load, "cpus": os.cpu_count()}
+def _host_load(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The host's load at the start and end of the cases (``abgate.host_load``): context
+    for a speed comparison (a host that got busier between record and check runs slower
+    for that alone)."""
+    return {"before": before, "after": after, "summary": summarize([before, after])}
 
 
 def _compare_case(engine: Engine, ref: BaselineCase, cur: BaselineCase,
@@ -199,12 +205,14 @@ def _speed_row(ref: BaselineCase, cur: BaselineCase, tolerance: float) -> SpeedR
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
                    tolerance: float = 0.10, repeats: int | None = None,
-                   allow_diff: Sequence[str] = (),
+                   allow_diff: Sequence[str] = (), strict_volatile: bool = False,
                    provenance: ProvenanceOptions | None = None,
                    progress: Reporter | None = None) -> CheckReport:
     """Re-run the recorded cases: tokens (every warm-up and repeat), speed, probes, and
     the configuration against the recorded one (``compare/drift.py``: a difference
-    outside ``allow_diff`` fails the check, naming the keys)."""
+    outside ``allow_diff`` fails the check, naming the keys; volatile figures, such as
+    the GPU memory in use, are listed apart and compared only with ``strict_volatile``).
+    The host is taken after the load, as the record takes it."""
     path = base_dir / BASELINE_FILE
     if not path.exists():
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
@@ -225,7 +233,8 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     with loaded(p.engine, None, now) as session, session.env():
         record_after_load(prov, contract, session, now)
         found = drift(configuration(doc.to_dict()), configuration(
-            {"spec": p.spec, "host": host_info(), **now.to_dict()}), allow_diff)
+            {"spec": p.spec, "host": host_info(), **now.to_dict()}), allow_diff,
+            strict_volatile=strict_volatile)
         report.configuration = found.to_dict()
         report.provenance = now.provenance.to_dict() if now.provenance else {}
         report.passed &= found.passed
@@ -236,10 +245,10 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
 
 def _check_cases(engine: Engine, c: BenchConfig, doc: BaselineRecord, tolerance: float,
                  report: CheckReport, progress: Reporter | None = None) -> None:
-    load_before = host_load()
+    load_before = snapshot("start")
     current, samples = _cases(engine, c, progress)
     report.host_load = {"recorded": doc.host_load,
-                        "current": {"before": load_before, "after": host_load()}}
+                        "current": _host_load(load_before, snapshot("end"))}
     for ref, cur, case_samples in zip(doc.cases, current, samples, strict=True):
         row = _compare_case(engine, ref, cur, case_samples, _speed_row(ref, cur, tolerance))
         report.cases.append(row)

@@ -90,6 +90,9 @@ def check_command(
         [], "--allow-diff", help="Configuration keys that may differ from the recorded "
         "ones: patterns by class, comma-separated, repeatable ('host.*,env.CUDA_VISIBLE_"
         "DEVICES'; classes: " + _CLASSES + ")."),
+    strict_volatile: bool = typer.Option(
+        False, "--strict-volatile", help="Compare the volatile figures too (GPU memory in "
+        "use, a profiler's KV-cache block counts, load averages): listed apart otherwise."),
     contract: eo.Contract = None,
     json_out: Path = typer.Option(None, "--json", help="Write the check report here."),
 ) -> None:
@@ -101,6 +104,7 @@ def check_command(
         report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
                                 tolerance=tolerance, repeats=repeats,
                                 allow_diff=parse_allow(allow_diff),
+                                strict_volatile=strict_volatile,
                                 provenance=ProvenanceOptions(contract=contract), progress=rep)
     verdict = "PASS" if report.passed else "FAIL"
     if report.passed and report.speed_inconclusive:
@@ -121,6 +125,8 @@ def check_command(
     drift = report.configuration
     typer.echo(f"configuration: {drift['summary']}" + ("" if drift["passed"] else
                                                        "  <- not allowed"))
+    for d in drift.get("volatile", []):
+        typer.echo(f"volatile (not compared): {d['key']}: {d['recorded']} -> {d['current']}")
     for row in report.cases:
         div = row.divergence
         typer.echo(f"tokens {row.case}: {row.repeats.summary}" + (

@@ -20,7 +20,15 @@ classes:
 ``env.CUDA_VISIBLE_DEVICES``; shell-style, each starting with a class name) says which
 keys may differ; any other difference is *unexplained*, and a check that uses the
 result fails naming those keys. The facts of one server launch (:data:`PER_LAUNCH`: its
-port, log path, readiness time) are listed as not compared. Pure: no I/O.
+port, log path, readiness time) are listed as not compared. A list of objects (the host's
+GPUs) is flattened by position: ``host.gpus.0.memory_used``; a pattern also matches the
+keys below it (``host.gpus`` allows every ``host.gpus.*`` key).
+
+*Volatile* figures (:data:`VOLATILE`: GPU memory in use or free, a profiler's KV-cache
+block counts such as vLLM's ``num_gpu_blocks``, load averages) move between two loads of
+the same build on the same kind of machine. They are listed apart (``volatile``), with
+both values, and are no drift unless ``strict_volatile`` asks for them to be compared
+like any other key. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -43,6 +51,13 @@ CLASSES = ("env", "engine_args", "engine_options", "effective", "engine", "libra
 # log path in the run directory and the measured readiness time. Listed, not compared.
 PER_LAUNCH = ("effective.endpoints", "effective.endpoints.*", "effective.launch",
               "effective.server_log", "effective.server_ready_s")
+# Figures that differ between two loads of one build (what the GPU holds when the
+# snapshot is taken, what a memory profiler computed from it, the host's load): the one
+# list of them. Shown in a check's output, compared only with strict_volatile.
+VOLATILE = ("host.gpus.*.memory_used", "host.gpus.*.memory_free", "host.memory_available",
+            "host.load_*", "host.ram_available*", "effective.num_gpu_blocks",
+            "effective.num_cpu_blocks", "effective.kv_cache_memory*",
+            "effective.available_kv_cache_memory*", "effective.gpu_memory_used*")
 _MISSING = "<absent>"
 
 
@@ -50,6 +65,10 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
     if isinstance(value, Mapping) and value:
         for k, v in value.items():
             _flat(f"{prefix}.{k}", v, out)
+    elif isinstance(value, list) and value and all(
+            isinstance(v, Mapping) and v for v in value):  # the host's GPUs, by position
+        for i, v in enumerate(value):
+            _flat(f"{prefix}.{i}", v, out)
     else:
         out[prefix] = value
 
@@ -140,6 +159,17 @@ def parse_allow(text: str | Sequence[str] | None) -> tuple[str, ...]:
     return patterns
 
 
+def matches(key: str, patterns: Sequence[str]) -> bool:
+    """``key`` matches a pattern, or lies below one (``host.gpus`` covers
+    ``host.gpus.0.name``)."""
+    return any(fnmatch.fnmatchcase(key, p) or key.startswith(p + ".") for p in patterns)
+
+
+def volatile(key: str) -> bool:
+    """A figure that moves between two loads of one build (:data:`VOLATILE`)."""
+    return matches(key, VOLATILE)
+
+
 @dataclass(frozen=True)
 class Difference:
     key: str
@@ -153,6 +183,8 @@ class Drift:
     allow: tuple[str, ...]
     differences: list[Difference] = field(default_factory=list)
     not_compared: list[str] = field(default_factory=list)
+    volatile: list[Difference] = field(default_factory=list)  # not drift (VOLATILE)
+    strict_volatile: bool = False
 
     @property
     def unexplained(self) -> list[str]:
@@ -165,19 +197,28 @@ class Drift:
     @property
     def summary(self) -> str:
         if not self.differences:
-            return "exact match"
+            return "exact match" + self._volatile_note
         allowed = [d.key for d in self.differences if d.allowed]
         text = "exact match except " + _keys(allowed) + " (allowed)" if allowed else ""
         if self.unexplained:
             text = (text + "; " if text else "") + "differs beyond --allow-diff: " + _keys(
                 self.unexplained)
-        return text
+        return text + self._volatile_note
+
+    @property
+    def _volatile_note(self) -> str:
+        if not self.volatile:
+            return ""
+        return ("; volatile figures differ, not compared (--strict-volatile compares "
+                "them): " + _keys([d.key for d in self.volatile]))
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "summary": self.summary, "allow": list(self.allow),
                 "unexplained": self.unexplained,
                 "differences": [asdict(d) for d in self.differences],
-                "not_compared": self.not_compared}
+                "not_compared": self.not_compared,
+                "volatile": [asdict(d) for d in self.volatile],
+                "strict_volatile": self.strict_volatile}
 
 
 def _keys(keys: Sequence[str], limit: int = 12) -> str:
@@ -191,15 +232,20 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def drift(recorded: Mapping[str, Any], current: Mapping[str, Any],
-          allow: Sequence[str] = ()) -> Drift:
-    """Every key whose value differs (or exists on one side only), allowed or not."""
-    out = Drift(tuple(allow))
+          allow: Sequence[str] = (), *, strict_volatile: bool = False) -> Drift:
+    """Every key whose value differs (or exists on one side only), allowed or not; a
+    volatile one (:data:`VOLATILE`) apart, unless ``strict_volatile``."""
+    out = Drift(tuple(allow), strict_volatile=strict_volatile)
     for key in sorted(recorded.keys() | current.keys()):
         if any(fnmatch.fnmatchcase(key, p) for p in PER_LAUNCH):
             out.not_compared.append(key)
             continue
         a, b = recorded.get(key, _MISSING), current.get(key, _MISSING)
-        if not _same(a, b):
-            ok = any(fnmatch.fnmatchcase(key, p) for p in allow)
+        if _same(a, b):
+            continue
+        ok = matches(key, allow)
+        if volatile(key) and not strict_volatile:
+            out.volatile.append(Difference(key, a, b, True))
+        else:
             out.differences.append(Difference(key, a, b, ok))
     return out

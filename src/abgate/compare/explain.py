@@ -5,14 +5,18 @@ The host's business shows in the spread of the per-item speed ratios: both arms 
 interleaved on the same host, so a steady host leaves their ratio nearly constant from
 item to item, and load bursts that hit one arm's request and not the other's spread it.
 Above ``BUSY_SPREAD`` (the standard deviation of the per-item log ratio) the line says
-the host was busy; a spread that small with a speed inside the policy's band says the
+the host was busy only when the A/B's host-load measurement (``Comparison.host_load``,
+from ``abgate.host_load``) found it elevated, and otherwise what was measured
+("host load was not elevated (load 0.3 ...)", or that it was not measured); a spread
+that small with a speed inside the policy's band says the
 change does not move the speed measurably here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from abgate.compare.gates import INCONCLUSIVE, UNMEASURED
 from abgate.compare.policy import Policy
@@ -58,13 +62,25 @@ def _speed_clause(gate: Gate, comparison: Comparison, policy: Policy) -> str:
     band = f"{-policy.speed.max_slowdown:+.0%} to {policy.speed.min_speedup:+.0%}"
     if spread is not None and spread > BUSY_SPREAD:
         return (f"speed {seen} with single items' speed ratios spread ±{spread:.0%} (SD): "
-                "the host was busy, so its interval is too wide to decide (rerun on a "
-                "quieter host, or with more items)")
+                + _host_clause(comparison.host_load))
     if observed is not None and -policy.speed.max_slowdown < observed < policy.speed.min_speedup:
         steady = "" if spread is None else f", on a steady host (spread ±{spread:.0%})"
         return (f"speed {seen} sits inside the {band} band{steady}: the change does not "
                 "move this speed measurably here")
     return f"speed {seen} is not yet resolved"
+
+
+def _host_clause(load: Mapping[str, Any] | None) -> str:
+    """Why the spread is wide, as far as the host's load was measured: "busy" only when
+    the measurement (``abgate.host_load``) says the load was elevated."""
+    if load is None:
+        return ("host load was not measured, so its interval is too wide to decide (rerun "
+                "with more items, or on a quieter host)")
+    if load.get("elevated"):
+        return (f"the host was busy ({load.get('text')}), so its interval is too wide to "
+                "decide (rerun on a quieter host, or with more items)")
+    return (f"host load was not elevated ({load.get('text')}), so its interval is too wide "
+            "to decide (rerun with more items)")
 
 
 def explain_inconclusive(gates: Sequence[Gate], comparison: Comparison, policy: Policy,

@@ -381,6 +381,7 @@ class Comparison(Result):
     speed_only: str | None = None  # why quality gates do not apply (random weights)
     agreement: Agreement | None = None
     difference_warnings: tuple[str, ...] = ()
+    host_load: dict[str, Any] | None = None  # abgate.host_load.summarize over the A/B
     probes: Probes | None = None
     sequential: Sequential | None = None
 

@@ -77,7 +77,11 @@ _SPECS = [
     ArgSpec("hang_s", float, "how long the hanging request sleeps (real seconds)"),
     ArgSpec("scoring", str, "teacher-forced scoring: full, top_k or none",
             choices={"full": "full", "top_k": "top_k", "none": "none"}),
+    ArgSpec("ignored", dict, "an override the engine accepts and drops (as vLLM drops an "
+            "hf_overrides key the model does not read): nothing after the load shows it"),
 ]
+# args the fake engine takes and does not report after the load
+_UNREPORTED = frozenset({"ignored"})
 ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
 DEFAULTS: Mapping[str, Any] = {
     "n_ctx": 4096, "seed": 0, "margin": 8.0, "perturb": 0.0, "accuracy": 1.0,
@@ -174,7 +178,8 @@ class FakeEngine(Engine):
 
     def describe(self) -> EngineInfo:
         return EngineInfo(name=NAME, version=abgate.__version__, model=self.model,
-                          effective_config={**self.cfg, "n_vocab": VOCAB},
+                          effective_config={**{k: v for k, v in self.cfg.items()
+                                               if k not in _UNREPORTED}, "n_vocab": VOCAB},
                           capabilities=self.capabilities)
 
     def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],

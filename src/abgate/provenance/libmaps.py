@@ -107,7 +107,7 @@ def snapshot_process(proc: psutil.Process, cache: HashCache = DEFAULT_CACHE) -> 
             name, cmdline = proc.name(), tuple(proc.cmdline())
     except psutil.Error as exc:
         return WorkerMapping(proc.pid, "?", (), (), error=type(exc).__name__)
-    role, rank = process_role(name, cmdline)
+    role, rank = process_role(name, cmdline, proc.pid)
     try:
         with open(f"/proc/{proc.pid}/maps", encoding="utf-8", errors="surrogateescape") as fh:
             text = fh.read()

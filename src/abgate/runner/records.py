@@ -9,7 +9,8 @@
 - Every document carries ``schema_version``; a newer version than this build knows is
   refused with a clear message instead of being misread.
 - Documents pass through :func:`abgate.redact.redact` as they are written (a sample's
-  ``error`` text through ``redact_text``; its prompt and output are kept as they are):
+  ``error`` text through ``redact_text``; its prompt and output keep their words, only
+  token-shaped secrets replaced, ``redact_sample_texts``):
   whatever a record was built from, no secret reaches the file.
 """
 
@@ -26,7 +27,7 @@ from pydantic import BaseModel
 from abgate import safefs, safejson
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import repair_torn, torn_start
-from abgate.redact import redact, redact_text
+from abgate.redact import redact, redact_sample_texts, redact_text
 from abgate.safejson import parse, read_bytes
 
 SCHEMA_VERSION = 1
@@ -125,6 +126,7 @@ class SampleWriter:
             record = record.model_dump(mode="json")
         if isinstance(record.get("error"), str):
             record = {**record, "error": redact_text(record["error"])}
+        record = redact_sample_texts(record)
         try:
             self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
             self._f.flush()

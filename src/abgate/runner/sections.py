@@ -197,6 +197,7 @@ class ArmDifferences(Section):
     loaded: DiffStage | None = None
     unobserved: list[str] | None = None
     opt_out: OptOut | None = None
+    unchanged: list[str] | None = None  # engine args after which nothing differs (no-op)
 
 
 class Distribution(Section):

@@ -22,15 +22,28 @@ _RANK = re.compile(r"^(?P<what>[A-Za-z]+?)(?:_(?P<rank>(?:(?:DP|PP|PCP|TP|DCP|EP
 _HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
             "multiprocessing.semaphore_tracker", "torch._inductor.compile_worker")
 HELPER = "helper"
+SUPERVISOR, SERVER = "supervisor", "server"
+# Roles abgate knows by pid (a launched server and the supervisor it runs under): the
+# title cannot tell a server's main process from any other process.
+_DECLARED: dict[int, str] = {}
+
+
+def declare(pid: int, role: str) -> None:
+    """``pid`` is a process of ``role`` (``server``, ``supervisor``) from now on."""
+    _DECLARED[pid] = role
 
 
 def _snake(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def process_role(name: str, cmdline: Sequence[str]) -> tuple[str, str | None]:
-    """``(role, rank)`` of one process: ``("worker", "TP1")`` for vLLM's rank 1,
-    ``("engine_core", None)``, ``("helper", None)``, ``("process", None)`` otherwise."""
+def process_role(name: str, cmdline: Sequence[str],
+                 pid: int | None = None) -> tuple[str, str | None]:
+    """``(role, rank)`` of one process: a declared role by ``pid`` (``server``,
+    ``supervisor``), ``("worker", "TP1")`` for vLLM's rank 1, ``("engine_core", None)``,
+    ``("helper", None)``, ``("process", None)`` otherwise."""
+    if pid is not None and pid in _DECLARED:
+        return _DECLARED[pid], None
     first = cmdline[0].strip() if cmdline else ""
     for title in (first, name):
         found = _TITLE.match(title)

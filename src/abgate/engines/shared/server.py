@@ -39,6 +39,7 @@ import httpx
 import psutil
 
 from abgate import safefs
+from abgate.engines.shared import process_roles as roles
 from abgate.engines.shared import supervise as supervise
 from abgate.engines.shared.multicast import server_env
 from abgate.engines.shared.process_roles import process_role
@@ -205,6 +206,7 @@ class ManagedServer:
         self.marker = uuid.uuid4().hex
         wrapped = supervised(self.argv, grace_s)
         self.supervised = wrapped is not None
+        self._server_pid: int | None = None
         try:
             if shutil.which(self.argv[0]) is None:
                 raise FileNotFoundError(errno.ENOENT, "not found (not on PATH, or not an "
@@ -219,6 +221,7 @@ class ManagedServer:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
         self.tracker = ProcessTracker(self.proc.pid, self.proc.pid, self.marker, self._secrets)
+        roles.declare(self.proc.pid, roles.SUPERVISOR if self.supervised else roles.SERVER)
         self.tracker.refresh()
         atexit.register(self.stop)
 
@@ -234,7 +237,14 @@ class ManagedServer:
         tree = [self.proc.pid] if self.alive() else []
         with contextlib.suppress(psutil.Error):
             tree += [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+        if self.supervised and len(tree) > 1:
+            self._server_pid = tree[1]  # the supervisor's child: the server
+            roles.declare(tree[1], roles.SERVER)
         return tree[1:] if self.supervised else tree
+
+    def server_pid(self) -> int:
+        """The server's own pid (the supervisor's child when supervised)."""
+        return int(self._server_pid or self.proc.pid)
 
     def roles(self) -> list[tuple[str, str | None]]:
         """``(role, rank)`` of every live process of the server's tree
@@ -243,7 +253,7 @@ class ManagedServer:
         for pid in self.pids():
             with contextlib.suppress(psutil.Error):
                 p = psutil.Process(pid)
-                out.append(process_role(p.name(), p.cmdline()))
+                out.append(process_role(p.name(), p.cmdline(), pid))
         return out
 
     def died_within(self, timeout: float) -> bool:
@@ -314,7 +324,7 @@ class ManagedServer:
         if self.evidence is not None:
             return self.evidence
         t0 = time.monotonic()
-        self.tracker.refresh()
+        self.pids()  # the server's pid noted while it runs
         exit_before = self.proc.poll()
         signals: list[dict[str, Any]] = []
         for sig, wait in ((signal.SIGTERM, self.grace_s), (signal.SIGKILL, 10.0)):
@@ -345,7 +355,8 @@ class ManagedServer:
         return {
             "kind": "managed_server",
             "command": self.shown,
-            "pid": self.proc.pid,
+            "pid": self.server_pid(),  # the server's; its supervisor's apart
+            "supervisor_pid": self.proc.pid if self.supervised else None,
             "pgid": self.proc.pid,
             "supervised": self.supervised,
             "port": self.port,

@@ -183,7 +183,7 @@ def per_process(seen: Mapping[int, tuple[float, str]],
     (:mod:`abgate.engines.shared.process_roles`), whether it exited."""
     out = []
     for pid, (created, cmd) in sorted(seen.items()):
-        role, rank = process_role("", cmd.split(" ")[:1])
+        role, rank = process_role("", cmd.split(" ")[:1], pid)
         out.append({"pid": pid, "cmd": redact_text(cmd, secrets), "role": role, "rank": rank,
                     "exited": not _alive(pid, created)})
     return out

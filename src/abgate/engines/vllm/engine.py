@@ -17,7 +17,6 @@ and only when the engine is used.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import gc
 import os
 import time
@@ -44,6 +43,8 @@ from abgate.engines.vllm.args import ARG_SPECS as ARG_SPECS  # the adapter's
 from abgate.engines.vllm.args import INSTALL_HINT
 from abgate.engines.vllm.args import spec_for as spec_for
 from abgate.engines.vllm.args import specs_from_dataclass as specs_from_dataclass
+from abgate.engines.vllm.effective import effective_config as effective_config
+from abgate.engines.vllm.effective import jsonable as jsonable
 from abgate.engines.vllm.weights import model_bytes
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
@@ -75,68 +76,6 @@ def sampling_kwargs(p: SamplingParams) -> dict[str, Any]:
         "stop": list(p.stop),
         "ignore_eos": p.ignore_eos,
     }
-
-
-_EFFECTIVE = (  # (record key, config section, attribute)
-    ("dtype", "model_config", "dtype"),
-    ("max_model_len", "model_config", "max_model_len"),
-    ("quantization", "model_config", "quantization"),
-    ("enforce_eager", "model_config", "enforce_eager"),
-    ("seed", "model_config", "seed"),
-    ("revision", "model_config", "revision"),
-    ("kv_cache_dtype", "cache_config", "cache_dtype"),
-    ("enable_prefix_caching", "cache_config", "enable_prefix_caching"),
-    ("block_size", "cache_config", "block_size"),
-    ("gpu_memory_utilization", "cache_config", "gpu_memory_utilization"),
-    ("num_gpu_blocks", "cache_config", "num_gpu_blocks"),
-    ("tensor_parallel_size", "parallel_config", "tensor_parallel_size"),
-    ("pipeline_parallel_size", "parallel_config", "pipeline_parallel_size"),
-    ("data_parallel_size", "parallel_config", "data_parallel_size"),
-    ("distributed_executor_backend", "parallel_config", "distributed_executor_backend"),
-    ("compilation_level", "compilation_config", "level"),
-    ("compilation_mode", "compilation_config", "mode"),
-    ("cudagraph_mode", "compilation_config", "cudagraph_mode"),
-    ("compilation_backend", "compilation_config", "backend"),
-    ("max_num_seqs", "scheduler_config", "max_num_seqs"),
-    ("max_num_batched_tokens", "scheduler_config", "max_num_batched_tokens"),
-    ("enable_chunked_prefill", "scheduler_config", "enable_chunked_prefill"),
-    ("attention_backend", "attention_config", "backend"),
-    ("flash_attn_version", "attention_config", "flash_attn_version"),
-    ("load_format", "load_config", "load_format"),
-    ("device", "device_config", "device_type"),
-)
-
-
-def jsonable(value: Any) -> Any:
-    """A JSON value for a config field: enums by name (vLLM's ``CompilationMode`` is an
-    ``IntEnum``, so this comes before the number check), other objects as text."""
-    if isinstance(value, enum.Enum):
-        return value.name
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    return str(value)  # torch.dtype and other objects
-
-
-def effective_config(engine: Any) -> dict[str, Any]:
-    """The configuration the engine actually runs with, read back after load."""
-    cfg = getattr(engine, "vllm_config", None)
-    out: dict[str, Any] = {}
-    for key, section, attr in _EFFECTIVE:
-        obj = getattr(cfg, section, None) or getattr(engine, section, None)
-        if obj is not None and hasattr(obj, attr):
-            out[key] = jsonable(getattr(obj, attr))
-    eager = out.get("enforce_eager")
-    out["graph_mode"] = "eager" if eager else (out.get("cudagraph_mode") or "cuda graphs")
-    if "attention_backend" in out and out["attention_backend"] is None:
-        out["attention_backend"] = "auto"  # chosen per layer in the worker (its log says which)
-    if cfg is not None:
-        spec = getattr(cfg, "speculative_config", None)
-        out["speculative_config"] = None if spec is None else {
-            k: jsonable(getattr(spec, k, None))
-            for k in ("method", "num_speculative_tokens", "model")}
-    return out
 
 
 def chat_prompt_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
