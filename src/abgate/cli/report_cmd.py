@@ -11,8 +11,8 @@ import typer
 
 from abgate.ab.directory import AB_FILE
 from abgate.cli.app import app
-from abgate.cli.finishing import finish_dir
-from abgate.errors import AbgateError
+from abgate.errors import AbgateError, UsageError
+from abgate.ledger.finish import finish
 from abgate.report import check_format, render
 from abgate.runner.records import write_text_atomic
 
@@ -27,9 +27,11 @@ def report_command(
 ) -> None:
     """Render an A/B's report (Markdown, JSON or HTML) from its saved records only."""
     check_format(fmt)
-    if (ab_dir / AB_FILE).is_file():  # a finishing a signal cut short, completed first
-        with contextlib.suppress(AbgateError):  # a directory it cannot finish: the
-            finish_dir(ab_dir)  # render below says what is wrong, in its own words
+    if output is not None and output.is_dir():  # bad input: before anything is written
+        raise UsageError(f"cannot write {output}: it is a directory (give a file name)")
+    if (ab_dir / AB_FILE).is_file():  # a finishing a signal cut short, completed first,
+        with contextlib.suppress(AbgateError):  # quietly; one it cannot finish: the
+            finish(ab_dir)  # render below says what is wrong, in its own words
     text = render(ab_dir, fmt)
     if output is None:
         typer.echo(text, nl=False)
