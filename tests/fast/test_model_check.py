@@ -145,7 +145,8 @@ def test_every_file_of_a_model_directory_is_checked(
     with pytest.raises(AbgateError) as err, loaded(p):
         pass
     msg = str(err.value)
-    assert msg.startswith(f"model directory {root}") and said in msg and "before the load" in msg, msg
+    assert msg.startswith(f"model directory {root}") and said in msg, msg
+    assert "before the load" in msg, msg
 
 
 def test_a_model_gone_before_the_load_is_named(tmp_path: Path) -> None:
@@ -217,10 +218,11 @@ def test_an_ab_in_blocks_stops_when_the_model_is_swapped_between_loads(
 def test_a_run_stops_when_its_model_is_rewritten_under_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = model_file(tmp_path / "m.gguf")
-    generate = FakeEngine.generate
+    generate, swapped = FakeEngine.generate, []
 
     def swapping(self: FakeEngine, *args: Any, **kwargs: Any) -> Any:
-        rewrite_in_place(model)
+        if not swapped:  # once: a second flip would put the byte back
+            swapped.append(rewrite_in_place(model))
         return generate(self, *args, **kwargs)
 
     monkeypatch.setattr(FakeEngine, "generate", swapping)
@@ -230,3 +232,29 @@ def test_a_run_stops_when_its_model_is_rewritten_under_it(
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "failed"
     assert f"model {model} changed while it was loaded" in run["error"], run["error"]
+
+
+@pytest.mark.parametrize("command", [
+    ("bench", "--input-len", "64", "--output-len", "8", "--repeats", "1", "--warmup", "0",
+     "--peak-bw", "100"),
+    ("baseline", "record", "--input-len", "64", "--output-len", "8", "--no-probes"),
+])
+def test_a_bench_or_baseline_stops_when_its_model_is_rewritten_under_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]) -> None:
+    model = model_file(tmp_path / "m.gguf")
+    generate, swapped = FakeEngine.generate, []
+
+    def swapping(self: FakeEngine, *args: Any, **kwargs: Any) -> Any:
+        if not swapped:  # once: a second flip would put the byte back
+            swapped.append(rewrite_in_place(model))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakeEngine, "generate", swapping)
+    out = tmp_path / "b"
+    r = cli(*command, "--engine", "fake", "--model", str(model), "-o", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"model {model} changed while it was loaded" in r.stderr, r.stderr
+    for name in ("run.json", "summary.json", "baseline.json"):
+        if (out / name).exists():
+            doc = json.loads((out / name).read_text())
+            assert doc["status"] == "failed", (name, doc["status"])
