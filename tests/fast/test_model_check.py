@@ -213,6 +213,8 @@ def test_an_ab_in_blocks_stops_when_the_model_is_swapped_between_loads(
     samples = (out / "arms" / "b" / "samples.jsonl")
     assert not samples.exists() or not samples.read_text().strip()  # b ran nothing
     assert not (out / "comparison.json").exists()
+    for arm in ("a", "b"):
+        assert json.loads((out / "arms" / arm / "run.json").read_text())["status"] == "failed"
 
 
 def test_a_run_stops_when_its_model_is_rewritten_under_it(
