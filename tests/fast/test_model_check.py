@@ -123,6 +123,21 @@ def test_a_model_touched_but_unchanged_still_loads(tmp_path: Path) -> None:
     assert p.stamp.files[""].signature.mtime_ns == 1_000_000_000  # its new stat kept
 
 
+def test_a_model_symlink_pointed_at_other_bytes_is_caught(tmp_path: Path) -> None:
+    first = model_file(tmp_path / "first.gguf")
+    other = tmp_path / "other.gguf"
+    other.write_bytes(bytes(SIZE))
+    link = tmp_path / "model.gguf"
+    link.symlink_to(first)
+    p = prepared(link)
+    link.unlink()
+    link.symlink_to(other)
+    with pytest.raises(AbgateError) as err, loaded(p):
+        pass
+    msg = str(err.value)
+    assert f"model {link} changed before the load" in msg and f"now the file {other}" in msg
+
+
 def model_dir(tmp_path: Path) -> Path:
     root = tmp_path / "hf"
     (root / "sub").mkdir(parents=True)
