@@ -28,7 +28,12 @@ from abgate.identity import DEFAULT_CACHE, FileHash, HashCache, model_files, sta
 
 
 class ModelChanged(AbgateError):
-    """A model's bytes are not those its spec names (exit 1: a failure, recorded)."""
+    """A model's bytes are not those its spec names (exit 1: a failure, recorded);
+    ``arm``: the A/B arm whose load found it, once named."""
+
+    def __init__(self, message: str, arm: str | None = None) -> None:
+        super().__init__(message)
+        self.arm = arm
 
 
 @dataclass

@@ -232,6 +232,28 @@ def test_an_ab_in_blocks_stops_when_the_model_is_swapped_between_loads(
         assert json.loads((out / "arms" / arm / "run.json").read_text())["status"] == "failed"
 
 
+def test_an_interleaved_ab_names_one_arm_when_the_model_changes_under_both(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = model_file(tmp_path / "m.gguf")
+    generate, swapped = FakeEngine.generate, []
+
+    def swapping(self: FakeEngine, *args: Any, **kwargs: Any) -> Any:
+        if not swapped:  # once: a second flip would put the byte back
+            swapped.append(rewrite_in_place(model))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakeEngine, "generate", swapping)
+    exp = blocks_ab(tmp_path, model)
+    exp.write_text(exp.read_text().replace('mode = "blocks"', 'mode = "interleave"')
+                   .replace("warmup = 1", "warmup = 0"))  # both loaded before any request
+    out = tmp_path / "AB"
+    r = cli("ab", str(exp), "-o", str(out))
+    assert r.returncode == 1, r.stdout + r.stderr
+    error = json.loads((out / "ab.json").read_text())["error"]
+    assert f"arm 'b': model {model} changed while it was loaded" in error, error
+    assert error.count("arm '") == 1, error  # the arm whose close found it, once
+
+
 def test_a_run_stops_when_its_model_is_rewritten_under_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = model_file(tmp_path / "m.gguf")

@@ -258,7 +258,9 @@ def arm_named(arm: str) -> Iterator[None]:
     try:
         yield
     except ModelChanged as exc:
-        raise ModelChanged(f"arm {arm!r}: {exc}") from None
+        if exc.arm is not None:  # named by the arm whose load found it
+            raise
+        raise ModelChanged(f"arm {arm!r}: {exc}", arm) from None
 
 
 def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,
