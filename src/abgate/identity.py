@@ -1,5 +1,5 @@
-"""Identity: canonical JSON and its digests, file SHA-256 (cached by path, size and
-mtime), sampled hashes, and the identity of a model (a file, a directory of weights or
+"""Identity: canonical JSON and its digests, file SHA-256 (cached by path and stat
+signature), sampled hashes, and the identity of a model (a file, a directory of weights or
 a hub id).
 
 Everything abgate records about an artefact's identity goes through this module so
@@ -14,7 +14,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from abgate.errors import AbgateError
 
 CHUNK_BYTES = 1 << 20
 SAMPLE_CHUNKS = 64
@@ -75,34 +77,66 @@ def sampled_sha256(path: Path, chunks: int = SAMPLE_CHUNKS,
     return h.hexdigest()
 
 
+class StatSig(NamedTuple):
+    """What ``stat`` says about a file, enough to tell that its bytes may have changed:
+    a write (or ``touch -d``, resetting the mtime) sets ``ctime_ns`` to now, which no
+    user can set back; a file renamed over it has another ``ino``."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+
+
+def stat_signature(path: Path | str) -> StatSig:
+    st = os.stat(path)
+    return StatSig(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
 @dataclass(frozen=True)
 class FileHash:
-    """What one hashing pass learned about a file."""
+    """What one hashing pass learned about a file: its SHA-256, size, the real path
+    read and its stat signature (the same before and after the read)."""
 
     sha256: str
     size: int
+    real: str = ""
+    signature: StatSig | None = None
+
+
+HASH_TRIES = 3
 
 
 class HashCache:
-    """SHA-256 of files, remembered by (real path, size, mtime) so repeat calls are cheap.
+    """SHA-256 of files, remembered by real path and stat signature (size, mtime,
+    ctime, inode, device) so repeat calls are cheap.
 
-    A file rewritten in place gets a new mtime (or size) and is hashed again.
+    A file rewritten in place gets a new ctime (even when its size and mtime are put
+    back), a file renamed over it a new inode: either is hashed again. A file whose
+    signature changes while it is read is read again (an error after three tries).
     """
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], str] = {}
+        self._known: dict[tuple[str, StatSig], str] = {}
         self.misses = 0
 
     def hash(self, path: Path) -> FileHash:
         real = os.path.realpath(path)
-        st = os.stat(real)
-        key = (real, st.st_size, st.st_mtime_ns)
-        digest = self._known.get(key)
-        if digest is None:
+        sig = stat_signature(real)
+        for _ in range(HASH_TRIES):
+            digest = self._known.get((real, sig))
+            if digest is not None:
+                return FileHash(sha256=digest, size=sig.size, real=real, signature=sig)
             self.misses += 1
             digest = sha256_file(Path(real))
-            self._known[key] = digest
-        return FileHash(sha256=digest, size=st.st_size)
+            after = stat_signature(real)
+            if after == sig:
+                self._known[(real, sig)] = digest
+                return FileHash(sha256=digest, size=sig.size, real=real, signature=sig)
+            sig = after
+        raise AbgateError(f"{path}: the file changed while it was hashed, {HASH_TRIES} "
+                          "times; nothing can name its bytes")
 
     def clear(self) -> None:
         self._known.clear()
@@ -112,7 +146,7 @@ class HashCache:
 DEFAULT_CACHE = HashCache()
 
 
-def _model_files(path: Path) -> list[Path]:
+def model_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*")
                   if p.is_file() and ".git" not in p.relative_to(path).parts)
 
@@ -122,17 +156,24 @@ def model_identity(model: str, cache: HashCache = DEFAULT_CACHE) -> dict[str, An
     (an HF checkout, a hub snapshot) every file's, and one digest over them all, so a
     changed weight file changes the spec digest; anything else (a hub id a server
     resolves) is recorded by name only, and says so."""
+    return identify_model(model, cache)[0]
+
+
+def identify_model(model: str, cache: HashCache = DEFAULT_CACHE
+                   ) -> tuple[dict[str, Any], dict[str, FileHash]]:
+    """:func:`model_identity`, and what each file's hashing saw (by its path in the
+    directory; ``""`` for a model that is one file; none for a name), so a later load
+    can tell whether the files are still those bytes (:mod:`abgate.model_check`)."""
     path = Path(model) if model else None
     if path is not None and path.is_file():
         hashed = cache.hash(path)
-        return {"path": model, "kind": "file", "sha256": hashed.sha256, "size": hashed.size}
+        return ({"path": model, "kind": "file", "sha256": hashed.sha256,
+                 "size": hashed.size}, {"": hashed})
     if path is not None and path.is_dir():
-        files = []
-        for file in _model_files(path):
-            hashed = cache.hash(file)
-            files.append({"path": file.relative_to(path).as_posix(), "size": hashed.size,
-                          "sha256": hashed.sha256})
-        return {"path": model, "kind": "directory", "sha256": json_sha256(files),
-                "size": sum(f["size"] for f in files), "files": files}
-    return {"path": model, "kind": "name", "sha256": None,
-            "note": "not a local file or directory: identified by name only"}
+        seen = {file.relative_to(path).as_posix(): cache.hash(file)
+                for file in model_files(path)}
+        files = [{"path": rel, "size": h.size, "sha256": h.sha256} for rel, h in seen.items()]
+        return ({"path": model, "kind": "directory", "sha256": json_sha256(files),
+                 "size": sum(f["size"] for f in files), "files": files}, seen)
+    return ({"path": model, "kind": "name", "sha256": None,
+             "note": "not a local file or directory: identified by name only"}, {})

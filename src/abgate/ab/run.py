@@ -12,8 +12,8 @@ Layout of an A/B directory::
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from abgate.ab.checks import Checked, check_experiment
 from abgate.ab.directory import AB_FILE, open_ab_dir
 from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError
+from abgate.model_check import ModelChanged
 from abgate.provenance import ContractViolation
 from abgate.runner import documents as docs
 from abgate.runner import records as rec
@@ -139,6 +140,7 @@ class AbRunner:
         """Load ``arm`` for the life of ``stack`` (closed, with cleanup recorded, when
         the stack unwinds), record its provenance, check its prompt, warm it up."""
         rec_ = self.recorders[arm]
+        stack.enter_context(arm_named(arm))  # a changed model: which arm's load saw it
         session = stack.enter_context(loaded(self.prepared[arm].engine,
                                              self.out / "arms" / arm, rec_.doc))
         self.doc.engines[arm] = EngineRecord.model_validate(session.info)
@@ -259,6 +261,17 @@ class AbRunner:
         end_record(self.doc, self.out, self.previous, status, error, log)
         self.save()
         return summaries
+
+
+@contextmanager
+def arm_named(arm: str) -> Iterator[None]:
+    """A :class:`ModelChanged` from ``arm``'s load (or its close) says which arm."""
+    try:
+        yield
+    except ModelChanged as exc:
+        if exc.arm is not None:  # named by the arm whose load found it
+            raise
+        raise ModelChanged(f"arm {arm!r}: {exc}", arm) from None
 
 
 def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,

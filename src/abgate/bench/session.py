@@ -74,6 +74,7 @@ from abgate.runner.session import (
     EngineSession,
     EngineSpec,
     PreparedEngine,
+    check_model,
     loaded,
     prepare_engine,
     recorded_engine_part,
@@ -298,6 +299,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
         if probes:
             parts.probes = run_probes(engine, probes, plan.n_ctx, record)
         parts.resources = engine_resources(session.processes)
+        check_model(session.prepared, "while it was loaded")  # in the record's status
 
 
 def peak_bandwidth(c: BenchConfig, engine: dict[str, Any],

@@ -30,7 +30,8 @@ from abgate.engines.base import Engine
 from abgate.engines.shared.multicast import applied_env as applied_env  # re-exported
 from abgate.engines.shared.multicast import check_env as check_multicast_env
 from abgate.errors import AbgateError
-from abgate.identity import model_identity
+from abgate.identity import identify_model
+from abgate.model_check import ModelStamp
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
 from abgate.runner.documents import Loadable, RunRecord
 from abgate.runner.sections import EngineRecord
@@ -60,6 +61,8 @@ class PreparedEngine:
     model: str
     resolved_args: dict[str, Any]
     model_identity: dict[str, Any]
+    # what hashing the model's files saw: every load checks they are still those bytes
+    stamp: ModelStamp | None = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -103,7 +106,9 @@ def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     adapter.check_args(resolved)  # the engine's cross-argument checks, still before load
     adapter.validate_options(spec.options)
     model = adapter.resolve_model(spec.model)
-    return PreparedEngine(spec, adapter, model, resolved, model_identity(model))
+    identity, files = identify_model(model)
+    return PreparedEngine(spec, adapter, model, resolved, identity,
+                          ModelStamp.of(identity, files))
 
 
 def engine_processes(engine: Engine) -> list[int]:
@@ -165,8 +170,12 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
 
     With ``doc``, the record gets ``engine`` (describe), ``engine_processes`` and, on the
     way out, ``cleanup`` (the engine's verified-cleanup evidence, where it starts
-    processes)."""
+    processes).
+
+    The model is checked before the load, right after it and when the work is done
+    (:mod:`abgate.model_check`): a file changed since it was identified stops here."""
     p.adapter.check_packages()  # a missing package is one line, not an ImportError
+    check_model(p, "before the load")
     with applied_env(p.spec.env):
         try:
             engine = p.adapter.load(p.model, p.resolved_args, p.spec.options or None, run_dir)
@@ -175,16 +184,24 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
                 _failed_start_cleanup(doc, exc)
             raise
     try:
+        check_model(p, "during the load")  # before describe(): not an arm difference
         session = EngineSession(p, engine)
         if doc is not None:
             record_engine(doc, session.info, run_dir)
             doc.engine_processes = list(session.processes)
         yield session
+        check_model(p, "while it was loaded")  # a file rewritten under a mapped engine
     finally:
         with applied_env(p.spec.env):
             engine.close()
         if doc is not None:
             doc.cleanup = engine.cleanup_evidence
+
+
+def check_model(p: PreparedEngine, when: str) -> None:
+    """``p``'s model files still the bytes its spec names (``ModelChanged`` if not)."""
+    if p.stamp is not None:
+        p.stamp.check(when)
 
 
 def _failed_start_cleanup(doc: Loadable, exc: BaseException) -> None:
