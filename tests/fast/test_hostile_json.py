@@ -25,6 +25,7 @@ from tests.support.fake import Result, cli, fake_run
 DEEP = "[" * 100_000 + "]" * 100_000
 DIGITS = "9" * 5000
 LMEVAL = "samples_gsm8k_2024-01-01T00-00-00.000000.jsonl"
+OFF = {"ABGATE_LEDGER": "off"}  # set for the call only (a global --ledger would leak)
 
 
 def _lmeval_line(doc_id: Any = 0) -> str:
@@ -74,7 +75,7 @@ def test_hostile_lmeval_file_is_one_line(tmp_path: Path, command: str, case: str
     ledger = tmp_path / "ledger.sqlite"
     args = ["ledger", "add", str(path)] if command == "ledger add" else [
         "compare", str(path), str(path)]
-    _refused(cli("--ledger", str(ledger), *args), str(path), needle)
+    _refused(cli(*args, env={"ABGATE_LEDGER": str(ledger)}), str(path), needle)
     assert not ledger.exists()  # nothing written, not even an empty ledger
     assert sorted(p.name for p in tmp_path.iterdir()) == [LMEVAL]
 
@@ -103,7 +104,7 @@ def test_hostile_vllm_bench_json_is_one_line(tmp_path: Path, command: str, case:
     ledger = tmp_path / "ledger.sqlite"
     args = ["ledger", "add", str(path)] if command == "ledger add" else [
         "compare", str(path), str(path)]
-    _refused(cli("--ledger", str(ledger), *args), str(path), needle)
+    _refused(cli(*args, env={"ABGATE_LEDGER": str(ledger)}), str(path), needle)
     assert not ledger.exists()
 
 
@@ -112,7 +113,7 @@ def test_vllm_bench_with_a_huge_or_nan_time_is_read(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
     path.write_text(json.dumps(_vllm(request_rate=float("nan"))).replace(
         '"ttfts": [0.02, 0.03]', f'"ttfts": [{"9" * 400}, NaN]'))
-    r = cli("--ledger", str(tmp_path / "ledger.sqlite"), "ledger", "add", str(path))
+    r = cli("ledger", "add", str(path), env={"ABGATE_LEDGER": str(tmp_path / "ledger.sqlite")})
     assert r.returncode == 0, r.stderr
     assert "vllm-bench" in r.stdout
 
@@ -133,8 +134,8 @@ def test_hostile_prompt_file_is_one_line_before_anything(tmp_path: Path, case: s
     path = tmp_path / "prompt.json"
     path.write_text(text)
     out = tmp_path / "bench"
-    r = cli("--ledger", "off", "bench", "--engine", "fake", "--prompt-file", str(path),
-            "-o", str(out))
+    r = cli("bench", "--engine", "fake", "--prompt-file", str(path), "-o", str(out),
+            env=OFF)
     _refused(r, f"--prompt-file {path}", needle)
     assert not out.exists()
 
@@ -158,12 +159,12 @@ def test_hostile_record_and_samples_line_are_one_line(tmp_path: Path, hostile: s
     bad = DEEP if hostile == "deep" else lines[1].replace('"seed": 0', f'"seed": {DIGITS}')
     (run / "samples.jsonl").write_text("\n".join([lines[0], bad, lines[2]]) + "\n")
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    _refused(cli("--ledger", "off", "compare", str(run), str(run)), "samples.jsonl:2")
+    _refused(cli("compare", str(run), str(run), env=OFF), "samples.jsonl:2")
     doc = (run / "run.json").read_text()
     (run / "run.json").write_text(DEEP if hostile == "deep" else doc.replace(
         '"schema_version": 1', f'"schema_version": {DIGITS}', 1))
     needle = "nested deeper" if hostile == "deep" else "a number of 5000 digits"
-    _refused(cli("--ledger", "off", "compare", str(run), str(run)), "run.json", needle)
+    _refused(cli("compare", str(run), str(run), env=OFF), "run.json", needle)
     after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert set(after) == set(before)
     assert all(after[p] == before[p] for p in before if p.name != "run.json")

@@ -108,7 +108,7 @@ def test_compare_of_runs_with_nan_timings_says_unmeasured(tmp_path: Path) -> Non
             s["timing"] = {k: NAN for k in s["timing"]}
         path.write_text("".join(json.dumps(s) + "\n" for s in lines))  # NaN, as json writes
     out = tmp_path / "cmp.json"
-    r = cli("--ledger", "off", "compare", *map(str, runs), "-o", str(out))
+    r = cli("compare", *map(str, runs), "-o", str(out), env={"ABGATE_LEDGER": "off"})
     assert r.returncode == 3, r.stderr
     assert ("steady decode tok/s unmeasured \u2014 no item had a finite decode time in both "
             "arms (20 samples had NaN timings)") in r.stdout
