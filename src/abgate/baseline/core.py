@@ -26,7 +26,6 @@ from abgate.runner import records as rec
 from abgate.runner.bench_sections import BaselineCase, RequestRef
 from abgate.runner.documents import (
     BaselineRecord,
-    HostInfo,
     LoadFacts,
     new_record,
     read_record,
@@ -34,6 +33,7 @@ from abgate.runner.documents import (
 )
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
+from abgate.runner.sections import HostInfo
 from abgate.runner.session import loaded
 
 BASELINE_FILE = "baseline.json"

@@ -204,7 +204,8 @@ class ManagedServer:
         # its group (server_cleanup.ProcessTracker)
         self.marker = uuid.uuid4().hex
         wrapped = supervised(self.argv, grace_s)
-        self.supervised, self._server_pid = wrapped is not None, None
+        self.supervised = wrapped is not None
+        self._server_pid: int | None = None
         try:
             if shutil.which(self.argv[0]) is None:
                 raise FileNotFoundError(errno.ENOENT, "not found (not on PATH, or not an "
