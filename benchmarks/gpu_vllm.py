@@ -16,6 +16,10 @@ Steps (each writes its records under OUT/STEP and OUT/figures-STEP.json):
   xengine      the same bf16 weights scored teacher-forced by transformers (full
                vocabulary) and by vLLM (top-k): the cross-engine agreement
   baseline     abgate baseline record, then baseline check in a new process
+  baseline-repro  baseline record; baseline check on the same build (expects exit 0:
+               GPU memory and num_gpu_blocks are volatile, not drift); and an A/B whose
+               arm b sets an hf_overrides key vLLM ignores (expects the "changed nothing
+               observable after load" warning in its verdict)
   ab-fp8-served  the ab-fp8 pair through `vllm serve` servers that abgate launches
   bench        abgate bench on a Llama-3-8B-shaped dummy (--dummy DIR, load_format=dummy)
                at batch 1 in-process and at concurrency 8 and 32 served, each beside
@@ -43,7 +47,8 @@ from typing import Any
 VLLM_ARGS = 'dtype = "bfloat16", max_model_len = 2048, gpu_memory_utilization = 0.25'
 SERVE_ARGS = ('dtype = "bfloat16", max-model-len = 2048, gpu-memory-utilization = 0.25, '
               'enable-prefix-caching = false')
-ORDER = ("tests", "ab-fp8", "lossless", "xengine", "baseline", "ab-fp8-served", "bench")
+ORDER = ("tests", "ab-fp8", "lossless", "xengine", "baseline", "baseline-repro",
+         "ab-fp8-served", "bench")
 SHAPE = {"input_len": 512, "output_len": 128}
 # Meta-Llama-3-8B: 8,030,261,248 parameters at 2 B, less the embedding table (128,256 x
 # 4,096), of which decoding reads one row: the in-process bench's own meta-device count
@@ -216,6 +221,38 @@ def step_baseline(a: argparse.Namespace, out: Path) -> dict[str, Any]:
     return figures
 
 
+NO_OP = "changed nothing observable after load"
+
+
+def step_baseline_repro(a: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Record, check on the same build (exit 0 expected), and an ignored-override A/B."""
+    log, base = out / "repro.log", out / "baseline"
+    args = ["--engine", "vllm", "--model", a.model, "--engine-arg", "dtype=bfloat16",
+            "--engine-arg", "max_model_len=2048", "--engine-arg", "gpu_memory_utilization=0.3"]
+    rc_record = abgate("baseline", "record", *args, "--input-len", "128", "--output-len",
+                       "32", "--repeats", "3", "--no-probes", "-o", str(base), "--force",
+                       log=log)
+    rc_check = abgate("baseline", "check", str(base), "--json", str(out / "check.json"),
+                      log=log)
+    conf = read(out / "check.json").get("configuration") if (out / "check.json").exists() \
+        else None
+    shared = (f'engine = "vllm"\nmodel = "{a.model}"\n{gsm8k(a, 12, 64)}\n'
+              f"engine_args = {{ {VLLM_ARGS} }}")
+    arms = ('[arms.a]\n\n[arms.b]\nchanges = ["hf_overrides"]\n'
+            'engine_args = { hf_overrides = { rope_theta = 1.0 } }\n')
+    exp = out / "noop.toml"
+    exp.write_text(experiment("vllm-ignored-override", "a", shared, arms, probes=False))
+    rc_ab = abgate("ab", str(exp), "-o", str(out / "ab"), "--force", log=log)
+    notes: list[str] = []
+    if (out / "ab" / "comparison.json").exists():
+        notes = read(out / "ab" / "comparison.json")["comparisons"]["b"]["verdict"]["notes"]
+    unchanged = (read(out / "ab" / "ab.json").get("differences", {}).get("b", {})
+                 .get("unchanged")) if (out / "ab" / "ab.json").exists() else None
+    return {"rc_record": rc_record, "rc_check": rc_check, "check_ok": rc_check == 0,
+            "configuration": conf, "rc_ab": rc_ab, "unchanged": unchanged,
+            "no_op_warning": any(NO_OP in n for n in notes), "notes": notes}
+
+
 def _bench_case(summary_path: Path) -> dict[str, Any]:
     case = read(summary_path)["cases"][0]
     med = {k: (case["speed"].get(k) or {}).get("median") for k in
@@ -366,6 +403,8 @@ def main() -> None:
         figures = step_tests(a, out)
     elif a.step == "baseline":
         figures = step_baseline(a, out)
+    elif a.step == "baseline-repro":
+        figures = step_baseline_repro(a, out)
     elif a.step == "bench":
         figures = step_bench(a, out)
     else:

@@ -100,7 +100,8 @@ def snapshot(label: str = "") -> dict[str, Any]:
 
 
 def _steal(snaps: Sequence[dict[str, Any]]) -> float | None:
-    ticks: list[Any] = [s.get("cpu_ticks") for s in snaps if isinstance(s.get("cpu_ticks"), dict)]
+    ticks: list[dict[str, int]] = [s["cpu_ticks"] for s in snaps
+                                   if isinstance(s.get("cpu_ticks"), dict)]
     if len(ticks) < 2:
         return None
     total = ticks[-1]["total"] - ticks[0]["total"]
