@@ -71,8 +71,7 @@ def test_markdown_matched_contract(markdown: str) -> None:
     assert "| model | `tiny-test.gguf` (sha256 abababababab) |" in held
     for facet in ("suite", "items", "seeds", "sampling", "prompt"):
         assert f"| {facet} |" in held
-    # (record text is escaped in Markdown: `max\\_tokens` renders as max_tokens)
-    assert "40 of 500" in held and "max\\_tokens=256, temperature=0.0" in held
+    assert "40 of 500" in held and "max_tokens=256, temperature=0.0" in held
     differed = markdown.split("What differed between the arms:")[1].split("## ")[0]
     assert "| engine arg `flash_attn` | (not set) | true | (not set) |" in differed
     assert "| effective `type_k` | f16 | f16 | q4_0 |" in differed

@@ -29,9 +29,13 @@ _SPAN = re.compile(f"{OPEN}([^{OPEN}{CLOSE}]*){CLOSE}")
 # paragraph separators, surrogates, private use and unassigned.
 _HIDDEN = {"Cf", "Zl", "Zp", "Cs", "Co", "Cn"}
 # Characters that Markdown reads as markup anywhere in a line (GFM: ~ strikes through,
-# | splits a table cell, #123 links an issue; & starts an entity). ``>`` is inert but
-# at the start of a line (a blockquote): escaped there only, so ``>= 30`` stays legible.
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<#|!~&])")
+# | splits a table cell, #123 links an issue; & starts an entity). Escaped only where
+# they can mean something, so that ``>= 30``, ``q4_0`` and ``[0, 1]`` stay legible:
+# ``>`` at the start of a line (a blockquote), ``_`` unless between two letters or
+# digits (CommonMark never reads such an underscore as emphasis), ``]`` never (no link
+# or image opens without an unescaped ``[``).
+_MD_SPECIAL = re.compile(r"([\\`*\[<#|!~&])")
+_MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 # What starts a block at the beginning of a line (after the escapes above): a list
 # item, a setext underline, a thematic break, an ordered list item.
 _MD_LINE_START = re.compile(r"^([-+=>]|\*(?=[ \t]|$))|^(\d{1,9})([.)])(?=[ \t]|$)")
@@ -118,7 +122,7 @@ def plain(text: str) -> str:
 
 def md_escape(text: str) -> str:
     """Untrusted text outside a code span: every Markdown/HTML character escaped."""
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    return _MD_UNDERSCORE.sub(r"\\_", _MD_SPECIAL.sub(r"\\\1", text))
 
 
 def md_line_start(line: str) -> str:
