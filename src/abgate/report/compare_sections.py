@@ -15,8 +15,8 @@ from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
-from abgate.report.views import Outlier
 from abgate.report.untrusted import user
+from abgate.report.views import Outlier
 
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
               ("ttft_s", "TTFT ms (lower is better)"))

@@ -11,8 +11,8 @@ from abgate.report.blocks import Block, Bullets, Heading, Para
 from abgate.report.fmt import NA, as_float, pct, value_text
 from abgate.report.load import AbData
 from abgate.report.plots import SPEED_LABELS
-from abgate.report.views import ArmSetting, Gpu
 from abgate.report.untrusted import user
+from abgate.report.views import ArmSetting, Gpu
 from abgate.runner.sections import Distribution, Spec, SuiteRef
 
 NOISY_CV = 0.25  # decode-speed coefficient of variation that suggests a busy host
@@ -111,8 +111,9 @@ def _suite(data: AbData) -> str:
     available = suite_ref.n_available
     of = f" of {available}" if available is not None else ""
     seeds = spec.seeds if spec.seeds is not None else config.seeds
-    return (f"One suite: {user(suite)}, {user(n_items)}{of} items, seeds {value_text(seeds)}. Other "
-            "tasks, prompt formats, languages and long contexts are not covered.")
+    return (f"One suite: {user(suite)}, {user(n_items)}{of} items, seeds "
+            f"{value_text(seeds)}. Other tasks, prompt formats, languages and long contexts "
+            "are not covered.")
 
 
 def _sampling(data: AbData) -> list[str]:
