@@ -6,7 +6,7 @@ written by abgate's own templates). Any text from a record (an experiment's name
 description, a model's metadata, paths, config values, an engineer's ``why``) enters
 through :func:`user`, which shows its control characters visibly (:func:`visible`) and
 wraps it in two sentinel characters. Data cannot forge a sentinel: they are control
-characters, and :func:`visible` rewrites every one. The renderers then split a text
+characters, and :func:`abgate.visible.visible` rewrites every one. The renderers then split a text
 into trusted markup and user spans (:func:`spans`) and escape the spans for their
 format: :func:`md_text` (Markdown), :func:`html_text` (HTML). Trusted text gets the
 same control-character treatment, and Markdown's raw HTML characters are escaped in it
@@ -16,18 +16,16 @@ too, so a forgotten :func:`user` can at worst turn on bold, never a tag or a hea
 from __future__ import annotations
 
 import re
-import unicodedata
 from html import escape
 from typing import Any
+
+from abgate.visible import visible
 
 __all__ = ["CLOSE", "OPEN", "html_text", "md_text", "plain", "spans", "unmarked", "user",
            "visible"]
 
 OPEN, CLOSE = "\x0e", "\x0f"  # shift out, shift in: never let through by visible()
 _SPAN = re.compile(f"{OPEN}([^{OPEN}{CLOSE}]*){CLOSE}")
-# Unicode categories shown as <U+XXXX>: format (bidi controls, zero-width), line and
-# paragraph separators, surrogates, private use and unassigned.
-_HIDDEN = {"Cf", "Zl", "Zp", "Cs", "Co", "Cn"}
 # Characters that Markdown reads as markup anywhere in a line (GFM: ~ strikes through,
 # | splits a table cell, #123 links an issue; & starts an entity). Escaped only where
 # they can mean something, so that ``>= 30``, ``q4_0`` and ``[0, 1]`` stay legible:
@@ -39,32 +37,6 @@ _MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 # What starts a block at the beginning of a line (after the escapes above): a list
 # item, a setext underline, a thematic break, an ordered list item.
 _MD_LINE_START = re.compile(r"^([-+=>]|\*(?=[ \t]|$))|^(\d{1,9})([.)])(?=[ \t]|$)")
-
-
-def _shown(ch: str) -> str:
-    code = ord(ch)
-    if code < 0x20 or 0x7F <= code <= 0x9F:
-        return f"\\x{code:02x}"
-    return f"<U+{code:04X}>"
-
-
-def _is_hidden(ch: str, keep: str) -> bool:
-    if ch in keep:
-        return False
-    code = ord(ch)
-    if code < 0x20 or 0x7F <= code <= 0x9F:
-        return True
-    return code > 0x7F and unicodedata.category(ch) in _HIDDEN
-
-
-def visible(text: str, keep: str = "") -> str:
-    """``text`` with every control character (C0, DEL, C1, ANSI ESC), bidi override or
-    isolate, zero-width or other format character, line/paragraph separator and lone
-    surrogate written visibly: ``\\x1b``, ``<U+202E>``. ``keep``: characters let
-    through (the renderers keep ``\\n`` of a multi-line description)."""
-    if text.isascii() and text.isprintable():
-        return text
-    return "".join(_shown(ch) if _is_hidden(ch, keep) else ch for ch in text)
 
 
 def _clean(value: object) -> str:
