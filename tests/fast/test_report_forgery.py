@@ -125,6 +125,7 @@ FRAGMENTS = ["<img src=x onerror=alert(1)>", "<script>", "</p>", "**", "*", "_",
              "\n\n", "[x](javascript:alert(1))", "![i](x)", "|", "\\", "&lt;", "&#60;",
              FORGED, "\n" + FORGED + "\n", "Decision: ACCEPT", "\x1b[31m", "\x00",
              "\x85", "\u202e", "\u2066", "\u200b", "\ufeff", "\x0e", "\x0f", "\r", "\t",
+             "\x0e\x1b[2J\x0f",
              "    ", "a", "é", " ", "<", ">", "\u2028"]
 TEXT = st.one_of(st.text(max_size=30),
                  st.lists(st.sampled_from(FRAGMENTS), max_size=8).map("".join))

@@ -44,18 +44,9 @@ def _clean(value: object) -> str:
 
 
 def user(value: object) -> str:
-    """``value`` as untrusted text for a report block; spans already marked stay one
-    span each (``user(user(x)) == user(x)``)."""
-    text = str(value)
-    out, at = [], 0
-    for m in _SPAN.finditer(text):
-        if m.start() > at:
-            out.append(OPEN + _clean(text[at:m.start()]) + CLOSE)
-        out.append(m.group(0))
-        at = m.end()
-    if at < len(text) or not out:
-        out.append(OPEN + _clean(text[at:]) + CLOSE)
-    return "".join(out)
+    """``value`` as untrusted text for a report block: one span, whatever it holds
+    (sentinels in it are data, shown as ``\\x0e``; so pass raw text, not marked)."""
+    return OPEN + _clean(value) + CLOSE
 
 
 def spans(text: str) -> list[tuple[bool, str]]:
@@ -64,7 +55,7 @@ def spans(text: str) -> list[tuple[bool, str]]:
     for m in _SPAN.finditer(text):
         if m.start() > at:
             out.append((False, visible(text[at:m.start()], keep="\n\t")))
-        out.append((True, m.group(1)))
+        out.append((True, visible(m.group(1), keep="\n\t")))  # (forged by unmarked data?)
         at = m.end()
     if at < len(text):
         out.append((False, visible(text[at:], keep="\n\t")))
