@@ -64,3 +64,4 @@ def test_html_never_reads_user_text_as_markup() -> None:
 def test_cli_text_is_visible_and_markup_escaped() -> None:
     assert shown("dir\x1b[2J\u202e") == "dir\\x1b[2J<U+202E>"
     assert markup("[bold]x\x1b") == "\\[bold]x\\x1b"
+
