@@ -29,6 +29,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from abgate.visible import visible
+
 log = logging.getLogger("abgate.progress")
 EVERY_S = 30.0  # a plain line at least this often while samples finish...
 EVERY_FRAC = 0.1  # ...and at every tenth of the total
@@ -67,7 +69,7 @@ class Reporter:
 
     def __init__(self, label: str, bar: Progress | None, stream: TextIO | None = None,
                  every_s: float | None = None, every_frac: float = EVERY_FRAC) -> None:
-        self.label, self.bar, self.stream = label, bar, stream
+        self.label, self.bar, self.stream = visible(label), bar, stream  # a path's ESC too
         self.every_s = _every_s() if every_s is None else every_s
         self.every_frac = every_frac
         self.task: Any = None

@@ -10,7 +10,6 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from abgate import signals
 from abgate.ab import Experiment, load_experiment
@@ -22,6 +21,7 @@ from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
+from abgate.cli.render import markup, shown
 from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
@@ -114,23 +114,23 @@ def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> N
     typed = read_comparison_doc(result, "comparison.json")
     for arm, c in result["comparisons"].items():
         v = c["verdict"]
-        title = escape(f"{arm} vs {result['baseline']}: {v['decision']}")
+        title = markup(f"{arm} vs {result['baseline']}: {v['decision']}")
         console.print(f"[bold]{title}[/bold]")
         if v.get("explanation"):
-            console.print(f"  {escape(v['explanation'])}")
+            console.print(f"  {markup(v['explanation'])}")
         for reason in v.get("reasons", []):
-            console.print(f"  - {escape(reason)}")
+            console.print(f"  - {markup(reason)}")
         for note in v.get("notes", []):
             if str(note).startswith("Sequential A/B:"):
-                console.print(f"  {escape(str(note))}")
+                console.print(f"  {markup(note)}")
         evidence = evidence_line(typed.comparisons[arm].comparison, arm)
         if evidence:
-            console.print(f"  [dim]{escape(evidence)}[/dim]")
+            console.print(f"  [dim]{markup(evidence)}[/dim]")
         for note in v.get("notes", []):
             if note.startswith(("Undeclared differences", "Opt-out evidence: none",
                                 "Declared, but no recorded value differs")):
-                typer.echo(f"warning: {note}", err=True)
-    console.print(escape(f"A/B {status}; decision {result['decision']}; reports: "
+                typer.echo(f"warning: {shown(note)}", err=True)
+    console.print(markup(f"A/B {status}; decision {result['decision']}; reports: "
                          + ", ".join(str(p) for p in paths)))
 
 

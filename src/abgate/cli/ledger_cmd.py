@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from abgate.cli.app import app, group
+from abgate.cli.render import markup, shown
 from abgate.compare.drift import parse_allow
 from abgate.errors import UsageError
 from abgate.ledger.compare import compare, resolve
@@ -64,8 +65,8 @@ def add_command(paths: list[Path] = typer.Argument(..., help="Run, A/B, bench or
             extra = f" (was at {done.other_path})" if done.action == "moved" else (
                 f" (already recorded at {done.other_path}; not added)"
                 if done.action == "copy" else "")
-            typer.echo(f"{done.action:9} {done.entry.kind:10} {done.entry.id[:12]}  "
-                       f"{done.entry.path}{extra}")
+            typer.echo(shown(f"{done.action:9} {done.entry.kind:10} {done.entry.id[:12]}  "
+                             f"{done.entry.path}{extra}"))
 
 
 @ledger_app.command("ls")
@@ -85,7 +86,7 @@ def ls_command(kind: str = typer.Option(None, help="Only this kind (run, ab, ben
             commit = (r["git_commit"] or "-")[:10] + ("+dirty" if r["git_dirty"] else "")
             table.add_row(r["id"][:12], r["kind"], _when(r["started_at"]), commit,
                           "MISSING" if missing else (r["status"] or "-"),
-                          _decision(r), r["path"])
+                          _decision(r), markup(r["path"]))
     Console(width=200, emoji=False, highlight=False).print(table)
 
 
@@ -96,8 +97,8 @@ def check_command(ledger: Path = LedgerOpt) -> None:
         results = check(db)
     bad = [c for c in results if c.state != "ok"]
     for c in results:
-        typer.echo(f"{c.state.upper():10} {c.record['kind']:10} {c.record['id'][:12]}  "
-                   f"{c.record['path']}" + (f"  ({c.detail})" if c.detail else ""))
+        typer.echo(shown(f"{c.state.upper():10} {c.record['kind']:10} {c.record['id'][:12]}  "
+                         f"{c.record['path']}" + (f"  ({c.detail})" if c.detail else "")))
     typer.echo(f"{len(results) - len(bad)} ok, {len(bad)} not")
     raise typer.Exit(1 if bad else 0)
 
@@ -178,13 +179,14 @@ def compare_command(
         ref_a, ref_b = resolve(a), resolve(b)
     result = compare(ref_a, ref_b, policy, allow_diff=allow)
     if result.warning:
-        print(f"WARNING: {result.warning}", file=sys.stderr)
+        print(f"WARNING: {shown(result.warning)}", file=sys.stderr)
     v = result.verdict
-    typer.echo(f"{b} vs {a}: {v.decision}  (interleaved: {result.interleaved})")
+    typer.echo(shown(f"{b} vs {a}: {v.decision}  (interleaved: {result.interleaved})"))
     for reason in v.reasons:
-        typer.echo(f"  - {reason}")
+        typer.echo(f"  - {shown(reason)}")
     conf = result.configuration
-    typer.echo("configuration: " + (conf["summary"] if conf["available"] else conf["reason"]))
+    typer.echo("configuration: " + shown(conf["summary"] if conf["available"]
+                                         else conf["reason"]))
     if out is not None:
         write_record(out, result)
         typer.echo(f"wrote {out}")

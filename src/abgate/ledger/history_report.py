@@ -9,6 +9,7 @@ from abgate.ledger.history import History, Point, Series, short
 from abgate.report.blocks import Doc, Heading, Para, Plot, Table
 from abgate.report.html import render_html
 from abgate.report.svg import FAIL_COLOR, PALETTE, Canvas, c, nice_range
+from abgate.report.untrusted import user
 
 RULE = ("A point is a **step** when its change from the previous point of the same "
         "configuration exceeds 1.96 x sqrt(se1^2 + se2^2) (the two runs' own standard "
@@ -35,8 +36,8 @@ def status(p: Point) -> str:
 def row(p: Point) -> tuple[str, ...]:
     se = "-" if p.se is None else f"{p.se:.3g}"
     value = "-" if p.value is None else f"{p.value:.4g}"
-    return (when(p), commit(p), p.record_id[:10], p.unit or "-", value, se, str(p.n),
-            status(p), p.evidence)
+    return (when(p), user(commit(p)), user(p.record_id[:10]), user(p.unit or "-"), value, se,
+            str(p.n), status(p), user(p.evidence))
 
 
 def plot(series: Series, index: int, metric: str) -> Plot:
@@ -81,11 +82,12 @@ def render(h: History) -> str:
               else "NO STEP FLAGGED")
     doc.add(Heading(1, doc.title), Para(RULE.format(band=h.min_change)))
     for k, series in enumerate(h.series):
-        doc.add(Heading(2, series.label, f"series-{k}"),
-                Para(f"engine `{series.key['engine']}`, model `{series.key['model']}`, config "
-                     f"`{short(series.key['config_digest'], 16)}`, suite "
-                     f"`{series.key['suite']}`, workload "
-                     f"`{short(series.key['workload_digest'], 16)}`"),
+        key = {name: user(value) for name, value in series.key.items()}  # from the records
+        doc.add(Heading(2, user(series.label), f"series-{k}"),
+                Para(f"engine `{key['engine']}`, model `{key['model']}`, config "
+                     f"`{user(short(series.key['config_digest'], 16))}`, suite "
+                     f"`{key['suite']}`, workload "
+                     f"`{user(short(series.key['workload_digest'], 16))}`"),
                 plot(series, k, h.metric),
                 Table(HEADER, tuple(row(p) for p in series.points),
                       text_cols=frozenset({0, 1, 2, 3, 7, 8})))

@@ -32,6 +32,7 @@ from abgate.report.sections import (
     setup,
     weights_section,
 )
+from abgate.report.untrusted import user
 from abgate.runner.records import write_text_atomic
 
 __all__ = ["FORMATS", "build_doc", "check_format", "refresh_reports", "render", "render_data",
@@ -45,7 +46,7 @@ def build_doc(data: AbData, *, plots: bool = True) -> Doc:
     """The report as blocks; ``plots=False`` skips drawing (Markdown has none)."""
     name = data.record.experiment.name or "unnamed"
     decision = data.analysis.decision
-    doc = Doc(title=f"abgate A/B report: {name}",
+    doc = Doc(title=f"abgate A/B report: {user(name)}",
               decision="n/a" if decision is None else decision)
     overview, per_arm = all_plots(data) if plots else ([], {})
     doc.add(*headline(data), *setup(data), *source_section(data),

@@ -16,6 +16,7 @@ from abgate.compare.results import Agreement, Comparison
 from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, interval, num, pct, signed_pct
 from abgate.report.load import AbData
+from abgate.report.untrusted import user
 
 FLOOR = 0.20  # both arms below this accuracy: accuracy cannot see damage
 MAX_ROWS = 10
@@ -43,7 +44,7 @@ def _token(entry: Any) -> str:
     prob = "" if logprob is None else f" {100 * math.exp(logprob):.0f}%"
     text = ""
     if len(entry) > 2 and isinstance(entry[2], str):
-        text = "'" + json.dumps(entry[2], ensure_ascii=False)[1:-1].replace("`", "'") + "' "
+        text = "'" + user(json.dumps(entry[2], ensure_ascii=False)[1:-1]) + "' "
     return f"{text}#{entry[0]}{prob}"
 
 
@@ -158,7 +159,7 @@ def agreement_blocks(data: AbData, arm: str, plot: Plot | None = None) -> list[B
         return []
     blocks: list[Block] = [Heading(3, "Distribution agreement", f"agreement-{arm}")]
     if not section.measured:
-        return [*blocks, Para(f"Not measured: {section.reason or 'no reason recorded'}.")]
+        return [*blocks, Para(f"Not measured: {user(section.reason or 'no reason recorded')}.")]
     if at_floor(data, arm):
         blocks.append(Para(f"Both arms' accuracy is below {FLOOR:.0%}, near the floor of this "
                            "model on this suite: accuracy cannot show damage here, so this "
@@ -176,7 +177,7 @@ def agreement_blocks(data: AbData, arm: str, plot: Plot | None = None) -> list[B
                      f"as {num(section.kl_cap, 'g')} nats.")
     if section.n_skipped:
         notes.append(f"{section.n_skipped} rows were unusable: "
-                     + "; ".join(section.problems))
+                     + user("; ".join(section.problems)))
     if notes:
         blocks.append(Bullets(tuple(notes)))
     if plot is not None:
@@ -191,7 +192,7 @@ def probes_blocks(data: AbData, arm: str) -> list[Block]:
         return []
     blocks: list[Block] = [Heading(3, "Probes", f"probes-{arm}")]
     if not section.measured:
-        return [*blocks, Para(f"Not compared: {section.reason or 'no reason'}.")]
+        return [*blocks, Para(f"Not compared: {user(section.reason or 'no reason')}.")]
 
     def shown(value: bool | None) -> str:
         return NA if value is None else ("pass" if value else "fail")

@@ -1,7 +1,9 @@
 """The report as a list of format-neutral blocks, rendered to Markdown or HTML.
 
 Text may carry two inline marks, written the Markdown way: ``**bold**`` and
-```code```; the HTML renderer converts them after escaping.
+```code```; the HTML renderer converts them after escaping. Text from a record (a
+user's or a model's) enters through ``report.untrusted.user`` and is escaped by each
+renderer, never read as markup.
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ class Heading:
 
 @dataclass(frozen=True)
 class Para:
+    text: str
+
+
+@dataclass(frozen=True)
+class Quote:
+    """Untrusted text shown as written, line by line, in a delimited block (a
+    blockquote): an experiment's description."""
+
     text: str
 
 
@@ -47,7 +57,7 @@ class Plot:
     caption: str
 
 
-Block = Heading | Para | Bullets | Table | Plot
+Block = Heading | Para | Quote | Bullets | Table | Plot
 
 
 @dataclass

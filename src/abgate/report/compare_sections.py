@@ -15,6 +15,7 @@ from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
+from abgate.report.untrusted import user
 from abgate.report.views import Outlier
 
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
@@ -145,15 +146,15 @@ def _gate_row(gate: Gate) -> tuple[str, ...]:
             evidence += f" (about {more} more items would settle it)"
     return (f"`{name}`", gate.outcome, show(gate.observed),
             interval(gate.ci, show) if gate.ci is not None else "-",
-            _threshold(gate, show, text), evidence)
+            _threshold(gate, show, text), user(evidence))
 
 
 def verdict(data: AbData, arm: str) -> list[Block]:
     v = data.arm_verdict(arm)
     blocks: list[Block] = [
         Heading(3, f"Verdict: {v.decision or NA}", f"verdict-{arm}"),
-        *([Para(f"**{v.explanation}**")] if v.explanation else []),
-        Bullets(v.reasons or ("No reasons recorded.",)),
+        *([Para(f"**{user(v.explanation)}**")] if v.explanation else []),
+        Bullets(tuple(map(user, v.reasons)) or ("No reasons recorded.",)),
     ]
     if v.gates:
         blocks.append(Para("Every gate, its evidence and its outcome (one-sided bounds for "
@@ -164,7 +165,7 @@ def verdict(data: AbData, arm: str) -> list[Block]:
     else:
         blocks.append(Para("No gates were recorded for this comparison."))
     if v.notes:
-        blocks.append(Bullets(v.notes))
+        blocks.append(Bullets(tuple(map(user, v.notes))))
     if v.more_samples_needed is not None:
         blocks.append(Para(f"About **{v.more_samples_needed} more samples per arm** would let "
                            "every open gate decide if the effects are as observed."))
@@ -224,9 +225,9 @@ def outliers(data: AbData) -> list[Block]:
     for arm in data.ordered:
         found = views(Outlier, data.arms[arm].quality("outliers"))
         for o in found[:MAX_OUTLIERS]:
-            rows.append((arm_label(data, arm), f"`{o.item_id}#{o.seed}`",
+            rows.append((arm_label(data, arm), f"`{user(f'{o.item_id}#{o.seed}')}`",
                          num(o.output_tokens, ".0f"), num(o.seq_rep_4, ".3f"),
-                         _correct(o.correct), str(o.why)))
+                         _correct(o.correct), user(o.why)))
         if len(found) > MAX_OUTLIERS:
             notes.append(f"`{arm}`: {len(found) - MAX_OUTLIERS} more outliers in its "
                          "summary.json.")

@@ -16,6 +16,7 @@ from typing import Any
 
 from abgate.report.fmt import NA, short, value_text
 from abgate.report.load import AbData
+from abgate.report.untrusted import user
 from abgate.runner.sections import EngineRecord, ModelRef, PromptSpec, Spec
 
 MISSING = "(not set)"
@@ -55,7 +56,8 @@ def _model(spec: Spec, config: Mapping[str, Any], engine: EngineRecord | None) -
     if not isinstance(path, str):
         return NA
     name = PurePath(path).name or path
-    return f"`{name}` (sha256 {short(model.sha256)})" if model.sha256 else f"`{name}`"
+    shown = user(name)
+    return f"`{shown}` (sha256 {short(model.sha256)})" if model.sha256 else f"`{shown}`"
 
 
 def _items(spec: Spec, config: Mapping[str, Any]) -> str:
@@ -66,7 +68,7 @@ def _items(spec: Spec, config: Mapping[str, Any]) -> str:
     digest = hashlib.sha256("\n".join(map(str, ids)).encode()).hexdigest()
     available = spec.suite.n_available if spec.suite else None
     of = f" of {available}" if available is not None else ""
-    span = f" ({ids[0]} … {ids[-1]})" if ids else ""
+    span = f" ({user(ids[0])} … {user(ids[-1])})" if ids else ""
     return f"{len(ids)}{of}{span}; id list sha256 {digest[:12]}"
 
 
@@ -74,7 +76,7 @@ def _suite(spec: Spec, config: Mapping[str, Any]) -> str:
     suite = spec.suite
     if suite is None:
         return value_text(config.get("suite", NA))
-    text = f"{suite.name or NA} ({suite.source or NA})"
+    text = f"{user(suite.name or NA)} ({user(suite.source or NA)})"
     if suite.data_sha256 is not None:
         text += f", data sha256 {short(suite.data_sha256)}"
     return text
@@ -85,7 +87,7 @@ def _sampling(spec: Spec, config: Mapping[str, Any]) -> str:
     if sampling is None:
         keys = ("max_tokens", "temperature", "top_p", "top_k")
         sampling = {k: config[k] for k in keys if k in config}
-    return ", ".join(f"{k}={value_text(v)}" for k, v in sampling.items()) or NA
+    return ", ".join(f"{user(k)}={value_text(v)}" for k, v in sampling.items()) or NA
 
 
 def _prompt(spec: Spec, config: Mapping[str, Any]) -> str:
@@ -93,7 +95,7 @@ def _prompt(spec: Spec, config: Mapping[str, Any]) -> str:
         {k: config.get(k) for k in ("shots", "shots_file", "system")})
     parts = []
     if prompt.version is not None:
-        parts.append(f"template {prompt.version}")
+        parts.append(f"template {user(prompt.version)}")
     parts.append(f"{prompt.shots or 0} shots")
     if prompt.shots_file:
         parts.append(f"shots file {value_text(prompt.shots_file)}")
@@ -116,7 +118,7 @@ def _facets(data: AbData, arm: str) -> dict[str, str]:
     seeds = spec.seeds if spec.seeds is not None else config.get("seeds")
     return {
         "model": _model(spec, config, engine),
-        "engine": f"{name} {version}" if version else str(name),
+        "engine": user(f"{name} {version}" if version else name),
         "suite": _suite(spec, config),
         "items": _items(spec, config),
         "seeds": value_text(seeds) if seeds is not None else NA,
@@ -151,9 +153,9 @@ def _split(per_arm: list[Mapping[str, Any]], label: str
     for key in keys:
         values = tuple(value_text(v[key]) if key in v else MISSING for v in per_arm)
         if len(set(values)) == 1:
-            same.append(f"{key}={values[0]}")
+            same.append(f"{user(key)}={values[0]}")
         else:
-            differ.append((f"{label} `{key}`", values))
+            differ.append((f"{label} `{user(key)}`", values))
     return same, differ
 
 

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from abgate.report.untrusted import user
+
 NA = "n/a"
 
 
@@ -75,11 +77,17 @@ def duration(seconds: Any) -> str:
 
 
 def short(value: Any, n: int = 12) -> str:
-    return value[:n] if isinstance(value, str) and value else NA
+    """A record's text cut to ``n`` characters (untrusted: ``untrusted.user``)."""
+    return user(value[:n]) if isinstance(value, str) and value else NA
 
 
 def value_text(value: Any, limit: int = 80) -> str:
-    """A config value as a person reads it: ``true``, ``unset``, ``q8_0``, ``[0, 1]``."""
+    """A config value as a person reads it: ``true``, ``unset``, ``q8_0``, ``[0, 1]``;
+    untrusted text (``untrusted.user``): it came from a record."""
+    return user(_value_text(value, limit))
+
+
+def _value_text(value: Any, limit: int) -> str:
     if value is None:
         text = "unset"
     elif isinstance(value, bool):
@@ -87,9 +95,9 @@ def value_text(value: Any, limit: int = 80) -> str:
     elif isinstance(value, str):
         text = value if value else '""'
     elif isinstance(value, list | tuple):
-        text = "[" + ", ".join(value_text(v, limit) for v in value) + "]"
+        text = "[" + ", ".join(_value_text(v, limit) for v in value) + "]"
     elif isinstance(value, Mapping):
-        text = "{" + ", ".join(f"{k}: {value_text(v, limit)}" for k, v in value.items()) + "}"
+        text = "{" + ", ".join(f"{k}: {_value_text(v, limit)}" for k, v in value.items()) + "}"
     else:
         text = str(value)
     text = " ".join(text.split())

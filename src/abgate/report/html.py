@@ -5,13 +5,10 @@ page loads nothing from anywhere: no network, no external files."""
 
 from __future__ import annotations
 
-import re
 from html import escape
 
-from abgate.report.blocks import BADGES, Block, Bullets, Doc, Heading, Para, Plot, Table
-
-_CODE = re.compile(r"(`[^`]*`)")
-_BOLD = re.compile(r"\*\*(.+?)\*\*")
+from abgate.report.blocks import BADGES, Block, Bullets, Doc, Heading, Para, Plot, Quote, Table
+from abgate.report.untrusted import html_text, plain, plain_lines
 
 CSS = """
 :root { --fg: #111827; --muted: #6b7280; --line: #e5e7eb; --bg: #ffffff; }
@@ -42,6 +39,8 @@ td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-n
 nav.toc { font-size: 13.5px; color: var(--muted); margin: 4px 0 12px; }
 nav.toc a { color: #1d4ed8; margin-right: 14px; text-decoration: none; }
 figure { margin: 12px 0 20px; }
+blockquote.description { margin: 8px 0 16px; padding: 4px 14px; color: #374151;
+  border-left: 4px solid var(--line); }
 figcaption { font-size: 13px; color: var(--muted); max-width: 720px; }
 svg.plot { display: block; max-width: 100%; height: auto; background: #fff; }
 svg.plot .grid { stroke: #eef0f3; stroke-width: 1; }
@@ -123,14 +122,9 @@ CHECK_SCRIPT = """
 
 
 def inline(text: str) -> str:
-    """Escape ``text`` and turn ```code``` and ``**bold**`` into HTML."""
-    out = []
-    for part in _CODE.split(text):
-        if part.startswith("`") and part.endswith("`") and len(part) >= 2:
-            out.append(f"<code>{escape(part[1:-1])}</code>")
-        else:
-            out.append(_BOLD.sub(r"<strong>\1</strong>", escape(part)))
-    return "".join(out)
+    """Escape ``text`` and turn its trusted ```code``` and ``**bold**`` into HTML
+    (user spans escaped and never read as markup: ``untrusted.html_text``)."""
+    return html_text(text)
 
 
 def _cell(text: str, col: int, table: Table) -> str:
@@ -150,21 +144,26 @@ def _table(table: Table) -> str:
 
 def _block(block: Block) -> str:
     if isinstance(block, Heading):
-        anchor = f' id="{escape(block.anchor)}"' if block.anchor else ""
+        anchor = f' id="{escape(plain(block.anchor))}"' if block.anchor else ""
         return f"<h{block.level}{anchor}>{inline(block.text)}</h{block.level}>"
     if isinstance(block, Para):
         return f"<p>{inline(block.text)}</p>"
+    if isinstance(block, Quote):
+        lines = [escape(" ".join(line.split())) for line in plain_lines(block.text)]
+        return ('<blockquote class="description"><p>'
+                + "<br>\n".join(line for line in lines if line) + "</p></blockquote>")
     if isinstance(block, Bullets):
         return "<ul>\n" + "\n".join(f"<li>{inline(i)}</li>" for i in block.items) + "\n</ul>"
     if isinstance(block, Table):
         return _table(block)
     assert isinstance(block, Plot)
-    return (f'<figure class="figure" data-plot="{escape(block.plot_id)}">\n{block.svg}\n'
+    plot_id = escape(plain(block.plot_id))
+    return (f'<figure class="figure" data-plot="{plot_id}">\n{block.svg}\n'
             f"<figcaption>{inline(block.caption)}</figcaption></figure>")
 
 
 def _toc(doc: Doc) -> str:
-    links = [f'<a href="#{escape(b.anchor)}">{inline(b.text)}</a>' for b in doc.blocks
+    links = [f'<a href="#{escape(plain(b.anchor))}">{inline(b.text)}</a>' for b in doc.blocks
              if isinstance(b, Heading) and b.level == 2 and b.anchor]
     return '<nav class="toc">' + "".join(links) + "</nav>"
 
@@ -174,8 +173,9 @@ def render_html(doc: Doc) -> str:
     for k, block in enumerate(doc.blocks):
         body.append(_block(block))
         if k == 0:  # after the title
-            body.append(f'<div class="banner {escape(doc.decision)}">Decision: '
-                        f"<strong>{escape(doc.decision)}</strong></div>")
+            decision = escape(plain(doc.decision))
+            body.append(f'<div class="banner {decision}">Decision: '
+                        f"<strong>{decision}</strong></div>")
             body.append(_toc(doc))
     return "\n".join([
         "<!DOCTYPE html>",
@@ -183,7 +183,7 @@ def render_html(doc: Doc) -> str:
         "<head>",
         '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(doc.title)}</title>",
+        f"<title>{escape(plain(doc.title))}</title>",
         f"<style>{CSS}</style>",
         f"<script>{HEAD_SCRIPT}</script>",
         "</head>",

@@ -11,6 +11,7 @@ from abgate.report.blocks import Bullets
 from abgate.report.contract import matched_contract
 from abgate.report.limits import not_certified
 from abgate.report.load import AbData
+from abgate.report.untrusted import unmarked
 from abgate.runner.documents import SCHEMA_VERSIONS, AbRecord
 from abgate.runner.sections import Section
 
@@ -42,7 +43,7 @@ def _arm(data: AbData, name: str) -> dict[str, Any]:
 
 
 def _not_certified(data: AbData) -> list[str]:
-    return [item for block in not_certified(data) if isinstance(block, Bullets)
+    return [unmarked(item) for block in not_certified(data) if isinstance(block, Bullets)
             for item in block.items]
 
 
@@ -60,7 +61,7 @@ def report_document(data: AbData) -> dict[str, Any]:
         "exit_code": data.analysis.exit_code,
         "verdicts": {arm: data.arm_verdict(arm).decision for arm in data.candidates},
         "run": {**{k: ab.get(k) for k in RUN_KEYS}, "schedule": _schedule(record)},
-        "contract": matched_contract(data).to_dict(list(data.arms)),
+        "contract": unmarked(matched_contract(data).to_dict(list(data.arms))),
         "arms": {name: _arm(data, name) for name in data.ordered},
         "differences": {arm: d.to_dict() for arm, d in record.differences.items()},
         "comparison": data.analysis.to_json(),  # comparison.json as read

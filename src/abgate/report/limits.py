@@ -11,6 +11,7 @@ from abgate.report.blocks import Block, Bullets, Heading, Para
 from abgate.report.fmt import NA, as_float, pct, value_text
 from abgate.report.load import AbData
 from abgate.report.plots import SPEED_LABELS
+from abgate.report.untrusted import user
 from abgate.report.views import ArmSetting, Gpu
 from abgate.runner.sections import Distribution, Spec, SuiteRef
 
@@ -93,10 +94,10 @@ def _agreement_limits(data: AbData, arm: str) -> list[str]:
 
 def _host(data: AbData) -> str:
     host = data.record.host
-    device = ", ".join(str(gpu.name) for gpu in views(Gpu, host.gpus))
+    device = user(", ".join(str(gpu.name) for gpu in views(Gpu, host.gpus)))
     hostname, cpu = (NA if v is None else v for v in (host.hostname, host.cpu))
-    return (f"One machine: `{hostname}` ({cpu}"
-            f"{'; ' + device if device else ', no GPU'}). Speed on other hardware, drivers, "
+    return (f"One machine: `{user(hostname)}` ({user(cpu)}"
+            f"{'; ' + device if host.gpus else ', no GPU'}). Speed on other hardware, drivers, "
             "engine builds or under other load is not measured.")
 
 
@@ -110,8 +111,9 @@ def _suite(data: AbData) -> str:
     available = suite_ref.n_available
     of = f" of {available}" if available is not None else ""
     seeds = spec.seeds if spec.seeds is not None else config.seeds
-    return (f"One suite: {suite}, {n_items}{of} items, seeds {value_text(seeds)}. Other "
-            "tasks, prompt formats, languages and long contexts are not covered.")
+    return (f"One suite: {user(suite)}, {user(n_items)}{of} items, seeds "
+            f"{value_text(seeds)}. Other tasks, prompt formats, languages and long contexts "
+            "are not covered.")
 
 
 def _sampling(data: AbData) -> list[str]:

@@ -1,12 +1,14 @@
-"""Blocks to GitHub-flavoured Markdown. Plots are HTML-only and are left out."""
+"""Blocks to GitHub-flavoured Markdown. Plots are HTML-only and are left out. Every
+text goes through ``untrusted.md_text`` (user spans escaped, one line per block)."""
 
 from __future__ import annotations
 
-from abgate.report.blocks import Block, Bullets, Doc, Heading, Para, Plot, Table
+from abgate.report.blocks import Block, Bullets, Doc, Heading, Para, Plot, Quote, Table
+from abgate.report.untrusted import md_quote, md_text
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|") or " "
+    return md_text(text, table=True) or " "
 
 
 def _table(table: Table) -> list[str]:
@@ -22,11 +24,13 @@ def _table(table: Table) -> list[str]:
 
 def _block(block: Block) -> list[str]:
     if isinstance(block, Heading):
-        return ["#" * block.level + " " + block.text]
+        return ["#" * block.level + " " + md_text(block.text)]
     if isinstance(block, Para):
-        return [block.text]
+        return [md_text(block.text)]
+    if isinstance(block, Quote):
+        return md_quote(block.text)
     if isinstance(block, Bullets):
-        return ["- " + " ".join(item.split()) for item in block.items]
+        return ["- " + md_text(item) for item in block.items]
     if isinstance(block, Table):
         return _table(block)
     assert isinstance(block, Plot)

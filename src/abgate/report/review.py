@@ -10,6 +10,7 @@ from typing import Any
 from abgate.report.blocks import Block, Bullets, Heading, Para, Table
 from abgate.report.fmt import NA, short
 from abgate.report.load import AbData
+from abgate.report.untrusted import user
 from abgate.runner.sections import ArmDifferences, GitState, OptOut, Provenance
 
 STAGES = (("request", "before the load"), ("loaded", "after the load"))
@@ -39,7 +40,7 @@ def _difference_rows(entry: ArmDifferences) -> list[tuple[str, ...]]:
         for table, text in ((found.declared, "declared"), (found.undeclared, "**undeclared**")):
             for key, values in table.items():
                 pair = values if isinstance(values, list) and len(values) == 2 else [NA, NA]
-                rows.append((f"`{key}`", label, str(pair[0]), str(pair[1]), text))
+                rows.append((f"`{user(key)}`", label, user(pair[0]), user(pair[1]), text))
     return rows
 
 
@@ -59,12 +60,12 @@ def differences_section(data: AbData) -> list[Block]:
     for arm in data.candidates:
         entry = recorded.get(arm) or ArmDifferences()
         patterns = entry.request.patterns if entry.request else []
-        said = (", ".join(f"`{p}`" for p in patterns) if patterns else "nothing")
+        said = (", ".join(f"`{user(p)}`" for p in patterns) if patterns else "nothing")
         head = (f"`{arm}` declares {said}" if entry.declares else
                 f"`{arm}`: **nothing is declared**, so no difference was refused")
         if entry.unobserved:
             head += ("; declared but no recorded value differs: "
-                     + ", ".join(f"`{p}`" for p in entry.unobserved))
+                     + ", ".join(f"`{user(p)}`" for p in entry.unobserved))
         blocks.append(Para(head + "."))
         blocks.extend(_opt_out_blocks(data, arm, entry.opt_out))
         rows = _difference_rows(entry)
@@ -80,15 +81,15 @@ def _opt_out_blocks(data: AbData, arm: str, opt: OptOut | None) -> list[Block]:
     """What shows that an env-only difference (an opt-out) took effect, or a warning."""
     if opt is None:
         return []
-    env = ", ".join(f"`{k}`" for k in opt.env)
+    env = ", ".join(f"`{user(k)}`" for k in opt.env)
     if opt.warning:
         return [Para(f"**Opt-out evidence: none.** `{arm}` differs from `{data.baseline}` "
-                     f"only in {env}; {opt.warning}.")]
-    reported = ", ".join(f"`{k}`" for k in opt.reported) or "nothing"
+                     f"only in {env}; {user(opt.warning)}.")]
+    reported = ", ".join(f"`{user(k)}`" for k in opt.reported) or "nothing"
     items = [f"Reported differently after the load: {reported}."]
     for found, name in ((opt.log_lines.baseline, data.baseline),
                         (opt.log_lines.candidate, arm)):
-        shown = "; ".join(f"`{str(x).replace('`', chr(39))}`" for x in found) or "none"
+        shown = "; ".join(f"`{user(x)}`" for x in found) or "none"
         items.append(f"Engine log lines matching the declared patterns under `{name}`: "
                      f"{shown}.")
     return [Para(f"**Opt-out evidence.** `{arm}` differs from `{data.baseline}` only in "
@@ -100,12 +101,12 @@ def _contract_text(prov: Provenance | None) -> str:
     if contract is None:
         return "no contract"
     name = (contract.contract.name if contract.contract else None) or short(contract.path, 60)
-    violations = [str(v.message if v.message is not None else v.clause)
+    violations = [user(v.message if v.message is not None else v.clause)
                   for v in contract.violations]
-    exempt = [str(v.clause) for v in contract.exempted]
-    text = (f"contract `{name}` " + ("passed" if contract.passed else
+    exempt = [user(v.clause) for v in contract.exempted]
+    text = (f"contract `{user(name)}` " + ("passed" if contract.passed else
             "**violated**: " + "; ".join(violations)))
-    text += f" (checked: {', '.join(map(str, contract.checked)) or 'nothing'})"
+    text += f" (checked: {user(', '.join(map(str, contract.checked)) or 'nothing')})"
     if exempt:
         text += "; exempt as the declared switch: " + ", ".join(f"`{c}`" for c in exempt)
     return text

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from abgate.compare.views import views
-from abgate.report.blocks import Block, Bullets, Heading, Para, Table
+from abgate.report.blocks import Block, Bullets, Heading, Para, Quote, Table
 from abgate.report.contract import Contract
 from abgate.report.fmt import (
     NA,
@@ -23,6 +23,7 @@ from abgate.report.fmt import (
 )
 from abgate.report.load import AbData
 from abgate.report.review import of_total
+from abgate.report.untrusted import user
 from abgate.report.views import BenchCase, Gpu, WeightsDiff
 from abgate.runner.documents import AbBenchDocument, AbRecord
 from abgate.runner.sections import Distribution, HostInfo, QualitySummary
@@ -40,9 +41,7 @@ def arm_label(data: AbData, arm: str) -> str:
 def headline(data: AbData) -> list[Block]:
     exp, analysis = data.record.experiment, data.analysis
     decision = analysis.decision or NA
-    blocks: list[Block] = [Heading(1, f"A/B report: {exp.name or 'unnamed'}")]
-    if exp.description:
-        blocks.append(Para(exp.description))
+    blocks: list[Block] = [Heading(1, f"A/B report: {user(exp.name or 'unnamed')}")]
     code = analysis.exit_code
     status = analysis.ab_status or data.record.status or NA
     blocks.append(Para(f"**Decision: {decision}** (exit code {code if code is not None else NA})"
@@ -56,11 +55,20 @@ def headline(data: AbData) -> list[Block]:
         first = first[len(decision) + 2:] if first.startswith(f"{decision}: ") else first
         if verdict.explanation:  # an INCONCLUSIVE's one line says more than a gate
             first = verdict.explanation.removeprefix(f"{decision} ")
-        first = f": {first}" if first else ""
+        first = f": {user(first)}" if first else ""
         items.append(f"`{arm}` vs `{data.baseline}`: **{decision}**{first}")
     if items:
         blocks.append(Bullets(tuple(items)))
-    return blocks + decision_blocks(data)
+    return blocks + decision_blocks(data) + description_blocks(exp.description)
+
+
+def description_blocks(description: str | None) -> list[Block]:
+    """The experiment's description, after the verdict and quoted as written: nothing
+    in it is read as markup or can look like a line of the report's own."""
+    if not description or not description.strip():
+        return []
+    return [Para("The experiment's description, as written in it (not checked by abgate):"),
+            Quote(user(description))]
 
 
 def decision_blocks(data: AbData) -> list[Block]:
@@ -72,9 +80,9 @@ def decision_blocks(data: AbData) -> list[Block]:
     on = f" on `{d.arm}`" if d.arm else ""
     text = (f"**Engineer's decision{on}: {d.decision}** "
             f"({d.relation} the machine verdict {d.machine_verdict or NA}), "
-            f"by {d.by or 'unnamed'} at {d.decided_at}, for tree "
+            f"by {user(d.by or 'unnamed')} at {user(d.decided_at)}, for tree "
             f"`{short(src.tree, 40)}` (commit `{short(src.commit, 40)}`"
-            f"{', **dirty**' if src.dirty else ''}). Why: {d.why}")
+            f"{', **dirty**' if src.dirty else ''}). Why: {user(d.why)}")
     earlier = len(data.decisions) - 1
     if earlier:
         text += f" ({earlier} earlier decision(s) in `decisions.jsonl`.)"
@@ -94,14 +102,14 @@ def _host_text(host: HostInfo) -> str:
     ram = host.ram_bytes
     ram_text = f"{ram / 2**30:.1f} GiB RAM" if ram is not None else "RAM n/a"
     gpu_text = ", ".join(_gpu_name(g) for g in host.gpus or []) or "none"
-    return (f"`{host.hostname or NA}`: {host.cpu or NA}, "
+    return (f"`{user(host.hostname or NA)}`: {user(host.cpu or NA)}, "
             f"{_na(host.cores_logical)} logical cores (affinity "
-            f"{_na(host.affinity)}), {ram_text}; GPUs: {gpu_text}; "
-            f"{host.os or NA}, Python {host.python or NA}")
+            f"{_na(host.affinity)}), {ram_text}; GPUs: {user(gpu_text)}; "
+            f"{user(host.os or NA)}, Python {user(host.python or NA)}")
 
 
 def _code_text(ab: AbRecord) -> str:
-    text = f"abgate {ab.abgate_version}"
+    text = f"abgate {user(ab.abgate_version)}"
     if ab.git is not None:
         text += f", git commit `{short(ab.git.commit)}`"
         if ab.git.dirty:
@@ -129,7 +137,7 @@ def defaults_applied(ab: AbRecord) -> str | None:
              ] if "stopping" in schedule and "stopping" not in shown else []
     parts += [_setting(key, full[key]) for key in ("expect", "evidence")
               if key in full and key not in given]
-    return f"Defaults applied: {', '.join(parts)}." if parts else None
+    return f"Defaults applied: {user(', '.join(parts))}." if parts else None
 
 
 def _provenance(data: AbData) -> list[str]:
@@ -169,8 +177,8 @@ def setup(data: AbData) -> list[Block]:
         f"{len(sched.executed)} measured requests executed.",
         f"Host: {_host_text(ab.host)}.",
         f"Code: {_code_text(ab)}",
-        f"Policy: `{policy.get('name', NA)}` ({policy.get('source', NA)}, sha256 "
-        f"{short(policy.get('sha256'))}): {policy.get('description', NA)}.",
+        f"Policy: `{user(policy.get('name', NA))}` ({user(policy.get('source', NA))}, sha256 "
+        f"{short(policy.get('sha256'))}): {user(policy.get('description', NA))}.",
     ]
     if (applied := defaults_applied(ab)) is not None:
         items.append(applied)
@@ -318,15 +326,15 @@ def weights_section(data: AbData) -> list[Block]:
     for name, wd in data.weights.items():
         overall, ref, other = wd.summary.overall, wd.ref, wd.other
         blocks += [
-            Heading(3, f"Weights: {name}", f"weights-{name}"),
-            Para(f"`{ref.path}` (sha256 {str(ref.sha256)[:12]}) vs "
-                 f"`{other.path}` (sha256 {str(other.sha256)[:12]}): "
+            Heading(3, f"Weights: {user(name)}", f"weights-{name}"),
+            Para(f"`{user(ref.path)}` (sha256 {user(str(ref.sha256)[:12])}) vs "
+                 f"`{user(other.path)}` (sha256 {user(str(other.sha256)[:12])}): "
                  f"{wd.summary.n_compared} tensors compared, pooled relative L2 "
                  f"{num(overall.pooled_rel_l2, '.3g')}, pooled SQNR "
                  f"{num(overall.pooled_sqnr_db, '.1f')} dB, worst tensor relative L2 "
                  f"{num(overall.max_rel_l2, '.3g')}."),
             Table(("Tensor", "Relative L2", "SQNR dB"),
-                  tuple((f"`{t.name}`", num(t.rel_l2, ".3g"), num(t.sqnr_db, ".1f"))
+                  tuple((f"`{user(t.name)}`", num(t.rel_l2, ".3g"), num(t.sqnr_db, ".1f"))
                         for t in wd.worst(5))),
             *_weights_tables(wd),
         ]

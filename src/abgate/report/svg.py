@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from abgate.report.untrusted import plain
+
 BASELINE_COLOR = "#6b7280"
 PALETTE = ("#2563eb", "#d97706", "#7c3aed", "#059669", "#db2777", "#0891b2")
 PASS_COLOR, FAIL_COLOR, NEUTRAL_COLOR = "#15803d", "#b91c1c", "#9ca3af"
@@ -101,7 +103,7 @@ def _attrs(attrs: dict[str, object]) -> str:
             continue
         name = "class" if key == "cls" else key.rstrip("_").replace("_", "-")
         text = c(value) if isinstance(value, float) else str(value)
-        parts.append(f'{name}="{escape(text)}"')
+        parts.append(f'{name}="{escape(plain(text))}"')
     return " ".join(parts)
 
 
@@ -123,7 +125,7 @@ class Canvas:
 
     def text(self, x: float, y: float, text: str, *, anchor: str = "start",
              cls: str = "tick", **attrs: object) -> None:
-        self.el("text", escape(text), x=x, y=y, text_anchor=anchor, cls=cls, **attrs)
+        self.el("text", escape(plain(text)), x=x, y=y, text_anchor=anchor, cls=cls, **attrs)
 
     def line(self, x1: float, y1: float, x2: float, y2: float, **attrs: object) -> None:
         self.el("line", x1=x1, y1=y1, x2=x2, y2=y2, **attrs)
@@ -195,7 +197,8 @@ class Canvas:
                   anchor="middle", cls="label mark")
 
     def render(self) -> str:
-        head = (f'<svg class="plot" id="{escape(self.plot_id)}" '
+        title = escape(plain(self.title))
+        head = (f'<svg class="plot" id="{escape(plain(self.plot_id))}" '
                 f'viewBox="0 0 {self.width} {self.height}" width="{self.width}" '
-                f'height="{self.height}" role="img" aria-label="{escape(self.title)}">')
-        return "\n".join([head, f"<title>{escape(self.title)}</title>", *self.parts, "</svg>"])
+                f'height="{self.height}" role="img" aria-label="{title}">')
+        return "\n".join([head, f"<title>{title}</title>", *self.parts, "</svg>"])
