@@ -41,7 +41,7 @@ def test_ci_runs_the_readme_test_command_without_the_extras() -> None:
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     readme_step = ci.index(_readme_commands()[1])
     bare = [line for line in ci[:readme_step] if ". .venv/bin/activate" in line
-            or "python3 -m venv .venv" == line.strip()]
+            or line.strip() == "python3 -m venv .venv"]
     assert bare, "the README's venv is made by .ci/run"
     first_bare = ci.index("python3 -m venv .venv")
     assert not any("torch" in line or "transformers" in line
