@@ -119,3 +119,21 @@ def use_handler(handler: fake_engine.Handler) -> Iterator[None]:
         yield
     finally:
         fake_engine.set_handler(previous)
+
+
+@contextlib.contextmanager
+def fake_loads() -> Iterator[list[str]]:
+    """Each fake engine constructed in this process inside the block, by model name: an
+    empty list at the end says a command never got as far as loading its engine."""
+    made: list[str] = []
+    init = fake_engine.FakeEngine.__init__
+
+    def counted(self: fake_engine.FakeEngine, model: str, args: Mapping[str, object]) -> None:
+        made.append(model)
+        init(self, model, args)
+
+    fake_engine.FakeEngine.__init__ = counted  # type: ignore[method-assign]
+    try:
+        yield made
+    finally:
+        fake_engine.FakeEngine.__init__ = init  # type: ignore[method-assign]
