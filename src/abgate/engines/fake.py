@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+import numpy.random  # noqa: F401  (loaded with the engine: an arm's mapped libraries
+import numpy.typing as npt  # never depend on whether another arm generated first)
 
 import abgate
 from abgate.engines.args import ArgSpec
