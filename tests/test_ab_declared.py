@@ -1,7 +1,9 @@
 """Declared differences between A/B arms, and contracts on every arm (issue 24, items 1-2).
 
-The engine tests run the embedded SmolLM2 on two items and a few tokens; they assert
-refusals, the keys named and what is recorded, never figures of this CPU."""
+The engine tests run the embedded SmolLM2 on two items and a few tokens where a
+difference only llama.cpp's load shows is the point (n_batch clamped to n_ctx); they
+assert refusals, the keys named and what is recorded, never figures of this CPU. The
+rest runs on the fake engine through the CLI in this process."""
 
 from __future__ import annotations
 
@@ -14,20 +16,23 @@ from abgate.ab import declared
 from abgate.ab.experiment import parse_experiment
 from abgate.errors import UsageError
 from tests.conftest import abgate, engine_refused, no_engine_env, read_lines, toml_engine_args
-from tests.support.fake import cli
+from tests.support.fake import cli, fake_loads
 
 
 def experiment(base: dict[str, object], cand: str, *, shared: dict[str, object] | None = None,
-               top: str = "") -> str:
+               top: str = "", engine: str = "llamacpp") -> str:
+    args = toml_engine_args(shared or {"n_ctx": 512}) if engine == "llamacpp" else \
+        "{ n_ctx = 512 }"
     return f"""{top}
 name = "declared"
 baseline = "base"
 [shared]
+engine = "{engine}"
 suite = "synthetic"
 difficulty = "trivial"
 limit = 2
 max_tokens = 8
-engine_args = {toml_engine_args(shared or {"n_ctx": 512})}
+engine_args = {args}
 [schedule]
 warmup = 0
 [evidence]
@@ -82,19 +87,19 @@ def test_bad_declarations_are_one_line_errors(doc: dict[str, object], pattern: s
         parse_experiment(doc, "x.toml")
 
 
-@pytest.mark.engine
 def test_undeclared_second_switch_refused_before_anything(tmp_path: Path) -> None:
     """Two switches flipped, one declared: exit 2 naming the other, before any load and
     before the A/B directory exists."""
-    env, marker = no_engine_env(tmp_path)
-    path = write(tmp_path, experiment({}, 'changes = ["flash_attn"]\n'
-                                      'engine_args = { flash_attn = true, n_ctx = 1024 }'))
+    path = write(tmp_path, experiment({}, 'changes = ["perturb"]\n'
+                                      'engine_args = { perturb = 0.5, n_ctx = 1024 }',
+                                      engine="fake"))
     out = tmp_path / "AB"
-    r = abgate("ab", str(path), "-o", str(out), env=env)
+    with fake_loads() as loads:
+        r = cli("ab", str(path), "-o", str(out))
     assert r.returncode == 2, r.stderr
     assert "undeclared key(s) before the load: engine_args.n_ctx (512 vs 1024)" in r.stderr
-    assert "flash_attn" not in r.stderr.split("before the load:")[1].split(";")[0]
-    assert not out.exists() and not marker.exists()  # nothing written, nothing loaded
+    assert "perturb" not in r.stderr.split("before the load:")[1].split(";")[0]
+    assert not out.exists() and loads == []  # nothing written, nothing loaded
 
 
 @pytest.mark.engine
@@ -170,14 +175,13 @@ def test_opt_out_evidence_from_engine_logs(tmp_path: Path) -> None:
         compile_patterns("x.toml [evidence]", ["("])
 
 
-@pytest.mark.engine
 def test_env_only_difference_with_nothing_observable_warns(tmp_path: Path) -> None:
-    """An opt-out variable llama.cpp never reads: the A/B runs, and the records and the
+    """An opt-out variable the engine never reads: the A/B runs, and the records and the
     report say that nothing shows it took effect."""
     path = write(tmp_path, experiment({}, 'env = { ABGATE_TEST_OPT_OUT = "1" }',
-                                      top='allow_differences = ["env.*"]'))
+                                      top='allow_differences = ["env.*"]', engine="fake"))
     out = tmp_path / "AB"
-    r = abgate("ab", str(path), "-o", str(out))
+    r = cli("ab", str(path), "-o", str(out))
     assert r.returncode == 3, r.stderr  # 2 items: INCONCLUSIVE
     opt = json.loads((out / "ab.json").read_text())["differences"]["cand"]["opt_out"]
     assert opt["env"] == ["env.ABGATE_TEST_OPT_OUT"] and opt["observed"] is False

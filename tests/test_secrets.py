@@ -36,7 +36,8 @@ from abgate.redact import (
     redacted_paths,
 )
 from tests.conftest import abgate, read_lines
-from tests.support.fake import cli
+from tests.support.fake import Result, cli
+from tests.support.records import edit_record
 from tests.test_openai_engine import FAKE_SERVER
 
 # -- the rules ----------------------------------------------------------------------------
@@ -183,15 +184,22 @@ PROCESS_ENV = {
     "ABGATE_PLAIN": "visible-plain-value",
 }
 TINY = ["--suite", "synthetic", "--difficulty", "trivial", "--limit", "1", "--max-tokens", "4"]
-# one thread for generation and for prompts: two commands run at a time on two cores
-# (llama.cpp's prompt threads spin, several per process make everything slower)
-LLAMA = ["--engine-arg", "n_threads=1", "--engine-arg", "n_threads_batch=1"]
+# the in-process commands run on the fake engine (what is recorded is workflow logic;
+# the openai ones reach a fake OpenAI server), with one harmless engine arg
+LLAMA = ["--engine", "fake", "--engine-arg", "seed=1"]
 
 
-def _cli(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    r = abgate(*map(str, args), timeout=timeout, env=PROCESS_ENV)
+def _cli(*args: str | Path, timeout: float = 300, in_process: bool = False
+         ) -> Result | subprocess.CompletedProcess[str]:
+    """A command under PROCESS_ENV: in a subprocess (its recorded command line is
+    abgate's own), or in this process (``tests.support.fake.cli``)."""
+    r: Result | subprocess.CompletedProcess[str]
+    if in_process:
+        r = cli(*map(str, args), env=PROCESS_ENV)
+    else:
+        r = abgate(*map(str, args), timeout=timeout, env=PROCESS_ENV)
     ok = (0, 1, 3) if args[0] == "ab" else (0,)  # an A/B of one item may decide anything
-    assert r.returncode in ok, f"abgate {' '.join(map(str, args))}\n{r.stdout}\n{r.stderr}"
+    assert r.returncode in ok, f"abgate {' '.join(map(str, args))}\n{r.stderr}"
     return r
 
 
@@ -225,7 +233,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory, endpoint: int) -> Path:
-    """Every command, two at a time (the llama.cpp ones use one thread each)."""
+    """Every command, two at a time."""
     base = tmp_path_factory.mktemp("secrets")
     work = tmp_path_factory.mktemp("inputs")
     fake = work / "fake_server.py"
@@ -238,7 +246,7 @@ def out(tmp_path_factory: pytest.TempPathFactory, endpoint: int) -> Path:
     url = (f"http://{SECRETS['endpoint URL user']}:{SECRETS['endpoint URL password']}"
            f"@127.0.0.1:{endpoint}")
     jobs: list[tuple[str | Path, ...]] = [
-        ("ab", *TINY[:2], *TINY[4:], *LLAMA, "--b-engine-arg", "flash_attn=true",
+        ("ab", *TINY[:2], *TINY[4:], *LLAMA, "--b-engine-arg", "tpot_ms=4.0",
          "--no-agreement", "--no-probes",
          "--a-env", f"A_API_KEY={SECRETS['ab --a-env']}",
          "--b-env", f"B_ACCESS_TOKEN={SECRETS['ab --b-env']}", "-o", base / "ab"),
@@ -261,11 +269,20 @@ def out(tmp_path_factory: pytest.TempPathFactory, endpoint: int) -> Path:
         ("manifest", "build", "--root", work / "root", "--env-var", "MY_SERVICE_PASSWORD",
          "--env-var", "ABGATE_PLAIN", "-o", base / "manifest.json"),
     ]
+    # the commands whose recorded command line a test reads run as subprocesses, two at
+    # a time, while the others run in this process
+    argv_read = [job for job in jobs if job[-1] in (base / "ab", base / "run",
+                                                    base / "baseline")]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for done in pool.map(lambda job: _cli(*job), jobs):
-            assert done is not None
+        running = [pool.submit(_cli, *job) for job in argv_read]
+        for job in jobs:
+            if job not in argv_read:
+                _cli(*job, in_process=True)
+        for done in running:
+            assert done.result() is not None
     for fmt in ("md", "html"):
-        _cli("report", base / "ab", "--format", fmt, "-o", base / f"report.{fmt}")
+        _cli("report", base / "ab", "--format", fmt, "-o", base / f"report.{fmt}",
+             in_process=True)
     return base
 
 
@@ -274,7 +291,6 @@ def _texts(root: Path) -> dict[str, str]:
     return {str(p): p.read_text(encoding="utf-8", errors="replace") for p in files}
 
 
-@pytest.mark.engine
 def test_no_secret_in_any_file_written(out: Path) -> None:
     texts = _texts(out)
     names = {Path(p).relative_to(out).as_posix() for p in texts}
@@ -304,10 +320,9 @@ def _has(seq: list[str], *words: str) -> bool:
     return any(seq[i:i + len(words)] == list(words) for i in range(len(seq)))
 
 
-@pytest.mark.engine
 def test_harmless_values_are_kept(out: Path) -> None:
     cmd = _cmdline(out / "run" / "run.json")
-    assert _has(cmd, "--max-tokens", "4") and _has(cmd, "--engine-arg", "n_threads=1")
+    assert _has(cmd, "--max-tokens", "4") and _has(cmd, "--engine-arg", "seed=1")
     assert _has(cmd, "--env", f"OPENAI_API_KEY={REDACTED}")
     assert _has(cmd, "--env", "ABGATE_MAX_TOKENS=4321")
     run = json.loads((out / "run" / "run.json").read_text())
@@ -319,7 +334,7 @@ def test_harmless_values_are_kept(out: Path) -> None:
     assert env["VLLM_ABGATE_NOTE"] == REDACTED
 
     ab_cmd = _cmdline(out / "ab" / "arms" / "A" / "run.json")
-    assert _has(ab_cmd, "--max-tokens", "4") and _has(ab_cmd, "--b-engine-arg", "flash_attn=true")
+    assert _has(ab_cmd, "--max-tokens", "4") and _has(ab_cmd, "--b-engine-arg", "tpot_ms=4.0")
     assert _has(ab_cmd, "--a-env", f"A_API_KEY={REDACTED}")
     bench = json.loads((out / "bench" / "run.json").read_text())  # a bench records no argv
     assert bench["config"]["output_len"] == 4 and bench["config"]["peak_bw_gbps"] == 10
@@ -327,7 +342,6 @@ def test_harmless_values_are_kept(out: Path) -> None:
     assert _has(_cmdline(out / "baseline" / "baseline.json"), "--input-len", "16")
 
 
-@pytest.mark.engine
 def test_launched_server_records(out: Path) -> None:
     run = json.loads((out / "launched" / "run.json").read_text())
     launch = run["spec"]["engine_options"]["launch"]
@@ -344,7 +358,6 @@ def test_launched_server_records(out: Path) -> None:
     assert samples and samples[0]["error"] is None
 
 
-@pytest.mark.engine
 def test_endpoint_url_keeps_its_host(out: Path, endpoint: int) -> None:
     run = json.loads((out / "endpoint" / "run.json").read_text())
     shown = f"http://{REDACTED}@127.0.0.1:{endpoint}"
@@ -354,24 +367,20 @@ def test_endpoint_url_keeps_its_host(out: Path, endpoint: int) -> None:
     assert read_lines(out / "endpoint" / "samples.jsonl")[0]["error"] is None
 
 
-@pytest.mark.engine
 def test_manifest_and_reports(out: Path) -> None:
     env = json.loads((out / "manifest.json").read_text())["environment"]["env"]
     assert env["MY_SERVICE_PASSWORD"] == REDACTED and env["ABGATE_PLAIN"] == "visible-plain-value"
     assert env["HF_ENDPOINT"] == f"https://{REDACTED}@hub.example"
     report = (out / "report.md").read_text()
-    assert "flash_attn" in report and REDACTED in report and "A_API_KEY" in report
+    assert "tpot_ms" in report and REDACTED in report and "A_API_KEY" in report
 
 
 def _interrupted(record: Path) -> None:
     """Mark a copied record interrupted: a complete one is "already complete" on resume
     (nothing would run, so its redacted values would not matter)."""
-    doc = json.loads(record.read_text())
-    doc["status"] = "interrupted"
-    record.write_text(json.dumps(doc))
+    edit_record(record, status="interrupted")
 
 
-@pytest.mark.engine
 def test_resume_refuses_to_run_with_redacted_values(out: Path, tmp_path: Path) -> None:
     shutil.copytree(out / "endpoint", tmp_path / "r")
     _interrupted(tmp_path / "r" / "run.json")

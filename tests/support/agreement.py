@@ -14,6 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from abgate.runner.documents import (
+    AbRecord,
+    ProbesDocument,
+    ScoringCost,
+    read_record,
+    write_record,
+)
+
 KL = float | Callable[[int, int], float]
 
 
@@ -75,17 +83,19 @@ def write_agreement(ab_dir: Path, arm: str, rows: Iterable[Mapping[str, Any]]) -
 
 
 def write_probes(ab_dir: Path, arm: str, results: Mapping[str, bool]) -> Path:
+    """An arm's ``probes.json`` as the A/B writes it (through ``ProbesDocument`` and
+    ``write_record``, so the real reader accepts it)."""
     path = ab_dir / "arms" / arm / "probes.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"probes": [
+    write_record(path, ProbesDocument.new(probes=[
         {"name": name, "passed": passed, "reason": "ok" if passed else f"{name}: wrong answer"}
-        for name, passed in results.items()]}))
+        for name, passed in results.items()]))
     return path
 
 
 def write_scoring(ab_dir: Path, scoring: Mapping[str, Mapping[str, Any]]) -> None:
     """Add ``scoring`` to ``ab.json`` as the A/B scoring pass records it."""
     path = ab_dir / "ab.json"
-    doc = json.loads(path.read_text())
-    doc["scoring"] = dict(scoring)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = read_record(path, "ab", model=AbRecord)
+    doc.scoring = {arm: ScoringCost.model_validate(dict(cost)) for arm, cost in scoring.items()}
+    write_record(path, doc)

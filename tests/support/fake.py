@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abgate.cli import main
+from abgate.engines import fake as fake_engine
 
 
 @dataclass(frozen=True)
@@ -106,3 +107,33 @@ agreement = {str(agreement).lower()}
 ACCEPT_ARGS = "perturb = 0.05, tpot_ms = 4.0"
 # a numeric change past the target's logit margin: answers change, quality gates fail
 REJECT_ARGS = "perturb = 4.0"
+
+
+@contextlib.contextmanager
+def use_handler(handler: fake_engine.Handler) -> Iterator[None]:
+    """Every fake engine in this process answers through ``handler`` inside the block
+    (``abgate.engines.fake.FakeCall``: return ``call.reply(...)``, ``call.failed(...)``,
+    None for the model's reply, or raise), as httpx's ``MockTransport(handler)``."""
+    previous = fake_engine.set_handler(handler)
+    try:
+        yield
+    finally:
+        fake_engine.set_handler(previous)
+
+
+@contextlib.contextmanager
+def fake_loads() -> Iterator[list[str]]:
+    """Each fake engine constructed in this process inside the block, by model name: an
+    empty list at the end says a command never got as far as loading its engine."""
+    made: list[str] = []
+    init = fake_engine.FakeEngine.__init__
+
+    def counted(self: fake_engine.FakeEngine, model: str, args: Mapping[str, object]) -> None:
+        made.append(model)
+        init(self, model, args)
+
+    fake_engine.FakeEngine.__init__ = counted  # type: ignore[method-assign]
+    try:
+        yield made
+    finally:
+        fake_engine.FakeEngine.__init__ = init  # type: ignore[method-assign]

@@ -20,6 +20,14 @@ nothing sleeps, so tests never depend on wall time. Faults: ``error_rate`` (a se
 fraction of requests end as error samples), ``crash_after`` N requests in this process
 (``crash=interrupt`` raises KeyboardInterrupt as a Ctrl-C would, ``crash=kill`` sends
 this process SIGKILL), ``hang_at`` (that request sleeps ``hang_s`` real seconds).
+
+A test states any other behaviour inline with a **handler**, as httpx's
+``MockTransport(handler)`` does: :func:`set_handler` installs a callable that sees each
+request as a :class:`FakeCall` (after the faults above) and returns a result of its own
+(``call.reply("text")``, ``call.reply(token_ids=[...])``, ``call.failed("why")``),
+None for the model's own reply, or raises (an error sample; ``KeyboardInterrupt`` stops
+the run); a slow request is a handler that sleeps. The handler belongs to this process
+(``tests/support/fake.py: use_handler`` sets it for a block).
 """
 
 from __future__ import annotations
@@ -31,11 +39,13 @@ import re
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+import numpy.random  # noqa: F401  (loaded with the engine: an arm's mapped libraries
+import numpy.typing as npt  # never depend on whether another arm generated first)
 
 import abgate
 from abgate.engines.args import ArgSpec
@@ -43,6 +53,7 @@ from abgate.engines.base import (
     Capabilities,
     Engine,
     EngineInfo,
+    FinishReason,
     GenerationRequest,
     GenerationResult,
     Message,
@@ -88,6 +99,43 @@ DEFAULTS: Mapping[str, Any] = {
     "ttft_ms": 20.0, "tpot_ms": 5.0, "jitter": 0.05, "error_rate": 0.0, "crash_after": None,
     "crash": "interrupt", "hang_at": None, "hang_s": 3600.0, "scoring": "full"}
 _FRACTIONS = ("accuracy", "jitter", "error_rate")
+
+
+@dataclass(frozen=True)
+class FakeCall:
+    """One request as a handler sees it: the request, its prompt IDs, its number in this
+    engine (1-based) and the engine; ``reply`` and ``failed`` build a result on the
+    engine's simulated clock."""
+
+    request: GenerationRequest
+    prompt_ids: list[int]
+    number: int
+    engine: FakeEngine
+    t_submit: float
+
+    def reply(self, text: str | None = None, *, token_ids: Sequence[int] | None = None,
+              finish: FinishReason = "stop") -> GenerationResult:
+        """A result of ``text`` (its byte tokens) or of ``token_ids``."""
+        out = list(token_ids) if token_ids is not None else self.engine.tokenize(text or "")
+        shown = text if text is not None else self.engine.detokenize(out)
+        return self.engine.result(self.request, self.prompt_ids, self.t_submit, out, finish,
+                                  shown)
+
+    def failed(self, error: str) -> GenerationResult:
+        """An error sample of this request."""
+        return GenerationResult.failed(self.request.id, self.t_submit, error)
+
+
+Handler = Callable[[FakeCall], "GenerationResult | None"]
+_handler: Handler | None = None
+
+
+def set_handler(handler: Handler | None) -> Handler | None:
+    """Install ``handler`` for every fake engine in this process (None: none); returns
+    the one it replaces."""
+    global _handler
+    previous, _handler = _handler, handler
+    return previous
 
 
 def resolve_model(model: str | None) -> str:
@@ -285,7 +333,17 @@ class FakeEngine(Engine):
         t0 = max(t_submit, self._clock)
         if error is not None:
             return GenerationResult.failed(req.id, t0, error)
+        handler = _handler
+        if handler is not None:
+            given = handler(FakeCall(req, prompt, self.served, self, t0))
+            if given is not None:
+                return given
         out, finish, text = self._tokens(prompt, p)
+        return self.result(req, prompt, t0, out, finish, text)
+
+    def result(self, req: GenerationRequest, prompt: list[int], t0: float, out: list[int],
+               finish: FinishReason, text: str) -> GenerationResult:
+        """The result of ``out`` for ``req``, its tokens timed on the simulated clock."""
         times = self._times(t0, prompt, len(out))
         self._clock = times[-1] if times else t0
         if self._kept is not None:
@@ -296,7 +354,8 @@ class FakeEngine(Engine):
             t_submit=t0, t_first_token=times[0] if times else None,
             t_last_token=times[-1] if times else None, token_times=times)
 
-    def _tokens(self, prompt: list[int], p: SamplingParams) -> tuple[list[int], Any, str]:
+    def _tokens(self, prompt: list[int], p: SamplingParams
+                ) -> tuple[list[int], FinishReason, str]:
         out: list[int] = []
         while len(out) < p.max_tokens:
             tok = self._pick(self._logits(prompt, len(out)), p, prompt, len(out))

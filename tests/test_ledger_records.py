@@ -1,5 +1,6 @@
 """The ledger on real records: three runs and an A/B made by the CLI (2-3 items, 16
-tokens, one thread), indexed by the commands themselves when they finish; a history
+tokens; the fake engine on a model file, so it is hashed; the CLI in this process, each
+run in its own), indexed by the commands themselves when they finish; a history
 over the three runs; and ``abgate compare`` on the A/B's two arms reproducing that
 A/B's own comparison.json."""
 
@@ -11,35 +12,38 @@ from pathlib import Path
 import pytest
 
 from abgate.ledger.store import opened
-from tests.conftest import abgate, thread_flags
-
-pytestmark = pytest.mark.engine
+from tests.conftest import abgate
+from tests.support.fake import cli
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ledger")
     ledger = root / "ledger.sqlite"
-    threads = thread_flags(1)
+    weights = root / "model.bin"  # the fake model "is" any file: its SHA-256 is indexed
+    weights.write_bytes(b"fake weights\n")
+    threads = ["--engine", "fake", "--model", str(weights)]
     runs = []
     for k in range(3):
         out = root / f"run{k}"
+        # each run in a process of its own, as a user runs them: one process that ran
+        # another command first has more libraries mapped (a configuration difference)
         r = abgate("--ledger", str(ledger), "run", "--suite", "synthetic", "--limit", "2",
                    "--max-tokens", "16", *threads, "-o", str(out))
         assert r.returncode == 0, r.stderr
         assert "ledger: new run" in r.stderr
         runs.append(out)
     ab = root / "ab"
-    r = abgate("--ledger", str(ledger), "ab", "--suite", "synthetic", "--limit", "3",
+    r = cli("--ledger", str(ledger), "ab", "--suite", "synthetic", "--limit", "3",
                "--max-tokens", "16", "--no-probes", *threads,
-               "--b-engine-arg", "flash_attn=true", "-o", str(ab))
+               "--b-engine-arg", "tpot_ms=4.0", "-o", str(ab))
     assert r.returncode in (0, 1, 3), r.stderr
     assert "ledger: new ab" in r.stderr
     bench, baseline = root / "bench", root / "baseline"
-    r = abgate("--ledger", str(ledger), "bench", "--input-len", "16", "--output-len", "4",
+    r = cli("--ledger", str(ledger), "bench", "--input-len", "16", "--output-len", "4",
                "--repeats", "2", *threads, "-o", str(bench))
     assert r.returncode == 0 and "ledger: new bench" in r.stderr, r.stderr
-    r = abgate("--ledger", str(ledger), "baseline", "record", "--input-len", "16",
+    r = cli("--ledger", str(ledger), "baseline", "record", "--input-len", "16",
                "--output-len", "4", "--repeats", "2", "--no-probes", *threads,
                "-o", str(baseline))
     assert r.returncode == 0 and "ledger: new baseline" in r.stderr, r.stderr
@@ -64,20 +68,20 @@ def test_finished_commands_were_indexed(recorded: dict[str, Path]) -> None:
             "B": comparison["comparisons"]["B"]["verdict"]["decision"]}}
         units = db.units_of(ab["id"])
         assert [u.name for u in units] == ["A", "B"]
-        assert units[0].config_digest != units[1].config_digest  # flash_attn differs
+        assert units[0].config_digest != units[1].config_digest  # tpot_ms differs
         run_unit = db.units_of(records[0]["id"])[0]
         assert run_unit.config_digest == units[0].config_digest  # same engine config
-        assert run_unit.engine == "llamacpp" and run_unit.model_sha256
+        assert run_unit.engine == "fake" and run_unit.model_sha256
         assert records[0]["git_commit"] and records[0]["host"]
     # re-adding what the commands indexed changes nothing
-    r = abgate("ledger", "add", str(recorded["run0"]), str(recorded["ab"]),
+    r = cli("ledger", "add", str(recorded["run0"]), str(recorded["ab"]),
                "--ledger", str(recorded["ledger"]))
     assert r.returncode == 0 and r.stdout.split()[0::4] == ["unchanged", "unchanged"]
 
 
 def test_history_over_three_recorded_runs(recorded: dict[str, Path], tmp_path: Path) -> None:
     html = tmp_path / "history.html"
-    r = abgate("history", "steady_decode_tps", "--suite", "synthetic", "--json",
+    r = cli("history", "steady_decode_tps", "--suite", "synthetic", "--json",
                "--html", str(html), "--ledger", str(recorded["ledger"]))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -91,7 +95,7 @@ def test_history_over_three_recorded_runs(recorded: dict[str, Path], tmp_path: P
     page = html.read_text()
     assert page.count('<svg class="plot"') == len(doc["series"])
     assert "step" in page and 'id="render-check"' in page
-    r = abgate("history", "accuracy", "--ledger", str(recorded["ledger"]))
+    r = cli("history", "accuracy", "--ledger", str(recorded["ledger"]))
     assert r.returncode == 0 and "step(s) flagged" in r.stdout
 
 
@@ -105,7 +109,7 @@ def test_compare_two_arms_reproduces_the_ab_comparison(recorded: dict[str, Path]
                 rid = db.by_path(str(ab.resolve()))[0]["id"][:12]
             a_ref, b_ref = f"@{rid}:A", f"@{rid}:B"
         out = tmp_path / "cmp.json"
-        r = abgate("compare", a_ref, b_ref, "-o", str(out), "--ledger",
+        r = cli("compare", a_ref, b_ref, "-o", str(out), "--ledger",
                    str(recorded["ledger"]))
         assert r.returncode == expected["verdict"]["exit_code"], r.stderr
         got = json.loads(out.read_text())
@@ -115,21 +119,21 @@ def test_compare_two_arms_reproduces_the_ab_comparison(recorded: dict[str, Path]
         assert "NOT INTERLEAVED" not in r.stderr
         # the one switch flipped is the configuration's only difference
         conf = got["configuration"]
-        assert conf["available"] and conf["unexplained"] == ["effective.flash_attn",
-                                                             "engine_args.flash_attn"]
-        assert "differs beyond --allow-diff: effective.flash_attn" in r.stdout
-    r = abgate("compare", f"{ab}:A", f"{ab}:B", "-o", str(out),
-               "--allow-diff", "engine_args.flash_attn,effective.*")
+        assert conf["available"] and conf["unexplained"] == ["effective.tpot_ms",
+                                                             "engine_args.tpot_ms"]
+        assert "differs beyond --allow-diff: effective.tpot_ms" in r.stdout
+    r = cli("compare", f"{ab}:A", f"{ab}:B", "-o", str(out),
+               "--allow-diff", "engine_args.tpot_ms,effective.*")
     conf = json.loads(out.read_text())["configuration"]
     assert conf["unexplained"] == [] and conf["summary"] == (
-        "exact match except effective.flash_attn, engine_args.flash_attn (allowed)")
+        "exact match except effective.tpot_ms, engine_args.tpot_ms (allowed)")
 
 
 def test_compare_arms_reversed_and_unmatched(recorded: dict[str, Path], tmp_path: Path) -> None:
     ab = recorded["ab"]
     expected = json.loads((ab / "comparison.json").read_text())["comparisons"]["B"]
     out = tmp_path / "reversed.json"
-    r = abgate("compare", f"{ab}:B", f"{ab}:A", "-o", str(out))
+    r = cli("compare", f"{ab}:B", f"{ab}:A", "-o", str(out))
     assert r.returncode in (0, 1, 3), r.stderr
     got = json.loads(out.read_text())
     assert got["arm_names"] == ["B", "A"] and got["interleaved"].startswith("yes")
@@ -138,12 +142,12 @@ def test_compare_arms_reversed_and_unmatched(recorded: dict[str, Path], tmp_path
         "estimate"])
     assert got["comparison"]["agreement"]["measured"] is False
     # a 2-item run against a 3-item arm: keys in one side only are refused, not dropped
-    r = abgate("compare", str(recorded["run0"]), f"{ab}:A")
+    r = cli("compare", str(recorded["run0"]), f"{ab}:A")
     assert r.returncode == 2 and "not matched" in r.stderr
 
 
 def test_compare_separate_runs_warns(recorded: dict[str, Path]) -> None:
-    r = abgate("compare", str(recorded["run0"]), str(recorded["run1"]))
+    r = cli("compare", str(recorded["run0"]), str(recorded["run1"]))
     assert r.returncode in (0, 1, 3), r.stderr
     assert "WARNING: NOT INTERLEAVED" in r.stderr and "3.7-5.4%" in r.stderr
     assert "configuration: exact match\n" in r.stdout  # one configuration, run twice
