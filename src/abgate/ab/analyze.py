@@ -142,7 +142,8 @@ def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": declared.warnings(ab.differences.get(arm) or {}, arm),
+        "difference_warnings": [*declared.warnings(ab.differences.get(arm) or {}, arm),
+                                *_identical_outputs(ab, arm, samples[base], samples[arm])],
         # what the host was doing while the arms ran: whether "busy" is measured
         "host_load": summarize((ab.host_load or {}).get("snapshots") or []),
     }
@@ -150,6 +151,22 @@ def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
     if probes is not None:
         extras["probes"] = probes
     return extras
+
+
+def _identical_outputs(ab: AbView, arm: str, base: Sequence[Mapping[str, Any]],
+                       cand: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The note for a switch whose only trace after the load is the model config's
+    digest, when every paired output is token-identical (empty otherwise)."""
+    args = (ab.differences.get(arm) or {}).get("config_only")
+    if not args:
+        return []
+    def outputs(samples: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Any]:
+        return {(str(s.item_id), str(s.seed)): s.token_ids
+                for s in map(Sampled.of, samples) if not s.warmup}
+    a, b = outputs(base), outputs(cand)
+    if not a or a.keys() != b.keys() or any(a[k] is None or a[k] != b[k] for k in a):
+        return []
+    return [declared.identical_outputs_warning(arm, list(args), len({k[0] for k in a}))]
 
 
 def item_order(samples: Sequence[Mapping[str, Any]]) -> list[str]:

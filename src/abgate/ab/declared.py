@@ -38,6 +38,9 @@ GROUPS = ("engine_args", "engine_options", "env", "effective", "library")
 # Effective-config keys that repeat the request (vLLM's requested_engine_args): they
 # differ whenever the args do, so they are no evidence that an arg took effect.
 ECHO_KEYS = ("effective.requested_engine_args",)
+# Effective-config keys that follow from the engine args as a whole (the digest of the model
+# config the engine built: an hf_overrides arg changes it): declared with any engine arg.
+DERIVED_KEYS = ("effective.hf_config_sha256",)
 
 
 class UndeclaredDifference(AbgateError):
@@ -141,6 +144,27 @@ def no_op(request: DiffStage | None, loaded: DiffStage | None) -> list[str]:
             if k.startswith("engine_args.")]
     seen = [k for k in (*loaded.declared, *loaded.undeclared) if k not in ECHO_KEYS]
     return [] if seen else args
+
+
+def config_only(request: DiffStage | None, loaded: DiffStage | None) -> list[str]:
+    """The engine args a candidate differs in when, after the load, only the model config's
+    digest differs (:data:`DERIVED_KEYS`; the echo aside): the config object changed, but
+    nothing the engine reports about what it runs. Empty otherwise."""
+    if request is None or loaded is None:
+        return []
+    args = [k for k in (*request.declared, *request.undeclared)
+            if k.startswith("engine_args.")]
+    seen = [k for k in (*loaded.declared, *loaded.undeclared) if k not in ECHO_KEYS]
+    return args if seen and all(k in DERIVED_KEYS for k in seen) else []
+
+
+def identical_outputs_warning(arm: str, args: Sequence[str], n_items: int) -> str:
+    """The note for a switch whose only trace after the load is the model config's digest
+    and whose outputs are token-identical to the baseline's on every item."""
+    return (f"arm {arm}'s declared switch {', '.join(args)} changed only the model config's "
+            f"digest after load (nothing else the engine reports), and its outputs are "
+            f"token-identical to the baseline's on all {n_items} items: the model may not "
+            "read what it changed.")
 
 
 def refusal(arm: str, baseline: str, undeclared: Mapping[str, list[str]], stage: str) -> str:

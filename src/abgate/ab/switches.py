@@ -6,11 +6,12 @@ into ``ab.json``'s ``differences``. The keys and patterns are :mod:`abgate.ab.de
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from abgate.ab import declared, optout
 from abgate.ab.experiment import Experiment
+from abgate.compare import drift
 from abgate.errors import UsageError
 from abgate.runner import documents as docs
 from abgate.runner.sections import ArmDifferences, DiffStage, Provenance
@@ -53,10 +54,13 @@ def loaded_differences(exp: Experiment, doc: docs.AbRecord,
         if base is None or facts is None:
             continue
         patterns = exp.declared_for(arm)
-        known, unknown = declared.split(declared.differing(base, facts), patterns)
         entry = doc.differences.setdefault(arm, ArmDifferences())
-        entry.loaded = declared.section(known, unknown, patterns)
         request = entry.request or DiffStage()
+        known, unknown, moving = _split_loaded(declared.differing(base, facts), patterns,
+                                               request)
+        entry.loaded = declared.section(known, unknown, patterns)
+        if moving:
+            entry.loaded.volatile = moving
         entry.unobserved = declared.unused(  # the arm's own claims, not allowances
             exp.changes.get(arm, ()), {**request.declared, **known})
         unchanged = declared.no_op(request, entry.loaded)
@@ -65,6 +69,7 @@ def loaded_differences(exp: Experiment, doc: docs.AbRecord,
             log.warning("arm %r: %s changed nothing observable after load (effective "
                         "config identical to %r's)", arm, ", ".join(entry.unchanged),
                         exp.baseline)
+        entry.config_only = declared.config_only(request, entry.loaded) or None
         _opt_out(exp, arm, entry, out)
         if unknown and exp.declares:
             return declared.refusal(arm, exp.baseline, unknown, "after the load")
@@ -72,6 +77,23 @@ def loaded_differences(exp: Experiment, doc: docs.AbRecord,
             log.warning("arm %r differs from %r after the load in %s, declared nowhere",
                         arm, exp.baseline, ", ".join(unknown))
     return None
+
+
+def _split_loaded(diff: dict[str, list[str]], patterns: Sequence[str], request: DiffStage
+                  ) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """Declared, undeclared and volatile differences after the load. Volatile figures (a
+    profiler's KV blocks, memory in use) are never a difference; the request's echo and the
+    model config's digest count as declared when the request's engine args were."""
+    moving = {k: v for k, v in diff.items() if drift.volatile(k)}
+    rest = {k: v for k, v in diff.items() if k not in moving}
+    args_declared = any(k.startswith("engine_args.") for k in request.declared)
+    args_undeclared = any(k.startswith("engine_args.") for k in request.undeclared)
+    follows = {k: v for k, v in rest.items()
+               if (k in declared.ECHO_KEYS and args_declared and not args_undeclared)
+               or (k in declared.DERIVED_KEYS and args_declared)}
+    known, unknown = declared.split({k: v for k, v in rest.items() if k not in follows},
+                                    patterns)
+    return {**known, **follows}, unknown, moving
 
 
 def _loaded_facts(doc: docs.AbRecord, provenance: Mapping[str, Provenance | None],

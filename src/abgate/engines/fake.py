@@ -33,6 +33,7 @@ the run); a slow request is a handler that sleeps. The handler belongs to this p
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
@@ -90,9 +91,12 @@ _SPECS = [
             choices={"full": "full", "top_k": "top_k", "none": "none"}),
     ArgSpec("ignored", dict, "an override the engine accepts and drops (as vLLM drops an "
             "hf_overrides key the model does not read): nothing after the load shows it"),
+    ArgSpec("config_override", dict, "an override that lands in the model config and that "
+            "the model does not read (as vLLM's hf_overrides of a key transformers 5 moved): "
+            "only the config's digest (hf_config_sha256) shows it"),
 ]
 # args the fake engine takes and does not report after the load
-_UNREPORTED = frozenset({"ignored"})
+_UNREPORTED = frozenset({"ignored", "config_override"})
 ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
 DEFAULTS: Mapping[str, Any] = {
     "n_ctx": 4096, "seed": 0, "margin": 8.0, "perturb": 0.0, "accuracy": 1.0,
@@ -227,8 +231,18 @@ class FakeEngine(Engine):
     def describe(self) -> EngineInfo:
         return EngineInfo(name=NAME, version=abgate.__version__, model=self.model,
                           effective_config={**{k: v for k, v in self.cfg.items()
-                                               if k not in _UNREPORTED}, "n_vocab": VOCAB},
+                                               if k not in _UNREPORTED}, "n_vocab": VOCAB,
+                                            **self._config_digest()},
                           capabilities=self.capabilities)
+
+    def _config_digest(self) -> dict[str, str]:
+        """The model config's digest, as vLLM's effective config has it: present only
+        when a ``config_override`` was given (the fake has no config otherwise)."""
+        override = self.cfg.get("config_override")
+        if not override:
+            return {}
+        text = json.dumps(override, sort_keys=True, default=str)
+        return {"hf_config_sha256": hashlib.sha256(text.encode()).hexdigest()}
 
     def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
               top_k: int = 5) -> TokenScores:

@@ -171,6 +171,9 @@ class DiffStage(Section):
     patterns: list[str] = []
     declared: dict[str, list[str]] = {}
     undeclared: dict[str, list[str]] = {}
+    # figures that move between two loads of one build (compare.drift.VOLATILE): shown,
+    # never a difference (written only when some differ)
+    volatile: dict[str, list[str]] | None = None
 
 
 class OptOutLines(Section):
@@ -198,6 +201,9 @@ class ArmDifferences(Section):
     unobserved: list[str] | None = None
     opt_out: OptOut | None = None
     unchanged: list[str] | None = None  # engine args after which nothing differs (no-op)
+    # engine args after which only the model config's digest differs (nothing else the
+    # engine reports): the analysis warns when the outputs are identical too
+    config_only: list[str] | None = None
 
 
 class Distribution(Section):
