@@ -57,7 +57,8 @@ PER_LAUNCH = ("effective.endpoints", "effective.endpoints.*", "effective.launch"
 VOLATILE = ("host.gpus.*.memory_used", "host.gpus.*.memory_free", "host.memory_available",
             "host.load_*", "host.ram_available*", "effective.num_gpu_blocks",
             "effective.num_cpu_blocks", "effective.kv_cache_memory*",
-            "effective.available_kv_cache_memory*", "effective.gpu_memory_used*")
+            "effective.available_kv_cache_memory*", "effective.gpu_memory_used*",
+            "effective.load_seconds")  # how long the load took (transformers)
 _MISSING = "<absent>"
 
 
