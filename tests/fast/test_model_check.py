@@ -63,7 +63,21 @@ def prepared(model: Path) -> Any:
 # -- the hash cache ------------------------------------------------------------------------
 
 
+def rewrite_at_first_request(monkeypatch: pytest.MonkeyPatch, model: Path) -> None:
+    """The model file rewritten in place once, as the first request starts (a second
+    flip would put the byte back)."""
+    generate, swapped = FakeEngine.generate, []
+
+    def swapping(self: FakeEngine, *args: Any, **kwargs: Any) -> Any:
+        if not swapped:
+            swapped.append(rewrite_in_place(model))
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakeEngine, "generate", swapping)
+
+
 @pytest.mark.parametrize("swap", [rewrite_in_place, rename_over])
+
 def test_hash_cache_never_hides_a_same_size_same_mtime_rewrite(
         tmp_path: Path, swap: Callable[[Path], None]) -> None:
     model = model_file(tmp_path / "m.gguf")
@@ -235,14 +249,7 @@ def test_an_ab_in_blocks_stops_when_the_model_is_swapped_between_loads(
 def test_an_interleaved_ab_names_one_arm_when_the_model_changes_under_both(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = model_file(tmp_path / "m.gguf")
-    generate, swapped = FakeEngine.generate, []
-
-    def swapping(self: FakeEngine, *args: Any, **kwargs: Any) -> Any:
-        if not swapped:  # once: a second flip would put the byte back
-            swapped.append(rewrite_in_place(model))
-        return generate(self, *args, **kwargs)
-
-    monkeypatch.setattr(FakeEngine, "generate", swapping)
+    rewrite_at_first_request(monkeypatch, model)
     exp = blocks_ab(tmp_path, model)
     exp.write_text(exp.read_text().replace('mode = "blocks"', 'mode = "interleave"')
                    .replace("warmup = 1", "warmup = 0"))  # both loaded before any request
@@ -257,14 +264,7 @@ def test_an_interleaved_ab_names_one_arm_when_the_model_changes_under_both(
 def test_a_run_stops_when_its_model_is_rewritten_under_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = model_file(tmp_path / "m.gguf")
-    generate, swapped = FakeEngine.generate, []
-
-    def swapping(self: FakeEngine, *args: Any, **kwargs: Any) -> Any:
-        if not swapped:  # once: a second flip would put the byte back
-            swapped.append(rewrite_in_place(model))
-        return generate(self, *args, **kwargs)
-
-    monkeypatch.setattr(FakeEngine, "generate", swapping)
+    rewrite_at_first_request(monkeypatch, model)
     out = tmp_path / "r"
     r = cli("run", *RUN_FLAGS, "--model", str(model), "--limit", "2", "-o", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
@@ -281,14 +281,7 @@ def test_a_run_stops_when_its_model_is_rewritten_under_it(
 def test_a_bench_or_baseline_stops_when_its_model_is_rewritten_under_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]) -> None:
     model = model_file(tmp_path / "m.gguf")
-    generate, swapped = FakeEngine.generate, []
-
-    def swapping(self: FakeEngine, *args: Any, **kwargs: Any) -> Any:
-        if not swapped:  # once: a second flip would put the byte back
-            swapped.append(rewrite_in_place(model))
-        return generate(self, *args, **kwargs)
-
-    monkeypatch.setattr(FakeEngine, "generate", swapping)
+    rewrite_at_first_request(monkeypatch, model)
     out = tmp_path / "b"
     r = cli(*command, "--engine", "fake", "--model", str(model), "-o", str(out))
     assert r.returncode == 1, r.stdout + r.stderr
