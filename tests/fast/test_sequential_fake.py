@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from abgate.engines.fake import FakeCall
 from abgate.engines.base import GenerationResult
+from abgate.engines.fake import FakeCall
 from tests.conftest import read_lines
 from tests.support.fake import cli, use_handler
 
