@@ -11,6 +11,7 @@ from abgate.runner.execute import kept_status
 from tests.conftest import engine_refused
 from tests.support.fake import cli
 
+
 def one_line_error(r: object, *texts: str) -> None:
     err = getattr(r, "stderr", "")
     assert getattr(r, "returncode", None) == 2, err
