@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -65,25 +65,24 @@ def parse_load(text: str, *, burstiness: float = 1.0, max_concurrency: int | Non
         raise UsageError(f"--max-concurrency {max_concurrency}: expected >= 1")
     if num_prompts < 1:
         raise UsageError(f"--num-prompts {num_prompts}: expected >= 1")
-    common = {"burstiness": burstiness, "num_prompts": num_prompts, "seed": seed}
+    base = LoadSpec(burstiness=burstiness, num_prompts=num_prompts, seed=seed)
     if shape == "closed":
         if arg:
             raise UsageError(f"{where}: closed takes no argument")
-        return LoadSpec(**common)  # type: ignore[arg-type]
+        return base
     if shape == "concurrency":
         if not arg.isdigit() or int(arg) < 1:
             raise UsageError(f"{where}: expected concurrency:N with N an integer >= 1")
         n = int(arg)
-        return LoadSpec("concurrency", concurrency=n,  # type: ignore[arg-type]
-                        max_concurrency=max_concurrency, **common)
+        return replace(base, shape="concurrency", concurrency=n,
+                       max_concurrency=max_concurrency)
     try:
         rate = float(arg)
     except ValueError:
         rate = float("nan")
     if not (rate > 0 and math.isfinite(rate)):
         raise UsageError(f"{where}: expected poisson:RATE with RATE requests/s > 0")
-    return LoadSpec("poisson", rate=rate, max_concurrency=max_concurrency,  # type: ignore[arg-type]
-                    **common)
+    return replace(base, shape="poisson", rate=rate, max_concurrency=max_concurrency)
 
 
 def arrival_schedule(spec: LoadSpec) -> list[float]:
@@ -141,8 +140,8 @@ def serve_metrics(reqs: Sequence[RequestTimes], duration_s: float) -> dict[str, 
     ttft = [(r.t_chunks[0] - r.t_send) * 1e3 for r in done]
     e2el = [(r.t_end - r.t_send) * 1e3 for r in done]
     tpot = [(e - t) / (r.output_tokens - 1)
-            for r, t, e in zip(done, ttft, e2el) if r.output_tokens > 1]
-    itl = [(b - a) * 1e3 for r in done for a, b in zip(r.t_chunks, r.t_chunks[1:])]
+            for r, t, e in zip(done, ttft, e2el, strict=True) if r.output_tokens > 1]
+    itl = [(b - a) * 1e3 for r in done for a, b in zip(r.t_chunks, r.t_chunks[1:], strict=False)]
     out_tokens = sum(r.output_tokens for r in done)
     return {"completed": len(done), "failed": len(reqs) - len(done),
             "duration_s": duration_s, "total_output_tokens": out_tokens,

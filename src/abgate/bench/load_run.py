@@ -11,6 +11,7 @@ computed from the raw samples alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -69,10 +70,8 @@ def _discover(job: LoadJob) -> tuple[str, Dialect]:
         with httpx.Client(base_url=job.url, headers=dict(job.headers), timeout=10.0) as c:
             models = c.get("/v1/models").json()
             title = None
-            try:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
                 title = c.get("/openapi.json").json().get("info", {}).get("title")
-            except (httpx.HTTPError, ValueError):
-                pass
     except (httpx.HTTPError, ValueError) as exc:
         raise AbgateError(f"{redact_url(job.url)}: cannot list models ({exc})") from None
     served = [str(m.get("id")) for m in models.get("data", [])]
@@ -120,7 +119,7 @@ async def _run(job: LoadJob, model: str, dialect: Dialect, schedule: Sequence[fl
         t0 = time.perf_counter()
         reqs = await asyncio.gather(*(
             _one(job, client, i, _body(job, p, model, dialect), due, t0, gate, out)
-            for i, (p, due) in enumerate(zip(job.prompts, schedule))))
+            for i, (p, due) in enumerate(zip(job.prompts, schedule, strict=True))))
         return list(reqs), time.perf_counter() - t0
 
 

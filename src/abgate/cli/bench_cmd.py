@@ -17,8 +17,8 @@ from abgate.bench.prompts import input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
-from abgate.cli.load_cmd import run_load_bench
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.load_cmd import run_load_bench
 from abgate.progress import reporter
 from abgate.runner.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
 from abgate.runner.documents import BenchSummary
