@@ -26,6 +26,7 @@ from abgate.engines.base import (
     Engine,
     EngineInfo,
     GenerationRequest,
+    LoadedTensor,
     GenerationResult,
     Message,
     OnResult,
@@ -180,6 +181,10 @@ class LlamaCppEngine(Engine):
 
     def tokenize(self, text: str) -> list[int]:
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def loaded_weights(self) -> dict[str, LoadedTensor] | None:
+        from abgate.engines.llamacpp.weights import loaded_weights
+        return loaded_weights(self.model_path)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._llm.detokenize(list(ids)).decode("utf-8", errors="replace")

@@ -1,0 +1,33 @@
+"""llama.cpp's weights as loaded: the tensors of the GGUF file the engine mapped (llama.cpp
+runs them as stored), each decoded to float32 by ``gguf.quants.dequantize`` where the
+GGUF type allows (:func:`loaded_weights`); a type ``gguf`` cannot decode raises on read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from abgate.engines.base import LoadedTensor
+
+__all__ = ["loaded_weights"]
+
+
+def loaded_weights(model_path: str) -> dict[str, LoadedTensor] | None:
+    """name -> :class:`LoadedTensor`; None without the ``gguf`` package."""
+    try:
+        import gguf
+    except ImportError:
+        return None
+    reader = gguf.GGUFReader(Path(model_path), "r")
+    out: dict[str, LoadedTensor] = {}
+    for t in reader.tensors:
+        shape = tuple(int(d) for d in reversed([int(x) for x in t.shape]))  # numpy order
+        out[t.name] = LoadedTensor(t.tensor_type.name, shape, _reader(gguf, t, shape))
+    return out
+
+
+def _reader(gguf: Any, tensor: Any, shape: tuple[int, ...]) -> Any:
+    def read() -> Any:
+        data = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+        return data.astype("float32").reshape(shape)
+    return read
