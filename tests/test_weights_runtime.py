@@ -64,7 +64,7 @@ def test_vllm_worker_reader_dequantizes_fp8_and_splits_fused_projections() -> No
     vLLM's fp8 online quantization leaves them (float8 ``weight`` held ``[in, out]``, a
     per-tensor ``weight_scale``) and a bf16 fused ``qkv_proj`` with ``output_sizes``."""
     torch = pytest.importorskip("torch")
-    from abgate.engines.vllm.runtime_weights import worker_read, worker_table
+    from abgate.engines.vllm.runtime_weights import as_array, worker_read, worker_table
 
     w = torch.randn(8, 4)  # [out, in]
     scale = w.abs().max() / 448.0
@@ -85,8 +85,8 @@ def test_vllm_worker_reader_dequantizes_fp8_and_splits_fused_projections() -> No
     assert {k: v[1] for k, v in table.items() if "_proj.weight" in k and "down" not in k} == {
         "layers.0.q_proj.weight": (4, 4), "layers.0.k_proj.weight": (1, 4),
         "layers.0.v_proj.weight": (1, 4)}
-    down = worker_read(worker, "layers.0.down_proj.weight")
+    down = as_array(worker_read(worker, "layers.0.down_proj.weight"))
     rel = np.linalg.norm(down - w.numpy()) / np.linalg.norm(w.numpy())
     assert down.shape == (8, 4) and 0 < rel < 0.1  # fp8 e4m3: a few percent
-    np.testing.assert_array_equal(worker_read(worker, "layers.0.k_proj.weight"),
+    np.testing.assert_array_equal(as_array(worker_read(worker, "layers.0.k_proj.weight")),
                                   qkv.weight.float()[4:5].numpy())

@@ -3,7 +3,8 @@
 The functions here run inside the worker (``collective_rpc`` pickles a callable and calls
 it as ``fn(worker, *args)`` on every rank; vLLM's v1 engine sends a callable to its
 EngineCore only with ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` in the env it started with:
-``--env VLLM_ALLOW_INSECURE_SERIALIZATION=1`` on the arm; abgate never sets it itself). The model is ``worker.model_runner.model``; a weight quantized at load by
+``--env VLLM_ALLOW_INSECURE_SERIALIZATION=1`` on the arm; abgate never sets it itself).
+The model is ``worker.model_runner.model``; a weight quantized at load by
 ``quantization="fp8"`` is a float8 ``weight`` (held transposed, ``[in, out]``, by the
 CUTLASS path) with a ``weight_scale`` (one per tensor, or per output channel): it is read
 back as ``weight.float() * weight_scale`` in the ``[out, in]`` order of the bf16 arm.
@@ -14,12 +15,13 @@ seven projections per layer. Rank 0's shard is read (one GPU: the whole model).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from abgate.engines.base import LoadedTensor
 from abgate.errors import AbgateError
 
-__all__ = ["loaded_weights", "worker_read", "worker_table"]
+__all__ = ["as_array", "loaded_weights", "worker_read", "worker_table"]
 
 _SPLITS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
@@ -80,11 +82,21 @@ def worker_table(worker: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
     return table
 
 
-def worker_read(worker: Any, name: str) -> Any:
-    """On the worker: the tensor ``name`` as a float32 numpy array on the CPU."""
+def worker_read(worker: Any, name: str) -> tuple[bytes, tuple[int, ...]]:
+    """On the worker: the tensor ``name`` as float32 bytes and shape (plain bytes cross
+    vLLM's RPC serializer unchanged; an array read back with :func:`as_array`)."""
     module, param, rows = _entries(_model(worker))[name]
     w = _dequantized(module, param)
-    return (w if rows is None else w[rows]).cpu().numpy()
+    array = (w if rows is None else w[rows]).contiguous().cpu().numpy()
+    return array.tobytes(), tuple(int(d) for d in array.shape)
+
+
+def as_array(reply: tuple[bytes, Sequence[int]]) -> Any:
+    """A :func:`worker_read` reply as a float32 numpy array."""
+    import numpy as np
+
+    data, shape = reply
+    return np.frombuffer(data, dtype=np.float32).reshape(tuple(shape))
 
 
 def loaded_weights(llm: Any) -> dict[str, LoadedTensor]:
@@ -101,5 +113,5 @@ def loaded_weights(llm: Any) -> dict[str, LoadedTensor]:
 
 def _reader(llm: Any, name: str) -> Any:
     def read() -> Any:
-        return llm.collective_rpc(worker_read, args=(name,))[0]
+        return as_array(llm.collective_rpc(worker_read, args=(name,))[0])
     return read
