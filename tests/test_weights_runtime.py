@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from abgate.ab.runtime_weights import diff_arms, read_arm
-from abgate.runner.session import EngineSpec, prepare_engine
+from abgate.provenance.contract import check_effective
+from abgate.provenance.contract_toml import Contract
+from abgate.runner.session import EngineSpec, loaded, prepare_engine
 from abgate.weights import open_checkpoint
 from tests.conftest import abgate, engine_threads
 
@@ -47,6 +49,13 @@ def test_transformers_bf16_arm_against_float32_from_the_loaded_model(tmp_path: P
 
 def test_llamacpp_exposes_its_gguf_tensors_dequantized(model_path: str) -> None:
     p = prepare_engine(EngineSpec("llamacpp", model_path, engine_threads(1)))
+    with loaded(p) as session:  # the effective config reports what llama.cpp's API says
+        eff = session.info["effective_config"]
+    assert eff["n_seq_max"] == 1 and eff["tensor_types"]["attn_q"] == "Q4_1"
+    assert eff["tensor_types"]["token_embd"] == "Q8_0"
+    contract = Contract("c.toml", "0" * 64, settings={"ssm_state_dtype": "float32", "n_seq_max": 1})
+    (missing,) = check_effective(contract, "llamacpp", eff)
+    assert "not reported by this engine" in missing.message()
     held, ident = read_arm(p)
     ckpt = open_checkpoint(Path(model_path))
     assert set(held) == set(ckpt.tensors) and ident["model"] == Path(model_path).name

@@ -34,6 +34,7 @@ from abgate.engines.base import (
     one_at_a_time,
 )
 from abgate.engines.llamacpp.state import DEFAULT_BUDGET_BYTES, PromptStates
+from abgate.engines.llamacpp.weights import tensor_types
 from abgate.engines.shared.default_model import default_model_path
 from abgate.engines.shared.logits import scores_from_logits
 from abgate.errors import AbgateError, UsageError
@@ -220,6 +221,8 @@ class LlamaCppEngine(Engine):
             "model_params": int(lc.llama_model_n_params(llm.model)),
             "model_size_bytes": int(lc.llama_model_size(llm.model)),
             "model_name": llm.metadata.get("general.name"),
+            "n_seq_max": int(lc.llama_n_seq_max(llm.ctx)),
+            "tensor_types": tensor_types(self.model_path),
             "system_info": lc.llama_print_system_info().decode(errors="replace").strip(),
         }
         return EngineInfo(name=NAME, version=lc.__version__, model=self.model_path,

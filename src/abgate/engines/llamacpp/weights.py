@@ -9,7 +9,7 @@ from typing import Any
 
 from abgate.engines.base import LoadedTensor
 
-__all__ = ["loaded_weights"]
+__all__ = ["loaded_weights", "tensor_types"]
 
 
 def loaded_weights(model_path: str) -> dict[str, LoadedTensor] | None:
@@ -31,3 +31,18 @@ def _reader(gguf: Any, tensor: Any, shape: tuple[int, ...]) -> Any:
         data = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
         return data.astype("float32").reshape(shape)
     return read
+
+
+def tensor_types(model_path: str) -> dict[str, str] | None:
+    """The loaded model's weight types by role (``attn_q``, ``ffn_down``, ``token_embd``,
+    ...: GGUF names without the block index), several types joined by ``,``; None
+    without the ``gguf`` package."""
+    tensors = loaded_weights(model_path)
+    if tensors is None:
+        return None
+    roles: dict[str, set[str]] = {}
+    for name, t in tensors.items():
+        parts = name.split(".")
+        role = parts[2] if parts[0] == "blk" and len(parts) > 2 else parts[0]
+        roles.setdefault(role, set()).add(t.dtype)
+    return {role: ",".join(sorted(types)) for role, types in sorted(roles.items())}
