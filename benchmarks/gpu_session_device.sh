@@ -2,14 +2,14 @@
 # One device call on the lent H200 for the figures of 2026-12-02 (issue 37's runtime weights diff and
 # issue 33's served load shape against `vllm bench serve`), from the project root there, after the
 # vLLM and model parts are staged (../shared/gpu/README.md):
-#   bash benchmarks/gpu_session_device.sh DATA.jsonl
+#   bash benchmarks/gpu_session_device.sh DATA.jsonl weights|load    (one call each: each may run 10 minutes)
 # 1. benchmarks/gpu_seed_rows.sh: vLLM fp8 (online) vs bf16 weights read from the running engine;
 # 2. `vllm serve` of the bf16 SmolLM2, then benchmarks/served_load.py at concurrency 32 (abgate's
 #    generator, then `vllm bench serve`, 3 repeats), the server stopped and the port and GPU memory checked.
 # Results under $OUT (seed-rows/, served-load/, served_load.json, cleanup.txt).
 set -uo pipefail
-data=${1:?data file}
-bash "$(dirname "$0")/gpu_seed_rows.sh" "$data"
+data=${1:?data file} step=${2:?weights or load}
+if [[ $step == weights ]]; then bash "$(dirname "$0")/gpu_seed_rows.sh" "$data"; exit; fi
 . "${VLLM_STAGE:-/root/vllm-stage}/on-device-vllm.sh"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 sl=$OUT/served-load && mkdir -p "$sl"
@@ -26,4 +26,4 @@ kill -TERM -- -"$spid" 2>/dev/null; for _ in $(seq 30); do kill -0 "$spid" 2>/de
 kill -KILL -- -"$spid" 2>/dev/null
 { echo "after stop:"; ps -eo pid,cmd | grep -c '[v]llm serve' ; ss -ltn | grep -c ':8011 ' ;
   nvidia-smi --query-gpu=memory.used --format=csv,noheader; } | tee "$OUT/cleanup.txt"
-rm -rf "$sl"/abgate-*/ 2>/dev/null; ls -la "$OUT" "$sl"
+ls -la "$OUT" "$sl"
