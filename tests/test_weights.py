@@ -343,6 +343,9 @@ def test_reviewer_tables_layer_by_projection_and_kind_ranges(hf_pair: tuple[Path
     assert "Relative L2 per layer and projection" in cli.output
     assert "Relative L2 range per kind" in cli.output
     ab = build_ab_dir(tmp_path / "ab")
+    arm_sha = json.loads((ab / "arms" / "base" / "run.json").read_text())["spec"]["model"]
+    for side in ("ref", "other"):  # the diff is about the arms' model: the report shows it
+        result[side] = {**result[side], "sha256": arm_sha["sha256"]}
     (ab / "weights-diff-fast.json").write_text(json.dumps(result))
     md = render(ab, "md")
     assert "| Layer | `attn_q` | `attn_k` | `attn_v` | `attn_output` |" in md
