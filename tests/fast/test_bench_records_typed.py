@@ -1,5 +1,5 @@
 """A bench's ``summary.json`` cases and ``baseline.json``'s cases and probes are typed
-(``runner.bench_sections``), and so are ``baseline check``'s rows (``baseline.report``):
+(``records.bench_sections``), and so are ``baseline check``'s rows (``baseline.report``):
 the writers build the models, the files read back into equal models, the keys stay in
 the order abgate has always written them, and older version-1 records (written before
 some fields existed) read and write back with the keys they had."""
@@ -19,7 +19,7 @@ from abgate.baseline.report import CheckRow, ProbeCheck
 from abgate.bench import BenchConfig, execute_bench, prepare_bench
 from abgate.errors import AbgateError, UsageError
 from abgate.runner import records as rec
-from abgate.runner.bench_sections import (
+from abgate.records.bench_sections import (
     Agreement,
     BaselineCase,
     BenchProbes,

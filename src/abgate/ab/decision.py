@@ -25,7 +25,7 @@ from abgate.jsonl_append import append_line
 from abgate.redact import redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import AbRecord, DecisionRecord, RunRecord, read_record
-from abgate.runner.sections import GitState
+from abgate.records.sections import GitState
 from abgate.safejson import BadJson, parse
 
 DECISIONS_FILE = "decisions.jsonl"

@@ -33,7 +33,7 @@ from abgate.runner.execute import RunRecorder, Status, end_record, fail_if_all_e
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions, input_hashes, record_after_load
 from abgate.runner.samples import WARMUP_PREFIX, Sample, ids_sha256, load_samples, sample_key
-from abgate.runner.sections import ArmDifferences, EngineRecord
+from abgate.records.sections import ArmDifferences, EngineRecord
 from abgate.runner.session import EngineSession, loaded
 from abgate.suites import Item
 

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from abgate.bench.samples import BenchSample
-from abgate.runner.bench_sections import Agreement, Divergence
+from abgate.records.bench_sections import Agreement, Divergence
 
 
 def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abgate.bench import limits
-from abgate.runner.bench_sections import Agreement, Divergence, Part
-from abgate.runner.sections import Number
+from abgate.records.bench_sections import Agreement, Divergence, Part
+from abgate.records.sections import Number
 
 
 class SpeedRow(Part):

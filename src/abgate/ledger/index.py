@@ -32,7 +32,7 @@ from abgate.ledger.imports import read_import
 from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
 from abgate.runner import records as rec
-from abgate.runner.bench_sections import CaseFigures
+from abgate.records.bench_sections import CaseFigures
 from abgate.runner.documents import (
     AbRecord,
     AnyRecord,
@@ -45,7 +45,7 @@ from abgate.runner.documents import (
     read_record,
 )
 from abgate.runner.samples import Sample, load_samples
-from abgate.runner.sections import GitState, ModelRef
+from abgate.records.sections import GitState, ModelRef
 
 log = logging.getLogger("abgate.ledger")
 RUN_WORKLOAD = ("suite", "selection", "item_ids", "seeds", "sampling", "prompt")

@@ -17,7 +17,7 @@ from typing import Any
 from abgate.report.fmt import NA, short, value_text
 from abgate.report.load import AbData
 from abgate.report.untrusted import user
-from abgate.runner.sections import EngineRecord, ModelRef, PromptSpec, Spec
+from abgate.records.sections import EngineRecord, ModelRef, PromptSpec, Spec
 
 MISSING = "(not set)"
 _PLURAL = {"engine arg": "engine args", "engine option": "engine options", "env": "env"}

@@ -13,7 +13,7 @@ from abgate.report.load import AbData
 from abgate.report.plots import SPEED_LABELS
 from abgate.report.untrusted import user
 from abgate.report.views import ArmSetting, Gpu
-from abgate.runner.sections import Distribution, Spec, SuiteRef
+from abgate.records.sections import Distribution, Spec, SuiteRef
 
 NOISY_CV = 0.25  # decode-speed coefficient of variation that suggests a busy host
 MANY_TRUNCATED = 0.10

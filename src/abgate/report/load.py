@@ -43,7 +43,7 @@ from abgate.runner.documents import (
     read_record,
 )
 from abgate.runner.samples import Sample, load_samples
-from abgate.runner.sections import Spec
+from abgate.records.sections import Spec
 from abgate.runner.summary import Summary, summarize
 from abgate.safejson import read_json
 

@@ -26,7 +26,7 @@ from abgate.report.review import of_total
 from abgate.report.untrusted import user
 from abgate.report.views import BenchCase, Gpu, WeightsDiff
 from abgate.runner.documents import AbBenchDocument, AbRecord
-from abgate.runner.sections import Distribution, HostInfo, QualitySummary
+from abgate.records.sections import Distribution, HostInfo, QualitySummary
 from abgate.runner.summary import Summary
 from abgate.weights.tables import kind_ranges, layer_projection_table
 

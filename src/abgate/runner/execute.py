@@ -49,7 +49,7 @@ from abgate.runner.samples import (
     checked_samples,
     sample_key,
 )
-from abgate.runner.sections import GitState, Resume
+from abgate.records.sections import GitState, Resume
 from abgate.runner.session import loaded
 from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun

@@ -33,7 +33,7 @@ from abgate.provenance.gitinfo import git_state
 from abgate.provenance.libmaps import snapshot_pids
 from abgate.redact import redact_argv
 from abgate.runner.documents import Loadable
-from abgate.runner.sections import Provenance
+from abgate.records.sections import Provenance
 from abgate.runner.session import EngineSession, PreparedEngine
 
 

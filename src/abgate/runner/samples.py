@@ -14,7 +14,7 @@ from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
 from abgate.runner import records as rec
-from abgate.runner.sections import Number, Section
+from abgate.records.sections import Number, Section
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int

@@ -34,7 +34,7 @@ from abgate.identity import identify_model
 from abgate.model_check import ModelStamp
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
 from abgate.runner.documents import Loadable, RunRecord
-from abgate.runner.sections import EngineRecord
+from abgate.records.sections import EngineRecord
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ConfigDict, StrictBool, StrictInt, StrictStr
 
-from abgate.runner.sections import Distribution, Number, Section
+from abgate.records.sections import Distribution, Number, Section
 
 
 class Part(Section):
