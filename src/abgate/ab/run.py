@@ -26,6 +26,7 @@ from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError
 from abgate.model_check import ModelChanged
 from abgate.provenance import ContractViolation
+from abgate.records.sections import ArmDifferences, EngineRecord
 from abgate.runner import documents as docs
 from abgate.runner import records as rec
 from abgate.runner.documents import source_state, write_record
@@ -33,7 +34,6 @@ from abgate.runner.execute import RunRecorder, Status, end_record, fail_if_all_e
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions, input_hashes, record_after_load
 from abgate.runner.samples import WARMUP_PREFIX, Sample, ids_sha256, load_samples, sample_key
-from abgate.records.sections import ArmDifferences, EngineRecord
 from abgate.runner.session import EngineSession, loaded
 from abgate.suites import Item
 

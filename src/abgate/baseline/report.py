@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abgate.bench import limits
-from abgate.records.bench_sections import Agreement, Divergence, Part
+from abgate.records.bench_sections import Divergence, Part, RepeatAgreement
 from abgate.records.sections import Number
 
 
@@ -41,7 +41,7 @@ class CheckRow(Part):
     prompt_sha256: str
     compared_by: str
     tokens_match: bool
-    repeats: Agreement
+    repeats: RepeatAgreement
     divergence: Divergence | None = None
     speed: SpeedRow
     passed: bool

@@ -36,8 +36,6 @@ from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.integrity import FIELD, verify_file
 from abgate.provenance.gitinfo import git_state
-from abgate.redact import redact
-from abgate.runner import records as rec
 from abgate.records.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
 from abgate.records.sections import (
     ArmDifferences,
@@ -52,6 +50,8 @@ from abgate.records.sections import (
     Section,
     Spec,
 )
+from abgate.redact import redact
+from abgate.runner import records as rec
 
 Kind = Literal["run", "ab-arm", "ab", "bench", "baseline"]
 Status = Literal["running", "complete", "failed", "interrupted"]

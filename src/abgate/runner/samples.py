@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
-from abgate.runner import records as rec
 from abgate.records.sections import Number, Section
+from abgate.runner import records as rec
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
