@@ -62,7 +62,8 @@ class HostInfo(Section):
 
 
 class CapabilitiesRecord(Section):
-    """What an engine can do beyond generating as recorded: the scoring method of ``engines.base.Capabilities``."""
+    """What an engine can do beyond generating, as recorded: the scoring method of
+    ``engines.base.Capabilities``."""
 
     scoring: str | None = None  # "full", "top_k" or None: it cannot score sequences
 
