@@ -151,7 +151,7 @@ def test_contract_applies_to_every_arm_with_the_declared_switch_exempt(tmp_path:
 
 def test_opt_out_evidence_from_engine_logs(tmp_path: Path) -> None:
     from abgate.ab.optout import compile_patterns, opt_out_evidence
-    from abgate.runner.sections import ArmDifferences
+    from abgate.records.sections import ArmDifferences
 
     base, cand = tmp_path / "base", tmp_path / "cand"
     for d, value in ((base, 1), (cand, 0)):

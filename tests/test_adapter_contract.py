@@ -31,7 +31,7 @@ from abgate.engines.base import (
     SamplingParams,
 )
 from abgate.errors import AbgateError
-from abgate.runner.sections import EngineRecord
+from abgate.records.sections import EngineRecord
 from abgate.runner.session import EngineSession, EngineSpec, loaded, prepare_engine
 from tests.conftest import engine_threads, llama_server_binary, requested_threads
 

@@ -19,8 +19,8 @@ from abgate.ab.analyze import analyze
 from abgate.ab.decision import DECISIONS_FILE, arms_source, record_decision, relation
 from abgate.errors import UsageError
 from abgate.provenance.attach import AttachRefused, attach
+from abgate.records.sections import GitState
 from abgate.runner.documents import AbRecord, read_record
-from abgate.runner.sections import GitState
 from tests.conftest import REPO, abgate, toml_engine_args
 from tests.support.records import changed, edit_record
 from tests.support.report import build_ab_dir

@@ -13,8 +13,8 @@ from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (
     ArmSetting,
-    BenchCase,
-    Outlier,
+    BenchCaseView,
+    OutlierView,
     RecordedPolicy,
     WeightsDiff,
 )
@@ -38,11 +38,11 @@ def test_policy_view_keeps_values_and_empties_non_objects() -> None:
 
 
 def test_list_views_keep_only_objects_and_defaults_fill_missing_fields() -> None:
-    assert views(Outlier, None) == [] and views(Outlier, {"item_id": "x"}) == []
-    [row] = views(Outlier, ["junk", {"item_id": "item-1", "correct": None}])
+    assert views(OutlierView, None) == [] and views(OutlierView, {"item_id": "x"}) == []
+    [row] = views(OutlierView, ["junk", {"item_id": "item-1", "correct": None}])
     assert (row.item_id, row.seed, row.why, row.correct) == ("item-1", NA, "", None)
-    assert BenchCase.model_validate({"input_len": 8}).label == f"8/{NA}"
-    assert BenchCase.model_validate({"speed": [1]}).speed.ttft_s.median is None
+    assert BenchCaseView.model_validate({"input_len": 8}).label == f"8/{NA}"
+    assert BenchCaseView.model_validate({"speed": [1]}).speed.ttft_s.median is None
     assert ArmSetting.model_validate({}).limit == NA
     assert ArmSetting.model_validate({"limit": None}).limit is None
 

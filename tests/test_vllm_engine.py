@@ -439,7 +439,7 @@ def test_bench_at_concurrency_runs_batches_and_reports_throughput(
         fake_vllm: types.ModuleType) -> None:
     from abgate.bench.run import BenchCase, execute_plan, plan_bench
     from abgate.bench.samples import BenchSample
-    from abgate.runner.bench_sections import CaseFigures
+    from abgate.records.bench_sections import CaseFigures
 
     engine = ve.load("some/model", {}, {"concurrency": 3})
     plan = plan_bench(engine, [BenchCase(12, 4)])

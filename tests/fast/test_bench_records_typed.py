@@ -1,5 +1,5 @@
 """A bench's ``summary.json`` cases and ``baseline.json``'s cases and probes are typed
-(``runner.bench_sections``), and so are ``baseline check``'s rows (``baseline.report``):
+(``records.bench_sections``), and so are ``baseline check``'s rows (``baseline.report``):
 the writers build the models, the files read back into equal models, the keys stay in
 the order abgate has always written them, and older version-1 records (written before
 some fields existed) read and write back with the keys they had."""
@@ -18,17 +18,17 @@ from abgate.baseline import check_baseline, record_baseline
 from abgate.baseline.report import CheckRow, ProbeCheck
 from abgate.bench import BenchConfig, execute_bench, prepare_bench
 from abgate.errors import AbgateError, UsageError
-from abgate.runner import records as rec
-from abgate.runner.bench_sections import (
-    Agreement,
+from abgate.records.bench_sections import (
     BaselineCase,
     BenchProbes,
     BenchSummaryCase,
     Divergence,
     ProbeRecord,
+    RepeatAgreement,
     RequestRef,
     Roofline,
 )
+from abgate.runner import records as rec
 from abgate.runner.documents import BaselineRecord, BenchSummary, read_document, read_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_a_baseline_reads_back_as_the_models_it_was_written_from(tmp_path: Path)
     on_disk = json.loads((tmp_path / "bl" / "baseline.json").read_text())
     assert list(on_disk["cases"][0]) == BASELINE_KEYS
     for case in read.cases:
-        assert isinstance(case, BaselineCase) and isinstance(case.repeat_agreement, Agreement)
+        assert isinstance(case, BaselineCase) and isinstance(case.repeat_agreement, RepeatAgreement)
         assert case.repeat_agreement.all_match and case.repeat_agreement.first_divergence is None
         assert case.repeat_agreement.summary == "2/2 repeats and the warm-up match"
         assert case.requests is not None and all(isinstance(r, RequestRef) for r in case.requests)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy.random  # noqa: F401  (mapped before the first arm loads, as in a later run)
 
 from abgate.ab.switches import _split_loaded
-from abgate.runner.sections import DiffStage
+from abgate.records.sections import DiffStage
 from tests.support.fake import cli, experiment
 
 DECLARED = DiffStage(declared={"engine_args.hf_overrides": ["(not set)", '{"rope_theta": 1.0}']})

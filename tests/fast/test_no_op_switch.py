@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy.random  # noqa: F401  (mapped before the first arm loads, as in a later run)
 
 from abgate.ab import declared
-from abgate.runner.sections import ArmDifferences, DiffStage
+from abgate.records.sections import ArmDifferences, DiffStage
 from tests.support.fake import cli, experiment
 
 

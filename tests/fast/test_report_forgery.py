@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tests.support.report as report_kit
-from abgate.ledger.history import History, Point, Series
+from abgate.ledger.history import History, HistoryPoint, Series
 from abgate.ledger.history_report import render as render_history
 from abgate.report import build_doc, render, render_data
 from abgate.report.html import render_html
@@ -171,7 +171,7 @@ def test_any_text_gives_one_verdict_line(recorded: tuple[AbData, list[str]], nam
 
 def test_ledger_history_page_shows_record_text_as_text() -> None:
     """The ledger's history page (``abgate ledger history --html``) too."""
-    point = Point(record_id="r" * 12, unit="tok/s", path="/x", kind="run", started_at=0.0,
+    point = HistoryPoint(record_id="r" * 12, unit="tok/s", path="/x", kind="run", started_at=0.0,
                   git_commit="c" * 40, git_dirty=False, status="complete", missing=False,
                   value=10.0, se=1.0, n=4, evidence="**e** \x1b[2J")
     key = {"engine": "llamacpp", "model": "<img src=x onerror=alert(1)>\u202e",

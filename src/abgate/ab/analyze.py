@@ -31,7 +31,7 @@ from abgate.compare.results import (
     ArmResult,
     ComparisonDoc,
     Probes,
-    ScoringCost,
+    ScoringOverhead,
     Sequential,
 )
 from abgate.compare.sequential import sequential_section
@@ -66,13 +66,13 @@ def _generation_seconds(samples: Sequence[Mapping[str, Any]]) -> float | None:
 
 
 def _cost(ab: AbView, arm: str, base: str,
-          samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, ScoringCost]:
+          samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, ScoringOverhead]:
     """Scoring seconds and tokens per arm against the arm's generation seconds."""
-    out: dict[str, ScoringCost] = {}
+    out: dict[str, ScoringOverhead] = {}
     for name in (base, arm):
         info, generation = ab.scoring_of(name), _generation_seconds(samples[name])
         seconds = info.seconds
-        out[name] = ScoringCost(
+        out[name] = ScoringOverhead(
             scoring_seconds=seconds, n_tokens=info.n_tokens,
             max_tokens_per_sequence=info.max_tokens_per_sequence,
             n_sequences=info.n_sequences, prompts_restored=info.prompts_restored,

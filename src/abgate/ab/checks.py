@@ -17,8 +17,8 @@ from abgate.compare import Policy, load_policy
 from abgate.engines import engine_adapter
 from abgate.errors import UsageError
 from abgate.provenance import ContractOutcome, ContractViolation
+from abgate.records.sections import ArmDifferences
 from abgate.runner.provenance import ProvenanceOptions, check_before_load
-from abgate.runner.sections import ArmDifferences
 from abgate.runner.spec import PreparedRun, prepare
 
 MATCHED = ("item_ids", "seeds", "sampling", "prompt", "suite")

@@ -22,10 +22,10 @@ from abgate.compare.results import read_comparison_doc
 from abgate.dirlock import exclusive
 from abgate.errors import UsageError, did_you_mean
 from abgate.jsonl_append import append_line
+from abgate.records.sections import GitState
 from abgate.redact import redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import AbRecord, DecisionRecord, RunRecord, read_record
-from abgate.runner.sections import GitState
 from abgate.safejson import BadJson, parse
 
 DECISIONS_FILE = "decisions.jsonl"

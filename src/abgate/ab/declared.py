@@ -27,7 +27,7 @@ from pathlib import PurePath
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
-from abgate.runner.sections import ArmDifferences, DiffStage, EngineRecord, Provenance, Spec
+from abgate.records.sections import ArmDifferences, DiffStage, EngineRecord, Provenance, Spec
 
 MISSING = "(not set)"
 # Effective-config keys that name one instance rather than a configuration (a launched

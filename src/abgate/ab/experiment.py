@@ -137,7 +137,7 @@ def _lengths(value: Any) -> Any:
 
 
 @dataclass(frozen=True, config=FORBID)
-class BenchPlan:
+class ArmBenchPlan:
     """Fixed-length speed cases run for every arm after the quality samples."""
 
     input_len: Annotated[tuple[AtLeast1, ...], LISTED, BeforeValidator(_lengths)] = ()
@@ -173,7 +173,7 @@ class Experiment:
     baseline: Str
     schedule: Schedule = field(default_factory=Schedule)
     policy: Str | None = None
-    bench: BenchPlan = field(default_factory=BenchPlan)
+    bench: ArmBenchPlan = field(default_factory=ArmBenchPlan)
     description: Str = ""
     expect: Expect = "lossy"
     evidence: Evidence = field(default_factory=Evidence)
@@ -293,7 +293,7 @@ class ExperimentFile:
     schedule: Schedule = field(default_factory=Schedule)
     arms: dict[str, ArmTable] = field(default_factory=dict)
     policy: Str | None = None
-    bench: BenchPlan = field(default_factory=BenchPlan)
+    bench: ArmBenchPlan = field(default_factory=ArmBenchPlan)
     expect: Expect = "lossy"
     evidence: Evidence = field(default_factory=Evidence)
     allow_differences: StrList = ()

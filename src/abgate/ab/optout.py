@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
-from abgate.runner.sections import ArmDifferences, DiffStage, OptOut, OptOutLines
+from abgate.records.sections import ArmDifferences, DiffStage, OptOut, OptOutLines
 
 LOG_GLOB = "*.log"
 MAX_LINES = 20

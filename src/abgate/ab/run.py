@@ -24,11 +24,11 @@ from abgate.ab.schedule import ArmSessions, Schedule
 from abgate.ab.sequential import Sequential
 from abgate.ab.state import OnPhase, Progress, RunState, new_state
 from abgate.ab.strategies import Blocks, Interleaved, LocalSessions
+from abgate.records.sections import ArmDifferences
 from abgate.runner.documents import source_state
 from abgate.runner.execute import Status, end_record, fail_if_all_errors, tracked
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions, input_hashes
-from abgate.runner.sections import ArmDifferences
 
 __all__ = ["AbOutcome", "OnPhase", "Progress", "run_ab", "run_checked", "schedule_for"]
 log = logging.getLogger("abgate.ab")

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from abgate.bench.samples import BenchSample
-from abgate.runner.bench_sections import Agreement, Divergence
+from abgate.records.bench_sections import Divergence, RepeatAgreement
 
 
 def first_divergence(ref: Sequence[object], cur: Sequence[object]) -> int | None:
@@ -50,7 +50,7 @@ def divergence(ref_ids: Sequence[int] | None, ref_text: str | None,
 
 
 def agreement(ref_ids: Sequence[int] | None, ref_text: str | None,
-              samples: Sequence[BenchSample]) -> Agreement:
+              samples: Sequence[BenchSample]) -> RepeatAgreement:
     """How many of the warm-up and measured requests reproduce the reference, and the
     first one that does not (in the order they ran)."""
     n_warm = sum(1 for s in samples if s.warmup)
@@ -65,7 +65,7 @@ def agreement(ref_ids: Sequence[int] | None, ref_text: str | None,
         elif first is None:
             first = div
     (wm, wn), (mm, mn) = (matched[True], total[True]), (matched[False], total[False])
-    return Agreement(measured=mn, measured_match=mm, warmup=wn, warmup_match=wm,
+    return RepeatAgreement(measured=mn, measured_match=mm, warmup=wn, warmup_match=wm,
                      all_match=first is None, first_divergence=first,
                      summary=summary(mm, mn, wm, wn))
 

@@ -22,7 +22,8 @@ from abgate.host import host_info
 from abgate.host_load import snapshot, summarize
 from abgate.integrity import FIELD, seal, verify_file
 from abgate.progress import Reporter
-from abgate.runner.bench_sections import BaselineCase, RequestRef
+from abgate.records.bench_sections import BaselineCase, RequestRef
+from abgate.records.sections import HostInfo
 from abgate.runner.documents import (
     BaselineRecord,
     LoadFacts,
@@ -32,7 +33,6 @@ from abgate.runner.documents import (
 )
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
-from abgate.runner.sections import HostInfo
 from abgate.runner.session import loaded
 
 BASELINE_FILE = "baseline.json"

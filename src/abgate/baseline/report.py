@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abgate.bench import limits
-from abgate.runner.bench_sections import Agreement, Divergence, Part
-from abgate.runner.sections import Number
+from abgate.records.bench_sections import Divergence, Part, RepeatAgreement
+from abgate.records.sections import Number
 
 
 class SpeedRow(Part):
@@ -41,7 +41,7 @@ class CheckRow(Part):
     prompt_sha256: str
     compared_by: str
     tokens_match: bool
-    repeats: Agreement
+    repeats: RepeatAgreement
     divergence: Divergence | None = None
     speed: SpeedRow
     passed: bool

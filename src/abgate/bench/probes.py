@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict
 from abgate.bench.prompts import Tokenize, filler_sentences, join_paragraphs
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, Message, SamplingParams
 from abgate.errors import UsageError
-from abgate.runner.bench_sections import ProbeRecord
+from abgate.records.bench_sections import ProbeRecord
 
 Match = Literal["last_integer", "contains"]
 _INT = re.compile(r"-?\d[\d,]*")

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from abgate.gguf_file import read_gguf
-from abgate.runner.bench_sections import Roofline
+from abgate.records.bench_sections import Roofline
 from abgate.safejson import parse
 
 # Bytes per element of KV-cache types (block formats: block bytes / 32 elements).

@@ -31,9 +31,9 @@ from abgate.bench.samples import (
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
-from abgate.runner.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
+from abgate.records.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
+from abgate.records.sections import Distribution
 from abgate.runner.samples import ids_sha256
-from abgate.runner.sections import Distribution
 from abgate.runner.summary import SPEED_FIELDS
 
 OnSample = Callable[[BenchSample], None]
@@ -294,7 +294,7 @@ def reference(measured: Sequence[BenchSample],
     """Greedy reference capture: the output token IDs and SHA of the first measured
     request, whether every measured repeat produced the same tokens (by token IDs, else
     by text: some servers return no output token IDs), and whether the warm-ups did too
-    (None without warm-ups): those fields of :class:`~abgate.runner.bench_sections.
+    (None without warm-ups): those fields of :class:`~abgate.records.bench_sections.
     CaseFigures`."""
     shas = [s.output_sha() for s in measured]
     first = measured[0].output if measured else None
@@ -310,7 +310,7 @@ def reference(measured: Sequence[BenchSample],
 def case_summary(measured: Sequence[BenchSample]) -> dict[str, Any]:
     """Request-weighted distributions over the measured (non-warm-up) requests; ITL is
     pooled over all their token gaps (token-weighted): the typed values of those fields
-    of :class:`~abgate.runner.bench_sections.CaseFigures`."""
+    of :class:`~abgate.records.bench_sections.CaseFigures`."""
     itl: list[float] = []
     for s in measured:
         times = s.token_times_ms or []

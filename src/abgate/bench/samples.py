@@ -21,8 +21,8 @@ from abgate.bench.fidelity import Fidelity
 from abgate.bench.probes import ProbeLine
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import RequestTiming
+from abgate.records.sections import Distribution, Number, Section
 from abgate.runner import records as rec
-from abgate.runner.sections import Distribution, Number, Section
 
 
 class BenchPart(Section):

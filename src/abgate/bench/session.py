@@ -58,8 +58,8 @@ from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.provenance import ContractOutcome
+from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, CaseFigures, Roofline
 from abgate.runner import records as rec
-from abgate.runner.bench_sections import BenchProbes, BenchSummaryCase, CaseFigures, Roofline
 from abgate.runner.documents import (
     BenchRecord,
     BenchSummary,

@@ -22,7 +22,7 @@ from abgate.compare.drift import CLASSES, parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
-from abgate.runner.bench_sections import Divergence
+from abgate.records.bench_sections import Divergence
 from abgate.runner.provenance import ProvenanceOptions
 
 _CLASSES = ", ".join(CLASSES)

@@ -20,10 +20,10 @@ from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.load_cmd import run_load_bench
 from abgate.progress import reporter
-from abgate.runner.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
+from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
+from abgate.records.sections import Distribution
 from abgate.runner.documents import BenchSummary
 from abgate.runner.provenance import ProvenanceOptions
-from abgate.runner.sections import Distribution
 
 # (label, speed field, scale, format, engine counterpart, engine scale)
 _ROWS: tuple[tuple[str, str, float, str, str | None, float], ...] = (

@@ -16,7 +16,7 @@ from abgate.cli.finishing import finish_dir
 from abgate.errors import AbgateError, UsageError
 from abgate.provenance.attach import AttachRefused, attach
 from abgate.provenance.manifest import BuildOptions, build_manifest, write_manifest
-from abgate.provenance.verify import VerifyReport, verify_file
+from abgate.provenance.verify import ManifestVerifyReport, verify_file
 
 manifest_app = group(
     "manifest", "Build and verify provenance manifests (source tree, libraries, models, env).")
@@ -84,7 +84,7 @@ def build_cmd(
     typer.echo(f"wrote {output}: {_summary(manifest)}", err=True)
 
 
-def _print_report(report: VerifyReport) -> None:
+def _print_report(report: ManifestVerifyReport) -> None:
     for finding in report.problems:
         typer.echo(finding.line())
     for finding in report.notes:

@@ -277,7 +277,7 @@ class WorstItem(Result):
     top1_agreement: float | None = None
 
 
-class ScoringCost(Result):
+class ScoringOverhead(Result):
     """One arm's scoring pass (from ab.json's ``scoring``) against its generation."""
 
     scoring_seconds: float | None = None
@@ -318,7 +318,7 @@ class Agreement(Result):
     histogram: Histogram = Field(default_factory=Histogram)
     largest_positions: tuple[Position, ...] = ()
     largest_items: tuple[WorstItem, ...] = ()
-    cost: dict[str, ScoringCost] = Field(default_factory=dict)
+    cost: dict[str, ScoringOverhead] = Field(default_factory=dict)
 
 
 # -- probes, sequential ---------------------------------------------------------------

@@ -67,7 +67,7 @@ class UnitRow(BaseModel):
 
 
 @dataclass
-class Point:
+class HistoryPoint:
     record_id: str
     unit: str
     path: str
@@ -87,7 +87,7 @@ class Point:
 @dataclass
 class Series:
     key: dict[str, Any]
-    points: list[Point] = field(default_factory=list)
+    points: list[HistoryPoint] = field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -103,7 +103,7 @@ class History:
     min_change: float
 
     @property
-    def steps(self) -> list[tuple[Series, Point]]:
+    def steps(self) -> list[tuple[Series, HistoryPoint]]:
         return [(s, p) for s in self.series for p in s.points if p.step]
 
 
@@ -120,7 +120,7 @@ def _fmt(x: float | None) -> str:
     return f"{x:.4g}"
 
 
-def judge(prev: Point, cur: Point, speed: bool, min_change: float) -> None:
+def judge(prev: HistoryPoint, cur: HistoryPoint, speed: bool, min_change: float) -> None:
     """Flag ``cur`` as a step from ``prev`` when the rule holds; fill its evidence."""
     if prev.value is None or cur.value is None:
         return
@@ -167,7 +167,7 @@ def history(ledger: Ledger, metric: str, *, model: str | None = None,
             continue
         key = r.series_key()
         series = by_key.setdefault(key, Series(dict(zip(SERIES_KEYS, key, strict=True))))
-        series.points.append(Point(
+        series.points.append(HistoryPoint(
             record_id=r.record_id, unit=r.name, path=r.path, kind=r.kind,
             started_at=r.started_at, git_commit=r.git_commit, git_dirty=r.git_dirty,
             status=r.status, missing=r.missing_since is not None, value=m.value,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from abgate.ledger.history import History, Point, Series, short
+from abgate.ledger.history import History, HistoryPoint, Series, short
 from abgate.report.blocks import Doc, Heading, Para, Plot, Table
 from abgate.report.html import render_html
 from abgate.report.svg import FAIL_COLOR, PALETTE, Canvas, c, nice_range
@@ -18,22 +18,22 @@ RULE = ("A point is a **step** when its change from the previous point of the sa
 HEADER = ("when (UTC)", "commit", "record", "unit", "value", "se", "n", "status", "evidence")
 
 
-def when(p: Point) -> str:
+def when(p: HistoryPoint) -> str:
     if p.started_at is None:
         return "-"
     return dt.datetime.fromtimestamp(p.started_at, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def commit(p: Point) -> str:
+def commit(p: HistoryPoint) -> str:
     text = (p.git_commit or "-")[:10]
     return text + ("+dirty" if p.git_dirty else "")
 
 
-def status(p: Point) -> str:
+def status(p: HistoryPoint) -> str:
     return "MISSING" if p.missing else (p.status or "-")
 
 
-def row(p: Point) -> tuple[str, ...]:
+def row(p: HistoryPoint) -> tuple[str, ...]:
     se = "-" if p.se is None else f"{p.se:.3g}"
     value = "-" if p.value is None else f"{p.value:.4g}"
     return (when(p), user(commit(p)), user(p.record_id[:10]), user(p.unit or "-"), value, se,

@@ -31,8 +31,9 @@ from abgate.ledger.entries import (
 from abgate.ledger.imports import read_import
 from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
+from abgate.records.bench_sections import CaseFigures
+from abgate.records.sections import GitState, ModelRef
 from abgate.runner import records as rec
-from abgate.runner.bench_sections import CaseFigures
 from abgate.runner.documents import (
     AbRecord,
     AnyRecord,
@@ -45,7 +46,6 @@ from abgate.runner.documents import (
     read_record,
 )
 from abgate.runner.samples import Sample, load_samples
-from abgate.runner.sections import GitState, ModelRef
 
 log = logging.getLogger("abgate.ledger")
 RUN_WORKLOAD = ("suite", "selection", "item_ids", "seeds", "sampling", "prompt")
@@ -191,13 +191,13 @@ def add(ledger: Ledger, path: Path, entry: Entry | None = None) -> Added:
 
 
 @dataclass(frozen=True)
-class Checked:
+class CheckedEntry:
     record: dict[str, Any]
     state: str  # ok | missing | changed (the path now holds another record) | unreadable
     detail: str = ""
 
 
-def check(ledger: Ledger) -> list[Checked]:
+def check(ledger: Ledger) -> list[CheckedEntry]:
     """Every record's path: still there and still the same record? Missing ones are
     marked (``missing_since``) and kept; they are never dropped silently."""
     out = []
@@ -205,18 +205,18 @@ def check(ledger: Ledger) -> list[Checked]:
         path = Path(record["path"])
         if not path.exists():
             ledger.mark_missing(record["id"], True)
-            out.append(Checked(record, "missing", "moved or deleted"))
+            out.append(CheckedEntry(record, "missing", "moved or deleted"))
             continue
         try:
             current = read_entry(path).id
         except AbgateError as exc:
-            out.append(Checked(record, "unreadable", str(exc)))
+            out.append(CheckedEntry(record, "unreadable", str(exc)))
             continue
         ledger.mark_missing(record["id"], False)
         if current != record["id"]:
-            out.append(Checked(record, "changed", f"now holds record {current[:12]}"))
+            out.append(CheckedEntry(record, "changed", f"now holds record {current[:12]}"))
         else:
-            out.append(Checked(record, "ok"))
+            out.append(CheckedEntry(record, "ok"))
     return out
 
 

@@ -41,7 +41,7 @@ from abgate.provenance.manifest import (
     content_digest,
     write_manifest,
 )
-from abgate.provenance.verify import VerifyReport, verify_file, verify_manifest
+from abgate.provenance.verify import ManifestVerifyReport, verify_file, verify_manifest
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -54,7 +54,7 @@ __all__ = [
     "ManifestError",
     "MappingIssue",
     "RequiredLib",
-    "VerifyReport",
+    "ManifestVerifyReport",
     "Violation",
     "WorkerMapping",
     "attach",

@@ -29,7 +29,7 @@ from abgate.provenance.paths import entry_name
 
 
 @dataclass(frozen=True)
-class Finding:
+class ManifestFinding:
     """One difference. ``kind``: digest, changed, missing, extra, refused, field or note."""
 
     kind: str
@@ -42,9 +42,9 @@ class Finding:
 
 
 @dataclass
-class VerifyReport:
-    problems: list[Finding] = field(default_factory=list)
-    notes: list[Finding] = field(default_factory=list)
+class ManifestVerifyReport:
+    problems: list[ManifestFinding] = field(default_factory=list)
+    notes: list[ManifestFinding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -61,22 +61,23 @@ def _short(value: Any) -> str:
 
 
 def compare_entries(section: str, expected: list[dict[str, Any]],
-                    actual: list[dict[str, Any]]) -> list[Finding]:
+                    actual: list[dict[str, Any]]) -> list[ManifestFinding]:
     """Changed, missing and extra entries between two lists keyed by ``path``."""
     want = {str(e["path"]): e for e in expected}
     have = {str(e["path"]): e for e in actual}
-    out: list[Finding] = []
+    out: list[ManifestFinding] = []
     for path in sorted(want.keys() | have.keys()):
         if path not in have:
-            out.append(Finding("missing", f"{section} {path}", "in the manifest, not found"))
+            out.append(ManifestFinding("missing", f"{section} {path}",
+                                       "in the manifest, not found"))
         elif path not in want:
-            out.append(Finding("extra", f"{section} {path}", "found, not in the manifest"))
+            out.append(ManifestFinding("extra", f"{section} {path}", "found, not in the manifest"))
         else:
             diffs = [f"{k} {_short(want[path].get(k))} -> {_short(have[path].get(k))}"
                      for k in sorted(want[path].keys() | have[path].keys())
                      if want[path].get(k) != have[path].get(k)]
             if diffs:
-                out.append(Finding("changed", f"{section} {path}", "; ".join(diffs)))
+                out.append(ManifestFinding("changed", f"{section} {path}", "; ".join(diffs)))
     return out
 
 
@@ -97,33 +98,34 @@ def diff_fields(prefix: str, expected: Any, actual: Any) -> list[tuple[str, Any,
 
 
 def _check_source(manifest: dict[str, Any], root: Path, ignore: set[str],
-                  report: VerifyReport) -> None:
+                  report: ManifestVerifyReport) -> None:
     source, params = manifest["source"], manifest["params"]
     listing = "walk" if source["listing"] == "walk" else None
     scan = scan_tree(root, params["include"], params["exclude"], listing, ignore)
     if scan.listing != source["listing"]:
-        report.notes.append(Finding("note", "source.listing", f"manifest listed files with "
+        report.notes.append(ManifestFinding("note", "source.listing", f"manifest listed files with "
                                     f"{source['listing']}, here with {scan.listing}"))
     for rel, reason in scan.refused.items():
-        report.problems.append(Finding("refused", f"file {rel}", reason))
+        report.problems.append(ManifestFinding("refused", f"file {rel}", reason))
     fresh = [e for e in scan.files if e["path"] not in scan.refused]
     kept = [e for e in source["files"] if e["path"] not in scan.refused]
     file_findings = compare_entries("file", kept, fresh)
     report.problems.extend(file_findings)
     if not file_findings and not scan.refused and fingerprint(fresh) != source["fingerprint"]:
-        report.problems.append(Finding("field", "source.fingerprint",
+        report.problems.append(ManifestFinding("field", "source.fingerprint",
                                        "does not match the files (edited)"))
     git_now = gitinfo.git_state(root, ignore=[root / p for p in ignore]) \
         if scan.listing == "git" else None
     if source["git"] is not None and git_now is None:
-        report.notes.append(Finding("note", "source.git", "no git checkout here; "
+        report.notes.append(ManifestFinding("note", "source.git", "no git checkout here; "
                                     "file contents were checked, commit and tree were not"))
     elif source["git"] is not None and git_now is not None:
         for name, want, have in diff_fields("source.git", source["git"], git_now):
-            report.problems.append(Finding("field", name, f"manifest {want!r}, here {have!r}"))
+            report.problems.append(ManifestFinding("field", name,
+                                                   f"manifest {want!r}, here {have!r}"))
 
 
-def _check_artifacts(manifest: dict[str, Any], root: Path, report: VerifyReport) -> None:
+def _check_artifacts(manifest: dict[str, Any], root: Path, report: ManifestVerifyReport) -> None:
     opts = BuildOptions.from_params(manifest["params"])
     libs = hash_libraries(root, opts.libs, strict=False)
     report.problems.extend(compare_entries("library", manifest["libraries"], libs))
@@ -137,34 +139,34 @@ def _check_artifacts(manifest: dict[str, Any], root: Path, report: VerifyReport)
     for model in manifest["models"]:
         now = fresh.pop(model["path"], {"files": [], "hash_mode": model["hash_mode"]})
         if now["hash_mode"] != model["hash_mode"]:
-            report.problems.append(Finding("field", f"model {model['path']}", "hash mode "
+            report.problems.append(ManifestFinding("field", f"model {model['path']}", "hash mode "
                                            f"{model['hash_mode']} -> {now['hash_mode']}"))
         report.problems.extend(compare_entries("model file", model["files"], now["files"]))
     for path in sorted(fresh):
-        report.problems.append(Finding("extra", f"model {path}", "named in params, "
+        report.problems.append(ManifestFinding("extra", f"model {path}", "named in params, "
                                        "not in the manifest's models"))
 
 
 def verify_manifest(manifest: dict[str, Any], root: Path | str,
-                    ignore: Collection[Path] = ()) -> VerifyReport:
+                    ignore: Collection[Path] = ()) -> ManifestVerifyReport:
     """Compare a loaded manifest with what is on disk under ``root`` now."""
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"root {str(root)!r} is not a directory")
-    report = VerifyReport()
+    report = ManifestVerifyReport()
     if not digest_matches(manifest):
-        report.problems.append(Finding("digest", "manifest", "content does not match its "
+        report.problems.append(ManifestFinding("digest", "manifest", "content does not match its "
                                        "digest: the manifest was edited after it was built"))
     skip = {entry_name(root, Path(p)) for p in ignore}
     _check_source(manifest, root, skip, report)
     _check_artifacts(manifest, root, report)
     env_now = environment_snapshot(manifest["params"]["env_vars"])
     for name, want, have in diff_fields("environment", manifest["environment"], env_now):
-        report.notes.append(Finding("note", name, f"manifest {want!r}, here {have!r}"))
+        report.notes.append(ManifestFinding("note", name, f"manifest {want!r}, here {have!r}"))
     return report
 
 
-def verify_file(path: Path | str, root: Path | str) -> VerifyReport:
+def verify_file(path: Path | str, root: Path | str) -> ManifestVerifyReport:
     """Load (refusing unusable manifests) and verify; the manifest file itself is ignored."""
     manifest = load_manifest(path)
     return verify_manifest(manifest, root, ignore=[Path(path).resolve()])

@@ -16,7 +16,7 @@ from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
 from abgate.report.untrusted import user
-from abgate.report.views import Outlier
+from abgate.report.views import OutlierView
 
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
               ("ttft_s", "TTFT ms (lower is better)"))
@@ -223,7 +223,7 @@ def _correct(value: Any) -> str:
 def outliers(data: AbData) -> list[Block]:
     rows, notes = [], []
     for arm in data.ordered:
-        found = views(Outlier, data.arms[arm].quality("outliers"))
+        found = views(OutlierView, data.arms[arm].quality("outliers"))
         for o in found[:MAX_OUTLIERS]:
             rows.append((arm_label(data, arm), f"`{user(f'{o.item_id}#{o.seed}')}`",
                          num(o.output_tokens, ".0f"), num(o.seq_rep_4, ".3f"),

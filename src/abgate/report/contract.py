@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from abgate.records.sections import EngineRecord, ModelRef, PromptSpec, Spec
 from abgate.report.fmt import NA, short, value_text
 from abgate.report.load import AbData
 from abgate.report.untrusted import user
-from abgate.runner.sections import EngineRecord, ModelRef, PromptSpec, Spec
 
 MISSING = "(not set)"
 _PLURAL = {"engine arg": "engine args", "engine option": "engine options", "env": "env"}
 
 
 @dataclass(frozen=True)
-class Contract:
+class ContractView:
     equal: tuple[tuple[str, str], ...]  # (facet, value)
     differs: tuple[tuple[str, tuple[str, ...]], ...]  # (facet, value per arm, in arm order)
     n_effective_equal: int
@@ -159,7 +159,7 @@ def _split(per_arm: list[Mapping[str, Any]], label: str
     return same, differ
 
 
-def matched_contract(data: AbData) -> Contract:
+def matched_contract(data: AbData) -> ContractView:
     arms = list(data.arms)
     facets = [_facets(data, arm) for arm in arms]
     equal: list[tuple[str, str]] = []
@@ -180,4 +180,4 @@ def matched_contract(data: AbData) -> Contract:
     differs.extend(rows)
     if same:
         equal.append(("effective config (every arm)", ", ".join(same)))
-    return Contract(tuple(equal), tuple(differs), len(same))
+    return ContractView(tuple(equal), tuple(differs), len(same))

@@ -7,13 +7,13 @@ from typing import Any
 
 from abgate.compare.results import Comparison
 from abgate.compare.views import views
+from abgate.records.sections import Distribution, Spec, SuiteRef
 from abgate.report.blocks import Block, Bullets, Heading, Para
 from abgate.report.fmt import NA, as_float, pct, value_text
 from abgate.report.load import AbData
 from abgate.report.plots import SPEED_LABELS
 from abgate.report.untrusted import user
 from abgate.report.views import ArmSetting, Gpu
-from abgate.runner.sections import Distribution, Spec, SuiteRef
 
 NOISY_CV = 0.25  # decode-speed coefficient of variation that suggests a busy host
 MANY_TRUNCATED = 0.10

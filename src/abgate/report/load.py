@@ -30,6 +30,7 @@ from abgate.compare.results import (
     read_comparison_doc,
 )
 from abgate.errors import AbgateError, UsageError
+from abgate.records.sections import Spec
 from abgate.redact import redact
 from abgate.report.fmt import as_float
 from abgate.report.views import RecordedPolicy, WeightsDiff
@@ -43,7 +44,6 @@ from abgate.runner.documents import (
     read_record,
 )
 from abgate.runner.samples import Sample, load_samples
-from abgate.runner.sections import Spec
 from abgate.runner.summary import Summary, summarize
 from abgate.safejson import read_json
 

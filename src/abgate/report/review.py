@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from abgate.records.sections import ArmDifferences, GitState, OptOut, Provenance
 from abgate.report.blocks import Block, Bullets, Heading, Para, Table
 from abgate.report.fmt import NA, short
 from abgate.report.load import AbData
 from abgate.report.untrusted import user
-from abgate.runner.sections import ArmDifferences, GitState, OptOut, Provenance
 
 STAGES = (("request", "before the load"), ("loaded", "after the load"))
 

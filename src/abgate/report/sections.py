@@ -9,8 +9,9 @@ from pathlib import PurePath
 from typing import Any
 
 from abgate.compare.views import views
+from abgate.records.sections import Distribution, HostInfo, QualitySummary
 from abgate.report.blocks import Block, Bullets, Heading, Para, Quote, Table
-from abgate.report.contract import Contract
+from abgate.report.contract import ContractView
 from abgate.report.fmt import (
     NA,
     as_float,
@@ -25,9 +26,8 @@ from abgate.report.fmt import (
 from abgate.report.load import AbData
 from abgate.report.review import of_total
 from abgate.report.untrusted import user
-from abgate.report.views import BenchCase, Gpu, WeightsDiff
+from abgate.report.views import BenchCaseView, Gpu, WeightsDiff
 from abgate.runner.documents import AbBenchDocument, AbRecord
-from abgate.runner.sections import Distribution, HostInfo, QualitySummary
 from abgate.runner.summary import Summary
 from abgate.weights.tables import kind_ranges, layer_projection_table
 
@@ -192,7 +192,7 @@ def setup(data: AbData) -> list[Block]:
     return [Heading(2, "Setup", "setup"), Bullets(tuple(items))]
 
 
-def contract_section(data: AbData, contract: Contract) -> list[Block]:
+def contract_section(data: AbData, contract: ContractView) -> list[Block]:
     blocks: list[Block] = [
         Heading(2, "Matched contract", "contract"),
         Para("Held equal in every arm (checked before the run: arms may differ only in "
@@ -273,9 +273,9 @@ def arm_tables(data: AbData) -> list[Block]:
     ]
 
 
-def _bench_cases(bench: AbBenchDocument) -> dict[str, BenchCase]:
+def _bench_cases(bench: AbBenchDocument) -> dict[str, BenchCaseView]:
     """An arm's bench cases by label."""
-    return {case.label: case for case in views(BenchCase, bench.cases)}
+    return {case.label: case for case in views(BenchCaseView, bench.cases)}
 
 
 def bench_section(data: AbData) -> list[Block]:
@@ -293,7 +293,7 @@ def bench_section(data: AbData) -> list[Block]:
     for label in labels:
         row = [label]
         for a in arms:
-            speed = (per_arm[a].get(label) or BenchCase()).speed
+            speed = (per_arm[a].get(label) or BenchCaseView()).speed
             row += [num(speed.steady_decode_tps.median, ".2f"), ms(speed.ttft_s.median)]
         rows.append(tuple(row))
     return [Heading(2, "Bench (fixed-length prompts)", "bench"),

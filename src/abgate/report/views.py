@@ -51,8 +51,8 @@ class ArmSetting(View):
     max_tokens: Any = None
 
 
-class Outlier(View):
-    """One of ``summary.json``'s ``quality.outliers`` (``scoring.health.Outlier``)."""
+class OutlierView(View):
+    """One of ``summary.json``'s ``quality.outliers`` (``scoring.health.OutlierView``)."""
 
     item_id: Any = NA
     seed: Any = NA
@@ -71,7 +71,7 @@ class BenchSpeed(View):
     ttft_s: Median = Field(default_factory=Median)
 
 
-class BenchCase(View):
+class BenchCaseView(View):
     """One case of an arm's ``bench.json`` (the bench's own free object)."""
 
     input_len: Any = NA
@@ -99,7 +99,7 @@ class WeightsSummary(View):
     n_compared: Any = None
 
 
-class TensorDiff(View):
+class TensorDiffView(View):
     name: Any = NA
     status: Any = None
     rel_l2: Any = None
@@ -118,7 +118,7 @@ class WeightsDiff(View):
     summary: WeightsSummary = Field(default_factory=WeightsSummary)
     tensors: Objects = []
 
-    def worst(self, n: int) -> list[TensorDiff]:
+    def worst(self, n: int) -> list[TensorDiffView]:
         """The ``n`` compared tensors of largest relative L2, largest first."""
-        compared = [t for t in views(TensorDiff, self.tensors) if t.compared]
+        compared = [t for t in views(TensorDiffView, self.tensors) if t.compared]
         return sorted(compared, key=lambda t: -float(t.rel_l2))[:n]

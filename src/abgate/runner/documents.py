@@ -7,7 +7,7 @@ Every record starts with the same header: what kind it is and in which schema ve
 the status, abgate's version, the source tree (the same ``git`` facts a manifest
 records, so the two never disagree about ``dirty``), the host and the times. Each kind
 then has its own typed body (:data:`BODIES`): the spec and its digest, the engine as
-loaded, resumes, and the kind's own sections (typed in :mod:`abgate.runner.sections`).
+loaded, resumes, and the kind's own sections (typed in :mod:`abgate.records.sections`).
 :func:`new_record` makes a record model; :func:`write_record` writes any document (a
 record or a JSON document) after validating it again (a writer's bug never reaches the
 disk); :func:`read_record` and :func:`read_document` read one into its model (a wrong
@@ -16,7 +16,7 @@ naming the file and the field). Each document name has its own schema version
 (:data:`SCHEMA_VERSIONS`); an older file is upgraded on read by the steps in
 :data:`MIGRATIONS` (a version-aware before-validator, as inspect_ai's EvalLog
 migrates). A bench summary's and a baseline's cases and probes are typed in
-:mod:`abgate.runner.bench_sections`; sections owned by others (``cleanup``, an
+:mod:`abgate.records.bench_sections`; sections owned by others (``cleanup``, an
 engine's effective config, resources) are JSON objects; unknown fields from newer minor
 versions are kept.
 """
@@ -36,10 +36,8 @@ from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.integrity import FIELD, verify_file
 from abgate.provenance.gitinfo import git_state
-from abgate.redact import redact
-from abgate.runner import records as rec
-from abgate.runner.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
-from abgate.runner.sections import (
+from abgate.records.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
+from abgate.records.sections import (
     ArmDifferences,
     Distribution,
     EngineRecord,
@@ -52,6 +50,8 @@ from abgate.runner.sections import (
     Section,
     Spec,
 )
+from abgate.redact import redact
+from abgate.runner import records as rec
 
 Kind = Literal["run", "ab-arm", "ab", "bench", "baseline"]
 Status = Literal["running", "complete", "failed", "interrupted"]

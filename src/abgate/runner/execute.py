@@ -23,6 +23,7 @@ from abgate import signals
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
+from abgate.records.sections import GitState, Resume
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import (
@@ -49,7 +50,6 @@ from abgate.runner.samples import (
     checked_samples,
     sample_key,
 )
-from abgate.runner.sections import GitState, Resume
 from abgate.runner.session import loaded
 from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun

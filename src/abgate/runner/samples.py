@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
+from abgate.records.sections import Number, Section
 from abgate.runner import records as rec
-from abgate.runner.sections import Number, Section
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
@@ -36,7 +36,7 @@ class SampleOutput(Section):
     sha256: str | None = None
 
 
-class SampleHealth(Section):
+class SampleHealthRecord(Section):
     """A sample's output health (``scoring.health.sample_health``), its fields in the
     order it writes them."""
 
@@ -86,7 +86,7 @@ class Sample(Section):
     reference: int | None = None
     extracted: SampleExtraction | None = None
     correct: bool | None = None
-    health: SampleHealth = SampleHealth()
+    health: SampleHealthRecord = SampleHealthRecord()
 
     @property
     def measured(self) -> bool:
@@ -169,7 +169,7 @@ def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
         finish_reason=result.finish_reason, error=result.error, timing=timing.to_dict(),
         token_times_ms=token_offsets, engine_timings=result.engine_timings,
         reference=item.answer, extracted=_extraction_record(extraction),
-        correct=health.correct, health=SampleHealth.model_validate(health.to_dict()))
+        correct=health.correct, health=SampleHealthRecord.model_validate(health.to_dict()))
 
 
 # What a resume and a summary rely on in every sample line, and its type.

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import UsageError
-from abgate.runner.sections import GitState
+from abgate.records.sections import GitState
 
 GIT_FACTS = ("commit", "dirty", "diff_sha256")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ConfigDict, StrictBool, StrictInt, StrictStr
 
-from abgate.runner.sections import Distribution, Number, Section
+from abgate.records.sections import Distribution, Number, Section
 
 
 class Part(Section):
@@ -131,7 +131,7 @@ class Divergence(Part):
     current_in_reference_top_k: bool | None = None
 
 
-class Agreement(Part):
+class RepeatAgreement(Part):
     """How many warm-up and measured requests reproduce a reference, and the first one
     that does not (``baseline.agreement.agreement``)."""
 
@@ -153,7 +153,7 @@ class BaselineCase(CaseFigures):
     decode_tps_values: list[Number | None] | None = None
     prefill_tps_values: list[Number | None] | None = None
     requests: list[RequestRef] | None = None
-    repeat_agreement: Agreement | None = None
+    repeat_agreement: RepeatAgreement | None = None
 
     def speed_values(self, metric: str) -> list[Number | None] | None:
         """The per-repeat values of ``steady_decode_tps`` or ``prefill_tps``."""

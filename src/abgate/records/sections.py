@@ -61,8 +61,9 @@ class HostInfo(Section):
     gpus: list[Any] | None = None
 
 
-class Capabilities(Section):
-    """What an engine can do beyond generating (``engines.base.Capabilities``)."""
+class CapabilitiesRecord(Section):
+    """What an engine can do beyond generating, as recorded: the scoring method of
+    ``engines.base.Capabilities``."""
 
     scoring: str | None = None  # "full", "top_k" or None: it cannot score sequences
 
@@ -75,7 +76,7 @@ class EngineRecord(Section):
     version: str | None = None
     model: str | None = None
     effective_config: dict[str, Any]
-    capabilities: Capabilities
+    capabilities: CapabilitiesRecord
 
 
 class ModelRef(Section):
@@ -114,7 +115,7 @@ class Spec(Section):
     prompt: PromptSpec | None = None
 
 
-class MappedLib(Section):
+class MappedLibRecord(Section):
     path: str
     sha256: str | None = None
 
@@ -122,7 +123,7 @@ class MappedLib(Section):
 class MappedProcess(Section):
     """One engine process's mapped libraries (``provenance.libmaps``)."""
 
-    libs: list[MappedLib] = []
+    libs: list[MappedLibRecord] = []
 
 
 class ContractFinding(Section):
