@@ -176,7 +176,7 @@ def test_greedy_generation_is_deterministic_timed_and_bounded(session: EngineSes
     if full.token_times is not None:
         assert full.token_times == sorted(full.token_times) and len(full.token_times) == 8
     (over,) = e.generate([ask(max_tokens=100_000)])  # past every context here: never a raise
-    if session.prepared.adapter.in_process:  # abgate's own check: an error sample
+    if session.prepared.engine_cls.in_process:  # abgate's own check: an error sample
         assert over.finish_reason == "error" and over.error
     else:  # the server's call: an error sample, or an output its context bounds
         assert over.finish_reason == "error" or over.output_tokens < 4096, over
@@ -212,7 +212,7 @@ def test_describe_processes_env_and_close(case: Case, scratch: Path, model: str)
     prepared = prepare_engine(EngineSpec(prepared.spec.engine, prepared.spec.model,
                                          prepared.spec.args, prepared.spec.options,
                                          {ENV_KEY: "on"}))
-    assert prepared.adapter.in_process is case.in_process
+    assert prepared.engine_cls.in_process is case.in_process
     run_dir = scratch / f"life-{case.name}-{len(list(scratch.iterdir()))}"
     run_dir.mkdir()
     assert ENV_KEY not in os.environ

@@ -198,6 +198,19 @@ def solve(question: str) -> int:
 class FakeEngine(Engine):
     """The fake model, resident in this process (see the module docstring)."""
 
+    name = NAME
+    arg_specs = ARG_SPECS
+    in_process = True
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        return resolve_model(model)
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> FakeEngine:
+        return load(model, args, options, run_dir)
+
     def __init__(self, model: str, args: Mapping[str, Any]) -> None:
         cfg = {**DEFAULTS, **args}
         for key in _FRACTIONS:

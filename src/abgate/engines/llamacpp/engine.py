@@ -135,6 +135,24 @@ def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None 
 class LlamaCppEngine(Engine):
     """llama.cpp, resident in this process."""
 
+    name = NAME
+    arg_specs = ARG_SPECS
+    in_process = True
+    packages = (("llama_cpp", "pip install llama-cpp-python"),)
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        return resolve_model(model)
+
+    @classmethod
+    def check_args(cls, args: Mapping[str, Any]) -> None:
+        check_args(args)
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> LlamaCppEngine:
+        return load(model, args, options, run_dir)
+
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=False, engine_timings=True,
                                 scoring="full")

@@ -152,6 +152,22 @@ class ServerGone(AbgateError):
 class OpenAIEngine(Engine):
     """A served engine, reached over HTTP."""
 
+    name = NAME
+    arg_specs = ARG_SPECS
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        return resolve_model(model)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        check_options(options)
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> OpenAIEngine:
+        return load(model, args, options, run_dir)
+
     def __init__(self, model: str, opts: Options, headers: Mapping[str, str],
                  server: srv.ManagedServer | None) -> None:
         self.opts, self.headers, self.server = opts, dict(headers), server

@@ -85,6 +85,8 @@ from abgate.engines.transformers.options import (  # noqa: F401  (the engine mod
 )
 from abgate.errors import AbgateError, UsageError
 
+_HINT = "pip install 'abgate[transformers]'"
+
 
 def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
          run_dir: Path | None = None) -> TransformersEngine:
@@ -112,6 +114,24 @@ def generation_kwargs(p: SamplingParams) -> dict[str, Any]:
 
 class TransformersEngine(Engine):
     """A transformers causal LM, resident in this process."""
+
+    name = NAME
+    arg_specs = ARG_SPECS
+    in_process = True
+    packages = (("torch", _HINT), ("transformers", _HINT))
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        return resolve_model(model)
+
+    @classmethod
+    def check_args(cls, args: Mapping[str, Any]) -> None:
+        check_args(args)
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> TransformersEngine:
+        return load(model, args, options, run_dir)
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=False, engine_timings=True,
