@@ -239,7 +239,9 @@ class Engine(ABC):
 
     @classmethod
     def check_args(cls, args: Mapping[str, Any]) -> None:
-        """Cross-argument rules on the typed engine args, still before load."""
+        """Cross-argument rules on the typed engine args, still before load: by default
+        none, each arg checked alone by its ``ArgSpec``."""
+        return None
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
