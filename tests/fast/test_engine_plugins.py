@@ -14,36 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.plugin import make_dist
+
 SRC = Path(__file__).resolve().parents[2] / "src"
-
-PLUGIN = '''
-from abgate.engines.fake import FakeEngine
-
-
-class MyEngine(FakeEngine):
-    """An out-of-tree engine: the fake model under another name."""
-
-    name = "myengine"
-
-
-class NotAnEngine:
-    name = "notengine"
-'''
-
-
-def make_dist(root: Path, dist: str, entries: dict[str, str]) -> Path:
-    """A minimal installed distribution ``dist`` 0.1 under ``root``: its module
-    ``{dist}_pkg`` and a dist-info with ``entries`` in group abgate.engines."""
-    pkg = root / f"{dist}_pkg"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(PLUGIN)
-    info = root / f"{dist}-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    lines = "".join(f"{k} = {v}\n" for k, v in entries.items())
-    (info / "entry_points.txt").write_text(f"[abgate.engines]\n{lines}")
-    return root
-
 
 def abgate(root: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{root}", "ABGATE_LEDGER": "off"}

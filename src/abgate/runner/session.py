@@ -4,8 +4,8 @@ cleans up an engine.
 ``abgate run``, ``ab``, ``bench`` and ``baseline`` all go through here:
 
 1. :func:`prepare_engine` turns an :class:`EngineSpec` into a :class:`PreparedEngine`
-   before anything loads: the engine's adapter, engine args typed and validated (close
-   matches for typos), engine options checked by the engine's own ``check_options``,
+   before anything loads: the engine's class (the registry's), engine args typed and
+   validated (close matches for typos), engine options checked by its ``check_options``,
    the model resolved and identified (a file's or a directory's hashes, cached).
 2. :func:`loaded` loads it under its env overrides (restored right after), records
    ``describe()``, the engine's own processes and their mapped libraries (and checks a

@@ -83,17 +83,9 @@ from abgate.engines.transformers.options import (  # noqa: F401  (the engine mod
     check_args,
     resolve_model,
 )
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import AbgateError
 
 _HINT = "pip install 'abgate[transformers]'"
-
-
-def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-         run_dir: Path | None = None) -> TransformersEngine:
-    if options:
-        raise UsageError("the transformers engine takes no engine options "
-                         f"(got {', '.join(options)})")
-    return TransformersEngine(model, args)
 
 
 def generation_kwargs(p: SamplingParams) -> dict[str, Any]:
@@ -131,7 +123,8 @@ class TransformersEngine(Engine):
     @classmethod
     def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
              run_dir: Path | None = None) -> TransformersEngine:
-        return load(model, args, options, run_dir)
+        cls.check_options(options or {})
+        return cls(model, args)
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=False, engine_timings=True,
@@ -398,3 +391,6 @@ class TransformersEngine(Engine):
                 "num_assistant_tokens": getattr(a.generation_config, "num_assistant_tokens",
                                                 None)}
         return eff
+
+
+load = TransformersEngine.load  # the module's ``load``: the class's own
