@@ -2,7 +2,9 @@
 fake included, so the fake that the fast tier's workflow tests run on keeps the contract
 that the real engines keep.
 
-Adapters: the fake (fast tier), llama.cpp in-process, the openai adapter against a
+Adapters: the fake (fast tier), an out-of-tree plug-in registered by entry point
+(tests/support/plugin.py: a real dist-info on sys.path, fast tier), llama.cpp in-process,
+the openai adapter against a
 launched ``llama_cpp.server`` and against llama.cpp's ``llama-server`` (skipped where it
 is not built: tests/tools/build_llama_server.sh), transformers on CPU on a tiny model
 built here (skipped without torch). Each is loaded the way abgate loads it
@@ -23,6 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from abgate.engines import registry
 from abgate.engines.base import (
     Engine,
     EngineInfo,
@@ -34,6 +37,7 @@ from abgate.errors import AbgateError
 from abgate.records.sections import EngineRecord
 from abgate.runner.session import EngineSession, EngineSpec, loaded, prepare_engine
 from tests.conftest import engine_threads, llama_server_binary, requested_threads
+from tests.support.plugin import make_dist
 
 MSGS = ({"role": "user", "content": "What is 7 + 5? Answer with a number."},)
 ENV_KEY = "ABGATE_CONTRACT_ENV"
@@ -76,8 +80,29 @@ def _transformers(tmp: Path, model: str) -> EngineSpec:
     return EngineSpec("transformers", str(root), {"device": "cpu"})
 
 
+def _plugin(tmp: Path, model: str) -> EngineSpec:
+    """The out-of-tree engine ``myengine``: found through its distribution's entry
+    point only (abgate names it nowhere); ``_plugin_site`` takes it off again."""
+    site = tmp / "plugin-site"
+    if not site.exists():
+        make_dist(site, "myengine", {"myengine": "myengine_pkg:MyEngine"})
+    if str(site) not in sys.path:
+        sys.path.append(str(site))
+    return EngineSpec("myengine")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _plugin_site(scratch: Path) -> Iterator[None]:
+    yield
+    if str(scratch / "plugin-site") in sys.path:
+        sys.path.remove(str(scratch / "plugin-site"))
+    registry._CLASSES.pop("myengine", None)
+    sys.modules.pop("myengine_pkg", None)
+
+
 CASES = [
     pytest.param(Case("fake", lambda tmp, model: EngineSpec("fake"), True), id="fake"),
+    pytest.param(Case("myengine", _plugin, True), id="plugin"),
     pytest.param(Case("llamacpp", lambda tmp, model: EngineSpec(
         "llamacpp", model, {"n_ctx": 1024, **engine_threads()}), True),
         id="llamacpp", marks=pytest.mark.engine),
@@ -176,7 +201,7 @@ def test_greedy_generation_is_deterministic_timed_and_bounded(session: EngineSes
     if full.token_times is not None:
         assert full.token_times == sorted(full.token_times) and len(full.token_times) == 8
     (over,) = e.generate([ask(max_tokens=100_000)])  # past every context here: never a raise
-    if session.prepared.adapter.in_process:  # abgate's own check: an error sample
+    if session.prepared.engine_cls.in_process:  # abgate's own check: an error sample
         assert over.finish_reason == "error" and over.error
     else:  # the server's call: an error sample, or an output its context bounds
         assert over.finish_reason == "error" or over.output_tokens < 4096, over
@@ -212,7 +237,7 @@ def test_describe_processes_env_and_close(case: Case, scratch: Path, model: str)
     prepared = prepare_engine(EngineSpec(prepared.spec.engine, prepared.spec.model,
                                          prepared.spec.args, prepared.spec.options,
                                          {ENV_KEY: "on"}))
-    assert prepared.adapter.in_process is case.in_process
+    assert prepared.engine_cls.in_process is case.in_process
     run_dir = scratch / f"life-{case.name}-{len(list(scratch.iterdir()))}"
     run_dir.mkdir()
     assert ENV_KEY not in os.environ

@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from abgate.bench.fidelity import fidelity
 from abgate.bench.roofline import model_bytes_for
-from abgate.engines import engine_adapter
+from abgate.engines import engine_class
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
 from abgate.engines.transformers import engine as hf
 from abgate.errors import AbgateError, UsageError
@@ -99,7 +99,7 @@ def req(max_tokens: int = 24, rid: str = "r", **kw: Any) -> GenerationRequest:
 
 
 def test_registered_lazily_and_torch_is_imported_only_on_load() -> None:
-    assert engine_adapter("transformers").load is hf.load
+    assert engine_class("transformers") is hf.TransformersEngine
     code = ("import sys, abgate.engines.transformers.engine as t, abgate.runner.session; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -18,7 +18,7 @@ from abgate.bench.probes import ProbeLine
 from abgate.bench.run import execute_plan, plan_bench
 from abgate.bench.samples import BenchSample, read_bench_lines
 from abgate.engines.fake import FakeEngine
-from abgate.engines.registry import engine_adapter
+from abgate.engines.registry import engine_class
 from abgate.errors import UsageError
 from abgate.progress import Reporter, sample_tokens
 from abgate.runner import records as rec
@@ -39,7 +39,7 @@ class Seen(Reporter):
 
 
 def _fake(**args: object) -> FakeEngine:
-    adapter = engine_adapter("fake")
+    adapter = engine_class("fake")
     engine = adapter.load(adapter.resolve_model(None), args)
     assert isinstance(engine, FakeEngine)
     return engine

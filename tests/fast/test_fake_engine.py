@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from abgate.engines import engine_adapter
+from abgate.engines import engine_class
 from abgate.engines.base import Engine, GenerationRequest, SamplingParams
 from abgate.engines.fake import EOS, FakeEngine, solve
 from abgate.errors import AbgateError, UsageError
@@ -22,7 +22,7 @@ def _req(rid: str = "r", question: str = QUESTION, **kw: object) -> GenerationRe
 
 
 def _engine(**args: object) -> FakeEngine:
-    adapter = engine_adapter("fake")
+    adapter = engine_class("fake")
     engine = adapter.load(adapter.resolve_model(None), args)
     assert isinstance(engine, FakeEngine)
     return engine
@@ -111,7 +111,7 @@ def test_bad_fake_args_are_refused() -> None:
     with pytest.raises(UsageError, match="'error_rate' must be in"):
         _engine(error_rate=2.0)
     with pytest.raises(UsageError, match="takes no engine options"):
-        engine_adapter("fake").load("fake", {}, {"concurrency": 2})
+        engine_class("fake").load("fake", {}, {"concurrency": 2})
 
 
 def test_base_class_answers_every_optional_feature() -> None:
@@ -128,7 +128,14 @@ def test_base_class_answers_every_optional_feature() -> None:
         def describe(self):  # type: ignore[no-untyped-def]
             raise NotImplementedError
 
-    m = Minimal()
+        @classmethod
+        def load(cls, model, args, options=None, run_dir=None):  # type: ignore[no-untyped-def]
+            return cls()
+
+    m = Minimal.load("m", {})
+    with pytest.raises(UsageError, match="takes no engine options"):
+        Minimal.check_options({"endpoint": "x"})
+    assert Minimal.resolve_model("m") == "m" and Minimal.check_args({}) is None
     assert m.detokenize([1]) is None and m.topk_trace([1], [2], 3) is None
     assert m.keep_prompt_states() is False and m.prompts_restored is None
     assert m.text_stable is None and m.cleanup_evidence is None

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from abgate.engines import engine_adapter, engine_names
-from abgate.engines.registry import EngineAdapter
+from abgate.engines import engine_class, engine_names
+from abgate.engines.fake import FakeEngine
 from abgate.errors import UsageError
 
 ENGINES = Path(__file__).resolve().parents[2] / "src" / "abgate" / "engines"
@@ -22,14 +22,15 @@ ADAPTERS = {"llamacpp", "openai", "transformers", "vllm", "fake"}
 def test_names_and_close_matches() -> None:
     assert set(engine_names()) == {"llamacpp", "openai", "vllm", "transformers", "fake"}
     with pytest.raises(UsageError, match="did you mean 'llamacpp'"):
-        engine_adapter("llamacp")
-    assert engine_adapter("fake") is engine_adapter("fake")
-    assert engine_adapter("llamacpp").in_process and not engine_adapter("openai").in_process
+        engine_class("llamacp")
+    assert engine_class("fake") is engine_class("fake") is FakeEngine
+    assert engine_class("llamacpp").in_process and not engine_class("openai").in_process
+    assert all(engine_class(n).name == n for n in ("llamacpp", "openai", "transformers", "fake"))
 
 
 def test_lookup_imports_no_engine_library() -> None:
-    code = ("import sys; from abgate.engines import engine_adapter; "
-            "[engine_adapter(n) for n in ('llamacpp', 'openai', 'transformers', 'fake')]; "
+    code = ("import sys; from abgate.engines import engine_class; "
+            "[engine_class(n) for n in ('llamacpp', 'openai', 'transformers', 'fake')]; "
             "print(sorted(m for m in ('llama_cpp', 'torch', 'transformers', 'vllm') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -38,15 +39,14 @@ def test_lookup_imports_no_engine_library() -> None:
 
 
 def test_missing_package_is_one_line_before_load() -> None:
-    def never(*a: object, **k: object) -> object:
-        raise AssertionError("loaded")
+    class Needy(FakeEngine):
+        name = "needy"
+        packages = (("no_such_package_abgate", "pip install it"),)
 
-    adapter = EngineAdapter("x", {}, lambda m: "m", never,  # type: ignore[arg-type]
-                            requires=(("no_such_package_abgate", "pip install it"),))
     with pytest.raises(UsageError, match="needs the package 'no_such_package_abgate'"):
-        adapter.check_packages()
+        Needy.check_packages()
     with pytest.raises(UsageError, match="takes no engine options"):
-        adapter.validate_options({"endpoint": "x"})
+        Needy.check_options({"endpoint": "x"})
 
 
 def _modules() -> dict[str, Path]:

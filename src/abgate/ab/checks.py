@@ -14,7 +14,7 @@ from abgate.ab import declared
 from abgate.ab.experiment import Experiment
 from abgate.ab.switches import request_differences
 from abgate.compare import Policy, load_policy
-from abgate.engines import engine_adapter
+from abgate.engines import engine_class
 from abgate.errors import UsageError
 from abgate.provenance import ContractOutcome, ContractViolation
 from abgate.records.sections import ArmDifferences
@@ -84,7 +84,7 @@ def choose_mode(exp: Experiment) -> str:
     if mode == "auto":
         arms = list(exp.arms.values())
         same_env = all(a.env == arms[0].env for a in arms)
-        in_process = all(engine_adapter(a.engine).in_process for a in arms)
+        in_process = all(engine_class(a.engine).in_process for a in arms)
         mode = "interleave" if same_env and in_process else "blocks"
     if exp.schedule.sequential and mode != "interleave":
         why = "" if exp.schedule.mode == "blocks" else (

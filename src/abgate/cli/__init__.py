@@ -23,6 +23,7 @@ def _commands() -> Any:
         baseline_cmd,
         bench_cmd,
         decide_cmd,
+        engines_cmd,
         extract_cmd,
         ledger_cmd,
         provenance_cmd,

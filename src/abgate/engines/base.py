@@ -9,17 +9,21 @@ timestamps (TTFT, steady decode, TPOT) lives in :mod:`abgate.metrics`.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from abgate.errors import AbgateError
+from abgate.engines.args import ArgSpec
+from abgate.errors import AbgateError, UsageError
 
 FinishReason = Literal["stop", "length", "error"]
 ScoringMethod = Literal["full", "top_k"]
@@ -223,6 +227,53 @@ class Engine(ABC):
     #: launched servers: NVLink multicast off, :mod:`abgate.engines.shared.multicast`); the
     #: runner applies it around work on the engine, so the env snapshot records it.
     process_env: Mapping[str, str] = {}
+
+    # The engine as the registry sees it before anything loads: class attributes and
+    # classmethods, so the class is the one object the registry maps a name to.
+    #: The engine's name (``--engine``).
+    name: ClassVar[str] = ""
+    #: What ``--engine-arg`` accepts.
+    arg_specs: ClassVar[Mapping[str, ArgSpec]] = {}
+    #: It runs in abgate's process (two arms of an A/B may then interleave in one).
+    in_process: ClassVar[bool] = False
+    #: The importable packages it needs, ``(import name, install hint)``, checked
+    #: before load.
+    packages: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        """The model to load, checked (exit 2 before any load); by default as given."""
+        if not model:
+            raise UsageError(f"engine {cls.name!r} needs --model")
+        return model
+
+    @classmethod
+    def check_args(cls, args: Mapping[str, Any]) -> None:
+        """Cross-argument rules on the typed engine args, still before load: by default
+        none, each arg checked alone by its ``ArgSpec``."""
+        return None
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """The engine's options (endpoints, concurrency, ...): by default it takes none."""
+        if options:
+            raise UsageError(f"engine {cls.name!r} takes no engine options "
+                             f"(got {', '.join(options)})")
+
+    @classmethod
+    def check_packages(cls) -> None:
+        """Refuse in one line, before any load, when a package the engine needs is not
+        installed (a module already imported, e.g. a test's stand-in, counts)."""
+        for module, hint in cls.packages:
+            if module not in sys.modules and importlib.util.find_spec(module) is None:
+                raise UsageError(f"engine {cls.name!r} needs the package {module!r}: {hint}")
+
+    @classmethod
+    @abstractmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> Engine:
+        """The resident engine (``options``: engine-level settings that are not engine
+        args; ``run_dir``: where the engine may keep logs)."""
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerationRequest],

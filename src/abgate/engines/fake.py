@@ -142,18 +142,6 @@ def set_handler(handler: Handler | None) -> Handler | None:
     return previous
 
 
-def resolve_model(model: str | None) -> str:
-    """Any name: the fake model is a function, identified by name and engine args."""
-    return model or "fake"
-
-
-def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-         run_dir: Path | None = None) -> FakeEngine:
-    if options:
-        raise UsageError(f"the fake engine takes no engine options (got {', '.join(options)})")
-    return FakeEngine(model, args)
-
-
 def _unit(*parts: object) -> float:
     """A deterministic number in [0, 1) from ``parts``."""
     digest = hashlib.sha256(repr(parts).encode()).digest()
@@ -197,6 +185,21 @@ def solve(question: str) -> int:
 
 class FakeEngine(Engine):
     """The fake model, resident in this process (see the module docstring)."""
+
+    name = NAME
+    arg_specs = ARG_SPECS
+    in_process = True
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        """Any name: the fake model is a function, identified by name and engine args."""
+        return model or "fake"
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> FakeEngine:
+        cls.check_options(options or {})
+        return cls(model, args)
 
     def __init__(self, model: str, args: Mapping[str, Any]) -> None:
         cfg = {**DEFAULTS, **args}
@@ -391,3 +394,7 @@ class FakeEngine(Engine):
             steps[0] = c["ttft_ms"]
         steps = steps * (1.0 + c["jitter"] * spread[:n]) / 1000.0
         return [float(t) for t in t0 + np.cumsum(steps)]
+
+
+load = FakeEngine.load  # the module's ``load``: the class's own
+resolve_model = FakeEngine.resolve_model

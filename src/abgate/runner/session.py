@@ -4,8 +4,8 @@ cleans up an engine.
 ``abgate run``, ``ab``, ``bench`` and ``baseline`` all go through here:
 
 1. :func:`prepare_engine` turns an :class:`EngineSpec` into a :class:`PreparedEngine`
-   before anything loads: the engine's adapter, engine args typed and validated (close
-   matches for typos), engine options checked by the engine's own ``check_options``,
+   before anything loads: the engine's class (the registry's), engine args typed and
+   validated (close matches for typos), engine options checked by its ``check_options``,
    the model resolved and identified (a file's or a directory's hashes, cached).
 2. :func:`loaded` loads it under its env overrides (restored right after), records
    ``describe()``, the engine's own processes and their mapped libraries (and checks a
@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abgate.engines import EngineAdapter, engine_adapter
+from abgate.engines import engine_class
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
 from abgate.engines.shared.multicast import applied_env as applied_env  # re-exported
@@ -57,7 +57,7 @@ class PreparedEngine:
     """A validated :class:`EngineSpec`: nothing is loaded yet."""
 
     spec: EngineSpec
-    adapter: EngineAdapter
+    engine_cls: type[Engine]  # the registry's class: its classmethods check and load
     model: str
     resolved_args: dict[str, Any]
     model_identity: dict[str, Any]
@@ -101,13 +101,13 @@ def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     """Validate everything about the engine that needs no load, in seconds."""
     register_secrets(spec)
     check_multicast_env(spec.env)  # NVLink multicast stays off (engines/shared/multicast.py)
-    adapter = engine_adapter(spec.engine)
-    resolved = validate_args(spec.engine, spec.args, adapter.arg_specs)
-    adapter.check_args(resolved)  # the engine's cross-argument checks, still before load
-    adapter.validate_options(spec.options)
-    model = adapter.resolve_model(spec.model)
+    cls = engine_class(spec.engine)
+    resolved = validate_args(spec.engine, spec.args, cls.arg_specs)
+    cls.check_args(resolved)  # the engine's cross-argument checks, still before load
+    cls.check_options(spec.options)
+    model = cls.resolve_model(spec.model)
     identity, files = identify_model(model)
-    return PreparedEngine(spec, adapter, model, resolved, identity,
+    return PreparedEngine(spec, cls, model, resolved, identity,
                           ModelStamp.of(identity, files))
 
 
@@ -174,11 +174,11 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
 
     The model is checked before the load, right after it and when the work is done
     (:mod:`abgate.model_check`): a file changed since it was identified stops here."""
-    p.adapter.check_packages()  # a missing package is one line, not an ImportError
+    p.engine_cls.check_packages()  # a missing package is one line, not an ImportError
     check_model(p, "before the load")
     with applied_env(p.spec.env):
         try:
-            engine = p.adapter.load(p.model, p.resolved_args, p.spec.options or None, run_dir)
+            engine = p.engine_cls.load(p.model, p.resolved_args, p.spec.options or None, run_dir)
         except BaseException as exc:  # a launched server that never became ready: its
             if doc is not None:       # stop was verified (or not): say so in the record
                 _failed_start_cleanup(doc, exc)

@@ -87,18 +87,6 @@ def default_threads() -> int:
 DEFAULTS: Mapping[str, Any] = {"n_ctx": 4096, "seed": 0, "prefix_cache": False}
 
 
-def resolve_model(model: str | None) -> str:
-    """Check the model path before anything loads."""
-    path = default_model_path() if model is None else Path(model)
-    if not path.is_file():
-        raise UsageError(f"model file not found: {path}")
-    with path.open("rb") as f:
-        if f.read(4) != b"GGUF":
-            raise UsageError(f"{path} is not a GGUF file (the llamacpp engine reads GGUF)")
-    _valid_gguf(path, "model")
-    return str(path.resolve())
-
-
 def _valid_gguf(path: Path, what: str) -> dict[str, Any]:
     """The whole GGUF header read with abgate's own reader (a truncated file or a
     garbage header is refused here, not inside llama.cpp); its metadata."""
@@ -110,32 +98,48 @@ def _valid_gguf(path: Path, what: str) -> dict[str, Any]:
         raise UsageError(f"{what} {path}: cannot be read as GGUF ({exc})") from None
 
 
-def check_args(args: Mapping[str, Any]) -> None:
-    """Path arguments checked before load (llama.cpp crashes on a bad LoRA file)."""
-    lora = args.get("lora_path")
-    if lora is None:
-        return
-    path = Path(lora)
-    if not path.is_file():
-        raise UsageError(f"--engine-arg lora_path={lora}: no such file")
-    with path.open("rb") as f:
-        if f.read(4) != b"GGUF":
-            raise UsageError(f"--engine-arg lora_path={lora}: not a GGUF LoRA adapter")
-    kind = _valid_gguf(path, "--engine-arg lora_path:").get("general.type")
-    if kind is not None and kind != "adapter":
-        raise UsageError(f"--engine-arg lora_path={lora}: a GGUF {kind!r}, not a LoRA "
-                         "adapter (general.type must be 'adapter')")
-
-
-def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-         run_dir: Path | None = None) -> LlamaCppEngine:
-    if options:
-        raise UsageError(f"the llamacpp engine takes no engine options (got {', '.join(options)})")
-    return LlamaCppEngine(model, args)
-
-
 class LlamaCppEngine(Engine):
     """llama.cpp, resident in this process."""
+
+    name = NAME
+    arg_specs = ARG_SPECS
+    in_process = True
+    packages = (("llama_cpp", "pip install llama-cpp-python"),)
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        """Check the model path before anything loads."""
+        path = default_model_path() if model is None else Path(model)
+        if not path.is_file():
+            raise UsageError(f"model file not found: {path}")
+        with path.open("rb") as f:
+            if f.read(4) != b"GGUF":
+                raise UsageError(f"{path} is not a GGUF file (the llamacpp engine reads GGUF)")
+        _valid_gguf(path, "model")
+        return str(path.resolve())
+
+    @classmethod
+    def check_args(cls, args: Mapping[str, Any]) -> None:
+        """Path arguments checked before load (llama.cpp crashes on a bad LoRA file)."""
+        lora = args.get("lora_path")
+        if lora is None:
+            return
+        path = Path(lora)
+        if not path.is_file():
+            raise UsageError(f"--engine-arg lora_path={lora}: no such file")
+        with path.open("rb") as f:
+            if f.read(4) != b"GGUF":
+                raise UsageError(f"--engine-arg lora_path={lora}: not a GGUF LoRA adapter")
+        kind = _valid_gguf(path, "--engine-arg lora_path:").get("general.type")
+        if kind is not None and kind != "adapter":
+            raise UsageError(f"--engine-arg lora_path={lora}: a GGUF {kind!r}, not a LoRA "
+                             "adapter (general.type must be 'adapter')")
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> LlamaCppEngine:
+        cls.check_options(options or {})
+        return cls(model, args)
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=False, engine_timings=True,
@@ -396,3 +400,7 @@ class LlamaCppEngine(Engine):
         hits = [i for i in (text.find(s) for s in stops) if i >= 0]
         return text[: min(hits)] if hits else None
 
+
+load = LlamaCppEngine.load  # the module's ``load``: the class's own
+resolve_model = LlamaCppEngine.resolve_model
+check_args = LlamaCppEngine.check_args

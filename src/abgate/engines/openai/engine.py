@@ -18,10 +18,9 @@ that dies, or an endpoint that refuses connections, fails the run instead, so th
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,6 @@ from abgate.engines.base import (
     GenerationResult,
     Message,
     OnResult,
-    SamplingParams,
     TokenScores,
 )
 from abgate.engines.openai import chat_render as cr
@@ -44,113 +42,76 @@ from abgate.engines.openai import scoring as sc
 from abgate.engines.openai import stream as st
 from abgate.engines.openai import text_prompts as tp
 from abgate.engines.openai.checks import usage_problem
-from abgate.engines.openai.options import ARG_SPECS, Options, check_options
+from abgate.engines.openai.discovery import PATHS, discover
+from abgate.engines.openai.endpoints import RETRY_AFTER_CAP_S, EndpointStats, ServerGone
+from abgate.engines.openai.endpoints import backoff as _backoff
+from abgate.engines.openai.endpoints import error_result as _error_result
+from abgate.engines.openai.endpoints import first_error as _first
+from abgate.engines.openai.options import (
+    ARG_SPECS,
+    Options,
+    api_key,
+    check_llama_cpp_concurrency,
+    check_options,
+)
 from abgate.engines.shared import server as srv
 from abgate.engines.shared.multicast import MULTICAST_OFF
 from abgate.engines.shared.process_roles import parallel_sizes
 from abgate.errors import AbgateError, UsageError
-from abgate.redact import redact_url
 
 NAME = "openai"
 __all__ = ["ARG_SPECS", "NAME", "OpenAIEngine", "Options", "ServerGone", "check_options",
            "load", "resolve_model"]
 
 
-def resolve_model(model: str | None) -> str:
-    """A model file is made absolute (so it is hashed and ``{model}`` is exact); any
-    other name is passed on. No model: the server's only model is used at load."""
-    if model is None:
-        return ""
-    path = Path(model).expanduser()
-    return str(path.resolve()) if path.is_file() else model
-
-
-def _api_key(name: str | None) -> str | None:
-    if name is None:
-        return None
-    key = os.environ.get(name)
-    if not key:
-        raise UsageError(f"--api-key-env {name}: that environment variable is not set")
-    return key
-
-
-def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-         run_dir: Path | None = None) -> OpenAIEngine:
-    opts = Options.parse(options or {})
-    if args and not opts.launch:
-        raise UsageError("--engine-arg sets a launched server's flags; with --endpoint the "
-                         "server is already running (configure it where it is started)")
-    _check_llama_cpp_concurrency(opts, args)
-    if not model and opts.launch and "{model}" in opts.launch:
-        from abgate.engines.shared.default_model import (
-            default_model_path,  # as --engine llamacpp does
-        )
-        model = str(default_model_path().resolve())
-    key = _api_key(opts.api_key_env)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    server = None
-    if opts.launch:
-        server = srv.launch(opts.launch, model=model, args=args, log_dir=run_dir,
-                            ready_timeout=opts.ready_timeout, grace_s=opts.grace_s,
-                            bool_style=opts.bool_style, api_key=key, headers=headers)
-        opts = replace(opts, endpoints=(server.base_url,))
-    try:
-        return OpenAIEngine(model, opts, headers, server)
-    except BaseException as exc:
-        if server is None:
-            raise
-        evidence = server.stop()
-        if isinstance(exc, AbgateError):
-            exc.cleanup_evidence = evidence  # type: ignore[attr-defined]
-        raise
-
-
-def _check_llama_cpp_concurrency(opts: Options, args: Mapping[str, Any]) -> None:
-    """llama_cpp.server ends a streaming request as soon as another one arrives unless
-    told not to; with concurrency that would turn samples into errors."""
-    cmd = opts.launch or ""
-    if "llama_cpp.server" in cmd and opts.concurrency > 1 \
-            and "interrupt_requests" not in cmd and "interrupt_requests" not in args:
-        raise UsageError("--concurrency > 1 with llama_cpp.server needs --interrupt_requests "
-                         "false in --launch (else the server cuts streams short)")
-
-
-@dataclass
-class EndpointStats:
-    url: str
-    in_flight: int = 0
-    requests: int = 0
-    errors: int = 0  # error samples, and requests cut off without one (counted in both)
-    cut_off: int = 0  # in flight when the run ended (a dead server): no sample recorded
-    retries: int = 0
-    output_tokens: int = 0
-    busy_s: float = 0.0
-
-    @property
-    def shown(self) -> str:  # the URL as records and messages show it
-        return redact_url(self.url)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**{k: v for k, v in vars(self).items() if k != "in_flight"}, "url": self.shown}
-
-
-@dataclass
-class ServerInfo:
-    """What the server said about itself at load."""
-
-    model: str
-    dialect: st.Dialect
-    version: str
-    models: list[dict[str, Any]] = field(default_factory=list)
-    probe: dict[str, bool] = field(default_factory=dict)
-
-
-class ServerGone(AbgateError):
-    """The launched server died or the endpoint stopped answering: the run fails."""
-
-
 class OpenAIEngine(Engine):
     """A served engine, reached over HTTP."""
+
+    name = NAME
+    arg_specs = ARG_SPECS
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        """A model file is made absolute (so it is hashed and ``{model}`` is exact); any
+        other name is passed on. No model: the server's only model is used at load."""
+        if model is None:
+            return ""
+        path = Path(model).expanduser()
+        return str(path.resolve()) if path.is_file() else model
+
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        check_options(options)
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> OpenAIEngine:
+        opts = Options.parse(options or {})
+        if args and not opts.launch:
+            raise UsageError("--engine-arg sets a launched server's flags; with --endpoint the "
+                             "server is already running (configure it where it is started)")
+        check_llama_cpp_concurrency(opts, args)
+        if not model and opts.launch and "{model}" in opts.launch:
+            from abgate.engines.shared.default_model import default_model_path  # as llamacpp
+            model = str(default_model_path().resolve())
+        key = api_key(opts.api_key_env)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        server = None
+        if opts.launch:
+            server = srv.launch(opts.launch, model=model, args=args, log_dir=run_dir,
+                                ready_timeout=opts.ready_timeout, grace_s=opts.grace_s,
+                                bool_style=opts.bool_style, api_key=key, headers=headers)
+            opts = replace(opts, endpoints=(server.base_url,))
+        try:
+            return cls(model, opts, headers, server)
+        except BaseException as exc:
+            if server is None:
+                raise
+            evidence = server.stop()
+            if isinstance(exc, AbgateError):
+                exc.cleanup_evidence = evidence  # type: ignore[attr-defined]
+            raise
 
     def __init__(self, model: str, opts: Options, headers: Mapping[str, str],
                  server: srv.ManagedServer | None) -> None:
@@ -161,7 +122,7 @@ class OpenAIEngine(Engine):
         # a launched server got multicast off (server.py); a remote one is not ours to know
         self.process_env = dict(MULTICAST_OFF) if server is not None else {}
         self._rr = 0
-        self.info = self._discover(model)
+        self.info = discover(self.stats, self.headers, self.opts, model)
         self.eog_ids = tp.eog_ids(model)
         self.scorer = sc.Scorer(self.info.dialect.kind, self.stats[0].url, self.headers,
                                 self.info.model, opts.request_timeout)
@@ -173,47 +134,8 @@ class OpenAIEngine(Engine):
                               self.info.model, model, self.info.probe["prompt_token_ids"],
                               self.info.dialect.token_id_prompts)
 
-    # -- load-time discovery ----------------------------------------------------------
-
-    def _discover(self, model: str) -> ServerInfo:
-        base = self.stats[0].url
-        with httpx.Client(base_url=base, headers=self.headers, timeout=30.0) as c:
-            try:
-                models = c.get("/v1/models").raise_for_status().json()
-            except (httpx.HTTPError, ValueError) as exc:
-                raise AbgateError(f"cannot list the models at {self.stats[0].shown}/v1/models: "
-                                  f"{exc}") from None
-            title, version = st.server_version(c)
-        ids = [str(m.get("id")) for m in models.get("data", [])]
-        info = ServerInfo(st.pick_model(model, ids), st.identify(models, title), version,
-                          list(models.get("data", [])))
-        probes = [self._probe(s.url, info) for s in self.stats]
-        info.probe = {k: all(p[k] for p in probes) for k in probes[0]}
-        return info
-
-    def _probe(self, url: str, info: ServerInfo) -> dict[str, bool]:
-        """One tiny greedy request: the server works, and what its stream carries."""
-        msgs = ({"role": "user", "content": "Say OK."},)
-        req = GenerationRequest(id="probe", params=SamplingParams(max_tokens=2),
-                                messages=msgs if self.opts.api == "chat" else None,
-                                prompt=None if self.opts.api == "chat" else "OK")
-        body = st.request_body(req, self.opts.api, info.model, info.dialect)
-
-        async def once() -> st.StreamState:
-            async with httpx.AsyncClient(headers=self.headers, timeout=60.0,
-                                         verify=st.tls_context()) as client:
-                return await st.stream_once(client, self._url(url), body, self.opts.api)
-
-        try:
-            state = asyncio.run(once())
-        except st.RequestFailed as exc:
-            raise AbgateError(f"probe request to {redact_url(url)} failed: {exc}") from None
-        return {"usage": state.usage is not None, "token_ids": state.token_ids is not None,
-                "prompt_token_ids": state.prompt_token_ids is not None}
-
     def _url(self, base: str, api: str | None = None) -> str:
-        chat = (api or self.opts.api) == "chat"
-        return base + ("/v1/chat/completions" if chat else "/v1/completions")
+        return base + PATHS[api or self.opts.api]
 
     @staticmethod
     def _api_for(req: GenerationRequest) -> str:
@@ -473,27 +395,5 @@ class OpenAIEngine(Engine):
                             "usage_reported": 1.0 if out_tokens is not None else 0.0})
 
 
-RETRY_AFTER_CAP_S = 60.0
-
-
-def _backoff(attempt: int, retry_after: float | None) -> float:
-    """Seconds before the next attempt: exponential, or the server's ``Retry-After``
-    where it asked for longer (capped, so a bad header cannot stall a run)."""
-    delay: float = min(0.5 * 2.0 ** attempt, 5.0)
-    return delay if retry_after is None else max(delay, min(retry_after, RETRY_AFTER_CAP_S))
-
-
-def _error_result(req: GenerationRequest, t_submit: float, message: str, ep: EndpointStats,
-                  attempts: int) -> GenerationResult:
-    return GenerationResult.failed(req.id, t_submit, f"{ep.shown}: {message}",
-                                   {"attempts": float(attempts)})
-
-
-def _first(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The first non-cancellation error inside a (nested) exception group."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc  # type: ignore[no-any-return]
-    return group
+resolve_model = OpenAIEngine.resolve_model
+load = OpenAIEngine.load  # the module's names: the class's own

@@ -9,6 +9,7 @@ is accepted as written.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -117,3 +118,22 @@ def check_launch(template: str) -> None:
 def check_options(options: Mapping[str, Any]) -> None:
     """Validate engine options without loading anything (for early checks)."""
     Options.parse(options)
+
+
+def api_key(name: str | None) -> str | None:
+    if name is None:
+        return None
+    key = os.environ.get(name)
+    if not key:
+        raise UsageError(f"--api-key-env {name}: that environment variable is not set")
+    return key
+
+
+def check_llama_cpp_concurrency(opts: Options, args: Mapping[str, Any]) -> None:
+    """llama_cpp.server ends a streaming request as soon as another one arrives unless
+    told not to; with concurrency that would turn samples into errors."""
+    cmd = opts.launch or ""
+    if "llama_cpp.server" in cmd and opts.concurrency > 1 \
+            and "interrupt_requests" not in cmd and "interrupt_requests" not in args:
+        raise UsageError("--concurrency > 1 with llama_cpp.server needs --interrupt_requests "
+                         "false in --launch (else the server cuts streams short)")

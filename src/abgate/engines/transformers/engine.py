@@ -84,15 +84,9 @@ from abgate.engines.transformers.options import (  # noqa: F401  (the engine mod
     check_args,
     resolve_model,
 )
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import AbgateError
 
-
-def load(model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-         run_dir: Path | None = None) -> TransformersEngine:
-    if options:
-        raise UsageError("the transformers engine takes no engine options "
-                         f"(got {', '.join(options)})")
-    return TransformersEngine(model, args)
+_HINT = "pip install 'abgate[transformers]'"
 
 
 def generation_kwargs(p: SamplingParams) -> dict[str, Any]:
@@ -113,6 +107,25 @@ def generation_kwargs(p: SamplingParams) -> dict[str, Any]:
 
 class TransformersEngine(Engine):
     """A transformers causal LM, resident in this process."""
+
+    name = NAME
+    arg_specs = ARG_SPECS
+    in_process = True
+    packages = (("torch", _HINT), ("transformers", _HINT))
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        return resolve_model(model)
+
+    @classmethod
+    def check_args(cls, args: Mapping[str, Any]) -> None:
+        check_args(args)
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> TransformersEngine:
+        cls.check_options(options or {})
+        return cls(model, args)
 
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=False, engine_timings=True,
@@ -383,3 +396,6 @@ class TransformersEngine(Engine):
                 "num_assistant_tokens": getattr(a.generation_config, "num_assistant_tokens",
                                                 None)}
         return eff
+
+
+load = TransformersEngine.load  # the module's ``load``: the class's own

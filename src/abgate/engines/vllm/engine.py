@@ -156,6 +156,23 @@ def check_options(options: Mapping[str, Any]) -> int:
 class VllmEngine(Engine):
     """vLLM, resident in this process."""
 
+    name = NAME
+    arg_specs = ARG_SPECS
+    packages = (("vllm", "pip install 'abgate[vllm]' (on a machine vLLM supports)"),)
+
+    @classmethod
+    def resolve_model(cls, model: str | None) -> str:
+        return resolve_model(model)
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        check_options(options)
+
+    @classmethod
+    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+             run_dir: Path | None = None) -> VllmEngine:
+        return load(model, args, options, run_dir)
+
     capabilities = Capabilities(token_ids=True, logprobs=False, streaming=True,
                                 chat_template=True, concurrent=True, engine_timings=False,
                                 scoring="top_k")
