@@ -290,7 +290,8 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
 def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
                 on_start: Callable[[int, int], None] | None = None,
                 progress: Progress | None = None,
-                on_phase: OnPhase | None = None) -> AbOutcome:
+                on_phase: OnPhase | None = None,
+                strategy: Callable[[AbRunner], None] | None = None) -> AbOutcome:
     """Run an experiment that passed :func:`~abgate.ab.checks.check_experiment` into
     ``out``, whose claim (``runner.outdir.claimed``) the caller holds."""
     exp, prov, rules = checked.exp, checked.provenance, checked.policy
@@ -311,7 +312,9 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
     with tracked(out, "A/B run", finish) as status:
         if on_start:
             on_start(runner.n_done(), len(runner.keys()) * len(exp.arms))
-        if checked.mode == "interleave":
+        if strategy is not None:  # another schedule (a fleet: abgate.fleet)
+            strategy(runner)
+        elif checked.mode == "interleave":
             runner.run_interleaved()
         else:
             runner.run_blocks()
