@@ -85,9 +85,29 @@ def connected(spec: ClusterSpec) -> Iterator[Any]:
         n = int(spec.address[6:]) if ":" in spec.address else None
         ray.init(num_cpus=n or max(1, int(spec.replicas * spec.num_cpus)),
                  include_dashboard=False, log_to_driver=False)
+        reaper, pids = start_reaper()
     else:
         ray.init(address=spec.address, log_to_driver=False)
+        reaper, pids = None, []
     try:
         yield ray
     finally:
         ray.shutdown()
+        if reaper is not None:  # the cluster's processes now: every one stopped
+            reaper.kill()
+            reaper.wait()
+            from abgate.fleet.reaper import reap
+
+            reap(pids)
+
+
+def start_reaper() -> tuple[Any, list[int]]:
+    """A reaper of the local cluster just started (every child of this process now)."""
+    import os
+
+    import psutil
+
+    from abgate.fleet.reaper import start
+
+    pids = [c.pid for c in psutil.Process().children()]
+    return start(os.getpid(), pids), pids
