@@ -296,7 +296,7 @@ def ab_command(
                                     allow_stale_manifest=allow_stale_manifest,
                                     allow_source_change=allow_source_change),
                                 weights_diff=weights_diff, on_phase=rep.on_start,
-                                strategy=_fleet(cluster, experiment))
+                                schedule=_fleet(cluster, experiment))
     with signals.deferred():  # the verdict shown, then the ledger entry, whole
         _print_verdicts(result.comparison, result.outcome.status, result.reports)
         finish_dir(out)

@@ -13,18 +13,17 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from abgate.errors import AbgateError
 from abgate.fleet.cluster import ClusterSpec, connected
 from abgate.fleet.matching import check_matched
 from abgate.fleet.replica import Replica
-from abgate.runner.samples import ids_sha256, sample_key
+from abgate.ab.phases import write_sample
+from abgate.ab.schedule import ArmSessions
+from abgate.ab.state import RunState
+from abgate.runner.samples import sample_key
 from abgate.suites import Item
-
-if TYPE_CHECKING:
-    from abgate.ab.run import AbRunner
 
 log = logging.getLogger("abgate.fleet")
 Key = tuple[Item, int]
@@ -38,12 +37,22 @@ def arm_order(arms: list[str], item_id: str, seed: int) -> list[str]:
     return order
 
 
-def fleet_strategy(spec: ClusterSpec) -> Callable[[AbRunner], None]:
-    """The A/B's schedule on ``spec``'s cluster (``run_checked(strategy=...)``)."""
-    def run(runner: AbRunner) -> None:
-        with connected(spec) as ray:
-            Fleet(ray, spec, runner).run()
-    return run
+class FleetSchedule:
+    """The A/B's schedule (``ab.schedule.Schedule``) on ``spec``'s cluster: the arms'
+    engines are the replicas' own, so ``sessions`` (this process's) is not used."""
+
+    name = "fleet"
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+
+    def run(self, state: RunState, sessions: ArmSessions) -> None:
+        with connected(self.spec) as ray:
+            Fleet(ray, self.spec, state).run()
+
+
+def fleet_strategy(spec: ClusterSpec) -> FleetSchedule:
+    return FleetSchedule(spec)
 
 
 def actor_errors(ray: Any) -> tuple[type[BaseException], ...]:
@@ -55,7 +64,7 @@ def actor_errors(ray: Any) -> tuple[type[BaseException], ...]:
 class Fleet:
     """The replicas of one A/B session and the dispatch loop over them."""
 
-    def __init__(self, ray: Any, spec: ClusterSpec, runner: AbRunner) -> None:
+    def __init__(self, ray: Any, spec: ClusterSpec, runner: RunState) -> None:
         self.ray, self.spec, self.runner = ray, spec, runner
         self.arms = list(runner.exp.arms)
         self.lost: list[dict[str, Any]] = []
@@ -75,7 +84,7 @@ class Fleet:
                              strategy="PACK" if s.placement == "pack" else "SPREAD")
         self.ray.get(pg.ready(), timeout=600)
         actor = self.ray.remote(max_restarts=0, max_task_retries=0)(Replica)
-        prepared = {arm: self.runner.prepared[arm].engine for arm in self.arms}
+        prepared = {arm: self.runner.checked.prepared[arm].engine for arm in self.arms}
         warm = [(arm, self.runner.recorders[arm].request(i, sd))
                 for i, sd in self.runner.keys()[: self.runner.exp.schedule.warmup]
                 for arm in self.arms]
@@ -154,17 +163,10 @@ class Fleet:
 
     def write(self, index: int, key: Key, results: list[tuple[str, Any]]) -> None:
         item, seed = key
-        r = self.runner
         k = sample_key(item.id, seed)
-        for arm, result in results:
-            sha = ids_sha256(result.prompt_token_ids)
-            if sha is not None and r.prompt_sha.setdefault(k, sha) != sha:
-                raise AbgateError(f"prompt SHA mismatch for {k} in arm {arm!r} on replica "
-                                  f"{index}; aborting (arms not matched)")
-            sample = r.recorders[arm].record(item, seed, result)
-            r.doc.schedule.executed.append(f"{arm}:{k}")
-            if r.progress:
-                r.progress(sample)
+        for arm, result in results:  # the one writer path, as on one machine
+            if not self.runner.is_done(arm, item, seed):
+                write_sample(self.runner, arm, item, seed, result)
         by = self.record["items_by_replica"]
         by.setdefault(str(index), []).append(k)
 
