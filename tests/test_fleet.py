@@ -76,7 +76,7 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
     exp = load_experiment(_llama_file(tmp_path / "x.toml", gsm8k_path, 10))
     one = run_experiment(exp, tmp_path / "one")
     fleet = run_experiment(exp, tmp_path / "fleet",
-                           strategy=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
+                           schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
     assert fleet.outcome.status == "complete"
     for arm in ("a", "b"):
         mine = {s["key"]: s["output"]["token_ids"] for s in _samples(tmp_path / "one", arm)}
@@ -112,7 +112,7 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Pa
 
     try:
         res = run_experiment(exp, tmp_path / "out", progress=progress,
-                             strategy=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
+                             schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
     finally:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()

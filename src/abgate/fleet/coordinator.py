@@ -15,13 +15,13 @@ import time
 from collections import deque
 from typing import Any
 
+from abgate.ab.phases import write_sample
+from abgate.ab.schedule import ArmSessions
+from abgate.ab.state import RunState
 from abgate.errors import AbgateError
 from abgate.fleet.cluster import ClusterSpec, connected
 from abgate.fleet.matching import check_matched
 from abgate.fleet.replica import Replica
-from abgate.ab.phases import write_sample
-from abgate.ab.schedule import ArmSessions
-from abgate.ab.state import RunState
 from abgate.runner.samples import sample_key
 from abgate.suites import Item
 
@@ -113,9 +113,9 @@ class Fleet:
         self.runner.save()
 
     def todo(self) -> deque[Key]:
-        done = [self.runner.recorders[a].done for a in self.arms]
-        return deque((i, s) for i, s in self.runner.keys()
-                     if not all(sample_key(i.id, s) in d for d in done))
+        state = self.runner
+        return deque((i, s) for i, s in state.keys()
+                     if not all(state.is_done(arm, i, s) for arm in self.arms))
 
     def submit(self, index: int, replica: Any, key: Key) -> Any:
         item, seed = key
@@ -125,7 +125,7 @@ class Fleet:
         return replica.run_item.remote(work)
 
     def dispatch(self, alive: dict[int, Any]) -> None:
-        queue, inflight = self.todo(), {}
+        queue, inflight = self.todo(), dict[Any, tuple[int, Key]]()
         started: dict[Any, float] = {}
         idle = set(alive)
         while queue or inflight:

@@ -6,6 +6,7 @@ cluster still alive (Ray's own agents can outlive a killed driver).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -23,16 +24,12 @@ def reap(pids: list[int], timeout: float = 3.0) -> list[int]:
         except psutil.Error:
             continue
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=timeout)
     for p in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(alive, timeout=timeout)
     return [p.pid for p in alive]
 
