@@ -114,7 +114,8 @@ class Fleet:
 
     def todo(self) -> deque[Key]:
         state = self.runner
-        return deque((i, s) for i, s in state.keys()
+        keys = state.keys()  # RunState.keys(): a method, not a dict
+        return deque((i, s) for i, s in keys
                      if not all(state.is_done(arm, i, s) for arm in self.arms))
 
     def submit(self, index: int, replica: Any, key: Key) -> Any:
