@@ -298,6 +298,8 @@ class ExperimentFile:
     evidence: Evidence = field(default_factory=Evidence)
     allow_differences: StrList = ()
     contract: Str | None = None
+    # where it runs (abgate.fleet.cluster); not part of the experiment or its digest
+    cluster: dict[str, Any] = field(default_factory=dict)
 
 
 def arm_config(shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:

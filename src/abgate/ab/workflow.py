@@ -18,6 +18,7 @@ from abgate.ab.checks import check_experiment
 from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
 from abgate.ab.run import AbOutcome, OnPhase, Progress, run_checked
+from abgate.ab.schedule import Schedule
 from abgate.errors import AbgateError
 from abgate.redact import redact
 from abgate.runner import records as rec
@@ -69,7 +70,8 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    progress: Progress | None = None,
                    provenance: ProvenanceOptions | None = None,
                    weights_diff: bool = False, policy: str | None = None,
-                   on_phase: OnPhase | None = None) -> AbResult:
+                   on_phase: OnPhase | None = None,
+                   schedule: Schedule | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written."""
     checked = check_experiment(exp, provenance, policy)  # bad input: before any work
@@ -77,7 +79,7 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
 
     with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
         outcome = run_checked(checked, out, resume=resume, force=force, on_start=on_start,
-                              progress=progress, on_phase=on_phase)
+                              progress=progress, on_phase=on_phase, schedule=schedule)
         with signals.deferred():  # a signal now: noted; the verdict and reports first
             comparison = analyze(out, policy)
             if weights_diff:

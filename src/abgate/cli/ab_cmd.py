@@ -249,6 +249,8 @@ def ab_command(
                                     "every item (default: the file's [schedule] stopping)."),
     max_items: int = typer.Option(None, help="Sequential: at most this many items."),
     look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
+    cluster: str = typer.Option(None, help="Shard the items over Ray replicas: auto, "
+                                "local[:N] or ray://HOST:PORT (docs/cluster.md)."),
     sign: SignKey = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
@@ -293,9 +295,23 @@ def ab_command(
                                     contract, manifest,
                                     allow_stale_manifest=allow_stale_manifest,
                                     allow_source_change=allow_source_change),
-                                weights_diff=weights_diff, on_phase=rep.on_start)
+                                weights_diff=weights_diff, on_phase=rep.on_start,
+                                schedule=_fleet(cluster, experiment))
     with signals.deferred():  # the verdict shown, then the ledger entry, whole
         _print_verdicts(result.comparison, result.outcome.status, result.reports)
         finish_dir(out)
     sign_after(out, sign)
     raise typer.Exit(result.exit_code)
+
+
+def _fleet(cluster: str | None, experiment: Path | None) -> Any:
+    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table), or None."""
+    import tomllib
+
+    table = tomllib.loads(experiment.read_text()).get("cluster") if experiment else None
+    if cluster is None and not table:
+        return None
+    from abgate.fleet.cluster import cluster_spec
+    from abgate.fleet.coordinator import fleet_strategy
+
+    return fleet_strategy(cluster_spec(cluster, table))

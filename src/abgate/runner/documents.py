@@ -230,6 +230,8 @@ class AbRecord(RecordHeader):
     sequential: AbSequential | None = None
     # abgate.host_load snapshots at the start and end of the interleaved run or each block
     host_load: dict[str, Any] | None = None
+    # a fleet A/B (abgate.fleet): the cluster, each replica's facts, losses, cleanup
+    fleet: dict[str, Any] | None = None
 
     def git_for_arms(self) -> GitState | None:
         """The source state every arm of this start records (the latest start's)."""

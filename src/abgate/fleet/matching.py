@@ -1,0 +1,32 @@
+"""Replicas must be alike: the host facts that make a pair comparable across
+replicas are checked before any measurement, unless the difference is declared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from abgate.errors import UsageError
+
+MATCHED = ("cpu_model", "gpu_model", "driver", "engines", "libraries")
+
+
+def check_matched(facts: list[dict[str, Any]], allowed: tuple[str, ...]) -> list[str]:
+    """The declared differences found (for the record); an undeclared one is refused."""
+    found = [key for key in MATCHED[:-1] if len({repr(f.get(key)) for f in facts}) > 1]
+    if library_differences(facts):
+        found.append("libraries")
+    refused = [k for k in found if k not in allowed]
+    if refused:
+        raise UsageError(f"the replicas' hosts differ in {', '.join(refused)}; a pair on "
+                         "one replica is matched, but replicas are compared in the speed "
+                         "interval: declare it with [cluster] allow_host_differences = "
+                         f"{refused!r}, or use alike nodes")
+    return found
+
+
+def library_differences(facts: list[dict[str, Any]]) -> list[str]:
+    """Libraries every replica maps whose bytes differ between replicas (a library one
+    process happened to map and another not is no difference of the host)."""
+    maps = [dict(f.get("libraries") or {}) for f in facts]
+    common = set.intersection(*(set(m) for m in maps)) if maps else set()
+    return sorted(n for n in common if len({m[n] for m in maps}) > 1)

@@ -1,0 +1,92 @@
+"""A replica: one Ray actor owning one engine session per arm, both resident.
+
+The actor is built from the same prepared configs the A/B checked
+(``runner.session.prepare_engine``); it answers one item at a time (both arms, in the
+order the coordinator gives) and reports its host facts, process tree, mapped libraries
+and, when closed, the engines' cleanup and GPU-memory evidence."""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+from typing import Any
+
+import psutil
+
+from abgate import host
+from abgate.engines.base import GenerationRequest, GenerationResult
+from abgate.runner.session import EngineSession, PreparedEngine, loaded
+
+Work = list[tuple[str, GenerationRequest]]
+
+
+class Replica:
+    """Wrapped by ``ray.remote`` in :mod:`abgate.fleet.coordinator`."""
+
+    def __init__(self, index: int, prepared: dict[str, PreparedEngine],
+                 warmup: list[tuple[str, GenerationRequest]]) -> None:
+        self.index = index
+        self.stack = ExitStack()
+        self.sessions: dict[str, EngineSession] = {
+            arm: self.stack.enter_context(loaded(p)) for arm, p in prepared.items()}
+        for arm, request in warmup:  # not recorded: the coordinator notes how many
+            self.generate(arm, request)
+
+    def generate(self, arm: str, request: GenerationRequest) -> GenerationResult:
+        session = self.sessions[arm]
+        with session.env():
+            return session.engine.generate([request])[0]
+
+    def run_item(self, work: Work) -> list[tuple[str, GenerationResult]]:
+        """Both arms of one (item, seed), in the given order."""
+        return [(arm, self.generate(arm, request)) for arm, request in work]
+
+    def facts(self) -> dict[str, Any]:
+        """Where this replica runs and what it runs on: the matching keys and the record."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        gpus = host.gpus()
+        pids = sorted({os.getpid(), *(p for s in self.sessions.values() for p in s.processes)})
+        engines = {arm: {"version": s.info.get("version"),
+                         "engine": s.info.get("engine")} for arm, s in self.sessions.items()}
+        return {"index": self.index, "node_id": ctx.get_node_id(),
+                "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
+                "actor_id": ctx.get_actor_id(), "cpu_model": host.cpu_model(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "gpu_uuids": [str(g.get("uuid")) for g in gpus if g.get("uuid")],
+                "gpu_model": sorted({str(g.get("name")) for g in gpus}),
+                "driver": sorted({str(g.get("driver")) for g in gpus if g.get("driver")}),
+                "engines": engines, "process_tree": process_tree(pids),
+                "libraries": libraries(pids)}
+
+    def close(self) -> dict[str, Any]:
+        """Close every engine; their cleanup evidence and the GPU memory after."""
+        self.stack.close()
+        return {"cleanup": {arm: s.engine.cleanup_evidence for arm, s in self.sessions.items()},
+                "gpu_memory_after": [{k: g.get(k) for k in ("uuid", "memory_used")}
+                                     for g in host.gpus()]}
+
+
+def process_tree(pids: list[int]) -> list[int]:
+    """Every live pid in the trees rooted at ``pids`` (psutil)."""
+    found: set[int] = set()
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            found.add(pid)
+            found.update(c.pid for c in proc.children(recursive=True))
+        except psutil.Error:
+            continue
+    return sorted(found)
+
+
+def libraries(pids: list[int]) -> dict[str, str]:
+    """The engine libraries mapped in this replica's processes: basename -> SHA-256."""
+    from abgate.provenance.libmaps import snapshot_pids
+
+    out: dict[str, str] = {}
+    for worker in snapshot_pids(pids):
+        for lib in worker.libs:
+            out.setdefault(lib.basename, str(lib.sha256))
+    return out
