@@ -14,6 +14,7 @@ from abgate.ab.experiment import Evidence, Experiment, Schedule, parse_experimen
 from abgate.runner.documents import AbRecord, read_record
 from abgate.runner.spec import RunConfig
 from tests.support.fake import cli, experiment
+from tests.support.records import edit_record
 
 GOLDEN_AB = Path(__file__).resolve().parent / "data" / "golden" / "v1" / "ab"
 
@@ -80,8 +81,7 @@ def test_old_ab_without_the_field_reads_and_resumes(tmp_path: Path) -> None:
     before = json.loads((out / "ab.json").read_text())
     assert "experiment_resolved" not in before
     assert read_record(out / "ab.json", "ab", model=AbRecord).experiment_resolved is None
-    interrupted = {**before, "status": "interrupted"}  # killed before the last sample
-    (out / "ab.json").write_text(json.dumps(interrupted, indent=1) + "\n")
+    edit_record(out / "ab.json", status="interrupted")  # killed before the last sample
     samples = out / "arms" / "b" / "samples.jsonl"
     lines = samples.read_text().splitlines(keepends=True)
     samples.write_text("".join(lines[:-1]))

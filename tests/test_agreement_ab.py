@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from abgate.ab.analyze import analyze
+from abgate.runner.documents import AbRecord, read_record
 from tests.conftest import abgate, engine_threads
+from tests.support.records import changed, edit_record
 
 pytestmark = pytest.mark.engine  # every test here loads a real engine
 
@@ -120,9 +122,8 @@ def test_scoring_cost_is_recorded_per_arm(ab_dir: Path) -> None:
 def test_lossless_expectation_rejects_a_lossy_arm(ab_dir: Path, tmp_path: Path) -> None:
     lossless = tmp_path / "AB"
     shutil.copytree(ab_dir, lossless)
-    ab = json.loads((lossless / "ab.json").read_text())
-    ab["experiment"]["expect"] = "lossless"
-    (lossless / "ab.json").write_text(json.dumps(ab))
+    ab = read_record(lossless / "ab.json", "ab", model=AbRecord)
+    edit_record(lossless / "ab.json", experiment=changed(ab.experiment, expect="lossless"))
     result = analyze(lossless)
     q8 = result["comparisons"]["q8"]["verdict"]
     assert q8["decision"] == "REJECT"

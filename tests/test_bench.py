@@ -114,17 +114,6 @@ def test_max_fills_the_context(engine: llamacpp.LlamaCppEngine) -> None:
     assert case["input_len"] == 248 and case["samples"][0]["output"]["tokens"] == 8
 
 
-@pytest.mark.engine
-def test_expect_prompt_sha_refuses(engine: llamacpp.LlamaCppEngine) -> None:
-    good = prompt_sha256(fixed_length_prompt(engine.tokenize, 32))
-    plan = plan_bench(engine, [BenchCase(32, 4)], expect_prompt_sha=[good])
-    assert plan.cases[0].prompt_sha256 == good
-    with pytest.raises(UsageError, match="refusing to run"):
-        plan_bench(engine, [BenchCase(32, 4)], expect_prompt_sha=["0" * 64])
-    with pytest.raises(UsageError, match="2 SHA"):
-        plan_bench(engine, [BenchCase(32, 4)], expect_prompt_sha=[good, good])
-
-
 def test_option_parsing() -> None:
     assert parse_input_lens("512, 2048,max") == [512, 2048, None]
     for bad in ("", "0", "12k", "512,,1"):

@@ -55,22 +55,22 @@ def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "not empty" in refused.stderr
 
 
-@pytest.mark.engine
 def test_one_token_past_the_context_is_a_usage_error(tmp_path: Path) -> None:
+    """On the fake engine in-process (was an engine-tier test on llama.cpp)."""
     out = tmp_path / "B"
-    r = abgate("bench", "--input-len", "241", "--output-len", "16", "--engine-arg", "n_ctx=256",
-               *thread_flags(default=1), "-o", str(out))
+    r = cli("bench", "--engine", "fake", "--input-len", "241", "--output-len", "16",
+            "--engine-arg", "n_ctx=256", "-o", str(out))
     assert r.returncode == 2
     lines = error_lines(r.stderr)
     assert len(lines) == 1 and "n_ctx=256" in lines[0] and "240" in lines[0]
     assert not out.exists()
 
 
-@pytest.mark.engine
 def test_wrong_prompt_sha_refuses_to_run(tmp_path: Path) -> None:
-    r = abgate("bench", "--input-len", "32", "--output-len", "4", "--engine-arg", "n_ctx=256",
-               *thread_flags(default=1), "--expect-prompt-sha", "ab" * 32,
-               "-o", str(tmp_path / "B"))
+    """On the fake engine in-process (was an engine-tier test on llama.cpp)."""
+    r = cli("bench", "--engine", "fake", "--input-len", "32", "--output-len", "4",
+            "--engine-arg", "n_ctx=256", "--expect-prompt-sha", "ab" * 32,
+            "-o", str(tmp_path / "B"))
     assert r.returncode == 2 and "refusing to run" in r.stderr
     assert len(error_lines(r.stderr)) == 1 and not (tmp_path / "B").exists()
 

@@ -113,6 +113,7 @@ def test_effective_violations_after_load(contract_path: Path) -> None:
     by_clause = {v.clause: v for v in violations}
     assert set(by_clause) == {"settings.n_ctx", "settings.type_k", "settings.flash_attn"}
     assert all(v.stage == "effective" for v in violations)
+    assert "not reported by this engine" in by_clause["settings.flash_attn"].message()
     assert "does not report this key" in by_clause["settings.flash_attn"].message()
     assert 'expected "f16", got "q8_0"' in by_clause["settings.type_k"].message()
     outcome = ContractOutcome(contract)

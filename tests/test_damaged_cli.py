@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from abgate.ledger.store import opened
-from tests.conftest import abgate, no_engine_env, thread_flags
-from tests.support.fake import Result, cli
+from tests.support.fake import Result, cli, fake_loads
 from tests.support.report import build_ab_dir
 from tests.test_ledger import _entry
 
@@ -84,16 +83,17 @@ def test_report_onto_a_directory_leaves_no_tmp(tmp_path: Path) -> None:
     assert not (tmp_path / "out.tmp").exists() and list(target.iterdir()) == []
 
 
-@pytest.mark.engine
 def test_baseline_with_edited_probes_is_refused_before_the_rerun(tmp_path: Path) -> None:
+    """On the fake engine (was an engine-tier test on llama.cpp): the check refuses the
+    edited record before it loads an engine."""
     out = tmp_path / "B"
-    r = abgate("baseline", "record", "--input-len", "16", "--output-len", "4", "--repeats",
-               "1", "--warmup", "0", "--no-probes", *thread_flags(1), "-o", str(out))
+    r = cli("baseline", "record", "--engine", "fake", "--input-len", "16", "--output-len",
+            "4", "--repeats", "1", "--warmup", "0", "--no-probes", "-o", str(out))
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "baseline.json").read_text())
-    doc["probes"] = [{"name": "arithmetic", "passed": True}]
+    doc["probes"] = [{"name": "arithmetic", "passed": True}]  # a hand edit, written raw
     (out / "baseline.json").write_text(json.dumps(doc))
-    env, marker = no_engine_env(tmp_path)
-    r = abgate("baseline", "check", str(out), env=env)
+    with fake_loads() as loaded:
+        r = cli("baseline", "check", str(out))
     _one_line(r, "baseline.json", "probes")
-    assert r.returncode == 2 and not marker.exists()
+    assert r.returncode == 2 and loaded == []

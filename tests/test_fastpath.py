@@ -19,7 +19,10 @@ from abgate.ab.analyze import analyze
 from abgate.ab.decision import DECISIONS_FILE, arms_source, record_decision, relation
 from abgate.errors import UsageError
 from abgate.provenance.attach import AttachRefused, attach
+from abgate.runner.documents import AbRecord, read_record
+from abgate.runner.sections import GitState
 from tests.conftest import REPO, abgate, toml_engine_args
+from tests.support.records import changed, edit_record
 from tests.support.report import build_ab_dir
 
 EXPERIMENT = f"""
@@ -146,20 +149,15 @@ def test_attach_refuses_an_ab_whose_arms_ran_on_different_trees(tmp_path: Path) 
            "tree": git(repo, "rev-parse", "HEAD^{tree}"), "dirty": False}
     out = build_ab_dir(tmp_path / "AB")
     for path in [out / "ab.json", *sorted(out.glob("arms/*/run.json"))]:
-        doc = json.loads(path.read_text())
-        doc["git"] = dict(one)
-        path.write_text(json.dumps(doc))
+        edit_record(path, git=GitState(**one))
     assert attach(out, "HEAD", repo).tree == one["tree"]
     run = out / "arms" / "fast" / "run.json"
-    doc = json.loads(run.read_text())
-    doc["git"] = {**one, "dirty": True}
-    run.write_text(json.dumps(doc))
+    edit_record(run, git=GitState(**{**one, "dirty": True}))
     with pytest.raises(AttachRefused, match=r"arm 'fast' ran on a dirty tree"):
         attach(out, "HEAD", repo)
     with pytest.raises(UsageError, match=r"different source trees"):
         arms_source(out)
-    doc["git"] = {**one, "tree": "f" * 40}
-    run.write_text(json.dumps(doc))
+    edit_record(run, git=GitState(**{**one, "tree": "f" * 40}))
     with pytest.raises(AttachRefused, match=r"arms ran on different trees.*arm 'fast'"):
         attach(out, "HEAD", repo)
 
@@ -173,17 +171,14 @@ def test_decision_relations_and_refusals(tmp_path: Path) -> None:
     out = build_ab_dir(tmp_path / "AB")  # ab.json has a commit, the arms none
     with pytest.raises(UsageError, match=r"different source trees.*arm 'base': commit None"):
         record_decision(out, "revert", "loops", arm="loopy")
-    ab = json.loads((out / "ab.json").read_text())
-    ab["git"] = None
-    (out / "ab.json").write_text(json.dumps(ab))
+    edit_record(out / "ab.json", git=None)
     with pytest.raises(UsageError, match=r"no git commit recorded"):
         record_decision(out, "revert", "loops", arm="loopy")
     with pytest.raises(UsageError, match=r"--why is empty"):
         record_decision(out, "revert", "  ")
     with pytest.raises(UsageError, match=r"--arm 'lopy' is not a candidate.*'loopy'"):
         record_decision(out, "revert", "loops", arm="lopy")
-    ab["status"] = "running"
-    (out / "ab.json").write_text(json.dumps(ab))
+    edit_record(out / "ab.json", status="running")
     with pytest.raises(UsageError, match=r"recorded as running"):
         record_decision(out, "revert", "loops", arm="loopy")
     assert not (out / DECISIONS_FILE).exists()
@@ -193,9 +188,9 @@ def test_fast_path_policy_on_recorded_abs(tmp_path: Path) -> None:
     """The recorded fixture A/B: ``fast`` (10% faster, same answers, a tenth of its outputs
     token-different) and ``loopy`` (faster, but repetition loops)."""
     out = build_ab_dir(tmp_path / "AB")
-    ab = json.loads((out / "ab.json").read_text())
-    ab["experiment"]["expect"] = "lossless"  # identity would reject ``fast``
-    (out / "ab.json").write_text(json.dumps(ab))
+    ab = read_record(out / "ab.json", "ab", model=AbRecord)
+    edit_record(out / "ab.json",  # identity would reject ``fast``
+                experiment=changed(ab.experiment, expect="lossless"))
     default = analyze(out, None, n_boot=500)["comparisons"]
     assert default["fast"]["verdict"]["decision"] == "REJECT"
     assert default["fast"]["verdict"]["reasons"][0].startswith("REJECT: lossless outputs")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from abgate.ab.run import AbRunner
+from abgate.ab import phases
 from abgate.gguf_file import read_gguf
 from tests.conftest import toml_engine_args
 from tests.support.fake import cli
@@ -84,18 +84,18 @@ def swapped_ab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exp: Path, file:
     the second load (arm b's first block); its ``ab.json`` and the file's old SHA-256."""
     before = sha(file)
     loads: list[str] = []
-    load = AbRunner.load
+    load = phases.load_arm
 
-    def swapping(self: AbRunner, arm: str, *args: Any, **kwargs: Any) -> Any:
+    def swapping(state: Any, arm: str, *args: Any, **kwargs: Any) -> Any:
         loads.append(arm)
         if len(loads) == 2:  # arm a's first block is done; b's first load is next
             st = file.stat()
             swap(file)
             os.utime(file, ns=(st.st_atime_ns, st.st_mtime_ns))
             assert file.stat().st_size == st.st_size
-        return load(self, arm, *args, **kwargs)
+        return load(state, arm, *args, **kwargs)
 
-    monkeypatch.setattr(AbRunner, "load", swapping)
+    monkeypatch.setattr(phases, "load_arm", swapping)
     out = tmp_path / "AB"
     r = cli("ab", str(exp), "-o", str(out))
     assert r.returncode == 1, r.stdout + r.stderr

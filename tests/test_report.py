@@ -258,7 +258,16 @@ def test_weights_diff_is_rendered_as_a_diagnostic(tmp_path: Path,
     src = tmp_path / "src"
     build_ab_dir(src)
     (src / "weights-diff-fast.json").write_text(json.dumps(smollm2_self_diff))
+    md = render(src, "md")  # SmolLM2's diff is no arm's model here: marked, not shown
+    assert "## Weights: weights-diff-fast.json (not this A/B's)" in md
+    assert "272 tensors compared" not in md
+    arm_sha = json.loads((src / "arms" / "base" / "run.json").read_text())["spec"]["model"]
+    doc = {**smollm2_self_diff}
+    for side in ("ref", "other"):  # the arms' model: shown, by file name, not its path
+        doc[side] = {**doc[side], "sha256": arm_sha["sha256"]}  # type: ignore[dict-item]
+    (src / "weights-diff-fast.json").write_text(json.dumps(doc))
     md = render(src, "md")
     assert "## Weight diagnostics" in md and "weights-diff-fast.json" in md
-    assert "272 tensors compared" in md
+    assert "272 tensors compared" in md and "(not this A/B's)" not in md
+    assert "`SmolLM2-135M-Instruct.Q4_1.gguf` (sha256" in md and "site-packages" not in md
     shutil.rmtree(src)

@@ -71,8 +71,8 @@ def test_malformed_weights_diff_and_bench_case_render_as_not_available(
         plan={"input_len": [512], "output_len": 128},
         cases=[{"input_len": 512, "output_len": 128, "speed": None}]))
     md = render(out, "md")
-    assert "## Weights: weights-diff-x.json" in md
-    assert f"`{NA}` (sha256 {NA}) vs `{NA}` (sha256 {NA}): None tensors compared" in md
+    assert "## Weights: weights-diff-x.json (not this A/B's)" in md  # no model: marked
+    assert f"Not shown: model sha256 {NA}, {NA} is no arm's model" in md
     assert f"| 512/128 | {NA} | {NA} |" in md
     assert render(out, "html") and render(out, "json")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -96,25 +95,6 @@ def test_malformed_dataset_names_line(tmp_path: Path) -> None:
     bad.write_text('{"question": "a", "answer": "#### 1"}\n{broken\n')
     r = cli("run", "--data", str(bad), "-o", str(tmp_path / "R"))
     assert r.returncode == 2 and f"{bad}:2" in r.stderr
-
-
-@pytest.mark.engine
-def test_existing_dir_unwritable_and_resume_mismatch(tmp_path: Path) -> None:
-    out = tmp_path / "R"
-    base = ["run", "--suite", "synthetic", "--limit", "2", *thread_flags(), "--max-tokens", "16"]
-    assert abgate(*base, "-o", str(out)).returncode == 0
-    before = (out / "samples.jsonl").read_bytes()
-    r = abgate(*base, "-o", str(out))
-    assert r.returncode == 2 and "--resume" in r.stderr
-    r = abgate(*base[:-1], "17", "--resume", str(out))  # a complete run cannot be changed
-    assert r.returncode == 2 and "already complete" in r.stderr and "max_tokens" in r.stderr
-    assert (out / "samples.jsonl").read_bytes() == before
-    assert abgate(*base, "-o", str(out), "--force").returncode == 0
-    if os.geteuid() != 0:  # root can write anywhere
-        ro = tmp_path / "ro"
-        ro.mkdir(mode=0o500)
-        r = abgate(*base, "-o", str(ro / "R"))
-        assert r.returncode == 2 and "cannot write" in r.stderr
 
 
 @pytest.mark.engine

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from abgate.ab.run import AbRunner
+from abgate.ab import phases
 from abgate.engines.fake import FakeEngine
 from abgate.errors import AbgateError
 from abgate.identity import HashCache
@@ -220,15 +220,15 @@ def test_an_ab_in_blocks_stops_when_the_model_is_swapped_between_loads(
     model = model_file(tmp_path / "m.gguf")
     before = sha(model)
     loads: list[str] = []
-    load = AbRunner.load
+    load = phases.load_arm
 
-    def swapping(self: AbRunner, arm: str, *args: Any, **kwargs: Any) -> Any:
+    def swapping(state: Any, arm: str, *args: Any, **kwargs: Any) -> Any:
         loads.append(arm)
         if len(loads) == 2:  # after arm a's first block, before b's first load
             swap(model)
-        return load(self, arm, *args, **kwargs)
+        return load(state, arm, *args, **kwargs)
 
-    monkeypatch.setattr(AbRunner, "load", swapping)
+    monkeypatch.setattr(phases, "load_arm", swapping)
     out = tmp_path / "AB"
     r = cli("ab", str(blocks_ab(tmp_path, model)), "-o", str(out))
     assert r.returncode == 1, r.stdout + r.stderr

@@ -11,12 +11,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from abgate.bench.load import parse_load
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.load_cmd import run_load_bench
 from abgate.progress import reporter
 from abgate.runner.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
 from abgate.runner.documents import BenchSummary
@@ -181,12 +183,25 @@ def bench_command(
     out: Annotated[Path | None, typer.Option(
         "-o", "--out", help="Run directory (default: runs/bench-<timestamp>).")] = None,
     force: bool = typer.Option(False, help="Overwrite an existing run directory."),
+    load: str = typer.Option("closed", help="Load shape: closed (default), concurrency:N or "
+                             "poisson:RATE (served, docs/load.md)."),
+    burstiness: float = typer.Option(1.0, help="--load poisson: gamma shape (1: Poisson)."),
+    max_concurrency: int = typer.Option(None, help="--load: cap on requests in flight."),
+    num_prompts: int = typer.Option(100, help="--load: requests sent."),
+    load_seed: int = typer.Option(0, help="--load: seed of the prompts and arrivals."),
+    load_data: str = typer.Option(None, help="--load: GSM8K data or a JSONL prompt file."),
     contract: eo.Contract = None,
     manifest: eo.Manifest = None,
     allow_stale_manifest: eo.AllowStaleManifest = False,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Measure prefill, TTFT, steady decode and TPOT on fixed-length prompts."""
+    shape = parse_load(load, burstiness=burstiness, max_concurrency=max_concurrency,
+                       num_prompts=num_prompts, seed=load_seed)
+    if not shape.closed:
+        run_load_bench(shape, flags.spec(), data=load_data, output_len=output_len, out=out,
+                       force=force)
+        return
     config = BenchConfig(
         **flags.spec(),
         input_lens=input_lens(input_len, prompt_file, "512"),

@@ -35,24 +35,61 @@ _MAX_UNMATCHED = 20
 
 @app.command("weights-diff")
 def weights_diff_command(
-    ref: Annotated[Path, typer.Argument(
-        metavar="REF", help="Reference checkpoint: .gguf, .safetensors or a shard directory.")],
-    other: Annotated[Path, typer.Argument(
-        metavar="OTHER", help="Checkpoint compared against REF (same kinds accepted).")],
+    ref: Annotated[Path | None, typer.Argument(
+        metavar="[REF]", help="Reference checkpoint: .gguf, .safetensors or a shard directory.")
+    ] = None,
+    other: Annotated[Path | None, typer.Argument(
+        metavar="[OTHER]", help="Checkpoint compared against REF (same kinds accepted).")
+    ] = None,
     json_out: Annotated[Path | None, typer.Option(
         "--json", metavar="FILE", help="Write the full result (every tensor) as JSON.")] = None,
     top: Annotated[int, typer.Option(
         "--top", min=0, metavar="N", help="How many of the worst tensors to list.")] = 10,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help="Diff the weights two arms of this engine hold after load "
+        "(llamacpp, transformers, vllm) instead of two checkpoint files.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Both arms' model (with --engine; `model=` in an arm overrides).")
+    ] = None,
+    arm_a: Annotated[list[str] | None, typer.Option(
+        "--arm-a", metavar="KEY=VALUE", help="Arm A's engine arg (repeatable; `model=PATH`)."
+    )] = None,
+    arm_b: Annotated[list[str] | None, typer.Option(
+        "--arm-b", metavar="KEY=VALUE", help="Arm B's engine arg (repeatable; `model=PATH`)."
+    )] = None,
+    env: Annotated[list[str] | None, typer.Option(
+        "--env", metavar="NAME=VALUE", help="Env for both arms' engines (repeatable).")] = None,
 ) -> None:
     """Relative L2 error and SQNR of every tensor of OTHER against REF, by layer and kind."""
     if json_out is not None and not json_out.parent.is_dir():
         raise UsageError(f"cannot write {json_out}: directory {json_out.parent} does not exist")
     with _progress() as progress:
-        result = diff_checkpoints(ref, other, progress)
+        if engine is not None:
+            result = _diff_engines(engine, model, arm_a or [], arm_b or [], env or [], progress)
+        elif ref is None or other is None:
+            raise UsageError("weights-diff needs REF and OTHER, or --engine with --arm-a/--arm-b")
+        else:
+            result = diff_checkpoints(ref, other, progress)
     render_result(result, top, Console())
     if json_out is not None:
         _write_json(json_out, result)
         typer.echo(f"wrote {json_out}", err=True)
+
+
+def _diff_engines(engine: str, model: str | None, arm_a: list[str], arm_b: list[str],
+                  env: list[str], progress: ProgressFn | None) -> dict[str, Any]:
+    from abgate.ab.runtime_weights import diff_arms
+    from abgate.engines.args import parse_pairs
+    from abgate.runner.session import EngineSpec
+
+    env_vars = {k: str(v) for k, v in parse_pairs(env, "--env", coerce=False).items()}
+    specs = []
+    for flag, pairs in (("--arm-a", arm_a), ("--arm-b", arm_b)):
+        args = parse_pairs(pairs, flag)
+        arm_model = args.pop("model", model)
+        specs.append(EngineSpec(engine, None if arm_model is None else str(arm_model),
+                                args, {}, env_vars))
+    return diff_arms(specs[0], specs[1], progress)
 
 
 def render_result(result: dict[str, Any], top: int, console: Console) -> None:
@@ -60,7 +97,7 @@ def render_result(result: dict[str, Any], top: int, console: Console) -> None:
     for side in ("ref", "other"):
         info = result[side]
         sha = (info["sha256"] or "")[:12] or f"{len(info['files'])} files"
-        console.print(f"{side:>5}: {info['path']}  [{info['format']}, "
+        console.print(f"{side:>5}: {Path(info['path']).name}  [{info['format']}, "
                       f"{info['size_bytes'] / 1e6:.1f} MB, {sha}]", markup=False, highlight=False)
     overall = result["summary"]["overall"]
     console.print(_group_table("By kind", "kind", result["groups"]["by_kind"], overall))

@@ -196,6 +196,16 @@ class EngineInfo:
         }
 
 
+@dataclass(frozen=True)
+class LoadedTensor:
+    """One weight an engine holds after load: its dtype as held, its logical shape and
+    how to read it, dequantized, as a float32 numpy array (read on demand)."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    read: Callable[[], Any]
+
+
 class Engine(ABC):
     """The base class every engine adapter extends. Construct = load; it stays resident.
 
@@ -255,6 +265,11 @@ class Engine(ABC):
 
     def detokenize(self, ids: Sequence[int]) -> str | None:
         """The text of token ``ids``; None where the engine cannot say (the default)."""
+        return None
+
+    def loaded_weights(self) -> dict[str, LoadedTensor] | None:
+        """The weights as loaded (name -> :class:`LoadedTensor`, each read one at a time
+        as float32); None where the engine cannot expose them (the default)."""
         return None
 
     def topk_trace(self, prompt_ids: Sequence[int], output_ids: Sequence[int],

@@ -191,7 +191,8 @@ def check_effective(contract: Contract, engine_name: str,
     for key, want in contract.settings.items():
         if key not in effective_config:
             out.append(Violation(f"settings.{key}", want, ABSENT, "effective",
-                                 "the engine's effective config does not report this key"))
+                                 f"not reported by this engine ({engine_name}'s effective "
+                                 "config does not report this key)"))
         elif not values_equal(want, effective_config[key]):
             out.append(Violation(f"settings.{key}", want, effective_config[key], "effective"))
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import PurePath
 from typing import Any
 
 from abgate.compare.views import views
@@ -319,16 +320,29 @@ def _weights_tables(wd: WeightsDiff) -> list[Block]:
     return blocks
 
 
+def _arm_model_shas(data: AbData) -> set[Any]:
+    return {arm.spec.model.sha256 for arm in data.arms.values()
+            if arm.spec is not None and arm.spec.model is not None}
+
+
 def weights_section(data: AbData) -> list[Block]:
     """Weight diagnostics (``weights-diff*.json`` in the A/B directory): reported, never
     deciding under any policy."""
     blocks: list[Block] = []
+    arm_shas = _arm_model_shas(data)
     for name, wd in data.weights.items():
         overall, ref, other = wd.summary.overall, wd.ref, wd.other
+        stray = [str(s.sha256)[:12] for s in (ref, other) if s.sha256 not in arm_shas]
+        if stray:  # a file dropped in that is not about these arms' models: marked, no table
+            blocks += [Heading(3, f"Weights: {user(name)} (not this A/B's)", f"weights-{name}"),
+                       Para(f"Not shown: model sha256 {user(', '.join(stray))} is no arm's "
+                            "model in this A/B, so this diff does not describe its arms.")]
+            continue
         blocks += [
             Heading(3, f"Weights: {user(name)}", f"weights-{name}"),
-            Para(f"`{user(ref.path)}` (sha256 {user(str(ref.sha256)[:12])}) vs "
-                 f"`{user(other.path)}` (sha256 {user(str(other.sha256)[:12])}): "
+            Para(f"`{user(PurePath(str(ref.path)).name)}` (sha256 {user(str(ref.sha256)[:12])}) vs "
+                 f"`{user(PurePath(str(other.path)).name)}` (sha256 "
+                 f"{user(str(other.sha256)[:12])}): "
                  f"{wd.summary.n_compared} tensors compared, pooled relative L2 "
                  f"{num(overall.pooled_rel_l2, '.3g')}, pooled SQNR "
                  f"{num(overall.pooled_sqnr_db, '.1f')} dB, worst tensor relative L2 "

@@ -353,12 +353,14 @@ LINE_FILES = {  # JSON Lines, appended line by line
     "agreement.jsonl": "ab.evidence, one compare.agreement_rows.AgreementRow per scored "
                        "sequence (read by ab.analyze.read_agreement)",
     "decisions.jsonl": "ab.decision: one DecisionRecord per line",
-    "attachments.jsonl": "provenance.attach: attachment lines"}
+    "attachments.jsonl": "provenance.attach: attachment lines",
+    "load_samples.jsonl": "bench.load_run: one raw request of a served load bench per line"}
 NOT_RECORDS = {  # JSON that is not one of these record documents
     "manifest.json": "provenance.manifest, with its own schema and version",
     "report.json": "a rendered report (report.jsondoc)",
     "signed-files.json": "signing.sign_directory: every file's SHA-256 (signed beside it)",
-    "weights-diff-*.json": "weights.diff, schema abgate.weights_diff"}
+    "weights-diff-*.json": "weights.diff, schema abgate.weights_diff",
+    "load.json": "bench.load_run: a served load bench (spec, schedule, metrics)"}
 
 
 def source_state(out: Path | None = None) -> GitState | None:

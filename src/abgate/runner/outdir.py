@@ -28,7 +28,8 @@ OWNED_FILES = frozenset({
     "agreement.jsonl", "probes.json", "bench.json", "baseline.json", "report.md",
     "report.html", "report.json", "manifest.json", "attachments.jsonl", "decisions.jsonl",
     LOCK_FILE,
-    ".abgate-write-test", "signed-files.json", "signed-files.json.sig"})
+    ".abgate-write-test", "signed-files.json", "signed-files.json.sig",
+    "load.json", "load_samples.jsonl"})  # a served load bench (bench.load_run)
 OWNED_PATTERNS = ("server-*.log", "engine-*.log", "weights-diff-*.json", "*.tmp",
                   "*.jsonl.torn")  # a torn last line cut off (abgate.jsonl_append)
 

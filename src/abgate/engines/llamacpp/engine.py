@@ -27,12 +27,14 @@ from abgate.engines.base import (
     EngineInfo,
     GenerationRequest,
     GenerationResult,
+    LoadedTensor,
     Message,
     OnResult,
     TokenScores,
     one_at_a_time,
 )
 from abgate.engines.llamacpp.state import DEFAULT_BUDGET_BYTES, PromptStates
+from abgate.engines.llamacpp.weights import tensor_types
 from abgate.engines.shared.default_model import default_model_path
 from abgate.engines.shared.logits import scores_from_logits
 from abgate.errors import AbgateError, UsageError
@@ -181,6 +183,10 @@ class LlamaCppEngine(Engine):
     def tokenize(self, text: str) -> list[int]:
         return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
+    def loaded_weights(self) -> dict[str, LoadedTensor] | None:
+        from abgate.engines.llamacpp.weights import loaded_weights
+        return loaded_weights(self.model_path)
+
     def detokenize(self, ids: Sequence[int]) -> str:
         return self._llm.detokenize(list(ids)).decode("utf-8", errors="replace")
 
@@ -215,6 +221,8 @@ class LlamaCppEngine(Engine):
             "model_params": int(lc.llama_model_n_params(llm.model)),
             "model_size_bytes": int(lc.llama_model_size(llm.model)),
             "model_name": llm.metadata.get("general.name"),
+            "n_seq_max": int(lc.llama_n_seq_max(llm.ctx)),
+            "tensor_types": tensor_types(self.model_path),
             "system_info": lc.llama_print_system_info().decode(errors="replace").strip(),
         }
         return EngineInfo(name=NAME, version=lc.__version__, model=self.model_path,

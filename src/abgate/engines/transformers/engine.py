@@ -60,6 +60,7 @@ from abgate.engines.base import (
     EngineInfo,
     GenerationRequest,
     GenerationResult,
+    LoadedTensor,
     Message,
     OnResult,
     SamplingParams,
@@ -165,6 +166,10 @@ class TransformersEngine(Engine):
 
     def tokenize(self, text: str) -> list[int]:
         return [int(i) for i in self._tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    def loaded_weights(self) -> dict[str, LoadedTensor]:
+        from abgate.engines.transformers.weights import loaded_weights
+        return loaded_weights(self._model)
 
     def detokenize(self, ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(ids), skip_special_tokens=True))

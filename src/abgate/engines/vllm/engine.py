@@ -30,6 +30,7 @@ from abgate.engines.base import (
     EngineInfo,
     GenerationRequest,
     GenerationResult,
+    LoadedTensor,
     Message,
     OnResult,
     SamplingParams,
@@ -219,6 +220,10 @@ class VllmEngine(Engine):
                     if on_result is not None:
                         on_result(results[state.req.id])
         return [results[r.id] for r in requests]
+
+    def loaded_weights(self) -> dict[str, LoadedTensor]:
+        from abgate.engines.vllm.runtime_weights import loaded_weights
+        return loaded_weights(self._llm)
 
     def describe(self) -> EngineInfo:
         effective = {"requested_engine_args": {k: jsonable(v) for k, v in self.requested.items()},

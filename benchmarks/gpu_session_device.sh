@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call on the lent H200 for the figures of 2026-12-02 (issue 37's runtime weights diff and
+# issue 33's served load shape against `vllm bench serve`), from the project root there, after the
+# vLLM and model parts are staged (../shared/gpu/README.md):
+#   bash benchmarks/gpu_session_device.sh DATA.jsonl weights|load    (one call each: each may run 10 minutes)
+# 1. benchmarks/gpu_seed_rows.sh: vLLM fp8 (online) vs bf16 weights read from the running engine;
+# 2. `vllm serve` of the bf16 SmolLM2, then benchmarks/served_load.py at concurrency 32 (abgate's
+#    generator, then `vllm bench serve`, 3 repeats), the server stopped and the port and GPU memory checked.
+# Results under $OUT (seed-rows/, served-load/, served_load.json, cleanup.txt).
+set -uo pipefail
+data=${1:?data file} step=${2:?weights or load}
+if [[ $step == weights ]]; then bash "$(dirname "$0")/gpu_seed_rows.sh" "$data"; exit; fi
+. "${VLLM_STAGE:-/root/vllm-stage}/on-device-vllm.sh"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+sl=$OUT/served-load && mkdir -p "$sl"
+setsid vllm serve /root/m/smol --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \
+  --max-model-len 2048 >"$sl/server.log" 2>&1 </dev/null &
+spid=$!
+for _ in $(seq 150); do curl -sf http://127.0.0.1:8011/v1/models >/dev/null && break; sleep 1; done
+echo "server ready after $SECONDS s (pid $spid)"
+OUT=$sl timeout 330 python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
+  --model smol --concurrency 32 --num-prompts 320 --output-len 128 --repeats 3 \
+  --data "$data" --json "$OUT/served_load.json" >"$sl/driver.log" 2>&1
+echo "served_load rc=$?"; tail -c 2500 "$sl/driver.log"
+kill -TERM -- -"$spid" 2>/dev/null; for _ in $(seq 30); do kill -0 "$spid" 2>/dev/null || break; sleep 1; done
+kill -KILL -- -"$spid" 2>/dev/null
+{ echo "after stop:"; ps -eo pid,cmd | grep -c '[v]llm serve' ; ss -ltn | grep -c ':8011 ' ;
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader; } | tee "$OUT/cleanup.txt"
+ls -la "$OUT" "$sl"

@@ -1,0 +1,106 @@
+"""abgate's served load shape against ``vllm bench serve`` on one server (issue 33, item 7).
+
+For each repeat: abgate's ``bench --load concurrency:C`` generator (``bench.load_run``)
+and then ``vllm bench serve`` (``--backend openai`` to ``/v1/completions``, request
+rate inf, ``--max-concurrency C``, the same prompts in a ``--dataset-name custom`` JSON
+Lines file with the chat template skipped, ``--ignore-eos``, the same output length),
+both against the server at ``--url``. Written to ``$OUT/served_load.json`` (or
+``--json``): per repeat both sides' mean TTFT, mean TPOT and output throughput, and
+the ratios abgate / vLLM with their median, min and max over the repeats. Goal: every
+ratio within 2% of 1.
+
+Without ``--vllm`` only abgate's side runs (a smoke test, e.g. against
+llama_cpp.server or llama-server here)::
+
+    PYTHONPATH=src python benchmarks/served_load.py --url http://127.0.0.1:8000 \\
+        [--vllm vllm] [--model M] [--concurrency 32] [--num-prompts 320] \\
+        [--output-len 128] [--repeats 3] [--data /work/shared/data/gsm8k/test.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from abgate.bench.load import parse_load
+from abgate.bench.load_run import LoadJob, load_prompts, run_load
+
+
+def _abgate(a: argparse.Namespace, prompts: list[str], idx: list[int], src: str,
+            out: Path) -> dict[str, float]:
+    spec = parse_load(f"concurrency:{a.concurrency}", num_prompts=a.num_prompts, seed=a.seed)
+    job = LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len)
+    m = run_load(job, out, force=True)["metrics"]
+    return {"ttft_ms": m["ttft_ms"]["mean"], "tpot_ms": m["tpot_ms"]["mean"],
+            "output_throughput": m["output_throughput"]}
+
+
+def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> dict[str, float]:
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [a.vllm, "bench", "serve", "--backend", "openai", "--base-url", a.url,
+           "--endpoint", "/v1/completions", "--model", model,
+           "--dataset-name", "custom", "--dataset-path", str(prompts_file),
+           "--custom-output-len", str(a.output_len), "--custom-skip-chat-template",
+           "--num-prompts", str(a.num_prompts), "--max-concurrency", str(a.concurrency),
+           "--request-rate", "inf", "--ignore-eos", "--seed", str(a.seed),
+           "--save-result", "--result-dir", str(out), "--result-filename", "vllm.json"]
+    subprocess.run(cmd, check=True)
+    r = json.loads((out / "vllm.json").read_text())
+    return {"ttft_ms": r["mean_ttft_ms"], "tpot_ms": r["mean_tpot_ms"],
+            "output_throughput": r["output_throughput"]}
+
+
+def _served_model(url: str) -> str:
+    import httpx
+    return str(httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--url", required=True)
+    p.add_argument("--vllm", default=None, help="the vllm CLI; without it abgate only")
+    p.add_argument("--model", default=None)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--num-prompts", type=int, default=320)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default="/work/shared/data/gsm8k/test.jsonl")
+    p.add_argument("--json", default=None)
+    a = p.parse_args()
+    a.url = a.url.rstrip("/")
+    model = a.model or _served_model(a.url)
+    prompts, src, idx = load_prompts(a.data, a.num_prompts, a.seed)
+    work = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="served-load-"))
+    work.mkdir(parents=True, exist_ok=True)
+    pf = work / "prompts.jsonl"
+    pf.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in prompts))
+    runs: list[dict[str, Any]] = []
+    for r in range(a.repeats):
+        row: dict[str, Any] = {"abgate": _abgate(a, prompts, idx, src, work / f"abgate-{r}")}
+        if a.vllm:
+            row["vllm"] = _vllm(a, pf, work / f"vllm-{r}", model)
+            row["ratio"] = {k: row["abgate"][k] / row["vllm"][k] for k in row["vllm"]}
+        runs.append(row)
+        print(json.dumps(row), flush=True)
+    result: dict[str, Any] = {"url": a.url, "model": model, "concurrency": a.concurrency,
+                              "num_prompts": a.num_prompts, "output_len": a.output_len,
+                              "prompts": src, "runs": runs}
+    if a.vllm:
+        result["ratios"] = {k: {"median": statistics.median(x["ratio"][k] for x in runs),
+                                "min": min(x["ratio"][k] for x in runs),
+                                "max": max(x["ratio"][k] for x in runs)}
+                            for k in ("ttft_ms", "tpot_ms", "output_throughput")}
+    dest = Path(a.json) if a.json else work / "served_load.json"
+    dest.write_text(json.dumps(result, indent=1) + "\n")
+    print(dest)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""The open-loop load generator against an OpenAI-compatible server (docs/load.md).
+
+Requests leave at their seeded due times (``load.arrival_schedule``), at most the
+shape's in-flight cap open at once (an asyncio semaphore), each one streamed by the
+same ``stream_once`` the openai engine uses, so its timestamps are taken the same way.
+Every finished request is appended and fsynced to ``load_samples.jsonl``; ``load.json``
+holds the spec, the schedule, the prompts' source and indices, and the metrics,
+computed from the raw samples alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from abgate import safefs
+from abgate.bench.load import LoadSpec, RequestTimes, arrival_schedule, max_in_flight, serve_metrics
+from abgate.engines.base import SamplingParams
+from abgate.engines.openai.stream import (
+    DIALECTS,
+    Dialect,
+    RequestFailed,
+    identify,
+    sampling_body,
+    stream_once,
+)
+from abgate.errors import AbgateError, UsageError
+from abgate.jsonl_append import append_line
+from abgate.redact import redact_url
+
+SAMPLES = "load_samples.jsonl"
+RECORD = "load.json"
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    url: str  # the server's base URL (http://HOST:PORT)
+    model: str | None
+    prompts: Sequence[str]  # one per request, in send order
+    prompt_source: str
+    prompt_indices: Sequence[int]
+    spec: LoadSpec
+    output_len: int = 128
+    api: str = "completions"  # completions (as vllm bench serve's default) or chat
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def _body(job: LoadJob, prompt: str, model: str, dialect: Dialect) -> dict[str, Any]:
+    params = SamplingParams(max_tokens=job.output_len, ignore_eos=True)
+    body: dict[str, Any] = {"model": model}
+    if job.api == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    body |= sampling_body(params, dialect)
+    return body | {"stream": True, "stream_options": {"include_usage": True},
+                   **dialect.extra}
+
+
+def _discover(job: LoadJob) -> tuple[str, Dialect]:
+    try:
+        with httpx.Client(base_url=job.url, headers=dict(job.headers), timeout=10.0) as c:
+            models = c.get("/v1/models").json()
+            title = None
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                title = c.get("/openapi.json").json().get("info", {}).get("title")
+    except (httpx.HTTPError, ValueError) as exc:
+        raise AbgateError(f"{redact_url(job.url)}: cannot list models ({exc})") from None
+    served = [str(m.get("id")) for m in models.get("data", [])]
+    if not served:
+        raise AbgateError(f"{redact_url(job.url)}: /v1/models lists no model")
+    model = job.model or served[0]
+    return model, identify(models, title) if served else DIALECTS["unknown"]
+
+
+async def _one(job: LoadJob, client: httpx.AsyncClient, i: int, body: dict[str, Any],
+               due: float, t0: float, gate: asyncio.Semaphore | None,
+               out: Path) -> RequestTimes:
+    await asyncio.sleep(max(0.0, t0 + due - time.perf_counter()))
+    if gate is not None:
+        await gate.acquire()
+    try:
+        path = "/v1/chat/completions" if job.api == "chat" else "/v1/completions"
+        error = None
+        try:
+            st = await stream_once(client, job.url + path, body, job.api)
+            chunks = tuple(t - t0 for t in st.chunk_times)
+            send, end = st.t_submit - t0, time.perf_counter() - t0
+            usage = (st.usage or {}).get("completion_tokens")
+            n_out = int(usage) if isinstance(usage, int) else len(chunks)
+        except RequestFailed as exc:
+            error, chunks, n_out = str(exc), (), 0
+            send = end = time.perf_counter() - t0
+    finally:
+        if gate is not None:
+            gate.release()
+    times = RequestTimes(error is None, send, chunks, end, n_out)
+    line = {"index": i, "due_s": due, "ok": times.ok, "t_send_s": send, "t_end_s": end,
+            "t_chunks_s": list(chunks), "output_tokens": n_out, "error": error}
+    append_line(out / SAMPLES, (json.dumps(line) + "\n").encode())
+    return times
+
+
+async def _run(job: LoadJob, model: str, dialect: Dialect, schedule: Sequence[float],
+               out: Path) -> tuple[list[RequestTimes], float]:
+    cap = job.spec.in_flight_cap
+    gate = asyncio.Semaphore(cap) if cap is not None else None
+    limits = httpx.Limits(max_connections=max(cap or len(job.prompts), 1) + 4)
+    async with httpx.AsyncClient(headers=dict(job.headers), timeout=600.0,
+                                 limits=limits) as client:
+        t0 = time.perf_counter()
+        reqs = await asyncio.gather(*(
+            _one(job, client, i, _body(job, p, model, dialect), due, t0, gate, out)
+            for i, (p, due) in enumerate(zip(job.prompts, schedule, strict=True))))
+        return list(reqs), time.perf_counter() - t0
+
+
+def run_load(job: LoadJob, out: Path, *, force: bool = False) -> dict[str, Any]:
+    """Run ``job`` against its server, write ``out/load.json`` and the raw samples;
+    return the record."""
+    if job.api not in ("completions", "chat"):
+        raise UsageError(f"--api {job.api!r}: expected completions or chat")
+    if ((out / RECORD).exists() or (out / SAMPLES).exists()) and not force:
+        raise UsageError(f"{out}: holds a load bench already (give --force to overwrite)")
+    model, dialect = _discover(job)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / SAMPLES).exists():
+        safefs.truncate(out / SAMPLES, 0)
+    schedule = arrival_schedule(job.spec)
+    reqs, duration = asyncio.run(_run(job, model, dialect, schedule, out))
+    record = {"kind": "load_bench", "server": redact_url(job.url), "model": model,
+              "dialect": dialect.kind, "api": job.api, "output_len": job.output_len,
+              "load": job.spec.to_dict(), "schedule_s": schedule,
+              "prompts": {"source": job.prompt_source, "indices": list(job.prompt_indices)},
+              "max_in_flight_observed": max_in_flight(reqs),
+              "metrics": serve_metrics(reqs, duration)}
+    safefs.write_atomic(out / RECORD, (json.dumps(record, indent=1) + "\n").encode())
+    return record
+
+
+def read_samples(out: Path) -> list[RequestTimes]:
+    """The raw samples of a load bench, in request order (for recomputing metrics)."""
+    rows = [json.loads(line) for line in (out / SAMPLES).read_text().splitlines() if line]
+    rows.sort(key=lambda r: r["index"])
+    return [RequestTimes(r["ok"], r["t_send_s"], tuple(r["t_chunks_s"]), r["t_end_s"],
+                         r["output_tokens"]) for r in rows]
+
+
+def load_prompts(data: str | None, num_prompts: int, seed: int) -> tuple[list[str], str, list[int]]:
+    """(prompts in send order, their source, the indices drawn): a JSON Lines file of
+    ``{"prompt": ...}`` objects (``vllm bench serve --dataset-name custom``'s format)
+    or GSM8K questions (a data path or ``hf:`` id, as ``--data``), seeded sample."""
+    from abgate.bench.load import sample_indices
+    if data is not None and data.endswith(".jsonl") and "prompt" in _first_keys(Path(data)):
+        texts = [str(json.loads(line)["prompt"]) for line in
+                 Path(data).read_text().splitlines() if line.strip()]
+        source = f"prompt file {data}"
+    else:
+        from abgate.suites import gsm8k
+        suite = gsm8k.load(data)
+        texts, source = [it.question for it in suite.items], f"gsm8k {suite.source}"
+    if not texts:
+        raise UsageError(f"{data}: no prompts")
+    idx = sample_indices(len(texts), num_prompts, seed)
+    return [texts[i] for i in idx], source, idx
+
+
+def _first_keys(path: Path) -> set[str]:
+    try:
+        with path.open() as f:
+            first = json.loads(f.readline() or "{}")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{path}: cannot read prompts ({exc})") from None
+    return set(first) if isinstance(first, dict) else set()

@@ -1,0 +1,75 @@
+"""Weights as an engine holds them after load, diffed with the checkpoint diff's one
+table model (:func:`diff_loaded`).
+
+An engine's :meth:`~abgate.engines.base.Engine.loaded_weights` (name -> dtype, shape,
+a float32 reader) becomes a :class:`~abgate.weights.readers.Checkpoint` of format
+``runtime``; the rows, groups and layer x projection table are
+:func:`abgate.weights.diff.compare`'s. Each side is identified by what was loaded: the
+engine, the model by name (never an absolute path) and its SHA-256, and the effective
+configuration's digest, so a report can check a diff belongs to its arms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from abgate import __version__
+from abgate.engines.base import LoadedTensor
+from abgate.weights.diff import SCHEMA, SCHEMA_VERSION, Progress, compare
+from abgate.weights.groups import aggregate, by_kind, by_layer
+from abgate.weights.readers import Checkpoint, TensorInfo
+from abgate.weights.result import STATUSES
+
+__all__ = ["diff_loaded", "loaded_checkpoint"]
+
+
+def loaded_checkpoint(label: str, tensors: Mapping[str, LoadedTensor]) -> Checkpoint:
+    """A :class:`Checkpoint` over an engine's loaded tensors (``raw``: the float32 bytes,
+    so two sides held identically compare as byte-identical)."""
+    here = Path(label)
+    infos = {name: TensorInfo(name, t.shape, t.dtype, int(np.prod(t.shape)), here)
+             for name, t in tensors.items()}
+
+    def load(name: str) -> Any:
+        return np.ascontiguousarray(tensors[name].read(), dtype=np.float32)
+
+    def raw(name: str) -> Any:
+        return load(name).view(np.uint8).reshape(-1)
+
+    return Checkpoint(here, "runtime", (), infos, load, raw)
+
+
+def diff_loaded(ref: Mapping[str, LoadedTensor], other: Mapping[str, LoadedTensor],
+                ref_id: Mapping[str, Any], other_id: Mapping[str, Any],
+                progress: Progress | None = None) -> dict[str, Any]:
+    """The weights diff of ``other`` against ``ref`` as loaded; ``*_id``: each side's
+    identity (``engine``, ``model`` (a name), ``sha256``, ``config_digest``, ...)."""
+    a = loaded_checkpoint(str(ref_id.get("model", "ref")), ref)
+    b = loaded_checkpoint(str(other_id.get("model", "other")), other)
+    rows = list(compare(a, b, progress))
+    counts = {status: sum(1 for r in rows if r.status == status) for status in STATUSES}
+    warnings = [f"{n} tensor(s) {s.replace('_', ' ')}" for s, n in counts.items()
+                if n and s != "compared"]
+    return {
+        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "abgate_version": __version__,
+        "source": "runtime",
+        "ref": _side(ref_id, a), "other": _side(other_id, b),
+        "summary": {"n_tensors_ref": len(a.tensors), "n_tensors_other": len(b.tensors),
+                    **{f"n_{status}": n for status, n in counts.items()},
+                    "overall": aggregate(rows)},
+        "groups": {"by_kind": by_kind(rows), "by_layer": by_layer(rows)},
+        "tensors": [r.to_json() for r in rows],
+        "warnings": warnings,
+    }
+
+
+def _side(identity: Mapping[str, Any], ckpt: Checkpoint) -> dict[str, Any]:
+    dtypes = sorted({t.dtype for t in ckpt.tensors.values()})
+    return {"path": str(identity.get("model", "")), "format": "runtime",
+            "size_bytes": int(identity.get("size_bytes") or 0),
+            "sha256": identity.get("sha256"), "files": [],
+            "n_tensors": len(ckpt.tensors), "dtypes_loaded": dtypes, **dict(identity)}
