@@ -1,0 +1,76 @@
+"""A real engine repository for revision A/Bs: a small git repository holding a Python
+engine package on llama-cpp-python, with a base commit and three changes of it: a
+no-op (a comment), a planted prompt-formatting regression and a planted slowdown."""
+
+from __future__ import annotations
+
+import subprocess
+import sysconfig
+from pathlib import Path
+
+ENGINE = '''"""tinyengine: the prompt formatting and sampling an engine team owns."""
+import time
+
+SLEEP_S = 0.0
+
+
+def format_prompt(question: str) -> str:
+    return "Question: " + question + "\\nAnswer:"
+
+
+def generate(llm, question: str, max_tokens: int) -> str:
+    time.sleep(SLEEP_S)
+    out = llm(format_prompt(question), max_tokens=max_tokens, temperature=0.0)
+    return out["choices"][0]["text"]
+'''
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "tinyengine"
+version = "0.1"
+
+[tool.setuptools]
+py-modules = ["tinyengine"]
+'''
+
+# The per-revision venv reuses the installed llama-cpp-python (a .pth to this venv's
+# site-packages): nothing is downloaded or rebuilt.
+BUILD = ("{python} -m venv --without-pip {venv} && "
+         "echo " + sysconfig.get_paths()["purelib"] + " > "
+         "{venv}/lib/python3.11/site-packages/_abgate_base.pth && "
+         "{python} -m pip --python {venv}/bin/python install -q --no-deps "
+         "--no-build-isolation --no-index .")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, text=True,
+                          capture_output=True).stdout.strip()
+
+
+def commit(repo: Path, text: str, message: str) -> str:
+    (repo / "tinyengine.py").write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def make_engine_repo(repo: Path) -> dict[str, str]:
+    """The repository and its revisions by name: base, noop, regression, slowdown."""
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "t@example.com")
+    git(repo, "config", "user.name", "t")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    revs = {"base": commit(repo, ENGINE, "base")}
+    revs["noop"] = commit(repo, "# formatting owned by the engine team\n" + ENGINE, "noop")
+    git(repo, "checkout", "-q", "-b", "regression", revs["base"])
+    revs["regression"] = commit(repo, ENGINE.replace('"\\nAnswer:"', '"\\nAnswer: no"'),
+                                "prompt formatting bug")
+    git(repo, "checkout", "-q", "-b", "slowdown", revs["base"])
+    revs["slowdown"] = commit(repo, ENGINE.replace("SLEEP_S = 0.0", "SLEEP_S = 0.05"),
+                              "slowdown")
+    git(repo, "checkout", "-q", "main")
+    return revs
