@@ -12,6 +12,7 @@ CALL_START=$(date +%s) root=${GV_ROOT:-/root/seed-rows} name=gpu_seed_rows
 prepare "${1:?data file}" || exit
 res=$OUT/seed-rows && mkdir -p "$res" && cp -f "$root/gpu.txt" "$res/" 2>/dev/null
 # a callable reaches the worker only with insecure serialization on (vLLM v1); given per run
+export VLLM_ALLOW_INSECURE_SERIALIZATION=1  # the frontend encodes the callable too, not only the engine process (seen on the H200)
 common=(--engine vllm --env VLLM_ALLOW_INSECURE_SERIALIZATION=1
         --arm-a gpu_memory_utilization=0.5 --arm-b gpu_memory_utilization=0.5 --arm-b quantization=fp8)
 run_diff() {  # NAME MODEL [EXTRA ARGS...]

@@ -46,7 +46,7 @@ def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> d
     cmd = [a.vllm, "bench", "serve", "--backend", "openai", "--base-url", a.url,
            "--endpoint", "/v1/completions", "--model", model,
            "--dataset-name", "custom", "--dataset-path", str(prompts_file),
-           "--custom-output-len", str(a.output_len), "--custom-skip-chat-template",
+           "--custom-output-len", str(a.output_len), "--skip-chat-template",
            "--num-prompts", str(a.num_prompts), "--max-concurrency", str(a.concurrency),
            "--request-rate", "inf", "--ignore-eos", "--seed", str(a.seed),
            "--save-result", "--result-dir", str(out), "--result-filename", "vllm.json"]
