@@ -34,8 +34,10 @@ run_diff() {  # NAME TIMEOUT MODEL [EXTRA ARGS...]
 run_diff smol 170 /root/m/smol
 
 # rows 2 and 3: the manifest's libraries (absolute paths) and a contract on a real EngineCore
-site=$(dirname "$(find /tmp/site -maxdepth 2 -path '*/vllm/_C*.so' | head -1)")
-torch_cuda=$(find /tmp/site /usr -name 'libtorch_cuda.so' 2>/dev/null | head -1)
+vc=$(find /tmp/site -maxdepth 2 -path '*/vllm/_C*.so' | head -1)
+[[ -n $vc ]] || echo "rows 2/3: vLLM's _C extension not found under /tmp/site" >&2
+site=$(dirname "${vc:-/tmp/site/vllm/_C.abi3.so}")
+torch_cuda=$(python3 -c "import os, torch; p = os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cuda.so'); print(p if os.path.exists(p) else '')")
 mroot=$res/manifest-root && mkdir -p "$mroot" && echo "seed rows" >"$mroot/README"
 python3 -m abgate manifest build --root "$mroot" --lib "$site/_C*.so" ${torch_cuda:+--lib "$torch_cuda"} \
   -o "$res/manifest.json" 2>&1 | tail -2

@@ -34,6 +34,11 @@ MISSING = "(not set)"
 # server's port, log path, readiness time): they always differ between two arms, and
 # what decides them (the launch template, the endpoint) is compared before the load.
 INSTANCE_KEYS = ("server_ready_s", "server_log", "endpoints", "launch")
+# Per-rank facts (``effective_config.ranks``: each worker's dtypes, quantization, graph
+# mode) repeat what the effective config reports, per worker; they are recorded and held
+# to a contract's [every_rank] clauses, not compared as differences of their own (a
+# declared dtype or quantization switch would otherwise always leave one undeclared).
+PER_RANK_KEYS = ("ranks", "ranks_not_reported")
 GROUPS = ("engine_args", "engine_options", "env", "effective", "library")
 # Effective-config keys that repeat the request (vLLM's requested_engine_args): they
 # differ whenever the args do, so they are no evidence that an arg took effect.
@@ -84,7 +89,8 @@ def _libraries(provenance: Provenance | None) -> dict[str, str]:
 def loaded_facts(engine: EngineRecord, provenance: Provenance | None) -> dict[str, str]:
     """The keys a loaded arm shows: engine version, effective config, libraries."""
     facts = {"engine_version": _text(engine.version)}
-    config = {k: v for k, v in engine.effective_config.items() if k not in INSTANCE_KEYS}
+    config = {k: v for k, v in engine.effective_config.items()
+              if k not in INSTANCE_KEYS and k not in PER_RANK_KEYS}
     facts.update(_group("effective", config))
     facts.update(_libraries(provenance))
     return facts
