@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from tests.test_vllm_fp8_layout import _linear
 
 from abgate.engines.vllm import runtime_weights as rw
 from abgate.weights.metrics import error_stats
-from tests.test_vllm_fp8_layout import _linear
 
 
 def best(fn: Callable[[], Any], n: int = 2) -> tuple[float, Any]:
