@@ -12,6 +12,7 @@ projections are the case the first reader got wrong (it decided by shape): SmolL
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -177,3 +178,14 @@ def test_bf16_bits_cross_exactly_and_outliers_are_named() -> None:
     doc = diff_loaded(rw.loaded_weights(_LLM(model)), swapped, {}, {})
     (warning,) = [w for w in doc["warnings"] if "relative L2 >=" in w]
     assert "layers.0.o_proj.weight" in warning and "transposed" in warning
+    from rich.console import Console
+
+    from abgate.cli.weights_cmd import render_result
+    from abgate.report.sections import _flagged
+
+    console = Console(record=True, width=200)
+    render_result(doc, 3, console)
+    table = console.export_text().split("Relative L2 per layer and projection")[1]
+    assert len(re.findall(r"\d !", table.split("Worst")[0])) == 1  # the o_proj cell only
+    assert "! marks a relative L2 >= 0.5" in table
+    assert _flagged(1.41) == "1.41 !" and _flagged(0.02) == "0.02"

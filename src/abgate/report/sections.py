@@ -29,7 +29,7 @@ from abgate.report.untrusted import user
 from abgate.report.views import BenchCaseView, Gpu, WeightsDiff
 from abgate.runner.documents import AbBenchDocument, AbRecord
 from abgate.runner.summary import Summary
-from abgate.weights.tables import kind_ranges, layer_projection_table
+from abgate.weights.tables import OUTLIER_REL_L2, kind_ranges, layer_projection_table
 
 SCHEDULES = {"interleave": "interleaved (the arms alternate request by request)",
              "blocks": "blocks (each arm runs a block of requests in turn)"}
@@ -313,11 +313,17 @@ def _weights_tables(wd: WeightsDiff) -> list[Block]:
                          tuple((f"`{k}`", str(n), num(lo, ".3g"), num(hi, ".3g"))
                                for k, n, lo, hi in ranges))]
     if rows:
-        blocks += [Para("Relative L2 per layer and projection:"),
+        blocks += [Para("Relative L2 per layer and projection (`!`: at least "
+                        f"{OUTLIER_REL_L2}, beyond any quantization's rounding):"),
                    Table(("Layer", *(f"`{k}`" for k in kinds)),
-                         tuple((str(layer), *(num(cells.get(k), ".3g") for k in kinds))
+                         tuple((str(layer), *(_flagged(cells.get(k)) for k in kinds))
                                for layer, cells in rows))]
     return blocks
+
+
+def _flagged(value: float | None) -> str:
+    text = num(value, ".3g")
+    return f"{text} !" if value is not None and value >= OUTLIER_REL_L2 else text
 
 
 def _arm_model_shas(data: AbData) -> set[Any]:
