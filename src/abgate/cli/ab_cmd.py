@@ -210,7 +210,8 @@ def ab_command(
                                 "complete one: its recorded verdict, nothing is rerun)."),
     force: bool = typer.Option(False, help="Overwrite an existing A/B directory (with "
                                "--resume: run a complete one again)."),
-    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path."),
+    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path, "
+                               "no-slower."),
     limit: int = typer.Option(None, help="Override the number of items."),
     seeds: str = typer.Option(None, help="Override the seeds, e.g. 0,1."),
     max_tokens: int = typer.Option(None, help="Override the output token limit."),
@@ -284,6 +285,18 @@ def ab_command(
         _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
                   policy, sign)
     exp = given(None if resume is None or doc is None else lambda: _recorded(resume, doc))
+    if exp.suites:  # several suites, one verdict (abgate.ab.suites)
+        if resume is not None:
+            raise UsageError("--resume of an experiment with [suites]: resume each "
+                             "suite's directory (OUT/suites/NAME) instead")
+        from abgate.cli.suites_out import suites_command
+
+        with reporter(f"ab {out.name}") as rep, finishing(out):
+            code = suites_command(exp, out, force=force, policy=policy, provenance=(
+                ProvenanceOptions(contract, manifest, allow_stale_manifest=allow_stale_manifest,
+                                  allow_source_change=allow_source_change)),
+                on_start=rep.on_start, progress=rep.on_sample, on_phase=rep.on_start)
+        raise typer.Exit(code)
     redo = resume is not None and force and complete
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
