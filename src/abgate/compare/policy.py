@@ -36,7 +36,7 @@ __all__ = [
 
 DEFAULT_POLICY = "abgate:policies/default.toml"
 # Policies shipped with abgate, by name (``--policy fast-path``): abgate/policies/NAME.toml.
-SHIPPED = ("default", "fast-path")
+SHIPPED = ("default", "fast-path", "pre-merge")
 
 
 # A check returns None when the value is fine, else what it must be.
@@ -66,6 +66,12 @@ def _alpha(value: Any) -> str | None:
 
 def _non_negative(value: Any) -> str | None:
     return None if _is_number(value) and value >= 0 else "must be a number >= 0"
+
+
+def _speedup(value: Any) -> str | None:
+    """``min_speedup``: a negative value is a non-inferiority margin (ACCEPT when B is
+    at most that much slower, the CI's lower bound above it)."""
+    return None if _is_number(value) and -1 < value < 1 else "must be a number in (-1, 1)"
 
 
 def _below_one(value: Any) -> str | None:
@@ -103,6 +109,7 @@ PositiveCount = Annotated[int, checked(_positive_count)]
 OpenUnit = Annotated[float, checked(_open_unit)]
 Alpha = Annotated[float, checked(_alpha)]
 NonNegative = Annotated[float, checked(_non_negative)]
+Speedup = Annotated[float, checked(_speedup)]
 BelowOne = Annotated[float, checked(_below_one)]
 Positive = Annotated[float, checked(_positive)]
 Unit = Annotated[float, checked(_unit)]
@@ -113,7 +120,7 @@ Metric = Annotated[str, checked(_metric)]
 @dataclass(frozen=True, config=FORBID)
 class SpeedPolicy:
     metric: Metric
-    min_speedup: NonNegative
+    min_speedup: Speedup  # < 0: the slowdown still accepted (pre-merge.toml)
     max_slowdown: BelowOne
     confidence: OpenUnit
 
