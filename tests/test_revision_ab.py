@@ -1,7 +1,7 @@
 """Revisions as arms, end to end (issue 34): ``abgate ab FILE --rev BASE..HEAD`` on a real
 engine repository (tests/support/engine_repo.py: a Python engine package serving the
 embedded SmolLM2 through llama-cpp-python), each revision built once into its own venv,
-each arm served from its own build. A no-op commit is ACCEPTED, a planted prompt bug
+each arm served from its own build. A no-op commit is ACCEPTED, a planted sampling bug
 REJECTED on the quality gates, a planted slowdown REJECTED on speed; a second run builds
 nothing; the JUnit file and the Markdown summary say the same."""
 
@@ -42,7 +42,7 @@ build = "{BUILD}"
 suite = "synthetic"
 difficulty = "trivial"
 limit = {N_ITEMS}
-max_tokens = 32
+max_tokens = 24
 engine = "openai"
 engine_args = {{ n_ctx = 1024, n_threads = {n}, n_threads_batch = {n} }}
 engine_options = {{ launch = "{LAUNCH}" }}
@@ -130,17 +130,17 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
         a: b["artifacts_digest"] for a, b in builds.items()}
 
 
-def test_a_planted_prompt_bug_is_rejected_on_quality(setup: dict[str, Any]) -> None:
+def test_a_planted_sampling_bug_is_rejected_on_quality(setup: dict[str, Any]) -> None:
     r, out, comp = run_rev(setup, "regression", "regression")
     assert r.returncode == 1, (r.stdout, r.stderr[-3000:])
     assert comp["decision"] == "REJECT"
     failed = {g for g, o in gates(comp).items() if o == FAIL}
     assert failed and failed <= set(QUALITY), gates(comp)
-    assert "accuracy" in failed
+    assert "repetition" in failed  # repeat_penalty 0.5: degenerate loops
     cases = junit_cases(Path(str(out) + ".xml"))
     assert {g for g, k in cases.items() if k == "failure"} == failed
     md = Path(str(out) + ".md").read_text()
-    assert "## abgate: REJECT" in md and "| accuracy | **FAIL** |" in md
+    assert "## abgate: REJECT" in md and "| repetition | **FAIL** |" in md
 
 
 def test_a_planted_slowdown_is_rejected_on_speed(setup: dict[str, Any]) -> None:

@@ -55,9 +55,9 @@ def test_each_revision_runs_its_own_code(repo: tuple[Path, dict[str, str]],
     noop = build_revision(path, "main", BUILD, root=cache)
     base = build_revision(path, revs["base"], BUILD, root=cache)
     assert len({b.directory for b in (bad, slow, noop, base)}) == 4
-    assert run_in(bad.python, "import tinyengine; print(tinyengine.format_prompt('q' * 99))"
-                  ) == "q" * 64
-    assert run_in(slow.python, "import tinyengine; print(tinyengine.SLEEP_S)") == "0.03"
+    assert run_in(bad.python, "import tinyengine; print(tinyengine.sampling({}))"
+                  ) == "{'repeat_penalty': 0.5}"
+    assert run_in(slow.python, "import tinyengine; print(tinyengine.SLEEP_S)") == "0.1"
     assert noop.manifest.artifacts_digest != base.manifest.artifacts_digest
 
 

@@ -1,6 +1,7 @@
 """A real engine repository for revision A/Bs: a small git repository holding a Python
 engine package on llama-cpp-python, with a base commit and three changes of it: a
-no-op (a comment), a planted prompt-formatting regression and a planted slowdown."""
+no-op (a comment), a planted sampling regression (repeat_penalty 0.5: degenerate
+repetition) and a planted slowdown (100 ms per decoded token)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,17 @@ def format_prompt(prompt: str) -> str:
     return prompt
 
 
+def sampling(kwargs: dict) -> dict:
+    return kwargs
+
+
 def patch() -> None:
     complete, evaluate = llama_cpp.Llama.create_completion, llama_cpp.Llama.eval
 
     def create_completion(self, prompt, *args, **kwargs):
         if isinstance(prompt, str):
             prompt = format_prompt(prompt)
-        return complete(self, prompt, *args, **kwargs)
+        return complete(self, prompt, *args, **sampling(kwargs))
 
     def eval(self, tokens):
         if SLEEP_S:
@@ -90,11 +95,12 @@ def make_engine_repo(repo: Path) -> dict[str, str]:
     revs = {"base": commit(repo, ENGINE, "base")}
     revs["noop"] = commit(repo, "# formatting owned by the engine team\n" + ENGINE, "noop")
     git(repo, "checkout", "-q", "-b", "regression", revs["base"])
-    revs["regression"] = commit(repo, ENGINE.replace("    return prompt\n",
-                                                "    return prompt[-64:]\n"),
-                                "prompt truncation bug")
+    # a sampling bug: a repetition penalty below 1 rewards repeats (degenerate loops)
+    revs["regression"] = commit(repo, ENGINE.replace(
+        "    return kwargs\n", '    return {**kwargs, "repeat_penalty": 0.5}\n'),
+        "sampling bug: repeat_penalty 0.5")
     git(repo, "checkout", "-q", "-b", "slowdown", revs["base"])
-    revs["slowdown"] = commit(repo, ENGINE.replace("SLEEP_S = 0.0 ", "SLEEP_S = 0.03 "),
+    revs["slowdown"] = commit(repo, ENGINE.replace("SLEEP_S = 0.0 ", "SLEEP_S = 0.1 "),
                               "slowdown")
     git(repo, "checkout", "-q", "main")
     return revs

@@ -90,11 +90,10 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
     for arm, entry in checked.differences.items():
         found = doc.differences.setdefault(arm, ArmDifferences())
         found.declares, found.request = entry.declares, entry.request
-    if revisions is not None:
-        doc.source = revisions.record(out)
     state = new_state(checked, out, doc, resume, progress, on_phase)
-    if revisions is not None and sessions is None:
-        sessions = revisions.sessions(state)
+    if revisions is not None:  # (after the arms' directories are made)
+        doc.source = revisions.record(out)
+        sessions = sessions or revisions.sessions(state)
     state.save()
     summaries: dict[str, dict[str, Any]] = {}
 
