@@ -316,6 +316,8 @@ class ExperimentFile:
     suites: dict[str, SuiteTable] = field(default_factory=dict)
     # where it runs (abgate.fleet.cluster); not part of the experiment or its digest
     cluster: dict[str, Any] = field(default_factory=dict)
+    # the source revisions the arms run (abgate.ab.revisions); read there
+    source: dict[str, Any] = field(default_factory=dict)
 
 
 def arm_config(shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:
