@@ -195,7 +195,7 @@ def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | No
 def _no_engine_flags(flags: eo.EngineFlags) -> None:
     """With a file (or ``--resume``) the arms say which engine each runs: the engine
     group's options are refused, not ignored."""
-    if given := flags.given():
+    if given := [g for g in flags.given() if g != "--endpoint"]:  # --endpoint: a fleet
         raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B without "
                          "an experiment file (the file's arms, or the resumed A/B's, say "
                          "which engine each arm runs)")
@@ -277,7 +277,8 @@ def ab_command(
                 *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
         exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy),
                              agreement, probes)
-        return _with_stopping(exp, sequential, max_items, look_every)
+        exp = _with_stopping(exp, sequential, max_items, look_every)
+        return _endpoints(exp, flags, experiment, resume)
 
     complete = doc is not None and doc.status == "complete"
     if resume is not None and doc is not None and (reanalyse or (complete and not force)):
@@ -296,7 +297,8 @@ def ab_command(
                                     allow_stale_manifest=allow_stale_manifest,
                                     allow_source_change=allow_source_change),
                                 weights_diff=weights_diff, on_phase=rep.on_start,
-                                schedule=_fleet(cluster, experiment))
+                                schedule=_fleet(cluster, experiment, flags,
+                                                resume is not None))
     with signals.deferred():  # the verdict shown, then the ledger entry, whole
         _print_verdicts(result.comparison, result.outcome.status, result.reports)
         finish_dir(out)
@@ -304,11 +306,32 @@ def ab_command(
     raise typer.Exit(result.exit_code)
 
 
-def _fleet(cluster: str | None, experiment: Path | None) -> Any:
-    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table), or None."""
+def _endpoints(exp: Experiment, flags: eo.EngineFlags, experiment: Path | None,
+               resume: Path | None) -> Experiment:
+    """With a file (or ``--resume``), ``--endpoint`` repeated: every arm on those
+    servers, one endpoint per replica (docs/cluster.md)."""
+    if not flags.endpoint or (experiment is None and resume is None):
+        return exp
+    from abgate.fleet.endpoints import with_endpoints
+
+    return with_endpoints(exp, list(flags.endpoint))
+
+
+def _fleet(cluster: str | None, experiment: Path | None, flags: eo.EngineFlags,
+           resuming: bool = False) -> Any:
+    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table; or
+    ``--endpoint`` with a file), or None."""
     import tomllib
 
     table = tomllib.loads(experiment.read_text()).get("cluster") if experiment else None
+    if flags.endpoint and (experiment is not None or resuming):
+        if cluster is not None:
+            raise UsageError("--endpoint and --cluster: give one (servers you run, or a "
+                             "Ray cluster whose replicas load the engines)")
+        from abgate.fleet.endpoints import endpoint_strategy
+
+        allowed = tuple(str(x) for x in (table or {}).get("allow_host_differences", ()))
+        return endpoint_strategy(list(flags.endpoint), allowed)
     if cluster is None and not table:
         return None
     from abgate.fleet.cluster import cluster_spec
