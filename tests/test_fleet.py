@@ -21,7 +21,7 @@ from abgate.fleet.cluster import cluster_spec
 from abgate.fleet.coordinator import fleet_strategy
 from abgate.runner.samples import Sample
 from tests.conftest import engine_threads
-from tests.support.fake import experiment
+from tests.support.fake import ACCEPT_ARGS, experiment
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.engine  # a real Ray cluster; llama.cpp replicas
@@ -174,3 +174,27 @@ def test_a_slower_replica_is_refused_unless_declared_and_widens_the_interval(
     assert width["ci"] >= width["ci_replicas"]
     notes = res.comparison["comparisons"]["b"]["verdict"]["notes"]
     assert any("Declared host differences" in n and "engine_config" in n for n in notes)
+
+
+def test_sequential_looks_on_the_merged_stream_as_on_one_machine(
+        cluster: Any, tmp_path: Path) -> None:
+    """Item 5: a sequential A/B on 2 replicas writes in key order and looks at the same
+    item boundaries as one machine: the same looks, the same stop, the same samples."""
+    path = experiment(tmp_path / "s.toml", ACCEPT_ARGS, limit=60, agreement=False,
+                      extra="probes = false\n")
+    path.write_text(path.read_text().replace(
+        "warmup = 1", 'warmup = 1\nstopping = "sequential"\nlook_every = 10'))
+    exp = load_experiment(path)
+    one = run_experiment(exp, tmp_path / "one")
+    fleet = run_experiment(exp, tmp_path / "fleet",
+                           schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
+    seq = {name: json.loads((tmp_path / name / "ab.json").read_text())["sequential"]
+           for name in ("one", "fleet")}
+    assert [(lk["n_items"], lk["decisions"]) for lk in seq["one"]["looks"]] == \
+        [(lk["n_items"], lk["decisions"]) for lk in seq["fleet"]["looks"]]
+    assert seq["one"]["stopped_at"] == seq["fleet"]["stopped_at"]
+    for arm in ("a", "b"):
+        assert [s["key"] for s in _samples(tmp_path / "one", arm)] == \
+            [s["key"] for s in _samples(tmp_path / "fleet", arm)]
+    assert fleet.comparison["comparisons"]["b"]["verdict"]["decision"] == \
+        one.comparison["comparisons"]["b"]["verdict"]["decision"]

@@ -9,12 +9,24 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def sessions(fleet: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The fleet sessions of an A/B, earliest first (a resume ran on another cluster:
+    its replicas are other ones)."""
+    if not fleet:
+        return []
+    return [*list(fleet.get("earlier") or []), fleet]
+
+
 def replica_of_items(fleet: Mapping[str, Any] | None) -> dict[str, str]:
-    """Item id -> the replica its first (item, seed) key ran on."""
+    """Item id -> the replica its first (item, seed) key ran on (``s.i``: replica i of
+    session s when the A/B ran in more than one fleet session)."""
     out: dict[str, str] = {}
-    for replica, keys in sorted(dict((fleet or {}).get("items_by_replica") or {}).items()):
-        for key in keys:
-            out.setdefault(str(key).rsplit("#", 1)[0], str(replica))
+    runs = sessions(fleet)
+    for n, run in enumerate(runs):
+        for replica, keys in sorted(dict(run.get("items_by_replica") or {}).items()):
+            label = f"{n}.{replica}" if len(runs) > 1 else str(replica)
+            for key in keys:
+                out.setdefault(str(key).rsplit("#", 1)[0], label)
     return out
 
 
@@ -30,7 +42,10 @@ def fleet_notes(fleet: Mapping[str, Any] | None) -> list[str]:
     if declared:
         notes.append("Declared host differences between the replicas: "
                      f"{', '.join(map(str, declared))}.")
-    for loss in fleet.get("lost") or []:
+    if len(sessions(fleet)) > 1:
+        notes.append(f"Resumed on another fleet: {len(sessions(fleet))} fleet sessions; the "
+                     "replicas of each are clusters of their own.")
+    for loss in (x for run in sessions(fleet) for x in run.get("lost") or []):
         notes.append(f"Replica {loss.get('replica')} was lost at {loss.get('at')} "
                      f"({loss.get('error')}): nothing of its item in flight was written; "
                      "it ran again on another replica, so the verdict rests on every "

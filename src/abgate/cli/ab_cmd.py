@@ -289,6 +289,11 @@ def ab_command(
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
                    "samples, scores, probes and verdict are replaced)", err=True)
+    strategy = _fleet(cluster, experiment, flags, resume is not None)
+    if strategy is not None:  # refused before anything is written
+        from abgate.fleet.matching import check_schedule
+
+        check_schedule(exp)
     with reporter(f"ab {out.name}") as rep, finishing(out):
         result = run_experiment(exp, out, resume=resume is not None and not redo, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
@@ -297,8 +302,7 @@ def ab_command(
                                     allow_stale_manifest=allow_stale_manifest,
                                     allow_source_change=allow_source_change),
                                 weights_diff=weights_diff, on_phase=rep.on_start,
-                                schedule=_fleet(cluster, experiment, flags,
-                                                resume is not None))
+                                schedule=strategy)
     with signals.deferred():  # the verdict shown, then the ledger entry, whole
         _print_verdicts(result.comparison, result.outcome.status, result.reports)
         finish_dir(out)

@@ -17,7 +17,14 @@ from typing import Any
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
 from abgate.fleet.cluster import ClusterSpec, connected
-from abgate.fleet.dispatch import Dispatch, Ledger, ReplicaLost, Results, Work
+from abgate.fleet.dispatch import (
+    Dispatch,
+    Ledger,
+    ReplicaLost,
+    Results,
+    Work,
+    earlier_sessions,
+)
 from abgate.fleet.matching import arm_order, check_matched, check_schedule
 from abgate.fleet.replica import Replica
 
@@ -78,6 +85,10 @@ class RayPool:
         return {i: f"NodeDiedError: node {self.nodes[i][:12]} is no longer alive"
                 for i in indices if self.nodes[i] not in alive}
 
+    def drop(self, index: int) -> None:
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.actors[index])
+
     def cancel(self, handles: list[Hashable]) -> None:
         for ref in handles:
             with contextlib.suppress(Exception):
@@ -93,7 +104,8 @@ class Fleet:
         self.ledger = Ledger()
         self.record: dict[str, Any] = {"cluster": spec.to_dict(), "replicas": [],
                                        "lost": self.ledger.lost,
-                                       "items_by_replica": self.ledger.items_by_replica}
+                                       "items_by_replica": self.ledger.items_by_replica,
+                                       "earlier": earlier_sessions(runner.doc.fleet)}
 
     def start(self) -> list[Any]:
         from ray.util.placement_group import placement_group
@@ -127,9 +139,11 @@ class Fleet:
                                                             self.spec.allow_host_differences)
             self.save()
             pool = RayPool(self.ray, replicas, [str(f["node_id"]) for f in facts])
-            Dispatch(self.runner, pool, self.ledger, on_loss=self.save).run(
+            Dispatch(self.runner, pool, self.ledger, item_timeout_s=self.spec.item_timeout_s,
+                     on_loss=self.save).run(
                 list(range(len(replicas))))
         finally:
+            self.record["dispatch_wall_s"] = round(self.ledger.wall_s, 6)
             self.close(replicas)
             self.save()
 
@@ -151,3 +165,29 @@ class Fleet:
                 self.record["replicas"][i]["closed"] = evidence
         for r in replicas:
             self.ray.kill(r)
+        ids = [str(f.get("actor_id")) for f in self.record["replicas"] if f.get("actor_id")]
+        self.record["actors_after_close"] = actors_left(ids) if not self.spec.address.startswith(
+            "local") else {"checked": False, "error": "a local cluster has no state API (no "
+                           "dashboard): its processes are reaped (fleet.reaper)"}
+
+
+def actors_left(actor_ids: list[str], wait_s: float = 30.0) -> dict[str, Any]:
+    """Ray's state API on the replicas once killed: those not DEAD within ``wait_s``
+    (``alive``: none when cleanup held), or why the API could not answer (a cluster
+    started without its dashboard has no state API)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            from ray.util.state import list_actors
+
+            states = {a.actor_id: a.state for a in list_actors(
+                limit=10_000, timeout=10, raise_on_missing_output=False)
+                if a.actor_id in actor_ids}
+        except Exception as exc:  # no dashboard: no state API
+            return {"checked": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        alive = sorted(a for a in actor_ids if states.get(a, "DEAD") != "DEAD")
+        if not alive or time.monotonic() > deadline:
+            return {"checked": True, "via": "ray.util.state.list_actors", "alive": alive}
+        time.sleep(0.5)

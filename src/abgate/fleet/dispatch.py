@@ -38,12 +38,14 @@ class ReplicaLost(Exception):
 class Pool(Protocol):
     """Replicas by index: ``submit`` one item's work, ``wait`` (bounded) for handles,
     ``result`` of a finished handle (raises :class:`ReplicaLost`), ``dead`` among the
-    given replicas (asked when a wait ends empty), ``cancel`` what is left."""
+    given replicas (asked when a wait ends empty), ``drop`` a replica given up on (no
+    result within the item timeout), ``cancel`` what is left."""
 
     def submit(self, index: int, work: Work) -> Hashable: ...
     def wait(self, handles: list[Hashable], timeout: float) -> list[Hashable]: ...
     def result(self, handle: Hashable) -> Results: ...
     def dead(self, indices: list[int]) -> dict[int, str]: ...
+    def drop(self, index: int) -> None: ...
     def cancel(self, handles: list[Hashable]) -> None: ...
 
 
@@ -54,6 +56,7 @@ class Ledger:
     lost: list[dict[str, Any]] = field(default_factory=list)
     items_by_replica: dict[str, list[str]] = field(default_factory=dict)
     busy: dict[int, float] = field(default_factory=dict)
+    wall_s: float = 0.0  # the loop's own wall time, first submit to last write
 
 
 @dataclass
@@ -63,14 +66,25 @@ class Flight:
     started: float
 
 
+def earlier_sessions(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A resumed fleet A/B's earlier sessions (each its replicas, items and losses),
+    to keep in the new session's record: their replicas are other clusters."""
+    if not previous:
+        return []
+    kept = {k: previous[k] for k in ("cluster", "endpoints", "replicas", "lost",
+                                     "items_by_replica") if k in previous}
+    return [*previous.get("earlier", []), kept]
+
+
 class Dispatch:
     """One run of the loop: ``run(replicas)`` returns when every key is written, or a
     sequential look decided every verdict."""
 
     def __init__(self, state: RunState, pool: Pool, ledger: Ledger, *,
-                 poll_s: float = 5.0, on_loss: Any = None) -> None:
+                 poll_s: float = 5.0, item_timeout_s: float | None = None,
+                 on_loss: Any = None) -> None:
         self.state, self.pool, self.ledger = state, pool, ledger
-        self.poll_s, self.on_loss = poll_s, on_loss
+        self.poll_s, self.item_timeout_s, self.on_loss = poll_s, item_timeout_s, on_loss
         self.arms = list(state.exp.arms)
         sched = state.exp.schedule
         self.sequential = bool(sched.sequential)
@@ -88,6 +102,14 @@ class Dispatch:
         queue = deque(k for k in self.keys if not self.done(k))
         inflight: dict[Hashable, Flight] = {}
         idle, alive = set(replicas), set(replicas)
+        t0 = time.monotonic()
+        try:
+            self.loop(queue, inflight, idle, alive, position)
+        finally:
+            self.ledger.wall_s += time.monotonic() - t0
+
+    def loop(self, queue: deque[Key], inflight: dict[Hashable, Flight], idle: set[int],
+             alive: set[int], position: dict[str, int]) -> None:
         while not self.flush():
             for index in sorted(idle):
                 if queue:
@@ -124,6 +146,11 @@ class Dispatch:
     def check_dead(self, inflight: dict[Hashable, Flight], alive: set[int], idle: set[int],
                    queue: deque[Key]) -> None:
         dead = self.pool.dead(sorted({f.index for f in inflight.values()}))
+        limit, now = self.item_timeout_s, time.monotonic()
+        for flight in inflight.values():
+            if limit and flight.index not in dead and now - flight.started > limit:
+                dead[flight.index] = f"no result within the item timeout ({limit:g} s)"
+                self.pool.drop(flight.index)
         for handle, flight in list(inflight.items()):
             if flight.index in dead:
                 del inflight[handle]

@@ -21,7 +21,14 @@ from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
 from abgate.engines.openai.endpoints import ServerGone
 from abgate.errors import UsageError
-from abgate.fleet.dispatch import Dispatch, Ledger, ReplicaLost, Results, Work
+from abgate.fleet.dispatch import (
+    Dispatch,
+    Ledger,
+    ReplicaLost,
+    Results,
+    Work,
+    earlier_sessions,
+)
 from abgate.fleet.matching import check_matched, check_schedule
 from abgate.fleet.replica import Replica
 from abgate.runner.session import PreparedEngine
@@ -76,6 +83,9 @@ class ThreadPool:
     def dead(self, indices: list[int]) -> dict[int, str]:
         return {}  # a lost endpoint shows as ServerGone on its request
 
+    def drop(self, index: int) -> None:
+        pass  # a thread cannot be stopped: its request ends at the engine's own timeout
+
     def cancel(self, handles: list[Hashable]) -> None:
         for h in handles:
             if isinstance(h, futures.Future):
@@ -94,7 +104,8 @@ class EndpointFleet:
         check_schedule(state.exp)
         ledger = Ledger()
         record: dict[str, Any] = {"endpoints": self.urls, "replicas": [], "lost": ledger.lost,
-                                  "items_by_replica": ledger.items_by_replica}
+                                  "items_by_replica": ledger.items_by_replica,
+                                  "earlier": earlier_sessions(state.doc.fleet)}
 
         def save() -> None:
             state.doc.fleet = record
@@ -115,6 +126,7 @@ class EndpointFleet:
                     Dispatch(state, ThreadPool(ex, replicas), ledger, on_loss=save).run(
                         list(range(len(replicas))))
             finally:
+                record["dispatch_wall_s"] = round(ledger.wall_s, 6)
                 for i in range(len(replicas)):
                     record["replicas"][i]["busy_s"] = round(ledger.busy.get(i, 0.0), 6)
                 save()
