@@ -200,7 +200,7 @@ def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | No
 def _no_engine_flags(flags: eo.EngineFlags) -> None:
     """With a file (or ``--resume``) the arms say which engine each runs: the engine
     group's options are refused, not ignored."""
-    if given := flags.given():
+    if given := [g for g in flags.given() if g != "--endpoint"]:  # --endpoint: a fleet
         raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B without "
                          "an experiment file (the file's arms, or the resumed A/B's, say "
                          "which engine each arm runs)")
@@ -295,6 +295,7 @@ def ab_command(
         exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy),
                              agreement, probes)
         exp = _with_stopping(exp, sequential, max_items, look_every)
+        exp = _endpoints(exp, flags, experiment, resume)
         if source is None:
             return exp
         if not built:  # the cheap checks first, then each revision built (or cached)
@@ -326,11 +327,16 @@ def ab_command(
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
                    "samples, scores, probes and verdict are replaced)", err=True)
+    strategy = _fleet(cluster, experiment, flags, resume is not None)
+    if strategy is not None:  # refused before anything is written
+        from abgate.fleet.matching import check_schedule
+
+        check_schedule(exp)
     with reporter(f"ab {out.name}") as rep, finishing(out):
         result = run_experiment(exp, out, resume=resume is not None and not redo, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
                                 provenance=prov(), weights_diff=weights_diff,
-                                on_phase=rep.on_start, schedule=_fleet(cluster, experiment),
+                                on_phase=rep.on_start, schedule=strategy,
                                 revisions=built[0] if built else None)
     with signals.deferred():  # the verdict shown, then the ledger entry, whole
         _print_verdicts(result.comparison, result.outcome.status, result.reports)
@@ -353,11 +359,32 @@ def revision_builds(exp: Experiment, source: SourceTable, prov: ProvenanceOption
     return revisions
 
 
-def _fleet(cluster: str | None, experiment: Path | None) -> Any:
-    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table), or None."""
+def _endpoints(exp: Experiment, flags: eo.EngineFlags, experiment: Path | None,
+               resume: Path | None) -> Experiment:
+    """With a file (or ``--resume``), ``--endpoint`` repeated: every arm on those
+    servers, one endpoint per replica (docs/cluster.md)."""
+    if not flags.endpoint or (experiment is None and resume is None):
+        return exp
+    from abgate.fleet.endpoints import with_endpoints
+
+    return with_endpoints(exp, list(flags.endpoint))
+
+
+def _fleet(cluster: str | None, experiment: Path | None, flags: eo.EngineFlags,
+           resuming: bool = False) -> Any:
+    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table; or
+    ``--endpoint`` with a file), or None."""
     import tomllib
 
     table = tomllib.loads(experiment.read_text()).get("cluster") if experiment else None
+    if flags.endpoint and (experiment is not None or resuming):
+        if cluster is not None:
+            raise UsageError("--endpoint and --cluster: give one (servers you run, or a "
+                             "Ray cluster whose replicas load the engines)")
+        from abgate.fleet.endpoints import endpoint_strategy
+
+        allowed = tuple(str(x) for x in (table or {}).get("allow_host_differences", ()))
+        return endpoint_strategy(list(flags.endpoint), allowed)
     if cluster is None and not table:
         return None
     from abgate.fleet.cluster import cluster_spec
