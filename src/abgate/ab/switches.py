@@ -11,8 +11,8 @@ from pathlib import Path
 
 from abgate.ab import declared, optout
 from abgate.ab.experiment import Experiment
-from abgate.compare import drift
 from abgate.errors import UsageError
+from abgate.records import facts
 from abgate.records.sections import ArmDifferences, DiffStage, Provenance
 from abgate.runner import documents as docs
 from abgate.runner.spec import PreparedRun
@@ -84,13 +84,13 @@ def _split_loaded(diff: dict[str, list[str]], patterns: Sequence[str], request: 
     """Declared, undeclared and volatile differences after the load. Volatile figures (a
     profiler's KV blocks, memory in use) are never a difference; the request's echo and the
     model config's digest count as declared when the request's engine args were."""
-    moving = {k: v for k, v in diff.items() if drift.volatile(k)}
+    moving = {k: v for k, v in diff.items() if facts.volatile(k)}
     rest = {k: v for k, v in diff.items() if k not in moving}
     args_declared = any(k.startswith("engine_args.") for k in request.declared)
     args_undeclared = any(k.startswith("engine_args.") for k in request.undeclared)
     follows = {k: v for k, v in rest.items()
-               if (k in declared.ECHO_KEYS and args_declared and not args_undeclared)
-               or (k in declared.DERIVED_KEYS and args_declared)}
+               if (k in facts.ECHO and args_declared and not args_undeclared)
+               or (k in facts.DERIVED and args_declared)}
     known, unknown = declared.split({k: v for k, v in rest.items() if k not in follows},
                                     patterns)
     return {**known, **follows}, unknown, moving

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from abgate.records import facts
 from abgate.records.sections import EngineRecord, ModelRef, PromptSpec, Spec
 from abgate.report.fmt import NA, short, value_text
 from abgate.report.load import AbData
 from abgate.report.untrusted import user
 
-MISSING = "(not set)"
+MISSING = facts.MISSING
 _PLURAL = {"engine arg": "engine args", "engine option": "engine options", "env": "env"}
 
 
@@ -129,20 +130,23 @@ def _facets(data: AbData, arm: str) -> dict[str, str]:
 
 def _settings(data: AbData, arm: str) -> dict[str, dict[str, Any]]:
     spec, config = _spec(data, arm), _config(data, arm)
-    # The args as the user wrote them (resolved values may be enum codes); the
-    # effective configuration shows what the engine made of them.
+    record = data.arms[arm].record
+    # The args as the user wrote them (the given facet: resolved values may be enum
+    # codes); the effective configuration shows what the engine made of them.
     given = spec.model_fields_set  # a spec's own group, else the experiment's config
     groups = {
         label: getattr(spec, key) if key in given else config.get(key)
-        for label, key in (("engine arg", "engine_args"), ("engine option", "engine_options"),
-                           ("env", "env"))}
+        for label, key in (("engine option", "engine_options"), ("env", "env"))}
+    groups = {"engine arg": record.engine.given if record is not None
+              else config.get("engine_args"), **groups}
     return {group: dict(values) if isinstance(values, Mapping) else {}
             for group, values in groups.items()}
 
 
 def _effective(data: AbData, arm: str) -> dict[str, Any]:
     engine = data.record.engines.get(arm)
-    return dict(engine.effective_config) if engine is not None else {}
+    config = engine.effective_config if engine is not None else {}
+    return {k: v for k, v in config.items() if not facts.per_launch(f"effective.{k}")}
 
 
 def _split(per_arm: list[Mapping[str, Any]], label: str
