@@ -69,6 +69,23 @@ class EngineSection(Section):
                             capabilities=self.capabilities or CapabilitiesRecord())
 
 
+class LoadedEngine(Section):
+    """An ``ab.json`` ``engines`` entry (v2): which engine an arm loaded (name, version,
+    model, capabilities). Its facets, the effective one included, are in the arm's own
+    ``run.json`` ``engine`` section, once."""
+
+    name: str
+    version: str | None = None
+    model: str | None = None
+    capabilities: CapabilitiesRecord | None = None
+
+    @classmethod
+    def of(cls, info: Mapping[str, Any]) -> LoadedEngine:
+        """From ``describe()`` (an ``EngineInfo.to_dict()``), its effective config left
+        to the arm's record."""
+        return cls.model_validate({k: v for k, v in info.items() if k != "effective_config"})
+
+
 def _table(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
@@ -126,4 +143,22 @@ def given_config(config: Mapping[str, Any], engine: EngineSection) -> dict[str, 
     out = dict(config)
     if "engine_args" not in out:
         out["engine_args"] = dict(engine.given)
+    return out
+
+
+def ab_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """A v1 ``ab.json`` (or a new one's fields) without its copies of the arms' engine
+    facets: ``engines.ARM.effective_config`` and ``experiment_resolved.arms.ARM.engine_args``
+    removed (each arm's ``run.json`` ``engine`` section holds them). ``experiment`` (as
+    given, what ``--resume``'s digest covers) and ``differences`` are kept as they are."""
+    out = dict(doc)
+    engines = doc.get("engines")
+    if isinstance(engines, Mapping):
+        out["engines"] = {arm: {k: v for k, v in e.items() if k != "effective_config"}
+                          if isinstance(e, Mapping) else e for arm, e in engines.items()}
+    resolved = doc.get("experiment_resolved")
+    if isinstance(resolved, Mapping) and isinstance(resolved.get("arms"), Mapping):
+        arms = {arm: {k: v for k, v in c.items() if k != "engine_args"}
+                if isinstance(c, Mapping) else c for arm, c in resolved["arms"].items()}
+        out["experiment_resolved"] = {**resolved, "arms": arms}
     return out
