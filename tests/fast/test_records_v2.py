@@ -72,6 +72,11 @@ def test_each_ab_arm_holds_its_engine_args_once_per_facet() -> None:
                                          ".engine.effective.perturb"]
     base = json.loads((V2 / "ab" / "arms" / "a" / "run.json").read_text())
     assert base["engine"]["given"] == {} and base["engine"]["effective"]["perturb"] == 0.0
+    # ab.json: the experiment as given (what --resume's digest covers) and the difference
+    ab = json.loads((V2 / "ab" / "ab.json").read_text())
+    assert _paths_of(ab, "perturb") == [".experiment.arms.b.engine_args.perturb"]
+    assert list(ab["differences"]["b"]["request"]["undeclared"]) == ["engine_args.perturb"]
+    assert not any("effective_config" in e for e in ab["engines"].values())
 
 
 @pytest.mark.parametrize("name", sorted(RECORDS))
