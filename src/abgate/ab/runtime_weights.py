@@ -24,8 +24,9 @@ from abgate import safefs
 from abgate.engines.base import LoadedTensor
 from abgate.errors import UsageError
 from abgate.identity import digest_json
+from abgate.records import facts
 from abgate.redact import redact
-from abgate.runner.session import VOLATILE, EngineSpec, PreparedEngine, loaded, prepare_engine
+from abgate.runner.session import EngineSpec, PreparedEngine, loaded, prepare_engine
 from abgate.weights.diff import Progress
 from abgate.weights.runtime import diff_loaded
 
@@ -99,7 +100,7 @@ def read_arm(p: PreparedEngine) -> tuple[dict[str, LoadedTensor], dict[str, Any]
 def identity(p: PreparedEngine, info: dict[str, Any]) -> dict[str, Any]:
     """What a side of a runtime diff was: engine, model by name, SHA-256, config digest."""
     effective = {k: v for k, v in (info.get("effective_config") or {}).items()
-                 if k not in VOLATILE}
+                 if facts.must_match(f"effective.{k}")}
     return {"engine": p.spec.engine, "model": Path(p.model).name,
             "sha256": p.model_identity.get("sha256"),
             "size_bytes": p.model_identity.get("size"),
