@@ -27,6 +27,7 @@ agreement = true             # teacher-forced distribution agreement with the ba
 agreement_tokens = 64        # output tokens scored per sample (0: all of them)
 probes = true                # health probes (arithmetic, copy, mid-context retrieval)
 probe_len = 512              # retrieval probe context in tokens
+weights = false              # read each arm's weights after load: weights-diff-<arm>.json
 
 [arms.f16]
 [arms.q8]
@@ -156,11 +157,15 @@ class Evidence:
     probes: Bool = True
     probe_len: Annotated[Int, Field(ge=64)] = 512  # tokens
     log_patterns: StrList = ()  # engine log lines recorded as opt-out evidence
+    weights: Bool = False  # each arm's loaded weights diffed against the baseline's
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: v for k, v in vars(self).items() if k != "log_patterns"}
+        out: dict[str, Any] = {k: v for k, v in vars(self).items()
+                               if k not in ("log_patterns", "weights")}
         if self.log_patterns:  # only when set: older digests stay the same
             out["log_patterns"] = list(self.log_patterns)
+        if self.weights:
+            out["weights"] = True
         return out
 
 
@@ -311,6 +316,8 @@ class ExperimentFile:
     suites: dict[str, SuiteTable] = field(default_factory=dict)
     # where it runs (abgate.fleet.cluster); not part of the experiment or its digest
     cluster: dict[str, Any] = field(default_factory=dict)
+    # the source revisions the arms run (abgate.ab.revisions); read there
+    source: dict[str, Any] = field(default_factory=dict)
 
 
 def arm_config(shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:

@@ -36,7 +36,7 @@ __all__ = [
 
 DEFAULT_POLICY = "abgate:policies/default.toml"
 # Policies shipped with abgate, by name (``--policy fast-path``): abgate/policies/NAME.toml.
-SHIPPED = ("default", "fast-path", "no-slower")
+SHIPPED = ("default", "fast-path", "no-slower", "pre-merge")
 
 
 # A check returns None when the value is fine, else what it must be.

@@ -124,6 +124,8 @@ class LogRatio(Result):
     ci: Bounds | None = None
     ci_bootstrap: Bounds | None = None
     ci_t: Bounds | None = None
+    ci_replicas: Bounds | None = None  # a fleet: replicas as clusters (compare/replicas.py)
+    n_replicas: int | None = None
 
 
 class Ratio(Result):
