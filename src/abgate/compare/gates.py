@@ -153,7 +153,8 @@ def speed_gate(comparison: Comparison, policy: Policy) -> Gate:
         delta = log_obs - edges[0] if log_obs > edges[0] else edges[1] - log_obs
         more, far = more_items(se, n_items, delta, z, policy.power)
         detectable = math.expm1(edges[0] + mde(se, z, policy.power))
-        evidence += (f"; at this sample size a true speedup of {_pct(detectable)} or more "
+        what = "change" if rule.min_speedup < 0 else "speedup"
+        evidence += (f"; at this sample size a true {what} of {_pct(detectable)} or more "
                      f"would pass with {policy.power:.0%} power.")
     return Gate("speed", metric, rule.min_speedup, observed, (low, high), outcome, evidence,
                 -rule.max_slowdown, more, far)

@@ -143,6 +143,13 @@ def _mde(result: ArmResult, ab_dir: Path) -> list[str]:
     for metric, value in m.speed.items():
         if value is not None:
             lines.append(f"- speed ({metric}): {value:+.1%}")
+    vm = result.verdict.mde  # the verdict's own: the true effect each gate fails at
+    for name, g in (vm.gates.items() if vm is not None else ()):
+        if g.detectable is not None and vm is not None:
+            shown = (f"{g.detectable:.1%}" if g.unit and ("fraction" in g.unit
+                     or "agreement" in g.unit) else f"{g.detectable:.3g}")
+            lines.append(f"- gate {name} fails a true {g.unit} of {shown} with power "
+                         f"{vm.power} at {vm.n_items} items{' (bounded)' if g.bound else ''}")
     for hook in MDE_HOOKS:
         lines.extend(hook(ab_dir))
     return lines or ["- not stated by this A/B's report"]
