@@ -200,7 +200,7 @@ def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | No
 def _no_engine_flags(flags: eo.EngineFlags) -> None:
     """With a file (or ``--resume``) the arms say which engine each runs: the engine
     group's options are refused, not ignored."""
-    if given := flags.given():
+    if given := [g for g in flags.given() if g != "--endpoint"]:  # --endpoint: a fleet
         raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B without "
                          "an experiment file (the file's arms, or the resumed A/B's, say "
                          "which engine each arm runs)")
@@ -215,7 +215,8 @@ def ab_command(
                                 "complete one: its recorded verdict, nothing is rerun)."),
     force: bool = typer.Option(False, help="Overwrite an existing A/B directory (with "
                                "--resume: run a complete one again)."),
-    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path."),
+    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path, "
+                               "no-slower."),
     limit: int = typer.Option(None, help="Override the number of items."),
     seeds: str = typer.Option(None, help="Override the seeds, e.g. 0,1."),
     max_tokens: int = typer.Option(None, help="Override the output token limit."),
@@ -294,6 +295,7 @@ def ab_command(
         exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy),
                              agreement, probes)
         exp = _with_stopping(exp, sequential, max_items, look_every)
+        exp = _endpoints(exp, flags, experiment, resume)
         if source is None:
             return exp
         if not built:  # the cheap checks first, then each revision built (or cached)
@@ -309,15 +311,32 @@ def ab_command(
         _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
                   policy, sign, (junit, summary_md))
     exp = given(None if resume is None or doc is None else lambda: _recorded(resume, doc))
+    if exp.suites:  # several suites, one verdict (abgate.ab.suites)
+        if resume is not None:
+            raise UsageError("--resume of an experiment with [suites]: resume each "
+                             "suite's directory (OUT/suites/NAME) instead")
+        from abgate.cli.suites_out import suites_command
+
+        with reporter(f"ab {out.name}") as rep, finishing(out):
+            code = suites_command(exp, out, force=force, policy=policy, provenance=(
+                ProvenanceOptions(contract, manifest, allow_stale_manifest=allow_stale_manifest,
+                                  allow_source_change=allow_source_change)),
+                on_start=rep.on_start, progress=rep.on_sample, on_phase=rep.on_start)
+        raise typer.Exit(code)
     redo = resume is not None and force and complete
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
                    "samples, scores, probes and verdict are replaced)", err=True)
+    strategy = _fleet(cluster, experiment, flags, resume is not None)
+    if strategy is not None:  # refused before anything is written
+        from abgate.fleet.matching import check_schedule
+
+        check_schedule(exp)
     with reporter(f"ab {out.name}") as rep, finishing(out):
         result = run_experiment(exp, out, resume=resume is not None and not redo, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
                                 provenance=prov(), weights_diff=weights_diff,
-                                on_phase=rep.on_start, schedule=_fleet(cluster, experiment),
+                                on_phase=rep.on_start, schedule=strategy,
                                 revisions=built[0] if built else None)
     with signals.deferred():  # the verdict shown, then the ledger entry, whole
         _print_verdicts(result.comparison, result.outcome.status, result.reports)
@@ -340,11 +359,32 @@ def revision_builds(exp: Experiment, source: SourceTable, prov: ProvenanceOption
     return revisions
 
 
-def _fleet(cluster: str | None, experiment: Path | None) -> Any:
-    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table), or None."""
+def _endpoints(exp: Experiment, flags: eo.EngineFlags, experiment: Path | None,
+               resume: Path | None) -> Experiment:
+    """With a file (or ``--resume``), ``--endpoint`` repeated: every arm on those
+    servers, one endpoint per replica (docs/cluster.md)."""
+    if not flags.endpoint or (experiment is None and resume is None):
+        return exp
+    from abgate.fleet.endpoints import with_endpoints
+
+    return with_endpoints(exp, list(flags.endpoint))
+
+
+def _fleet(cluster: str | None, experiment: Path | None, flags: eo.EngineFlags,
+           resuming: bool = False) -> Any:
+    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table; or
+    ``--endpoint`` with a file), or None."""
     import tomllib
 
     table = tomllib.loads(experiment.read_text()).get("cluster") if experiment else None
+    if flags.endpoint and (experiment is not None or resuming):
+        if cluster is not None:
+            raise UsageError("--endpoint and --cluster: give one (servers you run, or a "
+                             "Ray cluster whose replicas load the engines)")
+        from abgate.fleet.endpoints import endpoint_strategy
+
+        allowed = tuple(str(x) for x in (table or {}).get("allow_host_differences", ()))
+        return endpoint_strategy(list(flags.endpoint), allowed)
     if cluster is None and not table:
         return None
     from abgate.fleet.cluster import cluster_spec

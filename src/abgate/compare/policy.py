@@ -36,7 +36,7 @@ __all__ = [
 
 DEFAULT_POLICY = "abgate:policies/default.toml"
 # Policies shipped with abgate, by name (``--policy fast-path``): abgate/policies/NAME.toml.
-SHIPPED = ("default", "fast-path", "pre-merge")
+SHIPPED = ("default", "fast-path", "no-slower", "pre-merge")
 
 
 # A check returns None when the value is fine, else what it must be.
@@ -69,9 +69,8 @@ def _non_negative(value: Any) -> str | None:
 
 
 def _speedup(value: Any) -> str | None:
-    """``min_speedup``: a negative value is a non-inferiority margin (ACCEPT when B is
-    at most that much slower, the CI's lower bound above it)."""
-    return None if _is_number(value) and -1 < value < 1 else "must be a number in (-1, 1)"
+    ok = _is_number(value) and value > -1
+    return None if ok else "must be a number > -1 (negative: a tolerated slowdown)"
 
 
 def _below_one(value: Any) -> str | None:
@@ -109,8 +108,8 @@ PositiveCount = Annotated[int, checked(_positive_count)]
 OpenUnit = Annotated[float, checked(_open_unit)]
 Alpha = Annotated[float, checked(_alpha)]
 NonNegative = Annotated[float, checked(_non_negative)]
-Speedup = Annotated[float, checked(_speedup)]
 BelowOne = Annotated[float, checked(_below_one)]
+Speedup = Annotated[float, checked(_speedup)]
 Positive = Annotated[float, checked(_positive)]
 Unit = Annotated[float, checked(_unit)]
 Flag = Annotated[bool, checked(_bool)]
@@ -119,8 +118,11 @@ Metric = Annotated[str, checked(_metric)]
 
 @dataclass(frozen=True, config=FORBID)
 class SpeedPolicy:
+    """``min_speedup`` < 0 is a non-inferiority margin: B passes when its speed is shown
+    to be no slower than ``-min_speedup`` (the ``no-slower`` policy)."""
+
     metric: Metric
-    min_speedup: Speedup  # < 0: the slowdown still accepted (pre-merge.toml)
+    min_speedup: Speedup
     max_slowdown: BelowOne
     confidence: OpenUnit
 
