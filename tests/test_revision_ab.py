@@ -108,7 +108,8 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
     assert not any(b["cached"] for b in builds.values())
     for arm, b in builds.items():  # each arm ran its own build, whose log is kept
         assert (out / b["log"]).is_file() and b["duration_s"] > 0 and b["artifacts"]
-        launch = ab["engines"][arm]["effective_config"]["launch"]
+        run = json.loads((out / "arms" / arm / "run.json").read_text())
+        launch = run["engine"]["effective"]["launch"]
         assert launch[0] == f"{b['directory']}/venv/bin/python", launch
     assert ab["differences"]["head"]["request"]["undeclared"] == {}
     assert list(ab["differences"]["head"]["request"]["declared"]) == [

@@ -19,9 +19,9 @@ from abgate.errors import AbgateError
 from abgate.runner.documents import AbRecord, read_record
 from abgate.safejson import read_json
 
-# Extra lines under "Minimum detectable effect", from a planner that knows more than
-# comparison.json's ``mde`` (abgate plan: per-gate MDEs at the planned N). Each gets the
-# A/B directory and returns Markdown lines; none by default.
+# Extra lines under "Minimum detectable effect" (the verdict's own per-gate MDEs,
+# ``Verdict.mde``, come first, else comparison.json's ``mde``). Each gets the A/B
+# directory and returns Markdown lines; none by default.
 MDE_HOOKS: list[Callable[[Path], list[str]]] = []
 # values shown as percentages, and differences of rates shown in points
 PCT_GATES = ("speed", "top1_agreement", "lossless_outputs", "identical_outputs")
@@ -134,15 +134,30 @@ def _differed(record: AbRecord, arm: str) -> list[str]:
     return lines or ["- (nothing recorded)"]
 
 
+def _verdict_mde(result: ArmResult) -> list[str]:
+    """The verdict's own MDEs, gate by gate (``Verdict.mde``, abgate.compare.plan)."""
+    vm = result.verdict.mde
+    if vm is None or not vm.gates:
+        return []
+    lines = []
+    for gate, g in vm.gates.items():
+        if g.detectable is None:
+            continue
+        bound = " (an upper bound: no discordant pair seen)" if g.bound else ""
+        lines.append(f"- {_cell(gate)}: detects {g.detectable:.4g} {g.unit or ''} at "
+                     f"power {vm.power} with {vm.n_items} items{bound}")
+    return lines
+
+
 def _mde(result: ArmResult, ab_dir: Path) -> list[str]:
     m = result.comparison.mde
-    lines = []
-    if m.accuracy_paired is not None:
+    lines = _verdict_mde(result)
+    if not lines and m.accuracy_paired is not None:
         lines.append(f"- accuracy (paired, {m.n_items} items, power {m.power}): "
                      f"{m.accuracy_paired * 100:.1f} points")
-    for metric, value in m.speed.items():
-        if value is not None:
-            lines.append(f"- speed ({metric}): {value:+.1%}")
+    if not result.verdict.mde:
+        lines += [f"- speed ({metric}): {value:+.1%}" for metric, value in m.speed.items()
+                  if value is not None]
     for hook in MDE_HOOKS:
         lines.extend(hook(ab_dir))
     return lines or ["- not stated by this A/B's report"]
