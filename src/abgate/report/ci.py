@@ -7,6 +7,7 @@ differed, the minimum detectable effect). Both read only the A/B's saved records
 from __future__ import annotations
 
 import math
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +115,21 @@ def _gates_table(result: ArmResult) -> list[str]:
     return rows
 
 
+def _apart(a: str, b: str, keep: int = 24) -> tuple[str, str]:
+    """Two long values cut to where they differ (a shared head and tail become ...)."""
+    if len(a) + len(b) <= 160:
+        return a, b
+    head = len(os.path.commonprefix([a, b]))
+    tail = len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
+    start = max(0, head - keep)
+
+    def cut(v: str) -> str:
+        end = len(v) - max(0, tail - keep)
+        return ("..." if start else "") + v[start:end] + ("..." if end < len(v) else "")
+
+    return cut(a), cut(b)
+
+
 def _differed(record: AbRecord, arm: str) -> list[str]:
     lines = []
     if record.source is not None:
@@ -130,6 +146,7 @@ def _differed(record: AbRecord, arm: str) -> list[str]:
             continue
         for kind, found in (("declared", stage.declared), ("UNDECLARED", stage.undeclared)):
             for key, (a, b) in ((k, (v + ["", ""])[:2]) for k, v in found.items()):
+                a, b = _apart(str(a), str(b))
                 lines.append(f"- {kind} ({when}): `{_cell(key)}`: {_cell(a)} -> {_cell(b)}")
     return lines or ["- (nothing recorded)"]
 
