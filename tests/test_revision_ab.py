@@ -16,7 +16,7 @@ import pytest
 
 from abgate.compare.gates import FAIL, PASS
 from tests.conftest import abgate, requested_threads
-from tests.support.engine_repo import BUILD, LAUNCH, make_engine_repo
+from tests.support.engine_repo import BUILD, LAUNCH, git, make_engine_repo
 
 pytestmark = pytest.mark.engine
 
@@ -31,7 +31,6 @@ def experiment(tmp: Path, repo: Path) -> Path:
     path = tmp / "pr.toml"
     path.write_text(f"""
 name = "pr"
-expect = "lossless"
 policy = "pre-merge"
 
 [source]
@@ -109,7 +108,8 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
     assert not any(b["cached"] for b in builds.values())
     for arm, b in builds.items():  # each arm ran its own build, whose log is kept
         assert (out / b["log"]).is_file() and b["duration_s"] > 0 and b["artifacts"]
-        launch = ab["engines"][arm]["effective_config"]["launch"]
+        run = json.loads((out / "arms" / arm / "run.json").read_text())
+        launch = run["engine"]["effective"]["launch"]
         assert launch[0] == f"{b['directory']}/venv/bin/python", launch
     assert ab["differences"]["head"]["request"]["undeclared"] == {}
     assert list(ab["differences"]["head"]["request"]["declared"]) == [
@@ -118,6 +118,18 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
     md = Path(str(out) + ".md").read_text()
     assert "## abgate: ACCEPT" in md and "| speed | pass |" in md
     assert "Minimum detectable effect" in md and setup["revs"]["noop"][:12] in md
+    decided = abgate("decide", str(out), "--decision", "keep-default-on", "--why",
+                     "the no-op refactor gated ACCEPT")
+    assert decided.returncode == 0, decided.stderr
+    # attached to a commit of the head's tree (a merge of the up-to-date branch), and
+    # refused for another tree
+    engine = setup["tmp"] / "engine"
+    git(engine, "commit", "-q", "--allow-empty", "-m", "merge")
+    attached = abgate("attach", str(out), "--commit", "main", "--repo", str(engine))
+    assert attached.returncode == 0, attached.stderr
+    assert (out / "attachments.jsonl").is_file()
+    other = abgate("attach", str(out), "--commit", "regression", "--repo", str(engine))
+    assert other.returncode != 0 and "trees differ" in other.stderr
     # the same revisions again: both builds cached, nothing built
     again = setup["tmp"] / "noop-again"
     r2 = abgate("ab", str(setup["file"]), "--rev", f"{setup['revs']['base']}..main", "-o",

@@ -104,3 +104,13 @@ def test_a_range_needs_two_revisions(text: str) -> None:
 
 def test_a_range_names_base_and_head() -> None:
     assert parse_rev_range("main..HEAD") == ("main", "HEAD")
+
+
+def test_a_damaged_cached_build_is_built_again(repo: tuple[Path, dict[str, str]],
+                                               tmp_path: Path) -> None:
+    path, revs = repo
+    first = build_revision(path, revs["base"], BUILD, root=tmp_path)
+    (first.python).unlink()  # e.g. a cache half cleaned: the manifest outlives the venv
+    again = build_revision(path, revs["base"], BUILD, root=tmp_path)
+    assert not again.cached and again.python.exists()
+    assert again.manifest.artifacts_digest == first.manifest.artifacts_digest

@@ -95,6 +95,8 @@ def test_a_failed_gate_carries_the_verdict_line(tmp_path: Path) -> None:
         v["reasons"], v["explanation"] = ["REJECT: accuracy: dropped 40 points."], None
         next(g for g in v["gates"] if g["name"] == "accuracy")["outcome"] = "fail"
         comp["decision"], comp["exit_code"] = "REJECT", 1
+        v["mde"] = {"power": 0.8, "n_items": 3, "gates": {"accuracy": {
+            "detectable": 0.25, "unit": "accuracy drop", "bound": True}}}
 
     ab = recorded(tmp_path, reject)
     r = abgate("report", str(ab), "-o", str(tmp_path / "r.md"), "--junit",
@@ -106,6 +108,8 @@ def test_a_failed_gate_carries_the_verdict_line(tmp_path: Path) -> None:
     assert [g for g, (res, _) in cases.items() if res == "failure"] == ["accuracy"]
     md = (tmp_path / "s.md").read_text()
     assert "## abgate: REJECT" in md and "| accuracy | **FAIL** |" in md
+    assert ("- accuracy: detects 0.25 accuracy drop at power 0.8 with 3 items (an upper "
+            "bound: no discordant pair seen)") in md  # the verdict's own MDE
 
 
 @pytest.mark.parametrize("flag", ["--junit", "--summary-md"])

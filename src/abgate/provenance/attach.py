@@ -137,11 +137,28 @@ def _from_ab(result_dir: Path) -> MeasuredSource:
                           f"{AB_FILE} and {len(sources) - 1} arms' {RUN_FILE} git.commit")
 
 
+def _from_source(path: Path) -> MeasuredSource | None:
+    """A revision A/B (``ab.json`` ``source``): the head revision it gated, as built
+    (a build is of a committed, clean tree); None for any other A/B."""
+    ab = _read_json(path)
+    source = ab.get("source") if isinstance(ab, dict) else None
+    if not isinstance(source, dict):
+        return None
+    baseline = ab.get("experiment", {}).get("baseline")
+    heads = [(arm, b) for arm, b in (source.get("builds") or {}).items() if arm != baseline]
+    if len(heads) != 1 or not isinstance(heads[0][1], dict):
+        raise AttachRefused(f"{path}: its source section does not name one head build")
+    arm, build = heads[0]
+    return MeasuredSource(str(build.get("commit")), build.get("tree"), False,
+                          f"{AB_FILE} source.builds.{arm}.commit (the head revision)")
+
+
 def tested_source(result_dir: Path) -> MeasuredSource:
-    """The commit the results in ``result_dir`` were measured on."""
+    """The commit the results in ``result_dir`` were measured on (a revision A/B's:
+    its head revision, in the engine's repository)."""
     found: MeasuredSource | None = None
     if (result_dir / AB_FILE).is_file():
-        return _from_ab(result_dir)
+        return _from_source(result_dir / AB_FILE) or _from_ab(result_dir)
     for name in (RUN_FILE, BASELINE_FILE):
         if found is None and (result_dir / name).is_file():
             found = _from_run(result_dir / name)

@@ -14,7 +14,7 @@ The cache is ``$ABGATE_CACHE`` (default ``$XDG_CACHE_HOME/abgate``, ``~/.cache/a
 ``/builds/<tree>-<command digest>/``: ``src/`` (the worktree, detached at the
 revision), ``venv/`` (``{venv}``), ``build.log``, and ``build.json`` (the manifest:
 revision, commit, tree, command, duration, artifact hashes), written last; a directory
-without it is an interrupted build and is built again. In the command ``{build}`` is
+without it, or whose artifacts no longer hash to it, is built again. In the command ``{build}`` is
 the build directory, ``{src}`` the worktree, ``{venv}`` the per-revision venv,
 ``{python}`` the interpreter abgate runs on. The command runs in ``{src}``.
 
@@ -142,10 +142,19 @@ def build_revision(repo: Path, rev: str, command: str, artifacts: str = "venv",
     key = f"{tree}-{sha256_bytes(command.encode())[:12]}"
     where = (root or cache_root()) / key
     done = _read_manifest(where)
-    if done is not None:
+    if done is not None and _intact(done, artifacts):
         return Build(done, cached=True)
-    _discard(top, where)
+    _discard(top, where)  # an interrupted or damaged build: built again
     return Build(_build(top, rev, commit, tree, command, artifacts, where), cached=False)
+
+
+def _intact(manifest: BuildManifest, artifacts: str) -> bool:
+    """Whether a cached build's artifacts are still those its manifest hashed."""
+    try:
+        check_artifacts(Build(manifest, cached=True), artifacts)
+    except UsageError:
+        return False
+    return True
 
 
 def _read_manifest(where: Path) -> BuildManifest | None:
@@ -197,11 +206,19 @@ def _hash_artifacts(where: Path, artifacts: str) -> tuple[dict[str, str], str]:
         raise UsageError(f"[source] artifacts {artifacts!r}: the build made no "
                          f"{base.relative_to(where)}")
     files = [base] if base.is_file() else sorted(
-        p for p in base.rglob("*") if p.is_file() and not p.is_symlink()
+        p for p in base.rglob("*") if (p.is_file() or p.is_symlink())
         and "__pycache__" not in p.parts)
-    hashes = {str(p.relative_to(where)): sha256_file(p) for p in files}
+    hashes = {str(p.relative_to(where)): _entry_hash(p) for p in files}
     listing = "".join(f"{h}  {n}\n" for n, h in hashes.items())
     return hashes, hashlib.sha256(listing.encode()).hexdigest()
+
+
+def _entry_hash(path: Path) -> str:
+    """A file's SHA-256; a link's is that of ``link:`` and its target (a venv's
+    interpreter is a link: removing or repointing it changes the digest)."""
+    if path.is_symlink():
+        return sha256_bytes(b"link:" + os.readlink(path).encode())
+    return sha256_file(path)
 
 
 def _discard(top: Path, where: Path) -> None:

@@ -7,6 +7,7 @@ differed, the minimum detectable effect). Both read only the A/B's saved records
 from __future__ import annotations
 
 import math
+import os
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +20,9 @@ from abgate.errors import AbgateError
 from abgate.runner.documents import AbRecord, read_record
 from abgate.safejson import read_json
 
-# Extra lines under "Minimum detectable effect", from a planner that knows more than
-# comparison.json's ``mde`` (abgate plan: per-gate MDEs at the planned N). Each gets the
-# A/B directory and returns Markdown lines; none by default.
+# Extra lines under "Minimum detectable effect" (the verdict's own per-gate MDEs,
+# ``Verdict.mde``, come first, else comparison.json's ``mde``). Each gets the A/B
+# directory and returns Markdown lines; none by default.
 MDE_HOOKS: list[Callable[[Path], list[str]]] = []
 # values shown as percentages, and differences of rates shown in points
 PCT_GATES = ("speed", "top1_agreement", "lossless_outputs", "identical_outputs")
@@ -114,6 +115,21 @@ def _gates_table(result: ArmResult) -> list[str]:
     return rows
 
 
+def _apart(a: str, b: str, keep: int = 24) -> tuple[str, str]:
+    """Two long values cut to where they differ (a shared head and tail become ...)."""
+    if len(a) + len(b) <= 160:
+        return a, b
+    head = len(os.path.commonprefix([a, b]))
+    tail = len(os.path.commonprefix([a[head:][::-1], b[head:][::-1]]))
+    start = max(0, head - keep)
+
+    def cut(v: str) -> str:
+        end = len(v) - max(0, tail - keep)
+        return ("..." if start else "") + v[start:end] + ("..." if end < len(v) else "")
+
+    return cut(a), cut(b)
+
+
 def _differed(record: AbRecord, arm: str) -> list[str]:
     lines = []
     if record.source is not None:
@@ -130,26 +146,35 @@ def _differed(record: AbRecord, arm: str) -> list[str]:
             continue
         for kind, found in (("declared", stage.declared), ("UNDECLARED", stage.undeclared)):
             for key, (a, b) in ((k, (v + ["", ""])[:2]) for k, v in found.items()):
+                a, b = _apart(str(a), str(b))
                 lines.append(f"- {kind} ({when}): `{_cell(key)}`: {_cell(a)} -> {_cell(b)}")
     return lines or ["- (nothing recorded)"]
 
 
+def _verdict_mde(result: ArmResult) -> list[str]:
+    """The verdict's own MDEs, gate by gate (``Verdict.mde``, abgate.compare.plan)."""
+    vm = result.verdict.mde
+    if vm is None or not vm.gates:
+        return []
+    lines = []
+    for gate, g in vm.gates.items():
+        if g.detectable is None:
+            continue
+        bound = " (an upper bound: no discordant pair seen)" if g.bound else ""
+        lines.append(f"- {_cell(gate)}: detects {g.detectable:.4g} {g.unit or ''} at "
+                     f"power {vm.power} with {vm.n_items} items{bound}")
+    return lines
+
+
 def _mde(result: ArmResult, ab_dir: Path) -> list[str]:
     m = result.comparison.mde
-    lines = []
-    if m.accuracy_paired is not None:
+    lines = _verdict_mde(result)
+    if not lines and m.accuracy_paired is not None:
         lines.append(f"- accuracy (paired, {m.n_items} items, power {m.power}): "
                      f"{m.accuracy_paired * 100:.1f} points")
-    for metric, value in m.speed.items():
-        if value is not None:
-            lines.append(f"- speed ({metric}): {value:+.1%}")
-    vm = result.verdict.mde  # the verdict's own: the true effect each gate fails at
-    for name, g in (vm.gates.items() if vm is not None else ()):
-        if g.detectable is not None and vm is not None:
-            shown = (f"{g.detectable:.1%}" if g.unit and ("fraction" in g.unit
-                     or "agreement" in g.unit) else f"{g.detectable:.3g}")
-            lines.append(f"- gate {name} fails a true {g.unit} of {shown} with power "
-                         f"{vm.power} at {vm.n_items} items{' (bounded)' if g.bound else ''}")
+    if not result.verdict.mde:
+        lines += [f"- speed ({metric}): {value:+.1%}" for metric, value in m.speed.items()
+                  if value is not None]
     for hook in MDE_HOOKS:
         lines.extend(hook(ab_dir))
     return lines or ["- not stated by this A/B's report"]
