@@ -40,7 +40,7 @@ from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.host_load import summarize
 from abgate.runner import records as rec
-from abgate.runner.documents import read_record, write_record
+from abgate.runner.documents import RunRecord, read_record, write_record
 from abgate.safejson import read_json
 
 COMPARISON_FILE = "comparison.json"
@@ -117,10 +117,21 @@ def _probes(out: Path, arm: str, base: str) -> Probes | None:
     return compare_probes(base_doc, cand_doc, base_missing=base_why, cand_missing=cand_why)
 
 
+def _effective(out: Path, arm: str) -> dict[str, Any] | None:
+    """The arm's effective facet (its ``run.json``), None without one."""
+    path = out / "arms" / arm / rec.RUN_FILE
+    if not path.exists():
+        return None
+    doc = read_record(path, "ab-arm", "run", model=RunRecord)
+    return doc.engine.effective if doc.engine.loaded else None
+
+
 def random_weights(ab: AbView | Mapping[str, Any], arm: str,
-                   samples: Sequence[Mapping[str, Any]]) -> str | None:
-    """Why ``arm`` runs random weights ("speed only"), or None."""
-    for where, value in ab_view(ab).load_formats(arm):
+                   samples: Sequence[Mapping[str, Any]],
+                   effective: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``arm`` runs random weights ("speed only"), or None; ``effective``: the arm's
+    effective facet."""
+    for where, value in ab_view(ab).load_formats(arm, effective):
         if value == "dummy":
             return f"arm {arm!r} runs random weights ({where}: load_format = \"dummy\"), " \
                    "speed only"
@@ -136,8 +147,8 @@ def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
     ``speed_only``, ``agreement``, ``difference_warnings`` and (when probes ran)
     ``probes`` (keyword arguments of :meth:`Comparison.with_extras`)."""
     ab = ab_view(doc)
-    speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
-                                                                          samples[arm])
+    speed_only = (random_weights(ab, base, samples[base], _effective(out, base))
+                  or random_weights(ab, arm, samples[arm], _effective(out, arm)))
     extras: dict[str, Any] = {
         "expect": ab.experiment.expect,
         "speed_only": speed_only,
@@ -186,8 +197,8 @@ def sequential_for(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: s
     path = out / "arms" / arm / AGREEMENT_FILE
     rows = (read_agreement(path, repair=True) if path.exists()
             and ab.experiment.evidence.agreement else None)
-    speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
-                                                                          samples[arm])
+    speed_only = (random_weights(ab, base, samples[base], _effective(out, base))
+                  or random_weights(ab, arm, samples[arm], _effective(out, arm)))
     return sequential_section(samples[base], samples[arm], item_order(samples[base]), policy,
                               look_every=int(ab.experiment.schedule.look_every or 1),
                               # max_items as run: ab.json's

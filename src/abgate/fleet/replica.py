@@ -15,7 +15,8 @@ import psutil
 
 from abgate import host
 from abgate.engines.base import GenerationRequest, GenerationResult
-from abgate.runner.session import VOLATILE, EngineSession, PreparedEngine, loaded
+from abgate.records import facts
+from abgate.runner.session import EngineSession, PreparedEngine, loaded
 
 Work = list[tuple[str, GenerationRequest]]
 
@@ -77,11 +78,11 @@ class Replica:
 
 def config_digest(config: Any) -> str:
     """SHA-256 of an engine's effective configuration as loaded on this host, the keys
-    that name one load (a port, an endpoint: ``runner.session.VOLATILE``) left out."""
+    that name one load (a port, an endpoint: ``records.facts.must_match``) left out."""
     import hashlib
     import json
 
-    kept = {k: v for k, v in dict(config or {}).items() if k not in VOLATILE}
+    kept = {k: v for k, v in dict(config or {}).items() if facts.must_match(f"effective.{k}")}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
