@@ -87,6 +87,9 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
     rec = json.loads((tmp_path / "fleet" / "ab.json").read_text())["fleet"]
     nodes = {r["node_id"] for r in rec["replicas"]}
     assert len(nodes) == 2 and not rec["lost"]
+    # the replicas' actors through Ray's state API once the A/B closed them: none alive
+    after = rec["actors_after_close"]
+    assert after["checked"] and after["alive"] == [] and "ray" in after["via"]
     assert sorted(len(v) for v in rec["items_by_replica"].values()) == [5, 5]
     for r in rec["replicas"]:
         assert r["pid"] in r["process_tree"] and r["address"]

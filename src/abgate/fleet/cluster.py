@@ -13,7 +13,7 @@ from abgate.fleet.matching import MATCHED
 
 Placement = Literal["pack", "spread"]
 KEYS = {"replicas", "num_cpus", "num_gpus", "resources", "placement",
-        "allow_host_differences", "address", "item_timeout_s"}
+        "allow_host_differences", "address", "item_timeout_s", "placement_timeout_s"}
 
 
 @dataclass(frozen=True)
@@ -28,13 +28,15 @@ class ClusterSpec:
     placement: Placement = "spread"
     allow_host_differences: tuple[str, ...] = ()
     item_timeout_s: float | None = None  # an item in flight longer: its replica is lost
+    placement_timeout_s: float = 300.0  # the replicas' bundles placed within this
 
     def to_dict(self) -> dict[str, Any]:
         return {"address": self.address, "replicas": self.replicas, "num_cpus": self.num_cpus,
                 "num_gpus": self.num_gpus, "resources": dict(self.resources),
                 "placement": self.placement,
                 "allow_host_differences": list(self.allow_host_differences),
-                "item_timeout_s": self.item_timeout_s}
+                "item_timeout_s": self.item_timeout_s,
+                "placement_timeout_s": self.placement_timeout_s}
 
 
 def check_address(address: str) -> str:
@@ -68,14 +70,15 @@ def cluster_spec(address: str | None, table: dict[str, Any] | None) -> ClusterSp
                        float(t.get("num_gpus", 0.0)),
                        {str(k): float(v) for k, v in dict(t.get("resources", {})).items()},
                        "pack" if placement == "pack" else "spread",
-                       allowed, _timeout(t.get("item_timeout_s")))
+                       allowed, _timeout("item_timeout_s", t.get("item_timeout_s")),
+                       _timeout("placement_timeout_s", t.get("placement_timeout_s")) or 300.0)
 
 
-def _timeout(value: Any) -> float | None:
+def _timeout(key: str, value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise UsageError(f"[cluster] item_timeout_s {value!r}: a number of seconds > 0")
+        raise UsageError(f"[cluster] {key} {value!r}: a number of seconds > 0")
     return float(value)
 
 
@@ -98,7 +101,9 @@ def connected(spec: ClusterSpec) -> Iterator[Any]:
         return
     if spec.address.startswith("local"):
         n = int(spec.address[6:]) if ":" in spec.address else None
-        ray.init(num_cpus=n or max(1, int(spec.replicas * spec.num_cpus)),
+        # address="local": a new cluster, never one another process runs on this host
+        # (without it ray.init joins that one, and refuses num_cpus)
+        ray.init(address="local", num_cpus=n or max(1, int(spec.replicas * spec.num_cpus)),
                  include_dashboard=False, log_to_driver=False)
         reaper, pids = start_reaper()
     else:

@@ -16,6 +16,7 @@ from typing import Any
 
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
+from abgate.errors import AbgateError
 from abgate.fleet.cluster import ClusterSpec, connected
 from abgate.fleet.dispatch import (
     Dispatch,
@@ -102,6 +103,7 @@ class Fleet:
         self.ray, self.spec, self.runner = ray, spec, runner
         self.arms = list(runner.exp.arms)
         self.ledger = Ledger()
+        self.pg: Any = None
         self.record: dict[str, Any] = {"cluster": spec.to_dict(), "replicas": [],
                                        "lost": self.ledger.lost,
                                        "items_by_replica": self.ledger.items_by_replica,
@@ -115,9 +117,14 @@ class Fleet:
         bundle: dict[str, float] = {"CPU": s.num_cpus, **s.resources}
         if s.num_gpus:
             bundle["GPU"] = s.num_gpus
-        pg = placement_group([dict(bundle) for _ in range(s.replicas)],
-                             strategy="PACK" if s.placement == "pack" else "SPREAD")
-        self.ray.get(pg.ready(), timeout=600)
+        self.pg = pg = placement_group([dict(bundle) for _ in range(s.replicas)],
+                                       strategy="PACK" if s.placement == "pack" else "SPREAD")
+        ready, _ = self.ray.wait([pg.ready()], timeout=self.spec.placement_timeout_s)
+        if not ready:
+            raise AbgateError(f"the cluster has no room for {s.replicas} replica(s) of "
+                              f"{bundle} within {self.spec.placement_timeout_s:g} s "
+                              f"(free: {self.ray.available_resources()}); fewer replicas, "
+                              "smaller bundles or more nodes")
         actor = self.ray.remote(max_restarts=0, max_task_retries=0)(Replica)
         prepared = {arm: self.runner.checked.prepared[arm].engine for arm in self.arms}
         warm = [(arm, self.runner.recorders[arm].request(i, sd))
@@ -131,7 +138,11 @@ class Fleet:
                 for i in range(s.replicas)]
 
     def run(self) -> None:
-        replicas = self.start()
+        try:
+            replicas = self.start()
+        except BaseException:
+            self.remove_pg()
+            raise
         try:
             facts = self.ray.get([r.facts.remote() for r in replicas], timeout=900)
             self.record["replicas"] = facts
@@ -145,7 +156,19 @@ class Fleet:
         finally:
             self.record["dispatch_wall_s"] = round(self.ledger.wall_s, 6)
             self.close(replicas)
+            self.remove_pg()
             self.save()
+
+    def remove_pg(self) -> None:
+        """The placement group goes with the A/B: left behind, its bundles keep the
+        cluster's resources from the next fleet (seen: the next A/B's replicas never
+        placed, the wait ending only at its timeout)."""
+        from ray.util.placement_group import remove_placement_group
+
+        if self.pg is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.pg)
+            self.pg = None
 
     def save(self) -> None:
         self.runner.doc.fleet = self.record
@@ -172,22 +195,36 @@ class Fleet:
 
 
 def actors_left(actor_ids: list[str], wait_s: float = 30.0) -> dict[str, Any]:
-    """Ray's state API on the replicas once killed: those not DEAD within ``wait_s``
-    (``alive``: none when cleanup held), or why the API could not answer (a cluster
-    started without its dashboard has no state API)."""
+    """The replicas' actors once killed, as Ray's state API sees them (the GCS actor
+    table where the state API's dashboard server is not running): those not DEAD within
+    ``wait_s`` (``alive``: none when cleanup held)."""
     import time
 
-    deadline = time.monotonic() + wait_s
+    deadline, api = time.monotonic() + wait_s, True
     while True:
         try:
-            from ray.util.state import list_actors
-
-            states = {a.actor_id: a.state for a in list_actors(
-                limit=10_000, timeout=10, raise_on_missing_output=False)
-                if a.actor_id in actor_ids}
-        except Exception as exc:  # no dashboard: no state API
+            states, via = actor_states(actor_ids, api)
+            api = via.startswith("ray.util.state")  # asked once when it cannot answer
+        except Exception as exc:
             return {"checked": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
         alive = sorted(a for a in actor_ids if states.get(a, "DEAD") != "DEAD")
         if not alive or time.monotonic() > deadline:
-            return {"checked": True, "via": "ray.util.state.list_actors", "alive": alive}
+            return {"checked": True, "via": via, "alive": alive}
         time.sleep(0.5)
+
+
+def actor_states(actor_ids: list[str], api: bool = True) -> tuple[dict[str, str], str]:
+    """Actor id -> state, and which API answered."""
+    try:
+        from ray.util.state import list_actors
+
+        if not api:
+            raise LookupError("the state API did not answer before")
+        return ({a.actor_id: a.state for a in list_actors(
+            limit=10_000, timeout=10, raise_on_missing_output=False)
+                 if a.actor_id in actor_ids}, "ray.util.state.list_actors")
+    except Exception:  # no dashboard server (ray without its [default] extra)
+        from ray._private.state import actors
+
+        return ({a: str((actors(actor_id=a) or {}).get("State", "DEAD")) for a in actor_ids},
+                "GCS actor table (ray._private.state.actors)")

@@ -24,6 +24,7 @@ from abgate.ab.state import Key, RunState
 from abgate.engines.base import GenerationRequest, GenerationResult
 from abgate.errors import AbgateError
 from abgate.fleet.matching import arm_order
+from abgate.runner import documents as docs
 from abgate.runner.samples import sample_key
 
 log = logging.getLogger("abgate.fleet")
@@ -91,6 +92,11 @@ class Dispatch:
         keys = state.keys()
         self.keys = capped(keys, sched.max_items) if self.sequential else keys
         self.look_every = int(sched.look_every or 1)
+        if self.sequential:  # the section ab.sequential.run_sequential starts, the same
+            doc = state.doc
+            doc.sequential = docs.AbSequential(
+                look_every=sched.look_every, max_items=len({i.id for i, _ in self.keys}),
+                looks=doc.sequential.looks if doc.sequential else [], stopped_at=None)
         self.ready: dict[int, tuple[int, Results]] = {}
         self.cursor = self.n_items = 0
 
