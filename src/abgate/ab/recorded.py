@@ -85,16 +85,21 @@ class AbView(_View):
     differences: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     sequential: _Sequential | None = None
     host_load: dict[str, Any] | None = None
+    fleet: dict[str, Any] | None = None  # a fleet A/B (abgate.fleet)
 
     def scoring_of(self, arm: str) -> ScoringRun:
         return self.scoring.get(arm) or ScoringRun()
 
-    def load_formats(self, arm: str) -> tuple[tuple[str, Any], ...]:
-        """(where, value) of ``load_format`` in the arm's effective config, then its
+    def load_formats(self, arm: str, effective: Mapping[str, Any] | None = None
+                     ) -> tuple[tuple[str, Any], ...]:
+        """(where, value) of ``load_format`` in the arm's effective config (``effective``:
+        its run.json's effective facet; a v1 ab.json's own copy otherwise), then its
         engine args (``"dummy"``: random weights)."""
         engine = self.engines.get(arm)
         config = self.experiment.arms.get(arm)
-        found = (("effective config", (engine.effective_config if engine else None) or {}),
+        if effective is None:
+            effective = (engine.effective_config if engine else None) or {}
+        found = (("effective config", effective),
                  ("engine args", (config.engine_args if config else None) or {}))
         return tuple((where, args.get(LOAD_FORMAT)) for where, args in found)
 

@@ -150,6 +150,16 @@ def _same_ab(a: Ref, b: Ref) -> bool:
             and a.path.resolve() == b.path.resolve())
 
 
+def _effective(ref: Ref) -> dict[str, Any] | None:
+    """The ref's effective configuration from its run.json (v2: ``engine.effective``;
+    v1: ``engine.effective_config``), None without one."""
+    engine = (ref.record or {}).get("engine")
+    if not isinstance(engine, dict):
+        return None
+    found = engine.get("effective", engine.get("effective_config"))
+    return found if isinstance(found, dict) else None
+
+
 def configuration_drift(a: Ref, b: Ref, allow: Sequence[str] = ()) -> dict[str, Any]:
     """B's recorded configuration against A's ("exact match except ..."), or why it
     cannot be compared (an imported file records none)."""
@@ -200,8 +210,8 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
                                 {a.arm: a.samples, b.arm: b.samples})
         else:
             extras = {"expect": exp.expect,
-                      "speed_only": random_weights(ab, a.arm, a.samples)
-                      or random_weights(ab, b.arm, b.samples),
+                      "speed_only": random_weights(ab, a.arm, a.samples, _effective(a))
+                      or random_weights(ab, b.arm, b.samples, _effective(b)),
                       "agreement": not_measured(f"agreement is scored against the A/B's "
                                                 f"baseline {exp.baseline!r} only")}
     else:

@@ -37,6 +37,14 @@ from abgate.host import host_info
 from abgate.integrity import FIELD, verify_file
 from abgate.provenance.gitinfo import git_state
 from abgate.records.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
+from abgate.records.engine import (
+    EngineSection,
+    LoadedEngine,
+    ab_to_v2,
+    digested_spec,
+    given_config,
+    to_v2,
+)
 from abgate.records.sections import (
     ArmDifferences,
     Distribution,
@@ -48,6 +56,7 @@ from abgate.records.sections import (
     QualitySummary,
     Resume,
     Section,
+    SourceRecord,
     Spec,
 )
 from abgate.redact import redact
@@ -57,11 +66,13 @@ Kind = Literal["run", "ab-arm", "ab", "bench", "baseline"]
 Status = Literal["running", "complete", "failed", "interrupted"]
 # Each document's schema version; a reader refuses a newer one than it knows.
 SCHEMA_VERSIONS: dict[str, int] = {
-    "run": 1, "ab-arm": 1, "ab": 1, "bench": 1, "baseline": 1,
+    "run": 2, "ab-arm": 2, "ab": 2, "bench": 2, "baseline": 2,
     "summary": 1, "bench-summary": 1, "probes": 1, "ab-bench": 1, "ab-report": 1}
 # name -> {version: step}: the step turns a document of that version into the next one.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
-MIGRATIONS: dict[str, dict[int, Migration]] = {}
+MIGRATIONS: dict[str, dict[int, Migration]] = {  # records/engine.py; docs/records.md
+    **{kind: {1: to_v2} for kind in ("run", "ab-arm", "bench", "baseline")},
+    "ab": {1: ab_to_v2}}
 
 
 def upgraded(name: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -136,15 +147,27 @@ class LoadFacts(Section):
 
 
 class SpecRecord(RecordHeader):
-    """A record of one prepared spec (a run, a bench, a baseline) and its load."""
+    """A record of one prepared spec (a run, a bench, a baseline) and its load. Its
+    engine args are in ``engine`` only, as three facets (given, resolved, effective:
+    :mod:`abgate.records.engine`), not in ``config`` or ``spec``."""
 
     config: dict[str, Any]
     spec: Spec
     spec_digest: str
-    engine: EngineRecord | None = None  # set once the engine is loaded
+    engine: EngineSection = EngineSection()  # its loaded facts set once the engine loads
     engine_processes: list[Any] = []
     provenance: Provenance | None = None
     cleanup: dict[str, Any] | None = None
+
+
+    def given_config(self) -> dict[str, Any]:
+        """The config as given (its engine args from ``engine.given``), for a config
+        model to read back."""
+        return given_config(self.config, self.engine)
+
+    def digested_spec(self) -> dict[str, Any]:
+        """The spec as its digest covers it (the engine args put back in the v1 shape)."""
+        return digested_spec(self.spec.to_dict(), self.engine)
 
 
 class RunRecord(SpecRecord):
@@ -221,7 +244,7 @@ class AbRecord(RecordHeader):
     arm_spec_digests: dict[str, str]
     digest: str
     schedule: AbSchedule
-    engines: dict[str, EngineRecord]
+    engines: dict[str, LoadedEngine]  # each arm's facets: its run.json's engine section
     resumes: list[Resume]
     # Per candidate: its differences from the baseline, declared and undeclared apart,
     # before the load ("request") and after it ("loaded"); see abgate.ab.declared.
@@ -232,6 +255,8 @@ class AbRecord(RecordHeader):
     host_load: dict[str, Any] | None = None
     # a fleet A/B (abgate.fleet): the cluster, each replica's facts, losses, cleanup
     fleet: dict[str, Any] | None = None
+    # a revision A/B (abgate.ab.revisions): the repository, revisions and each arm's build
+    source: SourceRecord | None = None
 
     def git_for_arms(self) -> GitState | None:
         """The source state every arm of this start records (the latest start's)."""
@@ -382,6 +407,10 @@ def new_record(kind: Kind, *, out: Path | None = None, **fields: Any) -> AnyReco
     with ``out`` excluded."""
     git = fields.pop("git") if "git" in fields else source_state(out)
     model = BODIES[kind]
+    if issubclass(model, SpecRecord):
+        fields = to_v2(fields)  # the engine args as one section, as a v1 record migrates
+    elif model is AbRecord:
+        fields = ab_to_v2(fields)  # the arms' facets left to the arms' records
     try:
         return model(schema_version=SCHEMA_VERSIONS[kind], kind=kind, status="running",
                      abgate_version=__version__, git=git,
