@@ -138,8 +138,14 @@ def _quality(w: Workload, out: Path) -> Any:
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("command", ["run", "ab"])
-def test_kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
+def test_kill_anywhere_then_resume(tmp_path: Path) -> None:
+    """``abgate run``, then ``abgate ab``, each killed anywhere and resumed."""
+    for command in ("run", "ab"):
+        (tmp_path / command).mkdir()
+        _kill_anywhere_then_resume(tmp_path / command, command)
+
+
+def _kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
     rng = random.Random(SEED)
     with FaultServer(vary=True) as fs:
         w = Workload(command, fs.url, tmp_path)

@@ -392,19 +392,22 @@ def test_tiny_model_protocol(engine: hf.TransformersEngine, tiny: Path) -> None:
 
 
 def test_variants_keep_the_plain_greedy_tokens(
-        tiny: Path, engine: hf.TransformersEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny: Path, engine: hf.TransformersEngine, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
     """Each variant loaded beside the module's engine: prefill scoring, a static cache,
     prompt-lookup and assistant-model speculation, device_map, deterministic=true: each
-    described as what it is, each with the plain engine's greedy tokens and scores."""
+    described as what it is, each with the plain engine's greedy tokens and scores;
+    then dummy weights and close()."""
     _prefill_scoring_agrees_with_decode_scoring(tiny, engine)
     _static_cache_matches_dynamic(tiny, engine)
     _prompt_lookup_speculation_is_lossless_for_greedy(tiny, engine)
     _assistant_model_speculation_is_lossless_for_greedy(tiny, engine)
     _device_map_places_the_model(tiny, engine)
     _deterministic_switch_is_scoped_and_described(tiny, engine, monkeypatch)
+    _random_weights_and_close(tmp_path, tiny)
 
 
-def test_random_weights_and_close(tmp_path: Path, tiny: Path) -> None:
+def _random_weights_and_close(tmp_path: Path, tiny: Path) -> None:
     """Random (dummy) weights are labelled speed-only and seeded; close() frees the
     model, records its evidence and is idempotent; a file that is no model is refused."""
     _random_weights_are_labelled_speed_only(tmp_path)

@@ -348,10 +348,7 @@ def served(model_path: str, *extra: str) -> list[str]:
             *extra]
 
 
-@needs_server
-@pytest.mark.server
-@pytest.mark.engine
-def test_same_greedy_answers_as_embedded_with_concurrency(
+def _same_greedy_answers_as_embedded_with_concurrency(
         tmp_path: Path, gsm8k_path: Path, model_path: str) -> None:
     base = ["run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "3",
             "--max-tokens", "40"]
@@ -386,10 +383,7 @@ def test_same_greedy_answers_as_embedded_with_concurrency(
     assert with_decode and summary["speed"]["steady_decode_tps"]["n"] == len(with_decode)
 
 
-@needs_server
-@pytest.mark.server
-@pytest.mark.engine
-def test_kill_server_mid_run_then_resume(tmp_path: Path, gsm8k_path: Path,
+def _kill_server_mid_run_then_resume(tmp_path: Path, gsm8k_path: Path,
                                          model_path: str) -> None:
     out = tmp_path / "R"
     args = ["run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "3",
@@ -418,3 +412,17 @@ def test_kill_server_mid_run_then_resume(tmp_path: Path, gsm8k_path: Path,
     assert len(final) == 3 and len({s["key"] for s in final}) == 3
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "complete" and run["cleanup"]["verified"]
+
+
+@needs_server
+@pytest.mark.server
+@pytest.mark.engine
+def test_launched_llama_cpp_server_runs(tmp_path: Path, gsm8k_path: Path,
+                                       model_path: str) -> None:
+    """Runs against a launched llama_cpp.server: the embedded engine's greedy answers
+    with concurrency 2, and a server killed mid-run, then resumed."""
+    (tmp_path / "same").mkdir()
+    (tmp_path / "killed").mkdir()
+    _same_greedy_answers_as_embedded_with_concurrency(tmp_path / "same", gsm8k_path,
+                                                      model_path)
+    _kill_server_mid_run_then_resume(tmp_path / "killed", gsm8k_path, model_path)

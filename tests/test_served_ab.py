@@ -148,10 +148,7 @@ engine_options = {{ launch = "{PY_LAUNCH}" }}
     assert [s["prompt"]["tokens"] for s in emb] == [s["prompt"]["tokens"] for s in py]
 
 
-@needs_server
-@pytest.mark.server
-@pytest.mark.engine
-def test_no_way_to_render_then_the_server_dies(tmp_path: Path) -> None:
+def _no_way_to_render_then_the_server_dies(tmp_path: Path) -> None:
     """One server launched with no model given to abgate: no server rendering and no
     template on the client, so render_prompt refuses with the reasons, and chat requests
     still go to the chat API. Then the server is killed: a chat prompt rendered through
@@ -181,10 +178,7 @@ def test_no_way_to_render_then_the_server_dies(tmp_path: Path) -> None:
     assert engine.cleanup_evidence is not None and engine.cleanup_evidence["verified"]
 
 
-@needs_server
-@pytest.mark.server
-@pytest.mark.engine
-def test_server_that_adds_bos_gets_no_second_one(tmp_path: Path) -> None:
+def _server_that_adds_bos_gets_no_second_one(tmp_path: Path) -> None:
     """The server's tokenizer adds BOS (forced by a GGUF override; SmolLM2's BOS is
     <|im_start|>, the template's first text): the rendered text's BOS is dropped, so the
     tokens hashed and sent are the embedded engine's, not BOS twice."""
@@ -210,6 +204,18 @@ def test_server_that_adds_bos_gets_no_second_one(tmp_path: Path) -> None:
     finally:
         emb.close()
     assert res.finish_reason != "error" and list(res.prompt_token_ids or ()) == served
+
+
+@needs_server
+@pytest.mark.server
+@pytest.mark.engine
+def test_client_rendering_on_llama_cpp_server(tmp_path: Path) -> None:
+    """Two launches: one with no way to render (then killed), one whose tokenizer adds
+    BOS (the rendered text's BOS dropped)."""
+    (tmp_path / "norender").mkdir()
+    (tmp_path / "bos").mkdir()
+    _no_way_to_render_then_the_server_dies(tmp_path / "norender")
+    _server_that_adds_bos_gets_no_second_one(tmp_path / "bos")
 
 
 def test_gguf_token_texts() -> None:

@@ -56,9 +56,7 @@ def embedded() -> Iterator[llamacpp.LlamaCppEngine]:
     engine.close()
 
 
-@needs_llama_server
-@pytest.mark.engine
-def test_llama_server_scores_agree_with_the_embedded_engine(
+def _llama_server_scores_agree_with_the_embedded_engine(
         tmp_path: Path, embedded: llamacpp.LlamaCppEngine) -> None:
     prompt = embedded.render_prompt(QUESTION)
     (out,) = embedded.generate([GenerationRequest(id="0", prompt_token_ids=tuple(prompt),
@@ -98,9 +96,7 @@ def test_llama_server_scores_agree_with_the_embedded_engine(
     assert damaged > 0.5 and damaged > 20 * close, (close, damaged)
 
 
-@needs_llama_server
-@pytest.mark.engine
-def test_served_ab_rejects_broken_rope_on_top_k_agreement(tmp_path: Path,
+def _served_ab_rejects_broken_rope_on_top_k_agreement(tmp_path: Path,
                                                            gsm8k_path: Path) -> None:
     """Three llama-server arms on 30 zero-shot GSM8K items: f16 KV, q8_0 KV + flash
     attention, a wrong RoPE base. Accuracy is at the model's floor; the KL bound decides."""
@@ -152,9 +148,7 @@ engine_args = {{ rope-freq-base = 1.0 }}
     assert "approximate" in (out / "report.md").read_text()
 
 
-@needs_llama_server
-@pytest.mark.engine
-def test_embedded_baseline_against_a_served_candidate(tmp_path: Path) -> None:
+def _embedded_baseline_against_a_served_candidate(tmp_path: Path) -> None:
     """A full-vocabulary baseline and a top-k candidate: rows on the top-k method,
     scored on the baseline's own output token IDs."""
     exp = tmp_path / "mixed.toml"
@@ -189,3 +183,17 @@ engine_options = {{ launch = "{llama_server_launch()}", ready_timeout = 120.0 }}
         ("top_k", SCORE_K, "baseline_output")}
     scoring = json.loads((out / "ab.json").read_text())["scoring"]
     assert scoring["emb"]["method"] == "full" and scoring["cpp"]["method"] == "top_k"
+
+
+@needs_llama_server
+@pytest.mark.engine
+def test_served_scoring_on_llama_server(tmp_path: Path, gsm8k_path: Path,
+                                       embedded: llamacpp.LlamaCppEngine) -> None:
+    """llama-server's top-k scores against the embedded engine's, a served A/B that
+    rejects a broken RoPE on top-k agreement, and an embedded full-vocabulary baseline
+    against a served top-k candidate (one test: one condition, llama-server built)."""
+    for d in ("scores", "rope", "mixed"):
+        (tmp_path / d).mkdir()
+    _llama_server_scores_agree_with_the_embedded_engine(tmp_path / "scores", embedded)
+    _served_ab_rejects_broken_rope_on_top_k_agreement(tmp_path / "rope", gsm8k_path)
+    _embedded_baseline_against_a_served_candidate(tmp_path / "mixed")

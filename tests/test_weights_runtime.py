@@ -23,7 +23,7 @@ from tests.conftest import abgate, engine_threads
 pytestmark = pytest.mark.engine  # every test here loads a real engine
 
 
-def test_transformers_bf16_arm_against_float32_from_the_loaded_model(tmp_path: Path) -> None:
+def _transformers_bf16_arm_against_float32_from_the_loaded_model(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     from tests.test_engine_transformers import build_tiny_model
 
@@ -47,7 +47,7 @@ def test_transformers_bf16_arm_against_float32_from_the_loaded_model(tmp_path: P
     assert "Relative L2 per layer and projection" in proc.stdout
 
 
-def test_llamacpp_exposes_its_gguf_tensors_dequantized(model_path: str) -> None:
+def _llamacpp_exposes_its_gguf_tensors_dequantized(model_path: str) -> None:
     p = prepare_engine(EngineSpec("llamacpp", model_path, engine_threads(1)))
     with loaded(p) as session:  # the effective config reports what llama.cpp's API says
         eff = session.info["effective_config"]
@@ -66,3 +66,10 @@ def test_llamacpp_exposes_its_gguf_tensors_dequantized(model_path: str) -> None:
     doc = diff_arms(spec, spec)
     assert doc["summary"]["n_compared"] == len(held)
     assert doc["summary"]["overall"]["max_rel_l2"] == 0.0
+
+
+def test_runtime_weights_of_llamacpp_and_transformers(tmp_path: Path, model_path: str) -> None:
+    """llama.cpp's GGUF tensors as loaded, then transformers' float32 and bfloat16 arms
+    (skipped there without transformers, after the llama.cpp part has run)."""
+    _llamacpp_exposes_its_gguf_tensors_dequantized(model_path)
+    _transformers_bf16_arm_against_float32_from_the_loaded_model(tmp_path)
