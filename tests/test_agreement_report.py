@@ -18,6 +18,7 @@ from abgate.report.agreement_sections import evidence_line
 from abgate.report.blocks import Heading
 from abgate.report.load import load_ab
 from abgate.report.markdown import render_markdown
+from abgate.runner.documents import AbRecord, read_record
 from tests.support.agreement import (
     aa_rows,
     broken_rows,
@@ -25,6 +26,7 @@ from tests.support.agreement import (
     write_probes,
     write_scoring,
 )
+from tests.support.records import changed, edit_record
 from tests.support.report import N_ITEMS, SEEDS, build_ab_dir
 
 N_PLOTS = 2 + 3 * 2  # as in test_report.py, before the KL histograms
@@ -178,9 +180,8 @@ def test_random_weights_arm_is_speed_only(tmp_path: Path) -> None:
 
 def test_expect_lossless_reaches_the_verdict(tmp_path: Path) -> None:
     out = build_ab_dir(tmp_path / "ab")
-    ab = json.loads((out / "ab.json").read_text())
-    ab["experiment"]["expect"] = "lossless"
-    (out / "ab.json").write_text(json.dumps(ab))
+    ab = read_record(out / "ab.json", "ab", model=AbRecord)
+    edit_record(out / "ab.json", experiment=changed(ab.experiment, expect="lossless"))
     write_agreement(out, "fast", aa_rows(N_ITEMS, SEEDS))
     analyze(out, n_boot=200)
     fast = _arm(out, "fast")

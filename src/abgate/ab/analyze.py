@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab import declared
+from abgate.ab.fleet_notes import fleet_notes, replica_of_items
 from abgate.ab.recorded import AbView, ab_view
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
@@ -154,7 +155,8 @@ def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
         "difference_warnings": [*declared.warnings(ab.differences.get(arm) or {}, arm),
-                                *_identical_outputs(ab, arm, samples[base], samples[arm])],
+                                *_identical_outputs(ab, arm, samples[base], samples[arm]),
+                                *fleet_notes(ab.fleet)],
         # what the host was doing while the arms ran: whether "busy" is measured
         "host_load": summarize((ab.host_load or {}).get("snapshots") or []),
     }
@@ -207,8 +209,8 @@ def sequential_for(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: s
 
 def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
                 policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
-                seed: int = 0, n_boot: int = 2000,
-                allow_unmatched: bool = False) -> ArmResult:
+                seed: int = 0, n_boot: int = 2000, allow_unmatched: bool = False,
+                replicas: Mapping[str, str] | None = None) -> ArmResult:
     """One candidate against the baseline: paired statistics, ``extras`` beside them, and
     the policy's verdict. ``abgate ab`` and ``abgate compare`` both call this, so the
     two can never disagree on the same samples. ``allow_unmatched``: an unfinished A/B,
@@ -216,7 +218,7 @@ def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, A
     compared on the keys both arms have."""
     comparison = compare_samples(base, cand, seed=seed, n_boot=n_boot, arm_names=arm_names,
                                  confidence=policy.speed.confidence,
-                                 allow_unmatched=allow_unmatched)
+                                 allow_unmatched=allow_unmatched, replicas=replicas)
     comparison = comparison.with_extras(**extras)
     return ArmResult(comparison=comparison, verdict=decide(comparison, policy))
 
@@ -239,7 +241,8 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             extras["sequential"] = sequential_for(out, ab, arm, base, policy, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot,
-                                       allow_unmatched=ab.status != "complete")
+                                       allow_unmatched=ab.status != "complete",
+                                       replicas=replica_of_items(ab.fleet))
     decisions = [c.verdict.decision for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
     if ab.status != "complete" and overall == "ACCEPT":

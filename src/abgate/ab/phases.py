@@ -9,6 +9,7 @@ from contextlib import ExitStack, contextmanager
 
 from abgate import host_load
 from abgate.ab import declared, evidence, schedule, switches
+from abgate.ab.runtime_weights import weights_evidence
 from abgate.ab.state import RunState
 from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError
@@ -107,6 +108,10 @@ def load_arm(state: RunState, arm: str, stack: ExitStack,
     finally:
         rec_.save()
     check_loaded(state)
+    if state.exp.evidence.weights:  # the weights as loaded, before any request
+        weights_evidence(state.weights, arm, state.exp.baseline,
+                         state.checked.prepared[arm].engine, session.info,
+                         session.engine.loaded_weights(), state.out)
     check_prompt(state, arm, session)
     if state.exp.evidence.agreement:
         evidence.scoring_preflight(arm, session)

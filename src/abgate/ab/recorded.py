@@ -85,6 +85,7 @@ class AbView(_View):
     differences: dict[str, dict[str, Any] | None] = Field(default_factory=dict)
     sequential: _Sequential | None = None
     host_load: dict[str, Any] | None = None
+    fleet: dict[str, Any] | None = None  # a fleet A/B (abgate.fleet)
 
     def scoring_of(self, arm: str) -> ScoringRun:
         return self.scoring.get(arm) or ScoringRun()

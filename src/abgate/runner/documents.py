@@ -56,6 +56,7 @@ from abgate.records.sections import (
     QualitySummary,
     Resume,
     Section,
+    SourceRecord,
     Spec,
 )
 from abgate.redact import redact
@@ -254,6 +255,8 @@ class AbRecord(RecordHeader):
     host_load: dict[str, Any] | None = None
     # a fleet A/B (abgate.fleet): the cluster, each replica's facts, losses, cleanup
     fleet: dict[str, Any] | None = None
+    # a revision A/B (abgate.ab.revisions): the repository, revisions and each arm's build
+    source: SourceRecord | None = None
 
     def git_for_arms(self) -> GitState | None:
         """The source state every arm of this start records (the latest start's)."""
