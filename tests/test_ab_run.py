@@ -60,8 +60,9 @@ def test_example_ab_small(tmp_path: Path) -> None:
     assert ab["status"] == "complete" and ab["schedule"]["mode"] == "interleave"
     executed = ab["schedule"]["executed"]
     assert [e.split(":")[0] for e in executed] == ["f16", "q8", "q8", "f16", "f16", "q8"]
-    assert ab["engines"]["q8"]["effective_config"]["type_k"] == "q8_0"
-    assert ab["engines"]["f16"]["effective_config"]["type_k"] == "f16"
+    for arm, type_k in (("q8", "q8_0"), ("f16", "f16")):  # the arm's effective facet
+        run = json.loads((out / "arms" / arm / "run.json").read_text())
+        assert run["engine"]["effective"]["type_k"] == type_k
     for arm in ("f16", "q8"):
         lines = read_lines(out / "arms" / arm / "samples.jsonl")
         assert sum(1 for s in lines if s["warmup"]) == 1 and len(lines) == 4

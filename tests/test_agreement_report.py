@@ -165,11 +165,10 @@ def test_corrupt_files_are_not_measured_with_the_reason(tmp_path: Path) -> None:
 
 def test_random_weights_arm_is_speed_only(tmp_path: Path) -> None:
     out = build_ab_dir(tmp_path / "ab")
-    ab = read_record(out / "ab.json", "ab", model=AbRecord)
-    loopy_engine = ab.engines["loopy"]
-    edit_record(out / "ab.json", engines={**ab.engines, "loopy": changed(
-        loopy_engine, effective_config={**loopy_engine.effective_config,
-                                        "load_format": "dummy"})})
+    arm = out / "arms" / "loopy" / "run.json"  # the arm's effective facet (records v2)
+    run = json.loads(arm.read_text())
+    run["engine"]["effective"]["load_format"] = "dummy"
+    arm.write_text(json.dumps(run))
     write_agreement(out, "loopy", broken_rows(N_ITEMS))
     analyze(out, n_boot=200)
     loopy = _arm(out, "loopy")

@@ -48,9 +48,9 @@ def test_record_holds_references_and_the_check_reproduces(recorded: Path,
         assert [r["request"] for r in case["requests"]] == ["warm-up 1", "repeat 1", "repeat 2"]
     assert doc["status"] == "complete" and doc["integrity"]["digest"].startswith("sha256:")
     assert {p["name"] for p in doc["probes"]} >= {"arithmetic", "copy"}
-    assert doc["provenance"]["libraries"] and doc["engine"]["effective_config"]["n_ctx"] == 512
+    assert doc["provenance"]["libraries"] and doc["engine"]["effective"]["n_ctx"] == 512
     for key, value in engine_threads().items():  # the check re-runs at the recorded count
-        assert doc["engine"]["effective_config"][key] == value
+        assert doc["engine"]["effective"][key] == value
     report = tmp_path / "check.json"
     r = abgate("baseline", "check", str(recorded), "--tolerance", "1", "--json", str(report))
     assert r.returncode == 0, r.stdout + r.stderr

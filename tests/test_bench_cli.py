@@ -23,7 +23,7 @@ def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:
     r = abgate("bench", *SMALL, "-o", str(out))
     assert r.returncode == 0, r.stderr
     run = json.loads((out / "run.json").read_text())
-    assert run["kind"] == "bench" and run["schema_version"] == 1
+    assert run["kind"] == "bench" and run["schema_version"] == 2
     assert run["status"] == "complete" and run["engine"]["name"] == "llamacpp"
     assert run["spec"]["model"]["sha256"] and run["host"]["cores_logical"] >= 1
     assert "git" in run and run["config"]["input_lens"] == [64]

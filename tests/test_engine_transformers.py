@@ -476,7 +476,7 @@ def test_abgate_run_on_the_smollm2_gguf(gguf_run: Path, tmp_path: Path,
                                         model_path: str) -> None:
     doc = json.loads((gguf_run / "run.json").read_text())
     assert doc["status"] == "complete"
-    eff = doc["engine"]["effective_config"]
+    eff = doc["engine"]["effective"]
     assert doc["engine"]["name"] == "transformers" and eff["weights"] == "dequantized from GGUF"
     assert eff["model_type"] == "llama" and eff["parameter_count"] > 100_000_000
     samples = read_lines(gguf_run / "samples.jsonl")

@@ -54,8 +54,8 @@ engine_args = {{ flash-attn = "on", cache-type-k = "q8_0", cache-type-v = "q8_0"
     out = tmp_path / "AB"
     r = abgate("ab", str(exp), "-o", str(out))
     assert r.returncode in (0, 2, 3), r.stderr
-    ab = check_ab(out, r.returncode, {"f16": "server", "q8": "server"})
-    eff = ab["engines"]["q8"]["effective_config"]
+    check_ab(out, r.returncode, {"f16": "server", "q8": "server"})
+    eff = json.loads((out / "arms" / "q8" / "run.json").read_text())["engine"]["effective"]
     assert eff["server_kind"] == "llama.cpp" and "apply-template" in eff["chat_prompts"]["method"]
     assert eff["launch"][-6:] == ["--flash-attn", "on", "--cache-type-k", "q8_0",
                                   "--cache-type-v", "q8_0"]
@@ -91,7 +91,7 @@ def _llama_server_run_killed_then_resumed(tmp_path: Path) -> None:
     assert len({s["key"] for s in final}) == 3 and all(s["prompt"]["sha256"] for s in final)
     assert all(s["finish_reason"] in ("stop", "length") for s in final)
     run = json.loads((out / "run.json").read_text())
-    eff = run["engine"]["effective_config"]
+    eff = run["engine"]["effective"]
     assert run["status"] == "complete" and run["cleanup"]["verified"]
     assert eff["server_kind"] == "llama.cpp" and eff["chat_prompts"]["prompt_sha"] == "server"
     assert eff["probe"]["usage"] is True  # llama-server reports usage when streaming
@@ -119,7 +119,7 @@ def _llama_server_bench_exact_prompts_and_lengths(tmp_path: Path) -> None:
     assert [s["output"]["tokens"] for s in read_lines(tmp_path / "S" / "samples.jsonl")] \
         == [16, 16]  # the warm-up and the measured repeat
     run = json.loads((tmp_path / "S" / "run.json").read_text())
-    assert run["engine"]["effective_config"]["ignore_eos"] == "server parameter"
+    assert run["engine"]["effective"]["ignore_eos"] == "server parameter"
     assert run["cleanup"]["verified"]
 
 

@@ -371,7 +371,7 @@ def _same_greedy_answers_as_embedded_with_concurrency(
         assert s["output"]["token_ids"] is None  # llama_cpp.server cannot return them
     run = json.loads((tmp_path / "S" / "run.json").read_text())
     assert run["status"] == "complete"
-    eff = run["engine"]["effective_config"]
+    eff = run["engine"]["effective"]
     assert eff["server_kind"] == "llama-cpp-python" and eff["concurrency"] == 2
     assert run["engine"]["capabilities"]["token_ids"] is False
     cleanup = run["cleanup"]

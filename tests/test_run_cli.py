@@ -28,10 +28,10 @@ def test_acceptance_run_writes_8_samples(tmp_path: Path, gsm8k_path: Path) -> No
     assert sorted({(s["item_id"], s["seed"]) for s in samples}) == sorted(
         (s["item_id"], s["seed"]) for s in samples)
     run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "complete" and run["schema_version"] == 1
+    assert run["status"] == "complete" and run["schema_version"] == 2
     assert run["spec"]["model"]["sha256"] and len(run["spec"]["item_ids"]) == 4
     assert run["spec"]["suite"]["data_sha256"] and run["spec"]["seeds"] == [0, 1]
-    assert run["engine"]["name"] == "llamacpp" and run["engine"]["effective_config"]["n_ctx"]
+    assert run["engine"]["name"] == "llamacpp" and run["engine"]["effective"]["n_ctx"]
     assert run["host"]["cores_logical"] >= 1 and run["abgate_version"]
     for s in samples:  # what the model answers is this CPU's; the record's shape is not
         assert s["output"]["token_ids"] and s["prompt"]["sha256"] and s["finish_reason"] in (

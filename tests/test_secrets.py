@@ -347,9 +347,9 @@ def test_launched_server_records(out: Path) -> None:
     launch = run["spec"]["engine_options"]["launch"]
     assert "--api-key {api_key}" in launch and "--max-model-len 2048" in launch
     assert f"--secret-token {REDACTED}" in launch and f"--admin-password={REDACTED}" in launch
-    assert run["spec"]["engine_args"] == {"hf-token": REDACTED, "n-tokens": 77}
+    assert run["engine"]["given"] == {"hf-token": REDACTED, "n-tokens": 77}
     assert run["spec"]["engine_options"]["api_key_env"] == "ABGATE_TEST_API_KEY"
-    shown = run["engine"]["effective_config"]["launch"]
+    shown = run["engine"]["effective"]["launch"]
     assert _has(shown, "--api-key", REDACTED) and _has(shown, "--max-model-len", "2048")
     assert _has(shown, "--n-tokens", "77") and _has(shown, "--hf-token", REDACTED)
     log = (out / "launched" / "server-fake_server.log").read_text()
@@ -362,7 +362,7 @@ def test_endpoint_url_keeps_its_host(out: Path, endpoint: int) -> None:
     run = json.loads((out / "endpoint" / "run.json").read_text())
     shown = f"http://{REDACTED}@127.0.0.1:{endpoint}"
     assert run["spec"]["engine_options"]["endpoints"] == [shown]
-    assert run["engine"]["effective_config"]["endpoints"] == [shown]
+    assert run["engine"]["effective"]["endpoints"] == [shown]
     assert run["cleanup"]["endpoint_stats"][0]["url"] == shown
     assert read_lines(out / "endpoint" / "samples.jsonl")[0]["error"] is None
 

@@ -71,7 +71,7 @@ def check_ab(out: Path, returncode: int, arms: dict[str, str | None]) -> dict[st
         run = json.loads((out / "arms" / arm / "run.json").read_text())
         if source is None:
             continue
-        assert ab["engines"][arm]["effective_config"]["chat_prompts"]["prompt_sha"] == source
+        assert run["engine"]["effective"]["chat_prompts"]["prompt_sha"] == source
         cleanup = run["cleanup"]
         assert cleanup["launched"] and cleanup["verified"], arm
         assert cleanup["server"]["survivors"] == [] and cleanup["server"]["port_free"]
@@ -93,7 +93,8 @@ def test_served_example_ab_matched_prompts_and_cleanup(tmp_path: Path) -> None:
                "--max-tokens", "32", "--warmup", "1")
     assert r.returncode in (0, 2, 3), r.stderr
     ab = check_ab(out, r.returncode, {"f16": "client-rendered", "q8": "client-rendered"})
-    eff = {a: ab["engines"][a]["effective_config"] for a in ("f16", "q8")}
+    eff = {a: json.loads((out / "arms" / a / "run.json").read_text())["engine"]["effective"]
+           for a in ("f16", "q8")}
     assert eff["q8"]["launch"][-6:] == ["--flash_attn", "true", "--type_k", "8", "--type_v", "8"]
     assert "--flash_attn" not in eff["f16"]["launch"]
     assert str(default_model_path().resolve()) in eff["f16"]["launch"]  # no model: the default

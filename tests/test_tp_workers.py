@@ -142,7 +142,7 @@ def test_every_rank_maps_the_library_and_the_record_says_so(tmp_path: Path, lib:
     helpers = [m for m in prov["libraries"] if m["role"] == "helper"]
     assert helpers and all(str(lib) not in {x["path"] for x in m["libs"]} for m in helpers)
     assert prov["contract"]["passed"] and "libraries" in prov["contract"]["checked"]
-    eff = run["engine"]["effective_config"]  # seen from the ranks the server started
+    eff = run["engine"]["effective"]  # seen from the ranks the server started
     assert (eff["tensor_parallel_size"], eff["pipeline_parallel_size"]) == (2, 1)
     ev = run["cleanup"]["server"]
     assert ev["verified"] and ev["survivors"] == [] and ev["port_free"]

@@ -64,7 +64,7 @@ def test_tp2_run_records_every_rank_and_holds_its_contract(tmp_path: Path, lib: 
                env=stand_in_env(lib), timeout=300)
     assert r.returncode == 0, r.stderr
     run = json.loads((out / "run.json").read_text())
-    assert run["engine"]["effective_config"]["tensor_parallel_size"] == 2
+    assert run["engine"]["effective"]["tensor_parallel_size"] == 2
     prov = run["provenance"]
     assert {k: prov["environment"]["env"].get(k) for k in MULTICAST_OFF} == dict(MULTICAST_OFF)
     ranks = {m["rank"]: m for m in prov["libraries"] if m["role"] == "worker"}

@@ -9,6 +9,7 @@ that same record: the only v1 -> v2 change is the documented one."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,11 @@ V2 = GOLDEN / "v1-2"
 RECORDS = {"run/run.json": "run", "ab/ab.json": "ab", "ab/arms/a/run.json": "ab-arm",
            "ab/arms/b/run.json": "ab-arm", "bench/run.json": "bench",
            "baseline/baseline.json": "baseline"}
+# Fields other changes added to today's writers after the last v1 writers (v1-final),
+# not the v2 migration's (docs/records.md): set aside when a migrated v1 record is
+# compared with a v2 one.
+LATER = {"ab/ab.json": [("experiment_resolved", "evidence", "weights"),
+                        ("experiment_resolved", "suites")]}
 # Facts of one machine and one moment, not of the inputs: set aside before comparing.
 MOMENT = {"started_at", "ended_at", "recorded_at", "at", "host", "git", "provenance",
           "engine_processes", "cleanup", "integrity", "host_load", "seconds"}
@@ -40,9 +46,27 @@ def _inputs_only(doc: Any) -> Any:
     return doc
 
 
-def _text(doc: dict[str, Any]) -> str:
-    """The record's bytes as written (key order kept), its moment set aside."""
-    return json.dumps(_inputs_only(doc), indent=2, ensure_ascii=False)
+def _differences(a: Any, b: Any, at: str = "") -> list[str]:
+    """Where two records differ, byte for byte in their keys, key order and values, but
+    for floats equal to 1e-9 (the fake engine's simulated clock gives the same figures up
+    to the last digits' noise)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if list(a) != list(b):
+            return [f"{at}: keys {list(a)} vs {list(b)}"]
+        return [d for k in a for d in _differences(a[k], b[k], f"{at}.{k}")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{at}: {len(a)} vs {len(b)} entries"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
+                for d in _differences(x, y, f"{at}[{i}]")]
+    if isinstance(a, float) and isinstance(b, float):
+        return [] if math.isclose(a, b, rel_tol=1e-9) else [f"{at}: {a} vs {b}"]
+    return [] if (type(a), a) == (type(b), b) else [f"{at}: {a!r} vs {b!r}"]
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The differences of two records, their moment set aside."""
+    return _differences(_inputs_only(a), _inputs_only(b))
 
 
 def _paths_of(doc: Any, key: str, at: str = "") -> list[str]:
@@ -86,7 +110,12 @@ def test_a_v1_record_migrated_is_the_v2_record(name: str) -> None:
     old = json.loads((V1 / name).read_text())
     assert old["schema_version"] == 1
     new = json.loads((V2 / name).read_text())
-    assert _text(upgraded(RECORDS[name], old)) == _text(new)
+    for path in LATER.get(name, []):
+        parent = new
+        for part in path[:-1]:
+            parent = parent[part]
+        del parent[path[-1]]
+    assert _same(upgraded(RECORDS[name], old), new) == []
 
 
 def test_the_migration_moves_exactly_the_four_copies() -> None:
@@ -105,7 +134,7 @@ def test_todays_records_are_the_golden_v2_records(tmp_path: Path,
     write_all(tmp_path / "now")
     for name in RECORDS:
         now = json.loads((tmp_path / "now" / name).read_text())
-        assert _text(now) == _text(json.loads((V2 / name).read_text())), name
+        assert _same(now, json.loads((V2 / name).read_text())) == [], name
 
 
 def test_a_v1_run_resumes_into_a_v2_record(tmp_path: Path) -> None:

@@ -144,11 +144,16 @@ def _with_text(data: AbData, name: str, description: str, model: str) -> AbData:
     record = data.record
     experiment = record.experiment.model_copy(update={"name": name,
                                                       "description": description})
-    engines = {arm: engine.model_copy(update={
-        "effective_config": {**engine.effective_config, "model_name": model}})
-        for arm, engine in record.engines.items()}
-    return dataclasses.replace(data, record=record.model_copy(
-        update={"experiment": experiment, "engines": engines}))
+    arms = {}  # the effective facet is each arm's run.json's (records v2)
+    for arm_name, arm in data.arms.items():
+        run = arm.record
+        if run is not None:
+            engine = run.engine.model_copy(update={
+                "effective": {**run.engine.effective_config, "model_name": model}})
+            arm = dataclasses.replace(arm, record=run.model_copy(update={"engine": engine}))
+        arms[arm_name] = arm
+    return dataclasses.replace(data, arms=arms, record=record.model_copy(
+        update={"experiment": experiment}))
 
 
 @settings(max_examples=40, deadline=None,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from abgate import __version__
 from abgate.compare.results import ComparisonDoc, Result
@@ -154,7 +154,7 @@ class SpecRecord(RecordHeader):
     config: dict[str, Any]
     spec: Spec
     spec_digest: str
-    engine: EngineSection = EngineSection()  # its loaded facts set once the engine loads
+    engine: EngineSection = Field(default_factory=EngineSection)  # loaded facts: at the load
     engine_processes: list[Any] = []
     provenance: Provenance | None = None
     cleanup: dict[str, Any] | None = None
