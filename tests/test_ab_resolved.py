@@ -50,7 +50,7 @@ def test_fake_ab_records_the_resolved_experiment(tmp_path: Path) -> None:
     assert doc.experiment_resolved.to_dict() == resolved
     setup = (out / "report.md").read_text()
     assert ("Defaults applied: stopping=fixed, expect=lossy, evidence (agreement=true, "
-            "agreement_tokens=64, probes=true, probe_len=512).") in setup
+            "agreement_tokens=64, probes=true, probe_len=512, weights=false).") in setup
 
 
 def test_resolved_holds_every_field_and_reads_back_as_the_experiment() -> None:
