@@ -113,7 +113,7 @@ CASES = [
     pytest.param(Case("openai", _llama_server, False), id="llama-server",
                  marks=[pytest.mark.engine, pytest.mark.server]),
     pytest.param(Case("transformers", _transformers, True), id="transformers",
-                 marks=pytest.mark.engine),
+                 marks=[pytest.mark.engine, pytest.mark.extras]),
 ]
 
 

@@ -33,7 +33,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
 from tests.conftest import abgate, read_lines
 
-pytestmark = pytest.mark.engine  # every test here loads a real engine
+pytestmark = [pytest.mark.engine, pytest.mark.extras]  # every test here loads a real engine
 
 DEVICE = os.environ.get("ABGATE_TEST_DEVICE", "cpu")
 CUDA = DEVICE.startswith("cuda")

@@ -24,7 +24,7 @@ from tests.conftest import engine_threads
 from tests.support.fake import ACCEPT_ARGS, experiment
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.engine  # a real Ray cluster; llama.cpp replicas
+pytestmark = [pytest.mark.engine, pytest.mark.extras]  # a real Ray cluster; llama.cpp replicas
 
 
 @pytest.fixture(scope="module")

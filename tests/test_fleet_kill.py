@@ -22,7 +22,7 @@ import pytest
 from tests.support.fake import experiment
 
 ray = pytest.importorskip("ray")
-pytestmark = pytest.mark.engine  # a real local Ray cluster started by abgate
+pytestmark = [pytest.mark.engine, pytest.mark.extras]  # a real local Ray cluster started by abgate
 
 
 def test_a_sigkilled_coordinator_leaves_no_process(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.extras  # torch/transformers/ray: run in CI's .venv-extras
+
 
 def test_ruff_clean() -> None:
     if shutil.which("ruff") is None and not (REPO / ".venv" / "bin" / "ruff").exists():

@@ -137,6 +137,7 @@ def flip_a_weight_byte(path: Path) -> None:
         fh.write(bytes([old[0] ^ 0x55]))
 
 
+@pytest.mark.extras
 def test_a_weight_file_of_a_model_directory_swapped_between_loads_stops_the_ab(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("transformers", reason="pip install 'abgate[transformers]'")

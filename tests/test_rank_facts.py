@@ -24,6 +24,8 @@ torch = pytest.importorskip("torch")
 
 from abgate.engines.vllm.worker_facts import ranks_entry, worker_facts  # noqa: E402
 
+pytestmark = pytest.mark.extras  # torch/transformers/ray: run in CI's .venv-extras
+
 
 class CUDAGraphMode(enum.Enum):  # vLLM's enum of this name, as the config holds it
     FULL_AND_PIECEWISE = 3

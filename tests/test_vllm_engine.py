@@ -288,6 +288,7 @@ MESSAGES = ({"role": "system", "content": "Answer briefly."},
             {"role": "user", "content": "What is 2 + 3?"})
 
 
+@pytest.mark.extras
 def test_chat_prompt_ids_on_a_real_tokenizer(real_tokenizer: Any) -> None:
     ids = ve.chat_prompt_ids(real_tokenizer, MESSAGES)
     assert ids and all(type(i) is int for i in ids)
@@ -298,6 +299,7 @@ def test_chat_prompt_ids_on_a_real_tokenizer(real_tokenizer: Any) -> None:
     assert real_tokenizer.decode(ids) == text
 
 
+@pytest.mark.extras
 def test_render_prompt_and_requests_use_the_real_tokenizer(
         fake_vllm: types.ModuleType, real_tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fake_vllm.LLM, "get_tokenizer", lambda self: real_tokenizer)
@@ -386,6 +388,7 @@ def test_score_reads_prompt_logprobs(fake_vllm: types.ModuleType) -> None:
 # -- roofline figures from the model's parameters (dummy weights included) ----------------
 
 
+@pytest.mark.extras
 def test_model_bytes_count_parameters_on_the_meta_device() -> None:
     torch = pytest.importorskip("torch", reason="needs abgate[transformers]")
     transformers = pytest.importorskip("transformers", reason="needs abgate[transformers]")

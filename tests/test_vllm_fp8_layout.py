@@ -24,6 +24,8 @@ from abgate.engines.vllm import runtime_weights as rw  # noqa: E402
 from abgate.engines.vllm.fp8_layout import dequantized, held_in_out  # noqa: E402
 from abgate.weights.runtime import diff_loaded  # noqa: E402
 
+pytestmark = pytest.mark.extras  # torch/transformers/ray: run in CI's .venv-extras
+
 FP8_MAX = 448.0
 
 

@@ -20,7 +20,7 @@ from abgate.runner.session import EngineSpec, loaded, prepare_engine
 from abgate.weights import open_checkpoint
 from tests.conftest import abgate, engine_threads
 
-pytestmark = pytest.mark.engine  # every test here loads a real engine
+pytestmark = [pytest.mark.engine, pytest.mark.extras]  # every test here loads a real engine
 
 
 def _transformers_bf16_arm_against_float32_from_the_loaded_model(tmp_path: Path) -> None:

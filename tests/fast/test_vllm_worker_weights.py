@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.extras  # torch/transformers/ray: run in CI's .venv-extras
+
 
 def test_vllm_worker_reader_dequantizes_fp8_and_splits_fused_projections() -> None:
     """A stand-in for vLLM's worker (vLLM cannot run here): torch modules laid out as

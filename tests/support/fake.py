@@ -49,16 +49,16 @@ def cli(*args: str, env: Mapping[str, str] | None = None, cwd: Path | None = Non
 
 @contextlib.contextmanager
 def _environ(env: Mapping[str, str]) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in env}
+    """Set ``env`` for the call and put the whole environment back after: the command may
+    set variables of its own (``abgate --ledger X`` sets ``ABGATE_LEDGER``, as it would for
+    its own process), which must not leak into the next test."""
+    saved = dict(os.environ)
     os.environ.update(env)
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 RUN_FLAGS = ("--engine", "fake", "--suite", "synthetic", "--difficulty", "easy",
