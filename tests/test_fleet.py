@@ -17,7 +17,7 @@ from abgate.ab.experiment import load_experiment
 from abgate.ab.workflow import run_experiment
 from abgate.fleet.cluster import cluster_spec
 from abgate.fleet.coordinator import fleet_strategy
-from abgate.runner.samples import Sample
+from abgate.records.samples import Sample
 from tests.conftest import engine_threads
 from tests.support.fake import experiment
 
@@ -77,8 +77,8 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
         theirs = {s["key"]: s["output"]["token_ids"]
                   for s in _samples(tmp_path / "fleet", arm)}
         assert mine == theirs and len(mine) == 10
-    assert fleet.comparison["comparisons"]["b"]["verdict"]["decision"] == \
-        one.comparison["comparisons"]["b"]["verdict"]["decision"]
+    assert fleet.comparison.comparisons["b"].verdict.decision == \
+        one.comparison.comparisons["b"].verdict.decision
     rec = json.loads((tmp_path / "fleet" / "ab.json").read_text())["fleet"]
     nodes = {r["node_id"] for r in rec["replicas"]}
     assert len(nodes) == 2 and not rec["lost"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from abgate.compare.views import views
+from abgate.records.documents import AbBenchDocument
 from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (
@@ -18,7 +19,7 @@ from abgate.report.views import (
     RecordedPolicy,
     WeightsDiff,
 )
-from abgate.runner.documents import AbBenchDocument, write_record
+from abgate.runner.documents import write_record
 from tests.support.report import build_ab_dir
 
 

@@ -14,13 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from abgate.runner.documents import (
-    AbRecord,
-    ProbesDocument,
-    ScoringCost,
-    read_record,
-    write_record,
-)
+from abgate.records.documents import AbRecord, ProbesDocument, ScoringCost
+from abgate.runner.documents import read_record, write_record
 
 KL = float | Callable[[int, int], float]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.analyze import analyze
-from abgate.runner.documents import AbRecord, RunRecord, write_record
+from abgate.records.documents import AbRecord, RunRecord
+from abgate.runner.documents import write_record
 from abgate.runner.records import SampleWriter
 from abgate.runner.summary import summarize
 

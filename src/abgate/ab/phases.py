@@ -14,11 +14,11 @@ from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError
 from abgate.model_check import ModelChanged
 from abgate.provenance import ContractViolation
+from abgate.records import documents as docs
+from abgate.records.samples import WARMUP_PREFIX, Sample, ids_sha256, sample_key
 from abgate.records.sections import EngineRecord
-from abgate.runner import documents as docs
 from abgate.runner.documents import write_record
 from abgate.runner.provenance import record_after_load
-from abgate.runner.samples import WARMUP_PREFIX, Sample, ids_sha256, sample_key
 from abgate.runner.session import EngineSession, loaded
 from abgate.suites import Item
 

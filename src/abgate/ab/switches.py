@@ -13,8 +13,8 @@ from abgate.ab import declared, optout
 from abgate.ab.experiment import Experiment
 from abgate.compare import drift
 from abgate.errors import UsageError
+from abgate.records import documents as docs
 from abgate.records.sections import ArmDifferences, DiffStage, Provenance
-from abgate.runner import documents as docs
 from abgate.runner.spec import PreparedRun
 
 log = logging.getLogger("abgate.ab")

@@ -32,8 +32,8 @@ from abgate.engines.base import Engine, GenerationRequest, GenerationResult, Sam
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
 from abgate.records.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
+from abgate.records.samples import ids_sha256
 from abgate.records.sections import Distribution
-from abgate.runner.samples import ids_sha256
 from abgate.runner.summary import SPEED_FIELDS
 
 OnSample = Callable[[BenchSample], None]

@@ -14,10 +14,11 @@ from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.render import print_run_summary
 from abgate.errors import UsageError
 from abgate.progress import reporter
+from abgate.records.documents import AnyRecord, RunRecord
 from abgate.runner import RunConfig, execute, prepare
 from abgate.runner import records as rec
 from abgate.runner.complete import checked_complete
-from abgate.runner.documents import AnyRecord, RunRecord, read_document
+from abgate.runner.documents import read_document
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.records import RUN_FILE

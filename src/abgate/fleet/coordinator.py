@@ -22,7 +22,7 @@ from abgate.errors import AbgateError
 from abgate.fleet.cluster import ClusterSpec, connected
 from abgate.fleet.matching import check_matched
 from abgate.fleet.replica import Replica
-from abgate.runner.samples import sample_key
+from abgate.records.samples import sample_key
 from abgate.suites import Item
 
 log = logging.getLogger("abgate.fleet")
@@ -38,7 +38,7 @@ def arm_order(arms: list[str], item_id: str, seed: int) -> list[str]:
 
 
 class FleetSchedule:
-    """The A/B's schedule (``ab.schedule.Schedule``) on ``spec``'s cluster: the arms'
+    """The A/B's schedule (``ab.schedule.ScheduleStrategy``) on ``spec``'s cluster: the arms'
     engines are the replicas' own, so ``sessions`` (this process's) is not used."""
 
     name = "fleet"

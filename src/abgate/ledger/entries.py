@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from abgate.compare.stats import clustered_mean
 from abgate.identity import digest_json
 from abgate.records.bench_sections import SpeedDistributions
-from abgate.runner.samples import Sample
+from abgate.records.samples import Sample
 from abgate.runner.summary import SPEED_FIELDS
 from abgate.scoring.health import clustered_accuracy
 

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
+from abgate.records.documents import RunRecord
+from abgate.records.samples import sample_key
 from abgate.runner import records as rec
-from abgate.runner.documents import RunRecord, read_document, read_record, write_record
-from abgate.runner.samples import checked_samples, sample_key
+from abgate.runner.documents import read_document, read_record, write_record
+from abgate.runner.samples import checked_samples
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
 

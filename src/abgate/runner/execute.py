@@ -23,19 +23,12 @@ from abgate import signals
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
+from abgate.records.documents import AnyRecord, Kind, RecordHeader, RunRecord
+from abgate.records.samples import Sample, sample_key
 from abgate.records.sections import GitState, Resume
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import (
-    AnyRecord,
-    Kind,
-    RecordHeader,
-    RunRecord,
-    new_record,
-    read_record,
-    source_state,
-    write_record,
-)
+from abgate.runner.documents import new_record, read_record, source_state, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import (
     ProvenanceOptions,
@@ -44,12 +37,7 @@ from abgate.runner.provenance import (
     input_hashes,
     record_after_load,
 )
-from abgate.runner.samples import (
-    Sample,
-    build_sample,
-    checked_samples,
-    sample_key,
-)
+from abgate.runner.samples import build_sample, checked_samples
 from abgate.runner.session import loaded
 from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun

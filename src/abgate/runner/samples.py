@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -13,93 +12,20 @@ from pydantic import ValidationError
 from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
-from abgate.records.sections import Number, Section
+from abgate.records.samples import (
+    WARMUP_PREFIX,
+    Sample,
+    SampleExtraction,
+    SampleOutput,
+    SamplePrompt,
+    ids_sha256,
+    sample_key,
+)
 from abgate.runner import records as rec
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
 from abgate.suites import Item
-
-WARMUP_PREFIX = "warmup:"  # a warm-up sample's key: the prefix, then the (item, seed) key
-
-
-class SamplePrompt(Section):
-    messages: list[dict[str, Any]] | None = None
-    sha256: str | None = None
-    tokens: int | None = None
-
-
-class SampleOutput(Section):
-    text: str | None = None
-    token_ids: list[int] | None = None
-    tokens: int | None = None
-    sha256: str | None = None
-
-
-class SampleHealthRecord(Section):
-    """A sample's output health (``scoring.health.sample_health``), its fields in the
-    order it writes them."""
-
-    correct: bool | None = None
-    invalid: bool | None = None
-    invalid_reason: str | None = None
-    truncated: bool | None = None
-    natural_stop: bool | None = None
-    error: bool | None = None
-    empty: bool | None = None
-    replacement_chars: int | None = None
-    control_chars: int | None = None
-    output_tokens: int | None = None
-    seq_rep_4: Number | None = None
-    seq_rep_4_words: Number | None = None
-    nul_chars: int | None = None
-
-
-class SampleExtraction(Section):
-    """The answer extracted from the output (``scoring.extract.Extraction``); a value
-    too long for ``json`` is its exact decimal text."""
-
-    value: int | str | None = None
-    source: str | None = None
-    reason: str | None = None
-    span: str | None = None
-
-
-class Sample(Section):
-    """One ``samples.jsonl`` line of a run or an A/B arm: what :func:`build_sample`
-    writes (every field set, in the order of the line) and what :func:`load_samples`
-    reads leniently (every field optional: :func:`checked_samples` is the strict check
-    a resume makes)."""
-
-    key: str | None = None
-    item_id: str | None = None
-    seed: int | None = None
-    warmup: bool = False
-    finished_at: Number | None = None
-    prompt: SamplePrompt = SamplePrompt()
-    output: SampleOutput = SampleOutput()
-    finish_reason: str | None = None
-    error: str | None = None
-    timing: dict[str, Any] = {}  # metrics.request_timing: numbers, None where unmeasured
-    token_times_ms: list[Number] | None = None
-    engine_timings: dict[str, Any] | None = None
-    reference: int | None = None
-    extracted: SampleExtraction | None = None
-    correct: bool | None = None
-    health: SampleHealthRecord = SampleHealthRecord()
-
-    @property
-    def measured(self) -> bool:
-        return not self.warmup
-
-    @property
-    def failed(self) -> bool:
-        """An engine error (its finish reason or its health says so)."""
-        return self.finish_reason == "error" or bool(self.health.error)
-
-    def output_sha(self) -> str | None:
-        """The output tokens' SHA-256, from the record or its token IDs."""
-        return self.output.sha256 or ids_sha256(self.output.token_ids)
 
 
 def load_samples(path: Path) -> list[Sample]:
@@ -118,16 +44,6 @@ def load_samples(path: Path) -> list[Sample]:
             where = ".".join(str(p) for p in first["loc"])
             raise UsageError(f"{path}:{n}: {where}: {first['msg']}") from None
     return out
-
-
-def sample_key(item_id: str, seed: int) -> str:
-    return f"{item_id}#{seed}"
-
-
-def ids_sha256(ids: Sequence[int] | None) -> str | None:
-    if ids is None:
-        return None
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
 
 
 def _extraction_record(extraction: Extraction | None) -> SampleExtraction | None:
@@ -169,7 +85,7 @@ def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
         finish_reason=result.finish_reason, error=result.error, timing=timing.to_dict(),
         token_times_ms=token_offsets, engine_timings=result.engine_timings,
         reference=item.answer, extracted=_extraction_record(extraction),
-        correct=health.correct, health=SampleHealthRecord.model_validate(health.to_dict()))
+        correct=health.correct, health=health)
 
 
 # What a resume and a summary rely on in every sample line, and its type.

@@ -32,9 +32,9 @@ from abgate.engines.shared.multicast import check_env as check_multicast_env
 from abgate.errors import AbgateError
 from abgate.identity import identify_model
 from abgate.model_check import ModelStamp
+from abgate.records.documents import Loadable, RunRecord
 from abgate.records.sections import EngineRecord
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
-from abgate.runner.documents import Loadable, RunRecord
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from abgate.metrics import distribution
+from abgate.records.documents import SCHEMA_VERSIONS, Summary
 from abgate.records.sections import Distribution, QualitySummary
-from abgate.runner.documents import SCHEMA_VERSIONS, Summary
 from abgate.scoring.health import aggregate_health
 
 SPEED_FIELDS = ("steady_decode_tps", "tpot_ms", "ttft_s", "prefill_tps", "e2e_s", "output_tps")
