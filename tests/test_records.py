@@ -9,6 +9,7 @@ import pytest
 
 from abgate.errors import AbgateError, UsageError
 from abgate.records.documents import AbBenchDocument, AbRecord, ProbesDocument, RunRecord
+from abgate.records.samples import Sample
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_document, read_record, write_record
 from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
@@ -29,7 +30,7 @@ def test_complete_json_without_newline_counts_as_torn(tmp_path: Path) -> None:
     p.write_text('{"key": "a"}\n{"key": "b"}')
     assert [s["key"] for s in rec.read_samples(p, repair=True)] == ["a"]
     with rec.SampleWriter(p) as w:
-        w.append({"key": "b"})
+        w.append(Sample(key="b"))
     assert [s["key"] for s in rec.read_samples(p)] == ["a", "b"]
 
 
