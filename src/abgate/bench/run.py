@@ -2,7 +2,7 @@
 token-level timings beside the engine's own counters, and a greedy reference capture.
 
 :func:`run_bench` takes an already-loaded :class:`~abgate.engines.base.Engine` and
-returns a :class:`BenchResult` whose ``to_dict()`` is plain JSON: per case the prompt
+returns a :class:`BenchResult` whose ``to_dict`` is plain JSON: per case the prompt
 SHA, the output token IDs and their SHA, every request's timings (warm-up ones marked),
 the engine's timings and the fidelity ratios, and the per-case distributions.
 Requests run one at a time, in order, so no request waits behind another, unless a

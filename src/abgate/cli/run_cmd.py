@@ -81,12 +81,11 @@ def _already_complete(ctx: typer.Context, resume: Path, doc: AnyRecord,
     samples = checked_complete(resume, prepare(RunConfig.from_dict(
         _config(doc), f"{resume / RUN_FILE}: config")))
     parts = finish_dir(resume)  # its summary and ledger entry, if a signal cut them short
-    n = sum(1 for s in samples if not s.get("warmup"))
+    n = sum(1 for s in samples if not s.warmup)
     typer.echo(resumed_line("run", resume, parts).replace(" is already complete",
                                                           f" is already complete ({n} samples)")
                + " (--force runs its recorded configuration again)", err=True)
-    summary = read_document(resume / rec.SUMMARY_FILE, Summary).to_dict()
-    print_run_summary(resume, "complete", summary)
+    print_run_summary(resume, "complete", read_document(resume / rec.SUMMARY_FILE, Summary))
     raise typer.Exit(0)
 
 

@@ -91,7 +91,7 @@ def sample_metrics(samples: Sequence[Sample | Mapping[str, Any]]
         out["accuracy"] = metric(acc, se, len(scored))
     for name, field in QUALITY_RATES.items():
         pairs = [(v, str(s.item_id)) for s in live
-                 if (v := _rate(s.health.to_dict().get(field))) is not None]
+                 if (v := _rate(getattr(s.health, field, None))) is not None]
         if pairs:
             mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
             out[name] = metric(mean, se, len(pairs))

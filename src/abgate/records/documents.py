@@ -160,7 +160,7 @@ class AbSequential(Section):
 
 
 class ExperimentArm(Section):
-    """One arm of a recorded experiment (``RunConfig.to_dict()``): the engine part
+    """One arm of a recorded experiment (``RunConfig.to_dict``): the engine part
     named, its other keys kept as they are (``ab.experiment.RunConfig`` types them)."""
 
     engine: str | None = None
@@ -169,7 +169,7 @@ class ExperimentArm(Section):
 
 
 class ExperimentSchedule(Section):
-    """The experiment's ``schedule`` as given (``Schedule.to_dict()``: the sequential keys
+    """The experiment's ``schedule`` as given (``Schedule.to_dict``: the sequential keys
     only when sequential) or as resolved (every key)."""
 
     mode: str | None = None
@@ -185,7 +185,7 @@ class ExperimentEvidence(Section):
 
 
 class AbExperiment(Section):
-    """The experiment as recorded (``Experiment.to_dict()``, or ``Experiment.resolved``
+    """The experiment as recorded (``Experiment.to_dict``, or ``Experiment.resolved``
     with every field): its fields in the order they are written."""
 
     name: str | None = None

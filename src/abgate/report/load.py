@@ -141,10 +141,10 @@ def _load_arm(out: Path, name: str) -> Arm:
     if (arm_dir / rec.SUMMARY_FILE).exists():
         arm.stats = read_document(arm_dir / rec.SUMMARY_FILE, Summary, redacted=True)
     elif samples:
-        arm.stats = summarize([s.to_dict() for s in samples])
+        arm.stats = summarize(samples)
     if samples and arm.stats is not None and arm.stats.quality.counts is None:
         # a summary written before abgate counted: the counts from the samples
-        arm.stats.quality.counts = summarize([s.to_dict() for s in samples]).quality.counts
+        arm.stats.quality.counts = summarize(samples).quality.counts
     arm.points = [to_point(s) for s in samples if s.measured]
     if (arm_dir / BENCH_FILE).exists():
         arm.bench = read_document(arm_dir / BENCH_FILE, AbBenchDocument, redacted=True)

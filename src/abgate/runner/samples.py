@@ -47,14 +47,15 @@ def load_samples(path: Path) -> list[Sample]:
 
 
 def _extraction_record(extraction: Extraction | None) -> SampleExtraction | None:
-    """The extraction as JSON; an integer too long for ``json`` (a model looping on digits)
-    is stored as its exact decimal text."""
+    """The extraction as recorded; an integer too long for ``json`` (a model looping on
+    digits) is stored as its exact decimal text."""
     if extraction is None:
         return None
-    d = extraction.to_dict()
-    if isinstance(d["value"], int) and d["value"].bit_length() > 10_000:
-        d["value"] = format_int(d["value"])
-    return SampleExtraction.model_validate(d)
+    value: int | str | None = extraction.value
+    if isinstance(value, int) and value.bit_length() > 10_000:
+        value = format_int(value)
+    return SampleExtraction(value=value, source=extraction.source, reason=extraction.reason,
+                            span=extraction.span)
 
 
 def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
@@ -94,7 +95,7 @@ REQUIRED = {"key": str, "item_id": str, "seed": int, "prompt": dict, "output": d
 
 
 def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
-                    expected: Collection[str]) -> list[dict[str, Any]]:
+                    expected: Collection[str]) -> list[Sample]:
     """The samples of ``path`` after checking every line against the run's own
     (item, seed) keys ``expected``: a line without a field a sample needs, of another
     run (a key not in the spec, a key that does not match its item and seed) or
@@ -119,4 +120,7 @@ def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
             raise UsageError(f"{where}: sample {key[:80]!r} is recorded twice (first at line "
                              f"{first_line[key]}); the file was edited or written twice")
         first_line[key] = n
-    return [s for _, s in lines]
+    try:
+        return [Sample.of(s, f"{path}:{n}") for n, s in lines]
+    except AbgateError as exc:  # a field of the wrong type: edited or damaged
+        raise UsageError(str(exc)) from None
