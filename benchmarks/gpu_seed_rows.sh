@@ -1,33 +1,96 @@
 #!/usr/bin/env bash
-# Issue 37's GPU rows on the lent H200 (one device call, < 10 min), from the project root there:
-#   bash benchmarks/gpu_seed_rows.sh DATA.jsonl
-# 1. the runtime weights diff: vLLM quantization="fp8" (online, at load) against bf16, read from the
-#    running EngineCore's worker through collective_rpc (abgate weights-diff --engine vllm), on the
-#    SmolLM2 weights and on the Llama-3-8B-shaped dummy (load_format=dummy);
-# JSON: $OUT/seed-rows/weights-diff-{smol,llama3-dummy}.json, the printed tables in *.txt.
-# Commit them under benchmarks/results/gpu/vllm/ and show them in docs/gpu.md.
+# Issue 37's three GPU rows on the lent H200, one device call of at most 9 minutes, from the
+# project root there (vLLM staged: ../shared/gpu/README.md):
+#   bash benchmarks/gpu_session_device.sh DATA.jsonl seeds     (or: bash benchmarks/gpu_seed_rows.sh DATA.jsonl)
+# 1. runtime weights diff, vLLM quantization="fp8" (online, at load) against bf16 on SmolLM2, read
+#    from the running EngineCore's worker through collective_rpc (abgate weights-diff --engine vllm;
+#    the fp8 reader fixed for square projections: engines/vllm/fp8_layout.py);
+# 2. row 2 and row 3 in one `abgate bench` on a real vLLM EngineCore (one GPU: rank 0): a manifest
+#    of vLLM's _C extension and libtorch_cuda re-hashed at run start and matched against what the
+#    engine's processes mapped (provenance.manifest.processes), a contract requiring _C in the
+#    EngineCore and stating [every_rank] facts (effective_config.ranks, per-rank precision facts);
+#    the same with quantization=fp8 (quantization per module type on the rank);
+# 3. the Llama-3-8B-shaped dummy's weights diff with what is left of the call (load_format=dummy).
+# Both diff arms run enforce_eager=true: the weights do not depend on the graph mode and no
+# CUDA graphs are captured (faster loads). Results: $OUT/seed-rows/ (JSON, printed tables, logs).
 set -uo pipefail
 CALL_START=$(date +%s) root=${GV_ROOT:-/root/seed-rows} name=gpu_seed_rows
 . "$(dirname "$0")/gpu_device_common.sh"
 prepare "${1:?data file}" || exit
 res=$OUT/seed-rows && mkdir -p "$res" && cp -f "$root/gpu.txt" "$res/" 2>/dev/null
-# a callable reaches the worker only with insecure serialization on (vLLM v1); given per run
-export VLLM_ALLOW_INSECURE_SERIALIZATION=1  # the frontend encodes the callable too, not only the engine process (seen on the H200)
-common=(--engine vllm --env VLLM_ALLOW_INSECURE_SERIALIZATION=1
+# a callable reaches the worker only with insecure serialization on (vLLM v1); the frontend
+# encodes the callable too, so abgate's own process needs it as well (seen on the H200)
+export VLLM_ALLOW_INSECURE_SERIALIZATION=1
+left() { echo $(( CALL_START + ${BUDGET_S:-540} - $(date +%s) )); }
+eager=(--arm-a enforce_eager=true --arm-b enforce_eager=true)
+common=(--engine vllm --env VLLM_ALLOW_INSECURE_SERIALIZATION=1 "${eager[@]}"
         --arm-a gpu_memory_utilization=0.5 --arm-b gpu_memory_utilization=0.5 --arm-b quantization=fp8)
-run_diff() {  # NAME MODEL [EXTRA ARGS...]
-  local tag=$1 model=$2; shift 2
-  timeout 280 python3 -m abgate weights-diff "${common[@]}" --model "$model" "$@" --top 10 \
+run_diff() {  # NAME TIMEOUT MODEL [EXTRA ARGS...]
+  local tag=$1 limit=$2 model=$3 t0; shift 3; t0=$(date +%s)
+  timeout "$limit" python3 -m abgate weights-diff "${common[@]}" --model "$model" "$@" --top 10 \
     --json "$res/weights-diff-$tag.json" >"$res/weights-diff-$tag.txt" 2>"$res/weights-diff-$tag.err"
-  echo "$tag: rc=$?"; tail -c 1500 "$res/weights-diff-$tag.err"
+  echo "$tag: rc=$? in $(( $(date +%s) - t0 )) s (limit $limit s)"; tail -c 1200 "$res/weights-diff-$tag.err"
 }
-run_diff smol /root/m/smol
-run_diff llama3-dummy /root/m/llama3-8b-dummy --arm-a load_format=dummy --arm-b load_format=dummy
+run_diff smol 170 /root/m/smol
+
+# rows 2 and 3: the manifest's libraries (absolute paths) and a contract on a real EngineCore
+site=$(dirname "$(find /tmp/site -maxdepth 2 -path '*/vllm/_C*.so' | head -1)")
+torch_cuda=$(find /tmp/site /usr -name 'libtorch_cuda.so' 2>/dev/null | head -1)
+mroot=$res/manifest-root && mkdir -p "$mroot" && echo "seed rows" >"$mroot/README"
+python3 -m abgate manifest build --root "$mroot" --lib "$site/_C*.so" ${torch_cuda:+--lib "$torch_cuda"} \
+  -o "$res/manifest.json" 2>&1 | tail -2
+cat >"$res/contract.toml" <<EOF
+engine = "vllm"
+[libraries]
+required = ["$site/_C*.so"]
+roles = ["engine_core"]
+[every_rank]
+model_dtype = "bfloat16"
+graph_mode = "eager"
+EOF
+bench_row() {  # TAG [ENGINE ARGS...]
+  local tag=$1 t0; shift; t0=$(date +%s)
+  timeout 120 python3 -m abgate bench --engine vllm --model /root/m/smol --input-len 64 --output-len 16 \
+    --repeats 1 --warmup 0 --engine-arg gpu_memory_utilization=0.5 --engine-arg enforce_eager=true "$@" \
+    --env VLLM_ALLOW_INSECURE_SERIALIZATION=1 --manifest "$res/manifest.json" --contract "$res/contract.toml" \
+    -o "$res/$tag" >"$res/$tag.txt" 2>"$res/$tag.err"
+  echo "$tag: rc=$? in $(( $(date +%s) - t0 )) s"; tail -c 800 "$res/$tag.err"
+}
+bench_row rows23-bf16
+bench_row rows23-fp8 --engine-arg quantization=fp8
+python3 - "$res" <<'PY'
+import json, sys, pathlib
+res = pathlib.Path(sys.argv[1])
+for tag in ("rows23-bf16", "rows23-fp8"):
+    f = res / tag / "run.json"
+    if not f.exists():
+        print(tag, "no run.json"); continue
+    d = json.loads(f.read_text()); prov = d.get("provenance") or {}
+    man = prov.get("manifest") or {}
+    print(tag, "manifest stale:", man.get("stale"), "freshness:", json.dumps(man.get("freshness"))[:400])
+    for p in man.get("processes") or []:
+        print("  pid", p["pid"], p["role"], p["rank"], "matched", p["matched"], "differed",
+              [x["why"] for x in p["differed"]], "not mapped", p["not_mapped"], "unnamed", len(p["unnamed"]))
+    c = prov.get("contract") or {}
+    print("  contract passed:", c.get("passed"), [v.get("message") or v for v in c.get("violations", [])][:6])
+    eff = ((d.get("engine") or {}).get("effective_config") or {})
+    for r in eff.get("ranks") or [eff.get("ranks_not_reported")]:
+        print("  rank facts:", json.dumps(r)[:900])
+PY
+
+# the Llama-3-8B-shaped dummy with what is left (at least 60 s kept for packing the results)
+limit=$(( $(left) - 20 ))
+if (( limit > 120 )); then
+  run_diff llama3-dummy "$limit" /root/m/llama3-8b-dummy --arm-a load_format=dummy --arm-b load_format=dummy
+else
+  echo "llama3-dummy: skipped, $limit s left"
+fi
 python3 - "$res" <<'PY'
 import json, sys, pathlib
 for f in sorted(pathlib.Path(sys.argv[1]).glob("weights-diff-*.json")):
     d = json.loads(f.read_text()); o = d["summary"]["overall"]
     print(f.name, d["summary"]["n_compared"], "compared; pooled rel L2", o.get("pooled_rel_l2"),
           "max", o.get("max_rel_l2"), "; dtypes", d["ref"]["dtypes_loaded"], "->", d["other"]["dtypes_loaded"])
+    print("  warnings:", d["warnings"])
 PY
-ls -la "$res"
+rm -rf "$mroot"; ls -la "$res"

@@ -103,9 +103,18 @@ def test_undeclared_second_switch_refused_before_anything(tmp_path: Path) -> Non
 
 
 @pytest.mark.engine
-def test_difference_seen_only_after_load_stops_the_ab(tmp_path: Path) -> None:
-    """A smaller context (declared) makes llama.cpp clamp n_batch to it: the effective
-    n_batch differs, undeclared, and the A/B stops before the candidate's first sample."""
+def test_n_batch_clamped_after_the_load(tmp_path: Path) -> None:
+    """A smaller context (declared) makes llama.cpp clamp n_batch to it: the A/B stops
+    on the undeclared effective n_batch, and a contract on every arm exempts the
+    declared n_ctx but not the n_batch it brings (two A/Bs, one test: one setting)."""
+    _difference_seen_only_after_load_stops_the_ab(tmp_path / "undeclared")
+    _contract_applies_to_every_arm_with_the_declared_switch_exempt(tmp_path / "contract")
+
+
+def _difference_seen_only_after_load_stops_the_ab(tmp_path: Path) -> None:
+    """The effective n_batch differs, undeclared, and the A/B stops before the
+    candidate's first sample."""
+    tmp_path.mkdir()
     path = write(tmp_path, experiment({}, 'changes = ["n_ctx"]\nengine_args = { n_ctx = 256 }'))
     out = tmp_path / "AB"
     r = abgate("ab", str(path), "-o", str(out))
@@ -128,10 +137,10 @@ n_batch = 512
 """
 
 
-@pytest.mark.engine
-def test_contract_applies_to_every_arm_with_the_declared_switch_exempt(tmp_path: Path) -> None:
+def _contract_applies_to_every_arm_with_the_declared_switch_exempt(tmp_path: Path) -> None:
     """The candidate's declared n_ctx is exempt from ``settings.n_ctx``; the n_batch it
     brings with it is not: the candidate fails the contract after its load."""
+    tmp_path.mkdir()
     contract = write(tmp_path, CONTRACT, "contract.toml")
     path = write(tmp_path, experiment(
         {}, 'changes = ["n_ctx"]\nengine_args = { n_ctx = 256 }'))

@@ -34,12 +34,15 @@ def test_fake_ab_records_the_resolved_experiment(tmp_path: Path) -> None:
     assert resolved["changes"] == {"a": [], "b": []} and resolved["allow_differences"] == []
     assert resolved["bench"] == {"input_len": [], "output_len": 128, "repeats": 3,
                                  "warmup": 1}
-    full = set(RunConfig.__dataclass_fields__)
+    # every RunConfig field, defaults too, but the engine args (records v2: they are the
+    # arm's run.json engine section's given facet, once)
+    full = set(RunConfig.__dataclass_fields__) - {"engine_args"}
     for arm in ("a", "b"):
-        assert set(resolved["arms"][arm]) == full  # every RunConfig field, defaults too
+        assert set(resolved["arms"][arm]) == full
         assert resolved["arms"][arm]["temperature"] == 0.0
         assert resolved["arms"][arm]["limit"] == 3
-    assert resolved["arms"]["b"]["engine_args"] == {"perturb": 0.05}
+    arm_b = json.loads((out / "arms" / "b" / "run.json").read_text())
+    assert arm_b["engine"]["given"] == {"perturb": 0.05}
     # the experiment as given is as before: defaults left out (its digest is resume's)
     assert "stopping" not in given["schedule"]
     assert not {"expect", "evidence", "changes", "experiment_resolved"} & set(given)

@@ -8,8 +8,9 @@ the openai adapter against a
 launched ``llama_cpp.server`` and against llama.cpp's ``llama-server`` (skipped where it
 is not built: tests/tools/build_llama_server.sh), transformers on CPU on a tiny model
 built here (skipped without torch). Each is loaded the way abgate loads it
-(``prepare_engine`` + ``loaded``), once per module for the protocol checks and once more
-for its lifecycle (env, processes, close). Greedy tokens are this host's (SIMD paths,
+(``prepare_engine`` + ``loaded``) once, under an arm's env, and checked in one test:
+description, processes, env, the protocol, close (one load per adapter: a launched
+server starts once). Greedy tokens are this host's (SIMD paths,
 thread count), so the checks are relations and determinism within one process, never
 token constants."""
 
@@ -35,7 +36,7 @@ from abgate.engines.base import (
 )
 from abgate.errors import AbgateError
 from abgate.records.sections import EngineRecord
-from abgate.runner.session import EngineSession, EngineSpec, loaded, prepare_engine
+from abgate.runner.session import EngineSpec, loaded, prepare_engine
 from tests.conftest import engine_threads, llama_server_binary, requested_threads
 from tests.support.plugin import make_dist
 
@@ -128,18 +129,10 @@ def model(request: pytest.FixtureRequest) -> str:
     return str(default_model_path())
 
 
-@pytest.fixture(scope="module", params=CASES)
+@pytest.fixture(params=CASES)
 def case(request: pytest.FixtureRequest) -> Case:
     value: Case = request.param
     return value
-
-
-@pytest.fixture(scope="module")
-def session(case: Case, scratch: Path, model: str) -> Iterator[EngineSession]:
-    run_dir = scratch / f"{case.name}-{id(case)}"
-    run_dir.mkdir()
-    with loaded(prepare_engine(case.spec(scratch, model)), run_dir) as s, s.env():
-        yield s
 
 
 def ask(max_tokens: int = 16, rid: str = "r", **kw: object) -> GenerationRequest:
@@ -154,8 +147,7 @@ def _ids(engine: Engine, r: GenerationResult) -> list[int]:
         engine.tokenize(r.text)
 
 
-def test_tokens_round_trip_and_the_chat_template(session: EngineSession) -> None:
-    e = session.engine
+def _tokens_round_trip_and_the_chat_template(e: Engine, in_process: bool) -> None:
     text = "Hello world, what is 7 + 5?"
     ids = e.tokenize(text)
     assert ids and all(isinstance(i, int) for i in ids)
@@ -176,8 +168,7 @@ def test_tokens_round_trip_and_the_chat_template(session: EngineSession) -> None
         assert e.generate([by_ids])[0].prompt_tokens == len(prompt)
 
 
-def test_greedy_generation_is_deterministic_timed_and_bounded(session: EngineSession) -> None:
-    e = session.engine
+def _greedy_generation_is_deterministic_timed_and_bounded(e: Engine, in_process: bool) -> None:
     seen: list[str] = []
     a, b = e.generate([ask(rid="a"), ask(rid="b")], on_result=lambda r: seen.append(r.request_id))
     assert [a.request_id, b.request_id] == ["a", "b"] and sorted(seen) == ["a", "b"]
@@ -201,14 +192,13 @@ def test_greedy_generation_is_deterministic_timed_and_bounded(session: EngineSes
     if full.token_times is not None:
         assert full.token_times == sorted(full.token_times) and len(full.token_times) == 8
     (over,) = e.generate([ask(max_tokens=100_000)])  # past every context here: never a raise
-    if session.prepared.engine_cls.in_process:  # abgate's own check: an error sample
+    if in_process:  # abgate's own check: an error sample
         assert over.finish_reason == "error" and over.error
     else:  # the server's call: an error sample, or an output its context bounds
         assert over.finish_reason == "error" or over.output_tokens < 4096, over
 
 
-def test_scores_and_top_k_follow_the_capability(session: EngineSession) -> None:
-    e = session.engine
+def _scores_and_top_k_follow_the_capability(e: Engine, in_process: bool) -> None:
     scoring = e.describe().capabilities.scoring
     (r,) = e.generate([ask(max_tokens=8, ignore_eos=True)])
     prompt, out = e.render_prompt(MSGS), _ids(e, r)
@@ -232,7 +222,12 @@ def test_scores_and_top_k_follow_the_capability(session: EngineSession) -> None:
         assert sum(row[0] == t for row, t in zip(trace, out, strict=True)) >= 0.75 * len(out)
 
 
-def test_describe_processes_env_and_close(case: Case, scratch: Path, model: str) -> None:
+def test_adapter_contract(case: Case, scratch: Path, model: str) -> None:
+    """One load per adapter, as abgate loads it (under an arm's env): its description and
+    processes, the env restored around the load and applied by ``session.env()``, the
+    protocol inside it (tokens and the chat template; greedy generation: deterministic,
+    timed, bounded, stop strings, seeded sampling; scores and top-k as the capability
+    says), then ``close()`` and its evidence."""
     prepared = prepare_engine(case.spec(scratch, model))
     prepared = prepare_engine(EngineSpec(prepared.spec.engine, prepared.spec.model,
                                          prepared.spec.args, prepared.spec.options,
@@ -259,6 +254,9 @@ def test_describe_processes_env_and_close(case: Case, scratch: Path, model: str)
             assert os.environ[ENV_KEY] == "on"
             assert all(os.environ.get(k) == v for k, v in s.engine.process_env.items())
             assert s.engine.generate([ask(max_tokens=2)])[0].error is None
+            _tokens_round_trip_and_the_chat_template(s.engine, case.in_process)
+            _greedy_generation_is_deterministic_timed_and_bounded(s.engine, case.in_process)
+            _scores_and_top_k_follow_the_capability(s.engine, case.in_process)
         assert ENV_KEY not in os.environ
         engine = s.engine
     evidence = engine.cleanup_evidence

@@ -79,8 +79,7 @@ def _failing(c: dict[str, Any]) -> set[str]:
     return {g["name"] for g in c["verdict"]["gates"] if g["outcome"] == "fail"}
 
 
-@pytest.mark.slow
-def test_broken_rope_is_rejected_by_a_distribution_gate(ab_dir: Path) -> None:
+def _broken_rope_is_rejected_by_a_distribution_gate(ab_dir: Path) -> None:
     c = _arm(ab_dir, "rope")
     assert c["verdict"]["decision"] == "REJECT"
     assert _failing(c) & DISTRIBUTION_GATES, c["verdict"]["reasons"]
@@ -91,8 +90,7 @@ def test_broken_rope_is_rejected_by_a_distribution_gate(ab_dir: Path) -> None:
     assert c["verdict"]["reasons"][0].startswith("REJECT")
 
 
-@pytest.mark.slow
-def test_lossy_q8_kv_is_not_rejected_and_identical_arm_has_zero_kld(ab_dir: Path) -> None:
+def _lossy_q8_kv_is_not_rejected_and_identical_arm_has_zero_kld(ab_dir: Path) -> None:
     q8, same, rope = (_arm(ab_dir, a) for a in ("q8", "same", "rope"))
     assert q8["verdict"]["decision"] != "REJECT", q8["verdict"]["reasons"]
     assert not _failing(q8) & DISTRIBUTION_GATES
@@ -107,8 +105,7 @@ def test_lossy_q8_kv_is_not_rejected_and_identical_arm_has_zero_kld(ab_dir: Path
     assert 0.0 < q8_kld < rope_kld / 10
 
 
-@pytest.mark.slow
-def test_scoring_cost_is_recorded_per_arm(ab_dir: Path) -> None:
+def _scoring_cost_is_recorded_per_arm(ab_dir: Path) -> None:
     ab = json.loads((ab_dir / "ab.json").read_text())
     for arm in ("base", "same", "q8", "rope"):
         cost = ab["scoring"][arm]
@@ -119,8 +116,7 @@ def test_scoring_cost_is_recorded_per_arm(ab_dir: Path) -> None:
     assert "KL" in report and "top-1" in report.lower()
 
 
-@pytest.mark.slow
-def test_lossless_expectation_rejects_a_lossy_arm(ab_dir: Path, tmp_path: Path) -> None:
+def _lossless_expectation_rejects_a_lossy_arm(ab_dir: Path, tmp_path: Path) -> None:
     lossless = tmp_path / "AB"
     shutil.copytree(ab_dir, lossless)
     ab = read_record(lossless / "ab.json", "ab", model=AbRecord)
@@ -130,3 +126,14 @@ def test_lossless_expectation_rejects_a_lossy_arm(ab_dir: Path, tmp_path: Path) 
     assert q8["decision"] == "REJECT"
     assert any(name.startswith("lossless") for name in _failing(result["comparisons"]["q8"]))
     assert result["comparisons"]["same"]["verdict"]["decision"] != "REJECT"
+
+
+@pytest.mark.slow
+def test_four_arm_agreement_ab(ab_dir: Path, tmp_path: Path) -> None:
+    """The one A/B, read four ways: the broken arm rejected by a distribution gate, the
+    lossy one not (and the A/A arm at zero KLD), the scoring cost per arm, and a
+    lossless expectation rejecting the lossy arm on re-analysis."""
+    _broken_rope_is_rejected_by_a_distribution_gate(ab_dir)
+    _lossy_q8_kv_is_not_rejected_and_identical_arm_has_zero_kld(ab_dir)
+    _scoring_cost_is_recorded_per_arm(ab_dir)
+    _lossless_expectation_rejects_a_lossy_arm(ab_dir, tmp_path)

@@ -13,11 +13,13 @@ from abgate.ab.analyze import analyze
 from abgate.compare import Comparison
 from abgate.compare.agreement import not_measured
 from abgate.records.comparison import ComparisonDoc
+from abgate.records.documents import AbRecord
 from abgate.report import build_doc, render, render_data
 from abgate.report.agreement_sections import evidence_line
 from abgate.report.blocks import Heading
 from abgate.report.load import load_ab
 from abgate.report.markdown import render_markdown
+from abgate.runner.documents import read_record
 from tests.support.agreement import (
     aa_rows,
     broken_rows,
@@ -25,6 +27,7 @@ from tests.support.agreement import (
     write_probes,
     write_scoring,
 )
+from tests.support.records import changed, edit_record
 from tests.support.report import N_ITEMS, SEEDS, build_ab_dir
 
 N_PLOTS = 2 + 3 * 2  # as in test_report.py, before the KL histograms
@@ -163,9 +166,11 @@ def test_corrupt_files_are_not_measured_with_the_reason(tmp_path: Path) -> None:
 
 def test_random_weights_arm_is_speed_only(tmp_path: Path) -> None:
     out = build_ab_dir(tmp_path / "ab")
-    ab = json.loads((out / "ab.json").read_text())
-    ab["engines"]["loopy"]["effective_config"]["load_format"] = "dummy"
-    (out / "ab.json").write_text(json.dumps(ab))
+    ab = read_record(out / "ab.json", "ab", model=AbRecord)
+    loopy_engine = ab.engines["loopy"]
+    edit_record(out / "ab.json", engines={**ab.engines, "loopy": changed(
+        loopy_engine, effective_config={**loopy_engine.effective_config,
+                                        "load_format": "dummy"})})
     write_agreement(out, "loopy", broken_rows(N_ITEMS))
     analyze(out, n_boot=200)
     loopy = _arm(out, "loopy")
@@ -177,9 +182,8 @@ def test_random_weights_arm_is_speed_only(tmp_path: Path) -> None:
 
 def test_expect_lossless_reaches_the_verdict(tmp_path: Path) -> None:
     out = build_ab_dir(tmp_path / "ab")
-    ab = json.loads((out / "ab.json").read_text())
-    ab["experiment"]["expect"] = "lossless"
-    (out / "ab.json").write_text(json.dumps(ab))
+    ab = read_record(out / "ab.json", "ab", model=AbRecord)
+    edit_record(out / "ab.json", experiment=changed(ab.experiment, expect="lossless"))
     write_agreement(out, "fast", aa_rows(N_ITEMS, SEEDS))
     analyze(out, n_boot=200)
     fast = _arm(out, "fast")

@@ -39,8 +39,7 @@ def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
     e.close()
 
 
-@pytest.mark.engine
-def test_prompts_have_exact_lengths_and_stable_shas(engine: llamacpp.LlamaCppEngine) -> None:
+def _prompts_have_exact_lengths_and_stable_shas(engine: llamacpp.LlamaCppEngine) -> None:
     for n in (1, 64, 200):
         ids = fixed_length_prompt(engine.tokenize, n)
         assert len(ids) == n and ids == fixed_length_prompt(engine.tokenize, n)
@@ -51,8 +50,7 @@ def test_prompts_have_exact_lengths_and_stable_shas(engine: llamacpp.LlamaCppEng
     assert text.split()[0][0].isupper() and "." in text  # reads like prose
 
 
-@pytest.mark.engine
-def test_prompt_sha_is_the_same_in_another_process(engine: llamacpp.LlamaCppEngine,
+def _prompt_sha_is_the_same_in_another_process(engine: llamacpp.LlamaCppEngine,
                                                    model_path: str) -> None:
     code = ("from abgate.engines.llamacpp import engine as llamacpp; from abgate.bench import *;"
             f"e = llamacpp.load({model_path!r}, {{'n_ctx': 256, **{THREADS!r}}});"
@@ -62,8 +60,7 @@ def test_prompt_sha_is_the_same_in_another_process(engine: llamacpp.LlamaCppEngi
     assert out == prompt_sha256(fixed_length_prompt(engine.tokenize, 64))
 
 
-@pytest.mark.engine
-def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None:
+def _run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None:
     seen: list[BenchSample] = []
     res = run_bench(engine, [BenchCase(64, 16)], warmup=1, repeats=2, on_sample=seen.append)
     doc = json.loads(json.dumps(res.to_dict()))
@@ -92,8 +89,7 @@ def test_run_bench_returns_json_results(engine: llamacpp.LlamaCppEngine) -> None
     assert s["prompt"]["sha256"] == case["prompt_sha256"] and len(s["token_times_ms"]) == 16
 
 
-@pytest.mark.engine
-def test_context_boundary(engine: llamacpp.LlamaCppEngine) -> None:
+def _context_boundary(engine: llamacpp.LlamaCppEngine) -> None:
     n_ctx = context_length(engine)
     assert n_ctx == 256
     assert resolve_cases([BenchCase(None, 16)], n_ctx) == [BenchCase(240, 16)]
@@ -106,9 +102,7 @@ def test_context_boundary(engine: llamacpp.LlamaCppEngine) -> None:
         resolve_cases([BenchCase(8, 0)], n_ctx)
 
 
-@pytest.mark.engine
-@pytest.mark.slow
-def test_max_fills_the_context(engine: llamacpp.LlamaCppEngine) -> None:
+def _max_fills_the_context(engine: llamacpp.LlamaCppEngine) -> None:
     res = run_bench(engine, [BenchCase(None, 8)], warmup=0, repeats=1)
     case = res.to_dict()["cases"][0]
     assert case["input_len"] == 248 and case["samples"][0]["output"]["tokens"] == 8
@@ -146,8 +140,7 @@ def test_fidelity_arithmetic() -> None:
     assert none.decode_ratio is None and none.counts_match is None
 
 
-@pytest.mark.engine
-def test_greedy_fast_path_matches_the_sampler_chain(engine: llamacpp.LlamaCppEngine,
+def _greedy_fast_path_matches_the_sampler_chain(engine: llamacpp.LlamaCppEngine,
                                                      model_path: str) -> None:
     """The engine's argmax greedy loop picks the tokens llama-cpp-python's greedy sampler
     picks (prefix_cache=true still decodes through ``Llama.generate``)."""
@@ -161,3 +154,26 @@ def test_greedy_fast_path_matches_the_sampler_chain(engine: llamacpp.LlamaCppEng
     fast = engine.generate([req])[0]
     assert fast.output_token_ids == slow.output_token_ids and fast.output_tokens == 48
     assert fast.engine_timings["eval_tokens"] == slow.engine_timings["eval_tokens"] == 47
+
+
+# -- the tests: each several checks on the module's one engine -------------------------------
+
+
+@pytest.mark.engine
+def test_prompts_and_the_context_on_the_real_tokenizer(engine: llamacpp.LlamaCppEngine,
+                                                       model_path: str) -> None:
+    """Fixed-length prompts: exact lengths, stable SHAs (in another process too), prose;
+    the context boundary, and ``max`` filling it."""
+    _prompts_have_exact_lengths_and_stable_shas(engine)
+    _prompt_sha_is_the_same_in_another_process(engine, model_path)
+    _context_boundary(engine)
+    _max_fills_the_context(engine)
+
+
+@pytest.mark.engine
+def test_run_bench_and_the_greedy_fast_path(engine: llamacpp.LlamaCppEngine,
+                                            model_path: str) -> None:
+    """run_bench's JSON results (speed, fidelity, engine timings), and the engine's argmax
+    greedy loop against llama-cpp-python's sampler chain."""
+    _run_bench_returns_json_results(engine)
+    _greedy_fast_path_matches_the_sampler_chain(engine, model_path)

@@ -1,4 +1,4 @@
-"""Health probes and the bandwidth roofline."""
+"""Health probes (on the fake engine) and the bandwidth roofline."""
 
 from __future__ import annotations
 
@@ -25,15 +25,16 @@ from abgate.bench.roofline import (
     roofline,
 )
 from abgate.engines.base import FinishReason, GenerationResult
-from abgate.engines.llamacpp import engine as llamacpp
+from abgate.engines.fake import FakeEngine
 from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
-from tests.conftest import engine_threads
 
 
 @pytest.fixture(scope="module")
-def engine(model_path: str) -> Iterator[llamacpp.LlamaCppEngine]:
-    e = llamacpp.load(model_path, {"n_ctx": 512, **engine_threads(default=1)})
+def engine() -> Iterator[FakeEngine]:
+    """The fake engine (its tokens are bytes): the probes' planting, running and rules
+    are abgate's; real engines run them in every baseline record (tests/test_baseline.py)."""
+    e = FakeEngine.load("fake", {"n_ctx": 512})
     yield e
     e.close()
 
@@ -61,8 +62,7 @@ def test_probe_checks() -> None:
     assert not err.passed and err.reason == "engine error: boom"
 
 
-@pytest.mark.engine
-def test_needle_is_planted_at_depth(engine: llamacpp.LlamaCppEngine) -> None:
+def test_needle_is_planted_at_depth(engine: FakeEngine) -> None:
     for depth in (0.0, 0.5, 1.0):
         p = needle_probe(engine.tokenize, 300, depth)
         body = p.messages[0]["content"].split("\n\nWhat is the secret key")[0]
@@ -73,8 +73,7 @@ def test_needle_is_planted_at_depth(engine: llamacpp.LlamaCppEngine) -> None:
         needle_probe(engine.tokenize, 300, 1.5)
 
 
-@pytest.mark.engine
-def test_probes_run_and_report(engine: llamacpp.LlamaCppEngine) -> None:
+def test_probes_run_and_report(engine: FakeEngine) -> None:
     lines: list[ProbeLine] = []
     probes = default_probes(engine.tokenize, needle_len=200)
     results = run_probes(engine, probes, 512, on_sample=lines.append)

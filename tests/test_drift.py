@@ -27,8 +27,8 @@ def test_configuration_names_every_class() -> None:
     conf = configuration(DOC)
     assert conf["env.OMP_NUM_THREADS"] == "2" and conf["env.CUDA_VISIBLE_DEVICES"] == "0"
     assert conf["engine_args.n_ctx"] == 512 and conf["effective.type_k"] == "f16"
-    assert conf["engine.version"] == "0.3.36" and conf["library.numpy"] == "2.4.6"
-    assert conf["mapped.libggml.so"] == "h" * 64 and conf["model.sha256"] == "s" * 64
+    assert conf["engine_version"] == "0.3.36" and conf["package.numpy"] == "2.4.6"
+    assert conf["library.libggml.so"] == "h" * 64 and conf["model.sha256"] == "s" * 64
     assert conf["host.hostname"] == "a"
 
 
@@ -39,8 +39,8 @@ def test_a_malformed_section_reads_as_empty_not_as_a_crash() -> None:
     doc["provenance"]["libraries"] = ["junk", {"libs": "none"},
                                       {"libs": [7, {"path": "/y/libz.so", "sha256": "z"}]}]
     conf = configuration(doc)
-    assert conf["mapped.libz.so"] == "z" and "mapped.libggml.so" not in conf
-    assert conf["engine.name"] is None and not any(k.startswith("engine_args") for k in conf)
+    assert conf["library.libz.so"] == "z" and "library.libggml.so" not in conf
+    assert conf["engine"] is None and not any(k.startswith("engine_args") for k in conf)
     assert conf["env.CUDA_VISIBLE_DEVICES"] == "0" and conf["host.hostname"] == "a"
 
 

@@ -37,8 +37,15 @@ def req(max_tokens: int = 48, **kw: object) -> GenerationRequest:
 
 
 @pytest.mark.engine
-def test_effective_config_and_engine_timings(engine: llamacpp.LlamaCppEngine) -> None:
-    """llama.cpp's own part of the contract (the rest: tests/test_adapter_contract.py)."""
+def test_effective_config_timings_and_kept_prompt_states(engine: llamacpp.LlamaCppEngine,
+                                                         model_path: str) -> None:
+    """llama.cpp's own part of the contract (the rest: tests/test_adapter_contract.py):
+    its effective config and engine timings, and score() restoring kept prompt states."""
+    _effective_config_and_engine_timings(engine)
+    _scoring_restores_the_prompt_kept_from_generation(model_path)
+
+
+def _effective_config_and_engine_timings(engine: llamacpp.LlamaCppEngine) -> None:
     assert isinstance(engine, Engine)
     eff = engine.describe().effective_config
     assert eff["n_ctx"] == 1024 and eff["type_k"] == "f16" and eff["flash_attn"] is False
@@ -79,8 +86,7 @@ def test_greedy_is_deterministic_across_processes(model_path: str) -> None:
     assert json.loads(outs[0]) == json.loads(outs[1]) and json.loads(outs[0])
 
 
-@pytest.mark.engine
-def test_scoring_restores_the_prompt_kept_from_generation(model_path: str) -> None:
+def _scoring_restores_the_prompt_kept_from_generation(model_path: str) -> None:
     """With prompt states kept (what an A/B with distribution agreement asks for), score()
     restores the prompt's KV cells instead of prefilling it; the scores agree with a
     fresh prefill to float round-off, and greedy generation is unchanged."""

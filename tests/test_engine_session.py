@@ -1,13 +1,13 @@
 """One engine session for run, A/B, bench and baseline (``abgate.runner.session``):
-every command prepares, loads, isolates, records and cleans up an engine the same way."""
+every command prepares, loads, isolates, records and cleans up an engine the same way.
+(Per-arm env isolation and SIGTERM during a bench, the session's logic on any engine:
+tests/fast/test_session_fake.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from abgate.provenance.manifest import build_manifest
 from abgate.runner.documents import new_record
 from abgate.runner.session import EngineSpec, prepare_engine
 from abgate.runner.spec import RunConfig, prepare
-from tests.conftest import abgate, read_lines
+from tests.conftest import abgate
 from tests.test_openai_engine import LAUNCH, needs_server
 
 ONE_THREAD = ["--engine-arg", "n_threads=1", "--engine-arg", "n_threads_batch=1"]
@@ -89,27 +89,6 @@ def test_run_json_and_manifest_agree_on_dirty(tmp_path: Path,
 
 
 @pytest.mark.engine
-def test_env_is_isolated_per_arm_in_forced_interleave_and_restored(tmp_path: Path) -> None:
-    shared = RunConfig(suite="synthetic", difficulty="trivial", limit=2, max_tokens=4,
-                       engine_args={"n_threads": 1})
-    exp = Experiment(name="env", baseline="A", schedule=Schedule("interleave", 0, 8),
-                     arms={"A": RunConfig(**{**vars(shared), "env": {"ABGATE_T_ARM": "a"}}),
-                           "B": RunConfig(**{**vars(shared), "env": {"ABGATE_T_ARM": "b",
-                                                                     "ABGATE_T_ONLY_B": "1"}})},
-                     evidence=Evidence(agreement=False, probes=False))
-    assert "ABGATE_T_ARM" not in os.environ
-    result = run_experiment(exp, tmp_path / "AB")
-    assert result.outcome.status == "complete"
-    seen = {arm: json.loads((tmp_path / "AB" / "arms" / arm / "run.json").read_text())
-            ["provenance"]["environment"]["env"] for arm in ("A", "B")}
-    assert seen["A"]["ABGATE_T_ARM"] == "a" and seen["A"].get("ABGATE_T_ONLY_B") is None
-    assert seen["B"]["ABGATE_T_ARM"] == "b" and seen["B"]["ABGATE_T_ONLY_B"] == "1"
-    assert "ABGATE_T_ARM" not in os.environ and "ABGATE_T_ONLY_B" not in os.environ
-    runs = [json.loads((tmp_path / "AB" / "arms" / a / "run.json").read_text()) for a in "AB"]
-    assert all(r["engine_processes"] == [os.getpid()] for r in runs)  # in-process engine
-
-
-@pytest.mark.engine
 def test_one_model_is_hashed_once_per_ab(tmp_path: Path, model_path: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     other = tmp_path / "copy.gguf"
@@ -141,8 +120,16 @@ def test_one_model_is_hashed_once_per_ab(tmp_path: Path, model_path: str,
 @pytest.mark.engine
 @needs_server
 @pytest.mark.server
-def test_launched_server_records_only_its_process_tree_and_contract_holds(
-        tmp_path: Path, model_path: str) -> None:
+def test_launched_server_run_bench_and_baseline(tmp_path: Path, model_path: str) -> None:
+    """A launched llama_cpp.server through the same session: a run records only its
+    process tree (and a library contract holds on it); bench, baseline record and check
+    against it (the check's own fresh launch the same configuration)."""
+    _run_records_only_the_process_tree_and_contract_holds(tmp_path, model_path)
+    _bench_and_baseline_against_a_launched_server(tmp_path, model_path)
+
+
+def _run_records_only_the_process_tree_and_contract_holds(tmp_path: Path,
+                                                         model_path: str) -> None:
     lib = _libllama()
     contract = tmp_path / "contract.toml"
     contract.write_text(f'[libraries]\nrequired = ["{lib}"]\nmode = "every"\n')
@@ -160,10 +147,7 @@ def test_launched_server_records_only_its_process_tree_and_contract_holds(
     assert run["cleanup"]["verified"]
 
 
-@pytest.mark.engine
-@needs_server
-@pytest.mark.server
-def test_bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path: str) -> None:
+def _bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path: str) -> None:
     served = ["--engine", "openai", "--model", model_path, "--launch", LAUNCH, *ONE_THREAD,
               "--engine-arg", "n_ctx=1024"]
     r = abgate("bench", "--input-len", "64", "--output-len", "8", "--repeats", "2",
@@ -191,31 +175,3 @@ def test_bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path
     assert conf["passed"] and conf["summary"] == "exact match"
     assert checked["cleanup"]["verified"] and checked["cleanup"]["server"]["survivors"] == []
     assert "effective.server_ready_s" in conf["not_compared"]
-
-
-# -- the shared bookkeeping: SIGTERM during a bench -------------------------------------------
-
-
-@pytest.mark.engine
-def test_sigterm_during_bench_is_interrupted_with_run_log(tmp_path: Path) -> None:
-    out = tmp_path / "B"
-    proc = subprocess.Popen([sys.executable, "-m", "abgate", "bench", "--input-len", "32",
-                             "--output-len", "16", "--repeats", "200", "--warmup", "0",
-                             "--peak-bw", "10", *ONE_THREAD, "-o", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        samples = out / "samples.jsonl"
-        if samples.exists() and read_lines(samples):
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("bench wrote no sample in 120 s")
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "interrupted" and run["ended_at"] is not None
-    assert (out / "run.log").exists() and "interrupted" in (out / "run.log").read_text()
-    assert json.loads((out / "summary.json").read_text())["status"] == "interrupted"

@@ -94,7 +94,7 @@ def req(max_tokens: int = 24, rid: str = "r", **kw: Any) -> GenerationRequest:
                              messages=MSGS)
 
 
-def test_is_an_engine_and_describes_itself(engine: hf.TransformersEngine, tiny: Path) -> None:
+def _is_an_engine_and_describes_itself(engine: hf.TransformersEngine, tiny: Path) -> None:
     assert isinstance(engine, Engine)
     info = engine.describe()
     assert info.name == "transformers" and info.version == transformers.__version__
@@ -125,7 +125,7 @@ def test_is_an_engine_and_describes_itself(engine: hf.TransformersEngine, tiny: 
     assert info.capabilities.scoring == "full" and info.capabilities.engine_timings
 
 
-def test_greedy_is_deterministic_with_per_token_times(engine: hf.TransformersEngine) -> None:
+def _greedy_is_deterministic_with_per_token_times(engine: hf.TransformersEngine) -> None:
     a, b = engine.generate([req(), req()])
     assert a.error is None and a.output_token_ids == b.output_token_ids and a.text == b.text
     assert a.output_tokens == len(a.output_token_ids or []) > 0
@@ -143,7 +143,7 @@ def test_greedy_is_deterministic_with_per_token_times(engine: hf.TransformersEng
     assert fid.decode_ratio is not None and 0 < fid.decode_ratio <= 1.0 + 1e-6
 
 
-def test_ignore_eos_max_tokens_and_stop_strings(engine: hf.TransformersEngine) -> None:
+def _ignore_eos_max_tokens_and_stop_strings(engine: hf.TransformersEngine) -> None:
     r = engine.generate([req(max_tokens=12, ignore_eos=True)])[0]
     assert r.finish_reason == "length" and r.output_tokens == 12
     full = engine.generate([req(max_tokens=40, ignore_eos=True)])[0]
@@ -152,7 +152,7 @@ def test_ignore_eos_max_tokens_and_stop_strings(engine: hf.TransformersEngine) -
     assert s.finish_reason == "stop" and cut not in s.text and full.text.startswith(s.text)
 
 
-def test_eos_ends_the_output_and_is_not_kept(engine: hf.TransformersEngine) -> None:
+def _eos_ends_the_output_and_is_not_kept(engine: hf.TransformersEngine) -> None:
     eos = min(engine._eos)
     watch = hf._Watch(torch, engine._on_cuda, engine._eos, engine.detokenize,
                       SamplingParams(max_tokens=10), prompt_len=2)
@@ -172,7 +172,7 @@ def test_eos_ends_the_output_and_is_not_kept(engine: hf.TransformersEngine) -> N
     assert keep.times[1] == keep.times[2] and len(keep.on_host) == 2
 
 
-def test_score_is_consistent_with_greedy_decoding(engine: hf.TransformersEngine) -> None:
+def _score_is_consistent_with_greedy_decoding(engine: hf.TransformersEngine) -> None:
     r = engine.generate([req(max_tokens=16, ignore_eos=True)])[0]
     out, prompt = r.output_token_ids or [], r.prompt_token_ids or []
     s = engine.score(prompt, out, top_k=3)
@@ -188,7 +188,7 @@ def test_score_is_consistent_with_greedy_decoding(engine: hf.TransformersEngine)
         engine.score(prompt, [])
 
 
-def test_prefill_scoring_agrees_with_decode_scoring(tiny: Path,
+def _prefill_scoring_agrees_with_decode_scoring(tiny: Path,
                                                    engine: hf.TransformersEngine) -> None:
     fast = hf.load(str(tiny), {"device": DEVICE, "score_mode": "prefill"})
     try:
@@ -204,7 +204,7 @@ def test_prefill_scoring_agrees_with_decode_scoring(tiny: Path,
         fast.close()
 
 
-def test_static_cache_matches_dynamic(tiny: Path, engine: hf.TransformersEngine) -> None:
+def _static_cache_matches_dynamic(tiny: Path, engine: hf.TransformersEngine) -> None:
     static = hf.load(str(tiny), {"device": DEVICE, "cache_implementation": "static",
                                  "max_cache_len": 128})
     try:
@@ -222,7 +222,7 @@ def test_static_cache_matches_dynamic(tiny: Path, engine: hf.TransformersEngine)
         static.close()
 
 
-def test_prompt_lookup_speculation_is_lossless_for_greedy(
+def _prompt_lookup_speculation_is_lossless_for_greedy(
         tiny: Path, engine: hf.TransformersEngine) -> None:
     spec = hf.load(str(tiny), {"device": DEVICE, "prompt_lookup_num_tokens": 3})
     try:
@@ -235,7 +235,7 @@ def test_prompt_lookup_speculation_is_lossless_for_greedy(
         spec.close()
 
 
-def test_assistant_model_speculation_is_lossless_for_greedy(
+def _assistant_model_speculation_is_lossless_for_greedy(
         tiny: Path, engine: hf.TransformersEngine) -> None:
     """The tiny model as its own draft: greedy speculative decoding keeps the plain
     greedy tokens; several tokens can arrive per verification step."""
@@ -263,7 +263,7 @@ def test_assistant_model_speculation_is_lossless_for_greedy(
     assert spec.cleanup_evidence is not None and spec.cleanup_evidence["verified"] is True
 
 
-def test_device_map_places_the_model(tiny: Path, engine: hf.TransformersEngine) -> None:
+def _device_map_places_the_model(tiny: Path, engine: hf.TransformersEngine) -> None:
     """device_map (accelerate) instead of device: "auto" on the one device there is,
     or an explicit JSON object; the same greedy tokens as the plain engine."""
     auto_ok = CUDA or not torch.cuda.is_available()  # "auto" picks CUDA where there is one
@@ -288,7 +288,7 @@ def test_device_map_places_the_model(tiny: Path, engine: hf.TransformersEngine) 
         assert placed.cleanup_evidence is not None and placed.cleanup_evidence["verified"]
 
 
-def test_deterministic_switch_is_scoped_and_described(
+def _deterministic_switch_is_scoped_and_described(
         tiny: Path, engine: hf.TransformersEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     from abgate.engines.transformers import determinism as det
 
@@ -322,39 +322,7 @@ def test_deterministic_switch_is_scoped_and_described(
         strict.close()
 
 
-def test_deterministic_needs_cublas_workspace_before_cuda(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from abgate.engines.transformers import determinism as det
-
-    class FakeCuda:
-        started = False
-
-        def is_initialized(self) -> bool:
-            return self.started
-
-    class FakeTorch:
-        cuda = FakeCuda()
-
-    monkeypatch.delenv(det.CUBLAS_VAR, raising=False)
-    det.prepare(FakeTorch, True, on_cuda=False)  # the CPU needs nothing
-    assert det.CUBLAS_VAR not in os.environ
-    det.prepare(FakeTorch, False, on_cuda=True)
-    assert det.CUBLAS_VAR not in os.environ
-    det.prepare(FakeTorch, True, on_cuda=True)  # unset, CUDA not started: set here
-    assert os.environ[det.CUBLAS_VAR] == ":4096:8"
-    monkeypatch.setenv(det.CUBLAS_VAR, ":0:0")
-    with pytest.raises(UsageError, match="CUBLAS_WORKSPACE_CONFIG=:4096:8 before CUDA"):
-        det.prepare(FakeTorch, True, on_cuda=True)
-    monkeypatch.delenv(det.CUBLAS_VAR)
-    FakeTorch.cuda.started = True
-    with pytest.raises(UsageError, match="CUDA has already started") as err:
-        det.prepare(FakeTorch, True, on_cuda=True)
-    assert "\n" not in str(err.value)
-    monkeypatch.setenv(det.CUBLAS_VAR, ":16:8")
-    det.prepare(FakeTorch, True, on_cuda=True)  # already deterministic: fine
-
-
-def test_seeded_sampling_repeats(engine: hf.TransformersEngine) -> None:
+def _seeded_sampling_repeats(engine: hf.TransformersEngine) -> None:
     a = engine.generate([req(temperature=1.0, seed=11, ignore_eos=True),
                          req(temperature=1.0, seed=11, ignore_eos=True),
                          req(temperature=1.0, seed=12, ignore_eos=True)])
@@ -362,7 +330,7 @@ def test_seeded_sampling_repeats(engine: hf.TransformersEngine) -> None:
     assert a[0].output_token_ids != a[2].output_token_ids
 
 
-def test_context_overflow_and_raw_prompts(engine: hf.TransformersEngine) -> None:
+def _context_overflow_and_raw_prompts(engine: hf.TransformersEngine) -> None:
     r = engine.generate([req(max_tokens=5000)])[0]
     assert r.finish_reason == "error" and r.error and "exceeds the context" in r.error
     raw = GenerationRequest(id="p", params=SamplingParams(max_tokens=4), prompt="one two")
@@ -372,7 +340,7 @@ def test_context_overflow_and_raw_prompts(engine: hf.TransformersEngine) -> None
     assert a.error is None and b.error is None and b.prompt_token_ids == engine.tokenize("one two")
 
 
-def test_random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
+def _random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
     from abgate.ab.analyze import random_weights
     from abgate.records.documents import AbExperiment, AbRecord, ExperimentArm
     from abgate.records.sections import EngineRecord
@@ -398,7 +366,7 @@ def test_random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
         again.close()
 
 
-def test_close_frees_the_model_and_records_evidence(tiny: Path) -> None:
+def _close_frees_the_model_and_records_evidence(tiny: Path) -> None:
     e = hf.load(str(tiny), {"device": DEVICE})
     ref = weakref.ref(e._model)
     e.close()
@@ -409,6 +377,42 @@ def test_close_frees_the_model_and_records_evidence(tiny: Path) -> None:
     e.close()  # idempotent
     with pytest.raises(AbgateError):
         hf.load(str(tiny / "tokenizer.json"), {})  # not a model
+
+
+# -- the tests: each runs several checks on the module's one load (or its variants) -----
+
+
+def test_tiny_model_protocol(engine: hf.TransformersEngine, tiny: Path) -> None:
+    """The module's engine: its description and roofline figures, greedy determinism
+    with per-token times, ignore_eos/max_tokens/stop strings, EOS handling, scores
+    consistent with greedy decoding, seeded sampling, context overflow, raw prompts."""
+    _is_an_engine_and_describes_itself(engine, tiny)
+    _greedy_is_deterministic_with_per_token_times(engine)
+    _ignore_eos_max_tokens_and_stop_strings(engine)
+    _eos_ends_the_output_and_is_not_kept(engine)
+    _score_is_consistent_with_greedy_decoding(engine)
+    _seeded_sampling_repeats(engine)
+    _context_overflow_and_raw_prompts(engine)
+
+
+def test_variants_keep_the_plain_greedy_tokens(
+        tiny: Path, engine: hf.TransformersEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each variant loaded beside the module's engine: prefill scoring, a static cache,
+    prompt-lookup and assistant-model speculation, device_map, deterministic=true: each
+    described as what it is, each with the plain engine's greedy tokens and scores."""
+    _prefill_scoring_agrees_with_decode_scoring(tiny, engine)
+    _static_cache_matches_dynamic(tiny, engine)
+    _prompt_lookup_speculation_is_lossless_for_greedy(tiny, engine)
+    _assistant_model_speculation_is_lossless_for_greedy(tiny, engine)
+    _device_map_places_the_model(tiny, engine)
+    _deterministic_switch_is_scoped_and_described(tiny, engine, monkeypatch)
+
+
+def test_random_weights_and_close(tmp_path: Path, tiny: Path) -> None:
+    """Random (dummy) weights are labelled speed-only and seeded; close() frees the
+    model, records its evidence and is idempotent; a file that is no model is refused."""
+    _random_weights_are_labelled_speed_only(tmp_path)
+    _close_frees_the_model_and_records_evidence(tiny)
 
 
 # -- the A/B on the tiny model: a static cache changes the layout, not the arithmetic -------

@@ -1,9 +1,10 @@
-"""The fast-path audit end to end (issue 24): one real A/B on the embedded SmolLM2 in a
-throwaway git repository (a declared flash-attention switch, sampling, two seeds, the
-fast-path policy), its reviewer figures, the engineer's decision and attaching the whole
-A/B directory to a later commit; the fast-path policy on recorded A/Bs.
-
-The engine runs 2 items x 2 seeds of 8 tokens; nothing asserts a figure of this CPU."""
+"""The fast-path audit end to end (issue 24): one A/B in a throwaway git repository (a
+declared switch, sampling, two seeds, the fast-path policy), its reviewer figures, the
+engineer's decision and attaching the whole A/B directory to a later commit, on the
+fake engine through the CLI in this process (a workflow: what it records and reports);
+the fast-path policy on recorded A/Bs; and the shipped example on the embedded SmolLM2
+(engine tier: flash attention is llama.cpp's), 2 items x 2 seeds of 8 tokens, nothing
+asserting a figure of this CPU."""
 
 from __future__ import annotations
 
@@ -23,14 +24,16 @@ from abgate.records.documents import AbRecord
 from abgate.records.sections import GitState
 from abgate.runner.documents import read_record
 from tests.conftest import REPO, abgate, toml_engine_args
+from tests.support.fake import cli
 from tests.support.records import changed, edit_record
 from tests.support.report import build_ab_dir
 
-EXPERIMENT = f"""
+EXPERIMENT = """
 name = "fast-path-audit"
 baseline = "default"
 policy = "fast-path"
 [shared]
+engine = "fake"
 suite = "synthetic"
 difficulty = "trivial"
 limit = 2
@@ -38,7 +41,7 @@ seeds = [0, 1]
 max_tokens = 8
 temperature = 0.7
 top_p = 0.9
-engine_args = {toml_engine_args({"n_ctx": 512})}
+engine_args = { n_ctx = 512 }
 [schedule]
 warmup = 0
 [evidence]
@@ -46,8 +49,8 @@ agreement = false
 probes = false
 [arms.default]
 [arms.fa]
-changes = ["flash_attn"]
-engine_args = {{ flash_attn = true }}
+changes = ["tpot_ms"]
+engine_args = { tpot_ms = 4.0 }
 """
 
 
@@ -72,20 +75,19 @@ def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     exp = root / "exp.toml"
     exp.write_text(EXPERIMENT)
     out = root / "AB"
-    r = abgate("ab", str(exp), "-o", str(out), cwd=repo)
+    r = cli("ab", str(exp), "-o", str(out), cwd=repo)
     assert r.returncode == 3, r.stderr  # 2 items: below min_items, INCONCLUSIVE
     return repo, out
 
 
-@pytest.mark.engine
 def test_report_has_the_reviewers_figures(audited: tuple[Path, Path]) -> None:
     repo, out = audited
     tree, commit = git(repo, "rev-parse", "HEAD^{tree}"), git(repo, "rev-parse", "HEAD")
     md = (out / "report.md").read_text()
     assert f"| `fa` | `{commit}` | `{tree}` | no |" in md  # every arm's tree, clean
     assert f"| `default` | `{commit}` | `{tree}` | no |" in md
-    assert "| `engine_args.flash_attn` | before the load | (not set) | true | declared |" in md
-    assert "| `effective.flash_attn` | after the load | false | true | declared |" in md
+    assert "| `engine_args.tpot_ms` | before the load | (not set) | 4.0 | declared |" in md
+    assert "| `effective.tpot_ms` | after the load | 5.0 | 4.0 | declared |" in md
     assert "| Arm | Correct | Invalid | Truncated | Natural stop | U+FFFD | NUL | Other control |" \
         in md
     rows = [line for line in md.splitlines() if line.startswith("| `fa` | ")]
@@ -105,7 +107,6 @@ def test_report_has_the_reviewers_figures(audited: tuple[Path, Path]) -> None:
     assert "fa" in (out / "report.html").read_text()
 
 
-@pytest.mark.engine
 def test_decide_then_attach_the_whole_ab(audited: tuple[Path, Path], tmp_path: Path) -> None:
     # A copy: this test records a decision and commits to the repo, and the module's other
     # tests (in any order: pytest-randomly) read the audited A/B as it was written.
@@ -113,10 +114,10 @@ def test_decide_then_attach_the_whole_ab(audited: tuple[Path, Path], tmp_path: P
     shutil.copytree(audited[0], repo, symlinks=True)
     shutil.copytree(audited[1], out, symlinks=True)
     ledger = {"ABGATE_LEDGER": str(tmp_path / "ledger.sqlite")}  # the shared one has the original
-    bad = abgate("decide", str(out), "--decision", "keep-default", "--why", "x")
+    bad = cli("decide", str(out), "--decision", "keep-default", "--why", "x")
     assert bad.returncode == 2 and "did you mean 'keep-default-on'" in bad.stderr
     assert not (out / DECISIONS_FILE).exists()
-    r = abgate("decide", str(out), "--decision", "keep-default-on", "--by", "lead", "--why",
+    r = cli("decide", str(out), "--decision", "keep-default-on", "--by", "lead", "--why",
                "task-accurate speedup; identity alone does not reject; GGML_NO_FA=1 opts out",
                env=ledger)
     assert r.returncode == 0, r.stderr
@@ -127,17 +128,17 @@ def test_decide_then_attach_the_whole_ab(audited: tuple[Path, Path], tmp_path: P
     assert "Engineer's decision: keep-default-on** (settles the machine verdict INCONCLUSIVE)" \
         in (out / "report.md").read_text()
     assert json.loads((out / "report.json").read_text())["decisions"][0]["by"] == "lead"
-    ls = abgate("ledger", "ls", "--kind", "ab", env=ledger)
+    ls = cli("ledger", "ls", "--kind", "ab", env=ledger)
     assert "INCONCLUSIVE; decided keep-default-on" in " ".join(ls.stdout.split()), ls.stdout
     tested = git(repo, "rev-parse", "HEAD")
     git(repo, "commit", "-q", "--allow-empty", "-m", "merge: same tree")
     merged = git(repo, "rev-parse", "HEAD")
-    r = abgate("attach", str(out), "--commit", "HEAD", "--repo", str(repo))
+    r = cli("attach", str(out), "--commit", "HEAD", "--repo", str(repo))
     assert r.returncode == 0, r.stderr
     assert f"results of {tested[:12]} hold for HEAD ({merged[:12]})" in r.stdout
     (repo / "kernel.c").write_text("int fast_path = 0;\n")
     git(repo, "commit", "-qam", "revert the fast path")
-    r = abgate("attach", str(out), "--commit", "HEAD", "--repo", str(repo))
+    r = cli("attach", str(out), "--commit", "HEAD", "--repo", str(repo))
     assert r.returncode == 1 and "M kernel.c" in r.stderr
 
 

@@ -1,4 +1,5 @@
-"""(c) of issue 33: a SIGKILLed ``abgate ab --cluster local:2`` leaves no process behind.
+"""(c) of issue 33: a SIGKILLed ``abgate ab --cluster local:2`` leaves no process behind,
+and (item 4) ``--resume`` of that A/B, whose cluster is gone, completes on a new one.
 
 In a module of its own: next to tests/test_fleet.py's module-scoped 2-node cluster (alive
 while that module runs) the replicas of this test's own local cluster never started within
@@ -27,8 +28,9 @@ pytestmark = pytest.mark.engine  # a real local Ray cluster started by abgate
 def test_a_sigkilled_coordinator_leaves_no_process(tmp_path: Path) -> None:
     """(c) ``abgate ab --cluster local:2`` killed with SIGKILL while a replica hangs:
     its actors, its engines and the local cluster abgate started are all gone."""
-    path = experiment(tmp_path / "k.toml", "perturb = 0.05, hang_at = 3, hang_s = 120",
-                      limit=8, agreement=False, extra="\n[cluster]\nreplicas = 2\n")
+    path = experiment(tmp_path / "k.toml", "perturb = 0.05, hang_at = 3, hang_s = 8",
+                      limit=8, agreement=False,
+                      extra="probes = false\n\n[cluster]\nreplicas = 2\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.Popen([sys.executable, "-m", "abgate", "ab", str(path), "--cluster",
                              "local:2", "-o", str(tmp_path / "out")], env=env,
@@ -44,6 +46,18 @@ def test_a_sigkilled_coordinator_leaves_no_process(tmp_path: Path) -> None:
     while time.monotonic() < deadline and _alive(kids):
         time.sleep(0.5)
     assert _alive(kids) == []
+    # item 4: --resume of the A/B whose cluster is gone continues on a new one
+    r = subprocess.run([sys.executable, "-m", "abgate", "ab", str(path), "--resume",
+                        str(tmp_path / "out"), "--cluster", "local:2"], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode in (0, 1, 3), r.stderr
+    ab = json.loads((tmp_path / "out" / "ab.json").read_text())
+    assert ab["status"] == "complete" and ab["resumes"]
+    for arm in ("a", "b"):
+        lines = (tmp_path / "out" / "arms" / arm / "samples.jsonl").read_text().splitlines()
+        keys = [json.loads(x)["key"] for x in lines if x.strip()]
+        assert sorted(keys) == sorted(set(keys)) and len(keys) == 8
+    assert {r["node_id"] for r in ab["fleet"]["replicas"]}  # the new cluster's replicas
 
 
 def _wait_for_replicas(ab_json: Path) -> list[int]:

@@ -28,9 +28,8 @@ from tests.conftest import (
 from tests.test_served_ab import check_ab
 
 
-@needs_llama_server
-@pytest.mark.engine
-def test_llama_server_ab_server_rendered_prompts(tmp_path: Path) -> None:
+def _llama_server_ab_server_rendered_prompts(tmp_path: Path) -> None:
+    tmp_path.mkdir()
     exp = tmp_path / "llama-server.toml"
     exp.write_text(f"""
 name = "llama-server-kv-q8"
@@ -63,11 +62,10 @@ engine_args = {{ flash-attn = "on", cache-type-k = "q8_0", cache-type-v = "q8_0"
     assert (out / "arms" / "q8" / "server-llama-server.log").exists()
 
 
-@needs_llama_server
-@pytest.mark.engine
-def test_llama_server_run_killed_then_resumed(tmp_path: Path) -> None:
+def _llama_server_run_killed_then_resumed(tmp_path: Path) -> None:
     """``abgate run`` against llama-server: what its stream carries, server-rendered
     prompt SHAs, a server killed mid-run fails the run, ``--resume`` finishes it."""
+    tmp_path.mkdir()
     n = requested_threads(1)
     out = tmp_path / "R"
     args = ["run", "--engine", "openai", "--launch", llama_server_launch(), "--suite",
@@ -100,12 +98,11 @@ def test_llama_server_run_killed_then_resumed(tmp_path: Path) -> None:
     assert (out / "server-llama-server.log").exists()
 
 
-@needs_llama_server
-@pytest.mark.engine
-def test_llama_server_bench_exact_prompts_and_lengths(tmp_path: Path) -> None:
+def _llama_server_bench_exact_prompts_and_lengths(tmp_path: Path) -> None:
     """A bench prompt of exactly N token IDs goes to llama-server as those IDs (its
     tokenizer, asked for the filler, gives the embedded engine's prompt) and exactly M
     output tokens come back (its own ignore_eos)."""
+    tmp_path.mkdir()
     n = requested_threads(1)
     bench = ["bench", "--input-len", "64", "--output-len", "16", "--repeats", "1"]
     r = abgate(*bench, "--engine", "openai", "--launch", llama_server_launch(),
@@ -126,3 +123,12 @@ def test_llama_server_bench_exact_prompts_and_lengths(tmp_path: Path) -> None:
     assert run["cleanup"]["verified"]
 
 
+@needs_llama_server
+@pytest.mark.engine
+def test_llama_server_ab_killed_run_and_bench(tmp_path: Path) -> None:
+    """llama-server three ways, each its own launches: an A/B of two servers with
+    server-rendered prompts, a run whose server is killed and then resumed, and a bench
+    of exact prompt lengths."""
+    _llama_server_ab_server_rendered_prompts(tmp_path / "ab")
+    _llama_server_run_killed_then_resumed(tmp_path / "killed")
+    _llama_server_bench_exact_prompts_and_lengths(tmp_path / "bench")

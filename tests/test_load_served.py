@@ -57,7 +57,7 @@ def _job(url: str, spec_text: str, n: int) -> LoadJob:
     return LoadJob(url, None, prompts, source, idx, spec, output_len=6)
 
 
-def test_concurrency_4_keeps_4_in_flight(server: str, tmp_path: Path) -> None:
+def _concurrency_4_keeps_4_in_flight(server: str, tmp_path: Path) -> None:
     rec = run_load(_job(server, "concurrency:4", 8), tmp_path)
     raw = read_samples(tmp_path)
     assert len(raw) == 8 and all(r.ok for r in raw)
@@ -70,10 +70,19 @@ def test_concurrency_4_keeps_4_in_flight(server: str, tmp_path: Path) -> None:
     assert again == json.loads((tmp_path / "load.json").read_text())["metrics"]
 
 
-def test_poisson_arrivals_follow_the_seeded_schedule(server: str, tmp_path: Path) -> None:
+def _poisson_arrivals_follow_the_seeded_schedule(server: str, tmp_path: Path) -> None:
     job = _job(server, "poisson:8", 6)
     rec = run_load(job, tmp_path)
     assert rec["schedule_s"] == arrival_schedule(job.spec)
     lines = [json.loads(x) for x in (tmp_path / "load_samples.jsonl").read_text().splitlines()]
     for line in lines:  # sent at its due time (never before, little after)
         assert line["due_s"] <= line["t_send_s"] < line["due_s"] + 0.25
+
+
+def test_closed_and_open_loop_load_on_one_server(server: str, tmp_path: Path) -> None:
+    """One llama-server with 4 slots: a closed loop of 4 keeps 4 in flight, then Poisson
+    arrivals are sent on their seeded schedule."""
+    (tmp_path / "closed").mkdir()
+    (tmp_path / "open").mkdir()
+    _concurrency_4_keeps_4_in_flight(server, tmp_path / "closed")
+    _poisson_arrivals_follow_the_seeded_schedule(server, tmp_path / "open")

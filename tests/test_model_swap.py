@@ -111,15 +111,20 @@ def swapped_ab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exp: Path, file:
     return ab, before
 
 
-@pytest.mark.parametrize("swap", [zero_tensor_data, rename_general_name])
 def test_a_gguf_swapped_between_block_loads_stops_the_ab(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: str,
-        swap: Callable[[Path], None]) -> None:
-    model = tmp_path / "model.gguf"
-    shutil.copyfile(model_path, model)
-    exp = experiment(tmp_path, model, toml_engine_args({"n_ctx": 512}))
-    ab, _ = swapped_ab(tmp_path, monkeypatch, exp, model, swap)
-    assert f"arm 'b': model {model} changed before the load" in ab["error"], ab["error"]
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: str) -> None:
+    """Two swaps, an A/B each: tensor data zeroed, and one byte of the header's
+    ``general.name`` changed (the layout kept)."""
+    for swap in (zero_tensor_data, rename_general_name):
+        with monkeypatch.context() as patch:
+            d = tmp_path / swap.__name__
+            d.mkdir()
+            model = d / "model.gguf"
+            shutil.copyfile(model_path, model)
+            exp = experiment(d, model, toml_engine_args({"n_ctx": 512}))
+            ab, _ = swapped_ab(d, patch, exp, model, swap)
+            assert f"arm 'b': model {model} changed before the load" in ab["error"], \
+                ab["error"]
 
 
 def flip_a_weight_byte(path: Path) -> None:

@@ -65,8 +65,8 @@ def test_key_in_the_right_section_is_found_on_its_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ('[speed]\nmin_speedup = "fast"\n', r":2: speed.min_speedup must be a number >= 0, "
-                                         r"got 'fast'"),
+    ('[speed]\nmin_speedup = "fast"\n', r":2: speed.min_speedup must be a number > -1 "
+                                         r"\(negative: a tolerated slowdown\), got 'fast'"),
     ("[speed]\nconfidence = 1.5\n", r":2: speed.confidence must be a number in \(0, 1\)"),
     ("[quality]\nalpha = true\n", r":2: quality.alpha must be a number in \(0, 0.5\)"),
     ("min_items = 2.5\n", r":1: min_items must be an integer >= 2"),

@@ -93,8 +93,8 @@ def test_record_documents_are_typed_per_kind(tmp_path: Path) -> None:
             AbgateError, match=r"run.json: spec_digest: Input should be a valid string"):
         write_record(path, bad)
     assert read_record(path).spec_digest == "d" * 64  # the refused write left it as it was
-    path.write_text(json.dumps({**run.to_dict(), "engine": {"name": "llamacpp"}}))
-    with pytest.raises(AbgateError, match=r"run.json: engine.effective_config: Field required"):
+    path.write_text(json.dumps({**run.to_dict(), "engine": {"name": "llamacpp", "given": 1}}))
+    with pytest.raises(AbgateError, match=r"run.json: engine.given: Input should be a valid dict"):
         read_record(path)
     # a new record is built as its model: a bad field is refused before anything is written
     with pytest.raises(AbgateError, match=r"schedule.mode: Input should be "

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from abgate.compare.views import views
-from abgate.records.documents import AbBenchDocument
+from abgate.records.documents import AbBenchDocument, AbRecord
 from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (
@@ -19,7 +19,8 @@ from abgate.report.views import (
     RecordedPolicy,
     WeightsDiff,
 )
-from abgate.runner.documents import write_record
+from abgate.runner.documents import read_record, write_record
+from tests.support.records import changed, edit_record
 from tests.support.report import build_ab_dir
 
 
@@ -83,9 +84,9 @@ def test_gpu_entries_in_setup_and_limits(ab_dir: Path, tmp_path: Path) -> None:
 
     out = tmp_path / "ab"
     shutil.copytree(ab_dir, out)
-    doc = json.loads((out / "ab.json").read_text())
-    doc["host"]["gpus"] = [{"name": "H200", "memory": 1}, "legacy text"]
-    (out / "ab.json").write_text(json.dumps(doc))
+    doc = read_record(out / "ab.json", "ab", model=AbRecord)
+    edit_record(out / "ab.json", host=changed(doc.host, gpus=[{"name": "H200", "memory": 1},
+                                                              "legacy text"]))
     md = render(out, "md")
     limits = md[md.index("## What this evidence does not certify"):]
     assert "Test CPU; H200). Speed on other hardware" in limits

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import (
-    HANG_S,
     abgate,
-    default_sigint,
     error_lines,
     no_engine_env,
     read_lines,
     thread_flags,
-    wait_until,
 )
 from tests.support.fake import cli
 
@@ -95,47 +89,6 @@ def test_malformed_dataset_names_line(tmp_path: Path) -> None:
     bad.write_text('{"question": "a", "answer": "#### 1"}\n{broken\n')
     r = cli("run", "--data", str(bad), "-o", str(tmp_path / "R"))
     assert r.returncode == 2 and f"{bad}:2" in r.stderr
-
-
-@pytest.mark.engine
-def test_sigkill_then_resume_has_each_sample_once(tmp_path: Path, gsm8k_path: Path) -> None:
-    out = tmp_path / "R"
-    args = ["run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "5", "--seeds",
-            "0,1", "--max-tokens", "48", *thread_flags(), "-o", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    samples = out / "samples.jsonl"
-    wait_until(lambda: samples.exists() and samples.read_text().count("\n") >= 3, proc,
-               "3 samples")
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    n_before = samples.read_text().count("\n")
-    assert 3 <= n_before < 10
-    assert json.loads((out / "run.json").read_text())["status"] == "running"
-    r = abgate("run", "--resume", str(out))
-    assert r.returncode == 0, r.stderr
-    keys = [s["key"] for s in read_lines(samples)]
-    assert len(keys) == 10 and len(set(keys)) == 10
-    run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "complete" and len(run["resumes"]) == 1
-
-
-@pytest.mark.engine
-def test_sigint_marks_interrupted_and_resumes(tmp_path: Path) -> None:
-    out = tmp_path / "R"
-    args = ["run", "--suite", "synthetic", "--limit", "6", "--max-tokens", "48",
-            *thread_flags(), "-o", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "abgate", *args], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
-    samples = out / "samples.jsonl"
-    wait_until(lambda: samples.exists() and samples.stat().st_size > 0, proc, "a sample")
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=HANG_S)  # it finishes the request in flight first
-    assert proc.returncode == 130
-    run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "interrupted"
-    assert abgate("run", "--resume", str(out)).returncode == 0
-    assert len(read_lines(samples)) == 6
 
 
 def test_version() -> None:

@@ -151,11 +151,15 @@ engine_options = {{ launch = "{PY_LAUNCH}" }}
 @needs_server
 @pytest.mark.server
 @pytest.mark.engine
-def test_no_way_to_render_is_refused_in_one_line(tmp_path: Path) -> None:
-    """No server rendering and no template on the client (the model is not given):
-    render_prompt refuses with the reasons; chat requests still go to the chat API."""
+def test_no_way_to_render_then_the_server_dies(tmp_path: Path) -> None:
+    """One server launched with no model given to abgate: no server rendering and no
+    template on the client, so render_prompt refuses with the reasons, and chat requests
+    still go to the chat API. Then the server is killed: a chat prompt rendered through
+    a server that has died is the server's failure (the run fails, ``--resume`` redoes
+    it), never an error sample; close() still verifies the cleanup."""
+    n = requested_threads(1)
     launch = PY_LAUNCH.replace("{model}", str(default_model_path())) \
-        + f" --n_threads {requested_threads(1)} --n_threads_batch {requested_threads(1)}"
+        + f" --n_threads {n} --n_threads_batch {n}"
     engine = openai_compat.load("", {}, {"launch": launch, "ready_timeout": 120.0}, tmp_path)
     try:
         with pytest.raises(AbgateError, match="cannot render chat messages to token IDs") as e:
@@ -166,6 +170,12 @@ def test_no_way_to_render_is_refused_in_one_line(tmp_path: Path) -> None:
             id="0", params=SamplingParams(max_tokens=4),
             messages=({"role": "user", "content": "Hi"},))])
         assert res.finish_reason != "error" and res.prompt_token_ids is None
+        assert engine.server is not None
+        os.killpg(engine.server.proc.pid, signal.SIGKILL)
+        engine.server.proc.wait(timeout=HANG_S)
+        with pytest.raises(openai_compat.ServerGone, match="exited with code -9"):
+            engine.generate([GenerationRequest(id="1", params=SamplingParams(max_tokens=4),
+                                               messages=({"role": "user", "content": "Hi"},))])
     finally:
         engine.close()
     assert engine.cleanup_evidence is not None and engine.cleanup_evidence["verified"]
@@ -200,27 +210,6 @@ def test_server_that_adds_bos_gets_no_second_one(tmp_path: Path) -> None:
     finally:
         emb.close()
     assert res.finish_reason != "error" and list(res.prompt_token_ids or ()) == served
-
-
-@needs_server
-@pytest.mark.server
-@pytest.mark.engine
-def test_server_dead_before_rendering_fails_the_run(tmp_path: Path) -> None:
-    """A chat prompt rendered through a server that has died is the server's failure
-    (the run fails, ``--resume`` redoes it), never an error sample."""
-    n = requested_threads(1)
-    launch = PY_LAUNCH + f" --n_threads {n} --n_threads_batch {n}"
-    engine = openai_compat.load("", {}, {"launch": launch, "ready_timeout": 120.0}, tmp_path)
-    try:
-        assert engine.server is not None
-        os.killpg(engine.server.proc.pid, signal.SIGKILL)
-        engine.server.proc.wait(timeout=HANG_S)
-        with pytest.raises(openai_compat.ServerGone, match="exited with code -9"):
-            engine.generate([GenerationRequest(id="0", params=SamplingParams(max_tokens=4),
-                                               messages=({"role": "user", "content": "Hi"},))])
-    finally:
-        engine.close()
-    assert engine.cleanup_evidence is not None and engine.cleanup_evidence["verified"]
 
 
 def test_gguf_token_texts() -> None:

@@ -14,7 +14,11 @@ from pathlib import Path
 import pytest
 
 from abgate.provenance.attach import AttachRefused, attach
+from abgate.records.documents import RunRecord
+from abgate.records.sections import GitState
+from abgate.runner.documents import read_record
 from tests.support.fake import RUN_FLAGS, cli
+from tests.support.records import edit_record
 
 ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
@@ -49,9 +53,12 @@ def measured(repo: Path, tmp_path: Path) -> Path:
 
 
 def _git_facts(out: Path, **facts: object) -> None:
-    doc = json.loads((out / "run.json").read_text())
-    doc["git"] = {k: v for k, v in {**doc["git"], **facts}.items() if v is not None}
-    (out / "run.json").write_text(json.dumps(doc))
+    """run.json's git facts with ``facts`` set (None: the fact left out, as an older
+    record lacks it), through the typed record."""
+    doc = read_record(out / "run.json", "run", model=RunRecord)
+    assert doc.git is not None
+    kept = {k: v for k, v in {**doc.git.to_dict(), **facts}.items() if v is not None}
+    edit_record(out / "run.json", git=GitState.model_validate(kept))
 
 
 def test_a_record_without_a_tree_hash_or_clean_flag_is_refused(repo: Path,

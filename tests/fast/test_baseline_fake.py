@@ -30,7 +30,7 @@ def test_hand_edited_baseline_is_refused_before_loading(tmp_path: Path) -> None:
     r = cli(*RECORD, "--repeats", "1", "--warmup", "0", "-o", str(out))
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "baseline.json").read_text())
-    doc["config"]["engine_args"]["n_ctx"] = 10 ** 9  # a hand edit, written raw
+    doc["engine"]["given"]["n_ctx"] = 10 ** 9  # a hand edit, written raw
     doc["cases"][1]["output_token_ids"][2] += 1
     edited = tmp_path / "E"
     edited.mkdir()
@@ -40,7 +40,7 @@ def test_hand_edited_baseline_is_refused_before_loading(tmp_path: Path) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     line = r.stderr.strip().splitlines()[-1]
     assert "does not match its 'integrity' digest" in line
-    assert "config.engine_args" in line and "cases[1]" in line and "cases[0]" not in line
+    assert "engine.given" in line and "cases[1]" in line and "cases[0]" not in line
     del doc["integrity"]  # an incomplete one (no seal) is refused too
     (edited / "baseline.json").write_text(json.dumps(doc))
     with fake_loads() as again:

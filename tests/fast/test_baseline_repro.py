@@ -15,6 +15,7 @@ import pytest
 from abgate.compare import drift as drift_module
 from abgate.compare.drift import configuration, drift, parse_allow
 from abgate.engines import fake
+from abgate.records import facts
 from tests.support.fake import cli
 
 GB = 1 << 30
@@ -107,7 +108,7 @@ def test_volatile_is_one_declared_list() -> None:
     volatile = drift_module.volatile
     assert volatile("host.gpus.3.memory_used") and volatile("effective.num_cpu_blocks")
     assert not volatile("host.gpus.0.name") and not volatile("effective.block_size")
-    assert all(p.split(".", 1)[0] in ("host", "effective") for p in drift_module.VOLATILE)
+    assert all(p.split(".", 1)[0] in ("host", "effective") for p in facts.VOLATILE)
 
 
 def test_the_load_time_is_volatile() -> None:

@@ -44,7 +44,7 @@ def test_a_revision_is_built_once_into_its_own_venv(repo: tuple[Path, dict[str, 
     assert again.cached and again.manifest == m
     # the per-revision interpreter runs that revision's code, with llama-cpp-python reused
     code = "import tinyengine, llama_cpp; print(tinyengine.format_prompt('q'))"
-    assert run_in(first.python, code) == "Question: q\nAnswer:"
+    assert run_in(first.python, code) == "q"
 
 
 def test_each_revision_runs_its_own_code(repo: tuple[Path, dict[str, str]],
@@ -55,9 +55,9 @@ def test_each_revision_runs_its_own_code(repo: tuple[Path, dict[str, str]],
     noop = build_revision(path, "main", BUILD, root=cache)
     base = build_revision(path, revs["base"], BUILD, root=cache)
     assert len({b.directory for b in (bad, slow, noop, base)}) == 4
-    assert run_in(bad.python, "import tinyengine; print(tinyengine.format_prompt('q'))"
-                  ) == "Question: q\nAnswer: no"
-    assert run_in(slow.python, "import tinyengine; print(tinyengine.SLEEP_S)") == "0.05"
+    assert run_in(bad.python, "import tinyengine; print(tinyengine.sampling({}))"
+                  ) == "{'repeat_penalty': 0.5}"
+    assert run_in(slow.python, "import tinyengine; print(tinyengine.SLEEP_S)") == "0.1"
     assert noop.manifest.artifacts_digest != base.manifest.artifacts_digest
 
 

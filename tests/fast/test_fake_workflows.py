@@ -87,11 +87,44 @@ def test_killed_run_resumes(tmp_path: Path) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL
     assert len(_keys(out / "samples.jsonl")) == 4
+    assert read_record(out / "run.json", "run").status == "running"  # killed: never finalised
     # the resumed process crashes after 4 more requests too: exactly the 4 left
     done = subprocess.run([sys.executable, "-m", "abgate", "run", "--resume", str(out)],
                           capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
     keys = _keys(out / "samples.jsonl")
     assert len(keys) == len(set(keys)) == 8, done.stderr
+    run = read_record(out / "run.json", "run")
+    assert run.status == "complete" and len(run.resumes) == 1
+
+
+def test_one_ctrl_c_stops_after_the_request_in_flight_and_resumes(tmp_path: Path) -> None:
+    """One SIGINT while request 2 runs (it sleeps 1 s for real): that request is
+    finished and recorded, the run ends ``interrupted`` with exit 130, and --resume
+    completes it with each sample once. (Was the engine tier's
+    test_run_cli::test_sigint_marks_interrupted_and_resumes on llama.cpp.)"""
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "abgate", "run", *RUN_FLAGS, "--limit", "4", "--seeds", "0",
+           "-o", str(out), "--engine-arg", "hang_at=2", "--engine-arg", "hang_s=1.0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
+    try:
+        _wait(lambda: (out / "run.log").exists()
+              and "request 2 hangs" in (out / "run.log").read_text(), proc)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=300) == 130
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert read_record(out / "run.json", "run").status == "interrupted"
+    assert len(_keys(out / "samples.jsonl")) == 2  # the request in flight was finished
+    done = subprocess.run([sys.executable, "-m", "abgate", "run", "--resume", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    keys = _keys(out / "samples.jsonl")
+    assert len(keys) == len(set(keys)) == 4
+    assert read_record(out / "run.json", "run").status == "complete"
 
 
 def test_ctrl_c_during_a_hanging_request_interrupts(tmp_path: Path) -> None:

@@ -52,7 +52,11 @@ def test_golden_ab_is_analysed_and_reported_as_recorded(golden: Path, tmp_path: 
     recorded = json.loads((golden / "ab" / "comparison.json").read_text())
     again = analyze(ab)
     assert again.decision == recorded["decision"]
-    assert again.comparisons["b"].verdict.to_json() == recorded["comparisons"]["b"]["verdict"]
+    verdict = again.comparisons["b"].verdict.to_json()
+    # every verdict now records the MDE it had (issue 34); a golden verdict written
+    # before that has none, and everything else must be as recorded
+    assert verdict.pop("mde")["gates"]["accuracy"]["detectable"] is not None
+    assert verdict == recorded["comparisons"]["b"]["verdict"]
     assert recorded["decision"] in render(ab, "md")
 
 

@@ -9,11 +9,12 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from abgate.integrity import record_text, seal
 from tests.support.fake import ACCEPT_ARGS, cli, experiment, fake_run
+from tests.support.records import changed, edit_sealed
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh-keygen") is None,
                                 reason="ssh-keygen (openssh-client) is not installed")
@@ -60,9 +61,13 @@ def test_a_signed_baseline_verifies_and_a_resealed_edit_does_not(
     code, text = _verify(out, allowed)
     assert code == 0 and "good, by 'alice@example.com'" in text, text
     # an edit re-sealed: the seal holds (anyone can re-seal), the signature does not
-    doc = json.loads((out / "baseline.json").read_text())
-    doc["cases"][0]["output_token_ids"][0] += 1
-    (out / "baseline.json").write_text(record_text(seal(doc)))
+    def one_token_changed(doc: Any) -> Any:
+        case = doc.cases[0]
+        ids = [case.output_token_ids[0] + 1, *case.output_token_ids[1:]]
+        return doc.model_copy(update={"cases": [changed(case, output_token_ids=ids),
+                                                *doc.cases[1:]]})
+
+    edit_sealed(out / "baseline.json", one_token_changed)
     code, text = _verify(out, allowed)
     assert code == 1 and "seal verified" in text, text
     assert "baseline.json: changed since it was signed" in text

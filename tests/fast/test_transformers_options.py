@@ -3,6 +3,7 @@ checked without torch, through the one error mapping, one line each."""
 
 from __future__ import annotations
 
+import os
 import typing
 from typing import Any
 
@@ -44,3 +45,39 @@ def test_good_args_pass_and_defaults_come_from_the_model() -> None:
                           "deterministic": False}
     assert set(o.ARG_SPECS) == set(o.Args.__pydantic_fields__)
     assert set(o.ARG_SPECS["dtype"].choices) == set(o.DTYPES) == set(typing.get_args(o.Dtype))
+
+
+def test_deterministic_needs_cublas_workspace_before_cuda(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``determinism.prepare`` on a stand-in torch (no torch, no CUDA needed): the CPU
+    needs nothing; on CUDA the fixed cuBLAS workspace is set before CUDA starts, a
+    wrong value or a started CUDA is refused in one line. (Was in the engine tier's
+    test_engine_transformers.py, which loads a real model; this loads none.)"""
+    from abgate.engines.transformers import determinism as det
+
+    class FakeCuda:
+        started = False
+
+        def is_initialized(self) -> bool:
+            return self.started
+
+    class FakeTorch:
+        cuda = FakeCuda()
+
+    monkeypatch.delenv(det.CUBLAS_VAR, raising=False)
+    det.prepare(FakeTorch, True, on_cuda=False)  # the CPU needs nothing
+    assert det.CUBLAS_VAR not in os.environ
+    det.prepare(FakeTorch, False, on_cuda=True)
+    assert det.CUBLAS_VAR not in os.environ
+    det.prepare(FakeTorch, True, on_cuda=True)  # unset, CUDA not started: set here
+    assert os.environ[det.CUBLAS_VAR] == ":4096:8"
+    monkeypatch.setenv(det.CUBLAS_VAR, ":0:0")
+    with pytest.raises(UsageError, match="CUBLAS_WORKSPACE_CONFIG=:4096:8 before CUDA"):
+        det.prepare(FakeTorch, True, on_cuda=True)
+    monkeypatch.delenv(det.CUBLAS_VAR)
+    FakeTorch.cuda.started = True
+    with pytest.raises(UsageError, match="CUDA has already started") as err:
+        det.prepare(FakeTorch, True, on_cuda=True)
+    assert "\n" not in str(err.value)
+    monkeypatch.setenv(det.CUBLAS_VAR, ":16:8")
+    det.prepare(FakeTorch, True, on_cuda=True)  # already deterministic: fine

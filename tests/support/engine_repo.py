@@ -1,6 +1,7 @@
 """A real engine repository for revision A/Bs: a small git repository holding a Python
 engine package on llama-cpp-python, with a base commit and three changes of it: a
-no-op (a comment), a planted prompt-formatting regression and a planted slowdown."""
+no-op (a comment), a planted sampling regression (repeat_penalty 0.5: degenerate
+repetition) and a planted slowdown (100 ms per decoded token)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,47 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-ENGINE = '''"""tinyengine: the prompt formatting and sampling an engine team owns."""
+ENGINE = '''"""tinyengine: an OpenAI-compatible server on llama-cpp-python, with the
+prompt handling and the decode step an engine team owns. Run: python -m tinyengine
+--model M --port P (llama_cpp.server's flags)."""
+import runpy
+import sys
 import time
 
-SLEEP_S = 0.0
+import llama_cpp
+
+SLEEP_S = 0.0  # per decoded token
 
 
-def format_prompt(question: str) -> str:
-    return "Question: " + question + "\\nAnswer:"
+def format_prompt(prompt: str) -> str:
+    return prompt
 
 
-def generate(llm, question: str, max_tokens: int) -> str:
-    time.sleep(SLEEP_S)
-    out = llm(format_prompt(question), max_tokens=max_tokens, temperature=0.0)
-    return out["choices"][0]["text"]
+def sampling(kwargs: dict) -> dict:
+    return kwargs
+
+
+def patch() -> None:
+    complete, evaluate = llama_cpp.Llama.create_completion, llama_cpp.Llama.eval
+
+    def create_completion(self, prompt, *args, **kwargs):
+        if isinstance(prompt, str):
+            prompt = format_prompt(prompt)
+        return complete(self, prompt, *args, **sampling(kwargs))
+
+    def eval(self, tokens):
+        if SLEEP_S:
+            time.sleep(SLEEP_S)
+        return evaluate(self, tokens)
+
+    llama_cpp.Llama.create_completion = create_completion
+    llama_cpp.Llama.eval = eval
+
+
+if __name__ == "__main__":
+    patch()
+    sys.argv[0] = "tinyengine"
+    runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 '''
 
 PYPROJECT = '''[build-system]
@@ -67,10 +95,17 @@ def make_engine_repo(repo: Path) -> dict[str, str]:
     revs = {"base": commit(repo, ENGINE, "base")}
     revs["noop"] = commit(repo, "# formatting owned by the engine team\n" + ENGINE, "noop")
     git(repo, "checkout", "-q", "-b", "regression", revs["base"])
-    revs["regression"] = commit(repo, ENGINE.replace('"\\nAnswer:"', '"\\nAnswer: no"'),
-                                "prompt formatting bug")
+    # a sampling bug: a repetition penalty below 1 rewards repeats (degenerate loops)
+    revs["regression"] = commit(repo, ENGINE.replace(
+        "    return kwargs\n", '    return {**kwargs, "repeat_penalty": 0.5}\n'),
+        "sampling bug: repeat_penalty 0.5")
     git(repo, "checkout", "-q", "-b", "slowdown", revs["base"])
-    revs["slowdown"] = commit(repo, ENGINE.replace("SLEEP_S = 0.0", "SLEEP_S = 0.05"),
+    revs["slowdown"] = commit(repo, ENGINE.replace("SLEEP_S = 0.0 ", "SLEEP_S = 0.1 "),
                               "slowdown")
     git(repo, "checkout", "-q", "main")
     return revs
+
+# How an arm runs its revision's build: the revision's interpreter serves the engine.
+LAUNCH = ("{build}/venv/bin/python -m tinyengine --model {model} --host {host} "
+          "--port {port} --chat_format chat_template.default --logits_all false "
+          "--use_mlock false --verbose false")

@@ -40,3 +40,17 @@ def changed(part: Any, **update: Any) -> Any:
     if isinstance(part, dict):
         return {**part, **update}
     return part.model_copy(update=update)
+
+
+def edit_sealed(path: Path, change: Callable[[Any], Any] | None = None,
+                **update: Any) -> Document:
+    """A sealed record (``baseline.json``) changed as a rebuilt record would be, sealed
+    again (``integrity.seal``) and written through ``write_record``: a check reads it as
+    recorded (for a test of what the check decides, not of the seal)."""
+    from abgate.integrity import seal
+
+    doc = read_record(path)
+    new = change(doc) if change is not None else doc.model_copy(update=update)
+    sealed = type(new).model_validate(seal(new.to_dict()))
+    write_record(path, sealed)
+    return sealed

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab import declared
+from abgate.ab.fleet_notes import fleet_notes, replica_of_items
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
@@ -31,7 +32,7 @@ from abgate.errors import AbgateError
 from abgate.host_load import summarize
 from abgate.records.agreement import Agreement, ScoringOverhead
 from abgate.records.comparison import ArmResult, ComparisonDoc, Probes, Sequential
-from abgate.records.documents import AbRecord
+from abgate.records.documents import AbRecord, RunRecord
 from abgate.records.samples import Sample
 from abgate.records.sections import ArmDifferences
 from abgate.runner import records as rec
@@ -113,9 +114,20 @@ def _probes(out: Path, arm: str, base: str) -> Probes | None:
     return compare_probes(base_doc, cand_doc, base_missing=base_why, cand_missing=cand_why)
 
 
-def random_weights(ab: AbRecord, arm: str, samples: Sequence[SampleLike]) -> str | None:
-    """Why ``arm`` runs random weights ("speed only"), or None."""
-    for where, value in ab.load_formats(arm):
+def _effective(out: Path, arm: str) -> dict[str, Any] | None:
+    """The arm's effective facet (its ``run.json``), None without one."""
+    path = out / "arms" / arm / rec.RUN_FILE
+    if not path.exists():
+        return None
+    doc = read_record(path, "ab-arm", "run", model=RunRecord)
+    return doc.engine.effective if doc.engine.loaded else None
+
+
+def random_weights(ab: AbRecord, arm: str, samples: Sequence[SampleLike],
+                   effective: Mapping[str, Any] | None = None) -> str | None:
+    """Why ``arm`` runs random weights ("speed only"), or None; ``effective``: the arm's
+    effective facet."""
+    for where, value in ab.load_formats(arm, effective):
         if value == "dummy":
             return f"arm {arm!r} runs random weights ({where}: load_format = \"dummy\"), " \
                    "speed only"
@@ -130,8 +142,8 @@ def arm_extras(out: Path, ab: AbRecord, arm: str, base: str,
     """What a candidate's comparison gets besides the paired statistics: ``expect``,
     ``speed_only``, ``agreement``, ``difference_warnings`` and (when probes ran)
     ``probes`` (keyword arguments of :meth:`Comparison.with_extras`)."""
-    speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
-                                                                          samples[arm])
+    speed_only = (random_weights(ab, base, samples[base], _effective(out, base))
+                  or random_weights(ab, arm, samples[arm], _effective(out, arm)))
     extras: dict[str, Any] = {
         "expect": ab.experiment.expects,
         "speed_only": speed_only,
@@ -139,7 +151,8 @@ def arm_extras(out: Path, ab: AbRecord, arm: str, base: str,
         # undeclared differences, an opt-out nothing shows: notes of the verdict
         "difference_warnings": [*declared.warnings(ab.differences.get(arm)
                                                    or ArmDifferences(), arm),
-                                *_identical_outputs(ab, arm, samples[base], samples[arm])],
+                                *_identical_outputs(ab, arm, samples[base], samples[arm]),
+                                *fleet_notes(ab.fleet)],
         # what the host was doing while the arms ran: whether "busy" is measured
         "host_load": summarize((ab.host_load or {}).get("snapshots") or []),
     }
@@ -180,8 +193,8 @@ def sequential_for(out: Path, ab: AbRecord, arm: str, base: str,
     path = out / "arms" / arm / AGREEMENT_FILE
     rows = (read_agreement(path, repair=True) if path.exists()
             and ab.experiment.scores_agreement else None)
-    speed_only = random_weights(ab, base, samples[base]) or random_weights(ab, arm,
-                                                                          samples[arm])
+    speed_only = (random_weights(ab, base, samples[base], _effective(out, base))
+                  or random_weights(ab, arm, samples[arm], _effective(out, arm)))
     return sequential_section(samples[base], samples[arm], item_order(samples[base]), policy,
                               look_every=ab.experiment.look_every,
                               # max_items as run: ab.json's
@@ -192,8 +205,8 @@ def sequential_for(out: Path, ab: AbRecord, arm: str, base: str,
 
 def compare_arm(base: Sequence[SampleLike], cand: Sequence[SampleLike],
                 policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
-                seed: int = 0, n_boot: int = 2000,
-                allow_unmatched: bool = False) -> ArmResult:
+                seed: int = 0, n_boot: int = 2000, allow_unmatched: bool = False,
+                replicas: Mapping[str, str] | None = None) -> ArmResult:
     """One candidate against the baseline: paired statistics, ``extras`` beside them, and
     the policy's verdict. ``abgate ab`` and ``abgate compare`` both call this, so the
     two can never disagree on the same samples. ``allow_unmatched``: an unfinished A/B,
@@ -201,7 +214,7 @@ def compare_arm(base: Sequence[SampleLike], cand: Sequence[SampleLike],
     compared on the keys both arms have."""
     comparison = compare_samples(base, cand, seed=seed, n_boot=n_boot, arm_names=arm_names,
                                  confidence=policy.speed.confidence,
-                                 allow_unmatched=allow_unmatched)
+                                 allow_unmatched=allow_unmatched, replicas=replicas)
     comparison = comparison.with_extras(**extras)
     return ArmResult(comparison=comparison, verdict=decide(comparison, policy))
 
@@ -224,7 +237,8 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
             extras["sequential"] = sequential_for(out, ab, arm, base, policy, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot,
-                                       allow_unmatched=ab.status != "complete")
+                                       allow_unmatched=ab.status != "complete",
+                                       replicas=replica_of_items(ab.fleet))
     decisions = [c.verdict.decision for c in comparisons.values()]
     overall = next(d for d in DECISION_ORDER if d in decisions)
     if ab.status != "complete" and overall == "ACCEPT":

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from abgate.ab import declared
 from abgate.ab.experiment import Experiment
+from abgate.ab.runtime_weights import check_exposable
 from abgate.ab.switches import request_differences
 from abgate.compare import Policy, load_policy
 from abgate.engines import engine_class
@@ -46,6 +47,8 @@ def check_experiment(exp: Experiment, provenance: ProvenanceOptions | None = Non
     if prov.contract is None and exp.contract is not None:  # the file's [contract]
         prov = replace(prov, contract=exp.contract)
     prepared = prepare_arms(exp)
+    if exp.evidence.weights:
+        check_exposable({arm: p.engine.spec.engine for arm, p in prepared.items()})
     contracts = check_contracts(exp, prepared, prov)
     differences = request_differences(exp, prepared)
     mode = choose_mode(exp)  # a sequential A/B that would run in blocks is refused here

@@ -7,69 +7,46 @@ fact abgate records about an arm is a flat key:
 - before any load: ``engine``, ``model`` (the model's SHA-256), ``engine_args.K``,
   ``engine_options.K``, ``env.K``;
 - after the load: ``engine_version``, ``effective.K`` (the engine's effective
-  configuration, less the keys that name one launched instance: :data:`INSTANCE_KEYS`)
-  and ``library.NAME`` (the SHA-256 of each shared library its processes mapped).
+  configuration, less the facts of one launch: ``records.facts.PER_LAUNCH``) and
+  ``library.NAME`` (the SHA-256 of each shared library its processes mapped).
 
-A pattern matches a key with :func:`fnmatch.fnmatchcase`; a pattern without a dot also
-matches the part of a key after its group (``flash_attn`` matches
-``engine_args.flash_attn`` and ``effective.flash_attn``). A candidate may differ from the
-baseline only in keys its own ``changes``, the baseline's ``changes`` or the experiment's
-``allow_differences`` match. With no declaration at all nothing is refused: every
-difference is reported as undeclared (and logged as a warning).
+The keys, the pattern matcher and what is never compared are those of
+:mod:`abgate.records.facts`, the one statement of what may differ between two runs
+(``flash_attn`` matches ``engine_args.flash_attn`` and ``effective.flash_attn``). A
+candidate may differ from the baseline only in keys its own ``changes``, the baseline's
+``changes`` or the experiment's ``allow_differences`` match. With no declaration at all
+nothing is refused: every difference is reported as undeclared (and logged as a warning).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from fnmatch import fnmatchcase
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
 from abgate.errors import AbgateError, UsageError
+from abgate.records import facts
+from abgate.records.facts import differing, matches
 from abgate.records.sections import ArmDifferences, DiffStage, EngineRecord, Provenance, Spec
 
-MISSING = "(not set)"
-# Effective-config keys that name one instance rather than a configuration (a launched
-# server's port, log path, readiness time): they always differ between two arms, and
-# what decides them (the launch template, the endpoint) is compared before the load.
-INSTANCE_KEYS = ("server_ready_s", "server_log", "endpoints", "launch")
-GROUPS = ("engine_args", "engine_options", "env", "effective", "library")
-# Effective-config keys that repeat the request (vLLM's requested_engine_args): they
-# differ whenever the args do, so they are no evidence that an arg took effect.
-ECHO_KEYS = ("effective.requested_engine_args",)
-# Effective-config keys that follow from the engine args as a whole (the digest of the model
-# config the engine built: an hf_overrides arg changes it): declared with any engine arg.
-DERIVED_KEYS = ("effective.hf_config_sha256",)
+__all__ = ["differing", "matches"]  # the one matcher and differ (records/facts.py)
 
 
 class UndeclaredDifference(AbgateError):
     """A difference seen only after the load (records kept: exit 1)."""
 
 
-def _text(value: Any) -> str:
-    try:
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _group(prefix: str, table: Any) -> dict[str, str]:
-    if not isinstance(table, Mapping):
-        return {}
-    return {f"{prefix}.{key}": _text(value) for key, value in table.items()}
-
-
 def request_facts(spec: Mapping[str, Any]) -> dict[str, str]:
     """The keys a prepared arm's spec shows before any load."""
     typed = Spec.model_validate(spec)
     model = typed.model
-    facts = {"engine": _text(typed.engine),
-             "model": _text(model.sha256 or model.to_dict()) if model else _text(None)}
+    found = {"engine": facts.text(typed.engine),
+             "model": facts.text(model.sha256 or model.to_dict()) if model
+             else facts.text(None)}
     for group, table in (("engine_args", typed.engine_args),
                          ("engine_options", typed.engine_options), ("env", typed.env)):
-        facts.update(_group(group, table))
-    return facts
+        found.update(facts.group(group, table))
+    return found
 
 
 def _libraries(provenance: Provenance | None) -> dict[str, str]:
@@ -83,24 +60,11 @@ def _libraries(provenance: Provenance | None) -> dict[str, str]:
 
 def loaded_facts(engine: EngineRecord, provenance: Provenance | None) -> dict[str, str]:
     """The keys a loaded arm shows: engine version, effective config, libraries."""
-    facts = {"engine_version": _text(engine.version)}
-    config = {k: v for k, v in engine.effective_config.items() if k not in INSTANCE_KEYS}
-    facts.update(_group("effective", config))
-    facts.update(_libraries(provenance))
-    return facts
-
-
-def matches(key: str, patterns: Iterable[str]) -> bool:
-    tail = key.split(".", 1)[1] if "." in key else key
-    return any(fnmatchcase(key, p) or ("." not in p and fnmatchcase(tail, p))
-               for p in patterns)
-
-
-def differing(base: Mapping[str, str], cand: Mapping[str, str]) -> dict[str, list[str]]:
-    """Key -> [baseline value, candidate value] for every key whose values differ."""
-    keys = sorted(set(base) | set(cand))
-    return {k: [base.get(k, MISSING), cand.get(k, MISSING)] for k in keys
-            if base.get(k, MISSING) != cand.get(k, MISSING)}
+    found = {"engine_version": facts.text(engine.version)}
+    found.update({k: v for k, v in facts.group("effective", engine.effective_config).items()
+                  if not facts.per_launch(k)})
+    found.update(_libraries(provenance))
+    return found
 
 
 def split(diff: Mapping[str, list[str]], patterns: Sequence[str]
@@ -116,10 +80,9 @@ def check_patterns(where: str, value: Any) -> tuple[str, ...]:
         raise UsageError(f"{where}: must be a list of key patterns such as "
                          f"[\"flash_attn\", \"env.*\"], got {value!r}")
     for pattern in value:
-        group = pattern.split(".", 1)[0]
-        if "." in pattern and group not in GROUPS and not any(c in group for c in "*?["):
+        if (group := facts.unknown_class(pattern)) is not None:
             raise UsageError(f"{where}: {pattern!r}: unknown key group {group!r}; a dotted "
-                             f"pattern starts with one of {', '.join(GROUPS)}")
+                             f"pattern starts with one of {', '.join(facts.CLASSES)}")
     return tuple(value)
 
 
@@ -142,20 +105,20 @@ def no_op(request: DiffStage | None, loaded: DiffStage | None) -> list[str]:
         return []
     args = [k for k in (*request.declared, *request.undeclared)
             if k.startswith("engine_args.")]
-    seen = [k for k in (*loaded.declared, *loaded.undeclared) if k not in ECHO_KEYS]
+    seen = [k for k in (*loaded.declared, *loaded.undeclared) if k not in facts.ECHO]
     return [] if seen else args
 
 
 def config_only(request: DiffStage | None, loaded: DiffStage | None) -> list[str]:
     """The engine args a candidate differs in when, after the load, only the model config's
-    digest differs (:data:`DERIVED_KEYS`; the echo aside): the config object changed, but
+    digest differs (``records.facts.DERIVED``; the echo aside): the config object changed, but
     nothing the engine reports about what it runs. Empty otherwise."""
     if request is None or loaded is None:
         return []
     args = [k for k in (*request.declared, *request.undeclared)
             if k.startswith("engine_args.")]
-    seen = [k for k in (*loaded.declared, *loaded.undeclared) if k not in ECHO_KEYS]
-    return args if seen and all(k in DERIVED_KEYS for k in seen) else []
+    seen = [k for k in (*loaded.declared, *loaded.undeclared) if k not in facts.ECHO]
+    return args if seen and all(k in facts.DERIVED for k in seen) else []
 
 
 def identical_outputs_warning(arm: str, args: Sequence[str], n_items: int) -> str:

@@ -27,6 +27,7 @@ agreement = true             # teacher-forced distribution agreement with the ba
 agreement_tokens = 64        # output tokens scored per sample (0: all of them)
 probes = true                # health probes (arithmetic, copy, mid-context retrieval)
 probe_len = 512              # retrieval probe context in tokens
+weights = false              # read each arm's weights after load: weights-diff-<arm>.json
 
 [arms.f16]
 [arms.q8]
@@ -60,6 +61,7 @@ from pydantic.dataclasses import dataclass
 
 from abgate.ab.declared import check_patterns
 from abgate.ab.optout import compile_patterns
+from abgate.ab.suite_table import SuiteTable
 from abgate.compare.policy import shipped_name
 from abgate.errors import UsageError, did_you_mean
 from abgate.runner.spec import RunConfig
@@ -155,11 +157,15 @@ class Evidence:
     probes: Bool = True
     probe_len: Annotated[Int, Field(ge=64)] = 512  # tokens
     log_patterns: StrList = ()  # engine log lines recorded as opt-out evidence
+    weights: Bool = False  # each arm's loaded weights diffed against the baseline's
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: v for k, v in vars(self).items() if k != "log_patterns"}
+        out: dict[str, Any] = {k: v for k, v in vars(self).items()
+                               if k not in ("log_patterns", "weights")}
         if self.log_patterns:  # only when set: older digests stay the same
             out["log_patterns"] = list(self.log_patterns)
+        if self.weights:
+            out["weights"] = True
         return out
 
 
@@ -180,6 +186,7 @@ class Experiment:
     changes: dict[str, StrList] = field(default_factory=dict)  # arm -> patterns
     allow_differences: StrList = ()
     contract: Str | None = None  # a contract TOML every arm is held to (--contract wins)
+    suites: dict[str, SuiteTable] = field(default_factory=dict)  # several suites, one verdict
 
     @model_validator(mode="after")
     def _arms_and_baseline(self) -> Experiment:
@@ -188,11 +195,16 @@ class Experiment:
         if self.baseline not in self.arms:
             raise refuse(f"baseline {self.baseline!r} is not an arm"
                          + did_you_mean(self.baseline, self.arms), "baseline")
+        if self.suites and self.schedule.sequential:
+            raise refuse("[suites] with stopping = \"sequential\" is not supported: the "
+                         "suites' one verdict is a fixed-N Holm family", "suites")
         return self
 
     def __post_init__(self) -> None:
         for arm in self.arms:  # every way an experiment is made: file, flags, record
             check_arm_name(f"experiment {self.name!r}", arm)
+        for suite in self.suites:  # a suite's name is a directory too (suites/<name>/)
+            check_arm_name(f"experiment {self.name!r} [suites]", suite)
 
     @property
     def declares(self) -> bool:
@@ -236,6 +248,8 @@ class Experiment:
             out["allow_differences"] = list(self.allow_differences)
         if self.contract is not None:
             out["contract"] = self.contract
+        if self.suites:
+            out["suites"] = {k: v.to_dict() for k, v in self.suites.items()}
         return out
 
     def resolved(self, policy_name: str | None = None) -> dict[str, Any]:
@@ -252,7 +266,8 @@ class Experiment:
             "evidence": {**vars(self.evidence),
                          "log_patterns": list(self.evidence.log_patterns)},
             "changes": {arm: list(self.changes.get(arm, ())) for arm in self.arms},
-            "allow_differences": list(self.allow_differences), "contract": self.contract}
+            "allow_differences": list(self.allow_differences), "contract": self.contract,
+            "suites": {k: v.to_dict() for k, v in self.suites.items()}}
 
 
 
@@ -298,8 +313,11 @@ class ExperimentFile:
     evidence: Evidence = field(default_factory=Evidence)
     allow_differences: StrList = ()
     contract: Str | None = None
+    suites: dict[str, SuiteTable] = field(default_factory=dict)
     # where it runs (abgate.fleet.cluster); not part of the experiment or its digest
     cluster: dict[str, Any] = field(default_factory=dict)
+    # the source revisions the arms run (abgate.ab.revisions); read there
+    source: dict[str, Any] = field(default_factory=dict)
 
 
 def arm_config(shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:
@@ -327,7 +345,8 @@ def parse_experiment(data: Mapping[str, Any], where: str, doc: TomlDoc | None = 
         baseline=f.baseline if f.baseline is not None else next(iter(arms_table)),
         changes={n: tuple(a.changes) for n, a in f.arms.items() if a.changes},
         allow_differences=f.allow_differences, contract=f.contract, schedule=f.schedule,
-        policy=f.policy, bench=f.bench, expect=f.expect, evidence=f.evidence), doc)
+        policy=f.policy, bench=f.bench, expect=f.expect, evidence=f.evidence,
+        suites=f.suites), doc)
 
 
 def load_experiment(path: Path) -> Experiment:
@@ -338,6 +357,8 @@ def load_experiment(path: Path) -> Experiment:
         exp = replace(exp, policy=str(path.parent / exp.policy))
     if exp.contract is not None and not Path(exp.contract).is_absolute():
         exp = replace(exp, contract=str(path.parent / exp.contract))
+    if exp.suites:
+        exp = replace(exp, suites={n: _relative_suite(path, t) for n, t in exp.suites.items()})
     for name, cfg in exp.arms.items():  # relative paths in the file are relative to it
         fixed: dict[str, Any] = {k: str(path.parent / v) for k in ("model", "data", "shots_file")
                  if (v := getattr(cfg, k)) and not Path(v).is_absolute()
@@ -345,3 +366,15 @@ def load_experiment(path: Path) -> Experiment:
         if fixed:
             exp.arms[name] = replace(cfg, **fixed)
     return exp
+
+
+def _relative_suite(path: Path, table: SuiteTable) -> SuiteTable:
+    """A suite's ``data`` and ``policy`` paths, relative to the experiment file."""
+    fixed: dict[str, Any] = {}
+    if table.data and not Path(table.data).is_absolute() and not table.data.startswith(
+            "hf:") and (path.parent / table.data).exists():
+        fixed["data"] = str(path.parent / table.data)
+    if table.policy is not None and not Path(table.policy).is_absolute() and not (
+            shipped_name(table.policy) and not (path.parent / table.policy).exists()):
+        fixed["policy"] = str(path.parent / table.policy)
+    return replace(table, **fixed) if fixed else table

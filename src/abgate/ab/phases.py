@@ -9,14 +9,15 @@ from contextlib import ExitStack, contextmanager
 
 from abgate import host_load
 from abgate.ab import declared, evidence, schedule, switches
+from abgate.ab.runtime_weights import weights_evidence
 from abgate.ab.state import RunState
 from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError
 from abgate.model_check import ModelChanged
 from abgate.provenance import ContractViolation
 from abgate.records import documents as docs
+from abgate.records.engine import LoadedEngine
 from abgate.records.samples import WARMUP_PREFIX, Sample, ids_sha256, sample_key
-from abgate.records.sections import EngineRecord
 from abgate.runner.documents import write_record
 from abgate.runner.provenance import record_after_load
 from abgate.runner.session import EngineSession, loaded
@@ -41,7 +42,9 @@ def check_loaded(state: RunState) -> None:
     """After a load: the candidates compared with the baseline (``ab.switches``); an
     undeclared difference stops the A/B before that arm's first sample."""
     provenance = {arm: r.doc.provenance for arm, r in state.recorders.items()}
-    refusal = switches.loaded_differences(state.exp, state.doc, provenance, state.out)
+    engines = {arm: r.doc.engine.described() for arm, r in state.recorders.items()}
+    refusal = switches.loaded_differences(state.exp, state.doc, engines, provenance,
+                                          state.out)
     if refusal is not None:
         state.save()
         raise declared.UndeclaredDifference(refusal)
@@ -96,7 +99,7 @@ def load_arm(state: RunState, arm: str, stack: ExitStack,
     stack.enter_context(arm_named(arm))  # a changed model: which arm's load saw it
     session = stack.enter_context(loaded(state.checked.prepared[arm].engine,
                                          state.arm_dir(arm), rec_.doc))
-    state.doc.engines[arm] = EngineRecord.model_validate(session.info)
+    state.doc.engines[arm] = LoadedEngine.of(session.info)  # its facets: the arm's run.json
     try:
         record_after_load(state.checked.provenance, state.checked.contracts[arm], session,
                           rec_.doc)
@@ -105,6 +108,10 @@ def load_arm(state: RunState, arm: str, stack: ExitStack,
     finally:
         rec_.save()
     check_loaded(state)
+    if state.exp.evidence.weights:  # the weights as loaded, before any request
+        weights_evidence(state.weights, arm, state.exp.baseline,
+                         state.checked.prepared[arm].engine, session.info,
+                         session.engine.loaded_weights(), state.out)
     check_prompt(state, arm, session)
     if state.exp.evidence.agreement:
         evidence.scoring_preflight(arm, session)

@@ -19,6 +19,7 @@ from pathlib import Path
 from abgate.ab.checks import Checked, check_experiment
 from abgate.ab.directory import AB_FILE, open_ab_dir
 from abgate.ab.experiment import Experiment
+from abgate.ab.revisions import Revisions
 from abgate.ab.schedule import ArmSessions, ScheduleStrategy
 from abgate.ab.sequential import SequentialLooks
 from abgate.ab.state import OnPhase, Progress, RunState, new_state
@@ -75,7 +76,8 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
                 on_start: Callable[[int, int], None] | None = None,
                 progress: Progress | None = None,
                 on_phase: OnPhase | None = None, schedule: ScheduleStrategy | None = None,
-                sessions: ArmSessions | None = None) -> AbOutcome:
+                sessions: ArmSessions | None = None,
+                revisions: Revisions | None = None) -> AbOutcome:
     """Run an experiment that passed :func:`~abgate.ab.checks.check_experiment` into
     ``out``, whose claim (``runner.outdir.claimed``) the caller holds. ``schedule``
     (default: :func:`schedule_for`) runs the samples, loading arms through
@@ -89,6 +91,9 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
         found = doc.differences.setdefault(arm, ArmDifferences())
         found.declares, found.request = entry.declares, entry.request
     state = new_state(checked, out, doc, resume, progress, on_phase)
+    if revisions is not None:  # (after the arms' directories are made)
+        doc.source = revisions.record(out)
+        sessions = sessions or revisions.sessions(state)
     state.save()
     summaries: dict[str, Summary | None] = {}
 

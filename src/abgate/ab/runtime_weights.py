@@ -5,23 +5,67 @@ Arm A is loaded, every weight read (float32, in memory: 4 bytes per parameter) a
 engine closed; then arm B is loaded and compared tensor by tensor against it, so one
 arm holds the device at a time. An engine that cannot expose its weights (a served
 endpoint) is refused before anything is loaded.
+
+In an A/B, ``[evidence] weights = true`` (:func:`weights_evidence`) reads each arm's
+weights right after its load (held in memory, float32, until the baseline and that arm
+are both read) and writes ``weights-diff-<candidate>.json`` into the A/B directory: the
+layer x projection table of the arms' actual models, each side tied to its model SHA-256
+and engine config digest, rendered by the report.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import Any
 
+from abgate import safefs
 from abgate.engines.base import LoadedTensor
 from abgate.errors import UsageError
 from abgate.identity import digest_json
-from abgate.runner.session import VOLATILE, EngineSpec, PreparedEngine, loaded, prepare_engine
+from abgate.records import facts
+from abgate.redact import redact
+from abgate.runner.session import EngineSpec, PreparedEngine, loaded, prepare_engine
 from abgate.weights.diff import Progress
 from abgate.weights.runtime import diff_loaded
 
-__all__ = ["diff_arms", "read_arm"]
+__all__ = ["check_exposable", "diff_arms", "read_arm", "weights_evidence"]
 
 _SERVED = frozenset({"openai"})
+log = logging.getLogger("abgate.ab")
+Held = dict[str, tuple[dict[str, LoadedTensor], dict[str, Any]]]  # arm -> (tensors, identity)
+
+
+def check_exposable(engines: dict[str, str]) -> None:
+    """Refuse (before any load) an arm whose engine serves over HTTP: arm -> engine."""
+    for arm, engine in engines.items():
+        if engine in _SERVED:
+            raise UsageError(f"[evidence] weights: arm {arm!r}'s engine {engine!r} serves "
+                             "over HTTP and cannot expose its loaded weights")
+
+
+def weights_evidence(held: Held, arm: str, baseline: str, p: PreparedEngine,
+                     info: dict[str, Any], tensors: dict[str, LoadedTensor] | None,
+                     out: Path) -> list[Path]:
+    """``arm``'s loaded ``tensors`` held (a copy in memory); every candidate held with
+    the baseline diffed into ``out/weights-diff-<candidate>.json`` and let go. An engine
+    that exposes none is logged and skipped."""
+    if tensors is None:
+        log.warning("[evidence] weights: engine %r of arm %r cannot expose its loaded "
+                    "weights; no weights diff for it", p.spec.engine, arm)
+        return []
+    held[arm] = ({name: LoadedTensor(t.dtype, t.shape, _const(t.read()))
+                  for name, t in tensors.items()}, identity(p, info))
+    written = []
+    for cand in [a for a in held if a != baseline and baseline in held]:
+        doc = diff_loaded(held[baseline][0], held[cand][0], held[baseline][1], held[cand][1])
+        path = out / f"weights-diff-{cand}.json"
+        safefs.write_atomic(path, (json.dumps(redact(doc), indent=1, allow_nan=False)
+                                   + "\n").encode())
+        written.append(path)
+        del held[cand]
+    return written
 
 
 def diff_arms(spec_a: EngineSpec, spec_b: EngineSpec,
@@ -56,7 +100,7 @@ def read_arm(p: PreparedEngine) -> tuple[dict[str, LoadedTensor], dict[str, Any]
 def identity(p: PreparedEngine, info: dict[str, Any]) -> dict[str, Any]:
     """What a side of a runtime diff was: engine, model by name, SHA-256, config digest."""
     effective = {k: v for k, v in (info.get("effective_config") or {}).items()
-                 if k not in VOLATILE}
+                 if facts.must_match(f"effective.{k}")}
     return {"engine": p.spec.engine, "model": Path(p.model).name,
             "sha256": p.model_identity.get("sha256"),
             "size_bytes": p.model_identity.get("size"),

@@ -41,6 +41,7 @@ class RunState:
     previous: str | None = None  # the status a resume continues from
     session: int = 0  # how many resumes came before this session
     prompt_sha: dict[str, str] = field(default_factory=dict)  # key -> first sha seen
+    weights: dict[str, Any] = field(default_factory=dict)  # [evidence] weights: arm -> held
 
     @property
     def exp(self) -> Experiment:

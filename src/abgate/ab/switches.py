@@ -11,10 +11,10 @@ from pathlib import Path
 
 from abgate.ab import declared, optout
 from abgate.ab.experiment import Experiment
-from abgate.compare import drift
 from abgate.errors import UsageError
 from abgate.records import documents as docs
-from abgate.records.sections import ArmDifferences, DiffStage, Provenance
+from abgate.records import facts
+from abgate.records.sections import ArmDifferences, DiffStage, EngineRecord, Provenance
 from abgate.runner.spec import PreparedRun
 
 log = logging.getLogger("abgate.ab")
@@ -43,20 +43,22 @@ def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
 
 
 def loaded_differences(exp: Experiment, doc: docs.AbRecord,
+                       engines: Mapping[str, EngineRecord | None],
                        provenance: Mapping[str, Provenance | None], out: Path) -> str | None:
-    """After a load: each candidate whose and whose baseline's engines have loaded,
+    """After a load: each candidate whose and whose baseline's engines (``engines``: each
+    arm's as its record holds it, None before its load) have loaded,
     compared with the baseline (engine version, effective config, ``provenance``'s
     libraries) into ``doc.differences``; the refusal of the first undeclared difference
     when the experiment declares anything (the caller saves and stops), else None."""
-    base = _loaded_facts(doc, provenance, exp.baseline)
+    base = _loaded_facts(engines, provenance, exp.baseline)
     for arm in exp.candidates:
-        facts = _loaded_facts(doc, provenance, arm)
-        if base is None or facts is None:
+        found = _loaded_facts(engines, provenance, arm)
+        if base is None or found is None:
             continue
         patterns = exp.declared_for(arm)
         entry = doc.differences.setdefault(arm, ArmDifferences())
         request = entry.request or DiffStage()
-        known, unknown, moving = _split_loaded(declared.differing(base, facts), patterns,
+        known, unknown, moving = _split_loaded(declared.differing(base, found), patterns,
                                                request)
         entry.loaded = declared.section(known, unknown, patterns)
         if moving:
@@ -84,21 +86,22 @@ def _split_loaded(diff: dict[str, list[str]], patterns: Sequence[str], request: 
     """Declared, undeclared and volatile differences after the load. Volatile figures (a
     profiler's KV blocks, memory in use) are never a difference; the request's echo and the
     model config's digest count as declared when the request's engine args were."""
-    moving = {k: v for k, v in diff.items() if drift.volatile(k)}
+    moving = {k: v for k, v in diff.items() if facts.volatile(k)}
     rest = {k: v for k, v in diff.items() if k not in moving}
     args_declared = any(k.startswith("engine_args.") for k in request.declared)
     args_undeclared = any(k.startswith("engine_args.") for k in request.undeclared)
     follows = {k: v for k, v in rest.items()
-               if (k in declared.ECHO_KEYS and args_declared and not args_undeclared)
-               or (k in declared.DERIVED_KEYS and args_declared)}
+               if (k in facts.ECHO and args_declared and not args_undeclared)
+               or (k in facts.DERIVED and args_declared)}
     known, unknown = declared.split({k: v for k, v in rest.items() if k not in follows},
                                     patterns)
     return {**known, **follows}, unknown, moving
 
 
-def _loaded_facts(doc: docs.AbRecord, provenance: Mapping[str, Provenance | None],
-                  arm: str) -> dict[str, str] | None:
-    engine = doc.engines.get(arm)
+def _loaded_facts(engines: Mapping[str, EngineRecord | None],
+                  provenance: Mapping[str, Provenance | None], arm: str
+                  ) -> dict[str, str] | None:
+    engine = engines.get(arm)
     if engine is None:
         return None
     return declared.loaded_facts(engine, provenance.get(arm))

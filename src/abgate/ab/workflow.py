@@ -16,6 +16,7 @@ from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.checks import check_experiment
 from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
+from abgate.ab.revisions import Revisions
 from abgate.ab.run import AbOutcome, OnPhase, Progress, run_checked
 from abgate.ab.schedule import ScheduleStrategy
 from abgate.errors import AbgateError
@@ -71,15 +72,19 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    provenance: ProvenanceOptions | None = None,
                    weights_diff: bool = False, policy: str | None = None,
                    on_phase: OnPhase | None = None,
-                   schedule: ScheduleStrategy | None = None) -> AbResult:
+                   schedule: ScheduleStrategy | None = None,
+                   revisions: Revisions | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
-    reports. Bad input raises UsageError before anything is written."""
+    reports. Bad input raises UsageError before anything is written. ``revisions``: a
+    revision A/B's builds (``ab.revisions.build_arms``; ``exp`` is then its
+    ``revisions.exp``)."""
     checked = check_experiment(exp, provenance, policy)  # bad input: before any work
     from abgate.report import write_reports
 
     with claimed(out, resume=resume, force=force, marker=AB_FILE):  # held until the reports
         outcome = run_checked(checked, out, resume=resume, force=force, on_start=on_start,
-                              progress=progress, on_phase=on_phase, schedule=schedule)
+                              progress=progress, on_phase=on_phase, schedule=schedule,
+                              revisions=revisions)
         with signals.deferred():  # a signal now: noted; the verdict and reports first
             comparison = analyze(out, policy)
             if weights_diff:

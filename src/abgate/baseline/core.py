@@ -128,7 +128,7 @@ def _disagreement(case: BaselineCase) -> str:
 def config_from_record(doc: BaselineRecord, where: str = "baseline") -> BenchConfig:
     """The bench config a baseline was recorded with, through the same model as the
     flags' (``BenchConfig``): a damaged one is a one-line UsageError naming ``where``."""
-    return BenchConfig.from_dict(dict(doc.config), f"{where}: config")
+    return BenchConfig.from_dict(doc.given_config(), f"{where}: config")
 
 
 def read_baseline(path: Path) -> tuple[BaselineRecord, BenchConfig]:

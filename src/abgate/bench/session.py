@@ -332,7 +332,8 @@ def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
     bandwidth: dict[str, Any] = {}
     mb = ModelBytes(None, "unknown")
     if doc.status == "complete":
-        engine = doc.engine.to_dict() if doc.engine is not None else {}
+        described = doc.engine.described()  # describe() as the engine gave it
+        engine = described.to_dict() if described is not None else {}
         mb = model_bytes_for(engine, c.weights_bytes)
         bandwidth = peak_bandwidth(c, engine, resources)
         cases = [case.model_copy(update={"roofline": case_roofline(

@@ -26,6 +26,7 @@ def _commands() -> Any:
         engines_cmd,
         extract_cmd,
         ledger_cmd,
+        plan_cmd,
         provenance_cmd,
         report_cmd,
         run_cmd,

@@ -13,10 +13,13 @@ from rich.console import Console
 
 from abgate import signals
 from abgate.ab import Experiment, load_experiment
+from abgate.ab.checks import check_experiment
 from abgate.ab.declared import check_patterns
 from abgate.ab.directory import AB_FILE
 from abgate.ab.finish import check_complete_ab
+from abgate.ab.revisions import Revisions, SourceTable, build_arms, declared, read_source
 from abgate.ab.workflow import recorded_result, run_experiment
+from abgate.cli import ci_outputs
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir, finishing, resumed_line
@@ -149,7 +152,8 @@ def _recorded(resume: Path, doc: AnyRecord) -> Experiment:
 
 
 def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experiment],
-              reanalyse: bool, policy: str | None, sign: Path | None = None) -> None:
+              reanalyse: bool, policy: str | None, sign: Path | None = None,
+              ci: tuple[Path | None, Path | None] = (None, None)) -> None:
     """``--resume`` of a complete A/B (or ``--reanalyse``): say so, show the verdict
     (recorded, or recomputed from the saved samples) and exit with it; nothing runs.
     ``exp`` makes the experiment given (file, overrides) from the recorded one."""
@@ -174,6 +178,7 @@ def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experime
                    "whole A/B again)", err=True)
         result = recorded_result(resume)
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
+    ci_outputs.write(resume, *ci)
     sign_after(resume, sign)  # (--reanalyse rewrites the reports: signed as they are now)
     raise typer.Exit(int(result.comparison.exit_code or 0))
 
@@ -194,7 +199,7 @@ def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | No
 def _no_engine_flags(flags: eo.EngineFlags) -> None:
     """With a file (or ``--resume``) the arms say which engine each runs: the engine
     group's options are refused, not ignored."""
-    if given := flags.given():
+    if given := [g for g in flags.given() if g != "--endpoint"]:  # --endpoint: a fleet
         raise UsageError(f"{', '.join(given)}: the engine options apply to an A/B without "
                          "an experiment file (the file's arms, or the resumed A/B's, say "
                          "which engine each arm runs)")
@@ -209,7 +214,8 @@ def ab_command(
                                 "complete one: its recorded verdict, nothing is rerun)."),
     force: bool = typer.Option(False, help="Overwrite an existing A/B directory (with "
                                "--resume: run a complete one again)."),
-    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path."),
+    policy: str = typer.Option(None, help="Policy TOML, or shipped: default, fast-path, "
+                               "no-slower."),
     limit: int = typer.Option(None, help="Override the number of items."),
     seeds: str = typer.Option(None, help="Override the seeds, e.g. 0,1."),
     max_tokens: int = typer.Option(None, help="Override the output token limit."),
@@ -250,11 +256,22 @@ def ab_command(
     look_every: int = typer.Option(None, help="Sequential: look at the gates every K items."),
     cluster: str = typer.Option(None, help="Shard the items over Ray replicas: auto, "
                                 "local[:N] or ray://HOST:PORT (docs/cluster.md)."),
+    rev: str = typer.Option(None, "--rev", help="A/B two source revisions, BASE..HEAD: "
+                            "each built once by the file's [source] build command "
+                            "(docs/revisions.md)."),
+    junit: ci_outputs.Junit = None,
+    summary_md: ci_outputs.SummaryMd = None,
     sign: SignKey = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Run a matched A/B: quality and speed of each arm, paired statistics, a verdict."""
     check_sign_key(sign)
+    ci_outputs.check_paths(junit, summary_md)
+    if rev is not None and experiment is None:
+        raise UsageError("--rev needs an experiment file (its [source] build command and "
+                         "the arms that run the builds)")
+    source = read_source(experiment, rev)
+    built: list[Revisions] = []
     doc = None
     if resume is not None:
         if out is not None and out.resolve() != resume.resolve():
@@ -276,38 +293,97 @@ def ab_command(
                 *exp.allow_differences, *check_patterns("--allow-diff", allow_diff)))
         exp = _with_evidence(_with_schedule_and_policy(exp, schedule, warmup, policy),
                              agreement, probes)
-        return _with_stopping(exp, sequential, max_items, look_every)
+        exp = _with_stopping(exp, sequential, max_items, look_every)
+        exp = _endpoints(exp, flags, experiment, resume)
+        if source is None:
+            return exp
+        if not built:  # the cheap checks first, then each revision built (or cached)
+            built.append(revision_builds(exp, source, prov()))
+        return built[0].exp
+
+    def prov() -> ProvenanceOptions:
+        return ProvenanceOptions(contract, manifest, allow_stale_manifest=allow_stale_manifest,
+                                 allow_source_change=allow_source_change)
 
     complete = doc is not None and doc.status == "complete"
     if resume is not None and doc is not None and (reanalyse or (complete and not force)):
         _finished(resume, doc, lambda rec_: given(lambda: rec_), reanalyse or policy is not None,
-                  policy, sign)
+                  policy, sign, (junit, summary_md))
     exp = given(None if resume is None or doc is None else lambda: _recorded(resume, doc))
+    if exp.suites:  # several suites, one verdict (abgate.ab.suites)
+        if resume is not None:
+            raise UsageError("--resume of an experiment with [suites]: resume each "
+                             "suite's directory (OUT/suites/NAME) instead")
+        from abgate.cli.suites_out import suites_command
+
+        with reporter(f"ab {out.name}") as rep, finishing(out):
+            code = suites_command(exp, out, force=force, policy=policy, provenance=(
+                ProvenanceOptions(contract, manifest, allow_stale_manifest=allow_stale_manifest,
+                                  allow_source_change=allow_source_change)),
+                on_start=rep.on_start, progress=rep.on_sample, on_phase=rep.on_start)
+        raise typer.Exit(code)
     redo = resume is not None and force and complete
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
                    "samples, scores, probes and verdict are replaced)", err=True)
+    strategy = _fleet(cluster, experiment, flags, resume is not None)
+    if strategy is not None:  # refused before anything is written
+        from abgate.fleet.matching import check_schedule
+
+        check_schedule(exp)
     with reporter(f"ab {out.name}") as rep, finishing(out):
         result = run_experiment(exp, out, resume=resume is not None and not redo, force=force,
                                 on_start=rep.on_start, progress=rep.on_sample,
-                                provenance=ProvenanceOptions(
-                                    contract, manifest,
-                                    allow_stale_manifest=allow_stale_manifest,
-                                    allow_source_change=allow_source_change),
-                                weights_diff=weights_diff, on_phase=rep.on_start,
-                                schedule=_fleet(cluster, experiment))
+                                provenance=prov(), weights_diff=weights_diff,
+                                on_phase=rep.on_start, schedule=strategy,
+                                revisions=built[0] if built else None)
     with signals.deferred():  # the verdict shown, then the ledger entry, whole
         _print_verdicts(result.comparison, result.outcome.status, result.reports)
         finish_dir(out)
+        ci_outputs.write(out, junit, summary_md)
     sign_after(out, sign)
     raise typer.Exit(result.exit_code)
 
 
-def _fleet(cluster: str | None, experiment: Path | None) -> Any:
-    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table), or None."""
+def revision_builds(exp: Experiment, source: SourceTable, prov: ProvenanceOptions
+                    ) -> Revisions:
+    """A revision A/B's builds: the experiment checked as templates first (bad input
+    before any build), then each revision built once (a cached one: nothing built)."""
+    check_experiment(declared(exp), prov)
+    revisions = build_arms(exp, source)
+    for arm, b in revisions.builds.items():
+        how = "cached, nothing built" if b.cached else f"built in {b.manifest.duration_s:.1f} s"
+        typer.echo(f"{arm}: {b.manifest.revision} ({b.manifest.commit[:12]}, tree "
+                   f"{b.manifest.tree[:12]}) {how}: {b.directory}", err=True)
+    return revisions
+
+
+def _endpoints(exp: Experiment, flags: eo.EngineFlags, experiment: Path | None,
+               resume: Path | None) -> Experiment:
+    """With a file (or ``--resume``), ``--endpoint`` repeated: every arm on those
+    servers, one endpoint per replica (docs/cluster.md)."""
+    if not flags.endpoint or (experiment is None and resume is None):
+        return exp
+    from abgate.fleet.endpoints import with_endpoints
+
+    return with_endpoints(exp, list(flags.endpoint))
+
+
+def _fleet(cluster: str | None, experiment: Path | None, flags: eo.EngineFlags,
+           resuming: bool = False) -> Any:
+    """The fleet strategy (``--cluster`` or the file's ``[cluster]`` table; or
+    ``--endpoint`` with a file), or None."""
     import tomllib
 
     table = tomllib.loads(experiment.read_text()).get("cluster") if experiment else None
+    if flags.endpoint and (experiment is not None or resuming):
+        if cluster is not None:
+            raise UsageError("--endpoint and --cluster: give one (servers you run, or a "
+                             "Ray cluster whose replicas load the engines)")
+        from abgate.fleet.endpoints import endpoint_strategy
+
+        allowed = tuple(str(x) for x in (table or {}).get("allow_host_differences", ()))
+        return endpoint_strategy(list(flags.endpoint), allowed)
     if cluster is None and not table:
         return None
     from abgate.fleet.cluster import cluster_spec

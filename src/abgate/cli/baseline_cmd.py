@@ -18,11 +18,12 @@ from abgate.cli import engine_opts as eo
 from abgate.cli.app import group
 from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
-from abgate.compare.drift import CLASSES, parse_allow
+from abgate.compare.drift import parse_allow
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.records.bench_sections import Divergence
+from abgate.records.facts import CLASSES
 from abgate.runner.provenance import ProvenanceOptions
 
 _CLASSES = ", ".join(CLASSES)

@@ -43,7 +43,7 @@ def config_from_options(o: dict[str, Any]) -> RunConfig:
 
 
 def _config(doc: AnyRecord) -> dict[str, Any]:
-    return doc.config if isinstance(doc, RunRecord) else {}
+    return doc.given_config() if isinstance(doc, RunRecord) else {}
 
 
 def _merged_config(ctx: typer.Context, resume: Path, doc: AnyRecord,

@@ -24,7 +24,7 @@ from abgate.cli.app import app
 from abgate.errors import UsageError
 from abgate.weights import diff_checkpoints, read_float
 from abgate.weights.diff import Progress as ProgressFn
-from abgate.weights.tables import kind_ranges, layer_projection_table
+from abgate.weights.tables import OUTLIER_REL_L2, kind_ranges, layer_projection_table
 
 __all__ = ["render_result", "weights_diff_command"]
 
@@ -143,13 +143,21 @@ def _projection_table(tensors: Sequence[dict[str, Any]]) -> Table | None:
     kinds, rows = layer_projection_table(tensors)
     if not rows:
         return None
-    table = Table(title="Relative L2 per layer and projection", title_justify="left")
+    table = Table(title="Relative L2 per layer and projection", title_justify="left",
+                  caption=f"! marks a relative L2 >= {OUTLIER_REL_L2}: beyond quantization "
+                  "rounding (a transposed or mis-scaled read)", caption_justify="left")
     table.add_column("layer", justify="right")
     for kind in kinds:
         table.add_column(kind, justify="right")
     for layer, cells in rows:
-        table.add_row(str(layer), *(_rel(cells.get(k)) for k in kinds))
+        table.add_row(str(layer), *(_cell(cells.get(k)) for k in kinds))
     return table
+
+
+def _cell(value: float | None) -> str:
+    if value is None or value < OUTLIER_REL_L2:
+        return _rel(value)
+    return f"[bold red]{_rel(value)} ![/bold red]"
 
 
 def _stat_cells(g: dict[str, Any]) -> list[str]:

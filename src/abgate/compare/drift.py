@@ -2,38 +2,37 @@
 except ...".
 
 :func:`configuration` flattens what a record document (``baseline.json``, a run's or a
-bench's ``run.json``, an A/B arm's) says about how it ran into dotted keys, in named
-classes:
+bench's ``run.json``, an A/B arm's; v1 or v2) says about how it ran into dotted keys of
+the one fact vocabulary (``records.facts.CLASSES``):
 
 | class | from the record |
 | --- | --- |
 | ``env.NAME`` | the environment snapshot's variables, with the ``--env`` overrides |
-| ``engine_args.KEY`` / ``engine_options.KEY`` | what was requested |
-| ``effective.KEY`` | the engine's effective configuration after load |
-| ``engine.name`` / ``engine.version`` | the engine as loaded |
-| ``library.NAME`` | the installed package versions of the environment snapshot |
-| ``mapped.FILE`` | the SHA-256 of each shared library the engine's processes mapped |
+| ``engine_args.KEY`` / ``engine_options.KEY`` | what was requested (the given facet) |
+| ``effective.KEY`` | the engine's effective configuration after load (the effective facet) |
+| ``engine`` / ``engine_version`` | the engine as loaded |
+| ``package.NAME`` | the installed Python package versions of the environment snapshot |
+| ``library.FILE`` | the SHA-256 of each shared library the engine's processes mapped |
 | ``model.KEY`` | the model's identity (path, size, SHA-256) |
 | ``host.KEY`` | the host (hostname, OS, Python, CPU, cores, memory, GPUs) |
 
 :func:`drift` compares two such views. An allow-list of patterns (``host.*``,
 ``env.CUDA_VISIBLE_DEVICES``; shell-style, each starting with a class name) says which
 keys may differ; any other difference is *unexplained*, and a check that uses the
-result fails naming those keys. The facts of one server launch (:data:`PER_LAUNCH`: its
-port, log path, readiness time) are listed as not compared. A list of objects (the host's
-GPUs) is flattened by position: ``host.gpus.0.memory_used``; a pattern also matches the
-keys below it (``host.gpus`` allows every ``host.gpus.*`` key).
+result fails naming those keys. The facts of one server launch
+(``records.facts.PER_LAUNCH``) are listed as not compared; a pattern also matches the
+keys below it (``host.gpus`` allows every ``host.gpus.*`` key): the one matcher,
+``records.facts.matches``.
 
-*Volatile* figures (:data:`VOLATILE`: GPU memory in use or free, a profiler's KV-cache
-block counts such as vLLM's ``num_gpu_blocks``, load averages) move between two loads of
-the same build on the same kind of machine. They are listed apart (``volatile``), with
-both values, and are no drift unless ``strict_volatile`` asks for them to be compared
-like any other key. Pure: no I/O.
+*Volatile* figures (``records.facts.VOLATILE``: GPU memory in use or free, a profiler's
+KV-cache block counts, load averages) move between two loads of the same build on the
+same kind of machine. They are listed apart (``volatile``), with both values, and are no
+drift unless ``strict_volatile`` asks for them to be compared like any other key. Pure:
+no I/O.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -43,35 +42,11 @@ from pydantic import Field
 
 from abgate.compare.views import Objects, View, views
 from abgate.errors import UsageError, did_you_mean
+from abgate.records import facts
+from abgate.records.facts import matches, volatile
 
-CLASSES = ("env", "engine_args", "engine_options", "effective", "engine", "library",
-           "mapped", "model", "host")
-# Facts of one launch, not configuration: a launched server's free port (in its endpoint
-# URL and its filled command line; the requested command is engine_options.launch), the
-# log path in the run directory and the measured readiness time. Listed, not compared.
-PER_LAUNCH = ("effective.endpoints", "effective.endpoints.*", "effective.launch",
-              "effective.server_log", "effective.server_ready_s")
-# Figures that differ between two loads of one build (what the GPU holds when the
-# snapshot is taken, what a memory profiler computed from it, the host's load): the one
-# list of them. Shown in a check's output, compared only with strict_volatile.
-VOLATILE = ("host.gpus.*.memory_used", "host.gpus.*.memory_free", "host.memory_available",
-            "host.load_*", "host.ram_available*", "effective.num_gpu_blocks",
-            "effective.num_cpu_blocks", "effective.kv_cache_memory*",
-            "effective.available_kv_cache_memory*", "effective.gpu_memory_used*",
-            "effective.load_seconds")  # how long the load took (transformers)
+__all__ = ["matches", "volatile"]  # the one matcher (records/facts.py)
 _MISSING = "<absent>"
-
-
-def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
-    if isinstance(value, Mapping) and value:
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}", v, out)
-    elif isinstance(value, list) and value and all(
-            isinstance(v, Mapping) and v for v in value):  # the host's GPUs, by position
-        for i, v in enumerate(value):
-            _flat(f"{prefix}.{i}", v, out)
-    else:
-        out[prefix] = value
 
 
 class _Lib(View):
@@ -101,8 +76,13 @@ class _Spec(View):
 
 
 class _Engine(View):
+    """A record's ``engine``: v2's facets (``given``, ``effective``) or v1's
+    ``effective_config`` (its args then in the spec)."""
+
     name: Any = None
     version: Any = None
+    given: Any = None
+    effective: Any = None
     effective_config: Any = None
 
 
@@ -131,17 +111,18 @@ def configuration(doc: Mapping[str, Any]) -> dict[str, Any]:
     environment = provenance.environment
     parts: dict[str, Any] = {
         "env": {**(environment.env or {}), **(spec.env or {})},
-        "engine_args": spec.engine_args or {}, "engine_options": spec.engine_options or {},
-        "effective": engine.effective_config or {},
-        "engine": {"name": engine.name, "version": engine.version},
-        "library": environment.packages or {}, "mapped": _mapped(provenance),
+        "engine_args": spec.engine_args or engine.given or {},
+        "engine_options": spec.engine_options or {},
+        "effective": engine.effective or engine.effective_config or {},
+        "engine": engine.name, "engine_version": engine.version,
+        "package": environment.packages or {}, "library": _mapped(provenance),
         "model": spec.model or {}, "host": found.host or {},
     }
     out: dict[str, Any] = {}
     for cls, value in parts.items():
         if isinstance(value, Mapping):
             for k, v in value.items():
-                _flat(f"{cls}.{k}", v, out)
+                facts.flat(f"{cls}.{k}", v, out)
         else:
             out[cls] = value
     return out
@@ -154,21 +135,11 @@ def parse_allow(text: str | Sequence[str] | None) -> tuple[str, ...]:
     patterns = tuple(p.strip() for item in items for p in item.split(",") if p.strip())
     for p in patterns:
         cls = p.split(".", 1)[0]
-        if cls not in CLASSES and cls != "*":
+        if cls not in facts.CLASSES and cls != "*":
             raise UsageError(f"--allow-diff {p!r}: unknown class {cls!r}"
-                             f"{did_you_mean(cls, CLASSES)}; classes: {', '.join(CLASSES)}")
+                             f"{did_you_mean(cls, list(facts.CLASSES))}; classes: "
+                             f"{', '.join(facts.CLASSES)}")
     return patterns
-
-
-def matches(key: str, patterns: Sequence[str]) -> bool:
-    """``key`` matches a pattern, or lies below one (``host.gpus`` covers
-    ``host.gpus.0.name``)."""
-    return any(fnmatch.fnmatchcase(key, p) or key.startswith(p + ".") for p in patterns)
-
-
-def volatile(key: str) -> bool:
-    """A figure that moves between two loads of one build (:data:`VOLATILE`)."""
-    return matches(key, VOLATILE)
 
 
 @dataclass(frozen=True)
@@ -235,10 +206,10 @@ def _same(a: Any, b: Any) -> bool:
 def drift(recorded: Mapping[str, Any], current: Mapping[str, Any],
           allow: Sequence[str] = (), *, strict_volatile: bool = False) -> Drift:
     """Every key whose value differs (or exists on one side only), allowed or not; a
-    volatile one (:data:`VOLATILE`) apart, unless ``strict_volatile``."""
+    volatile one (``records.facts.VOLATILE``) apart, unless ``strict_volatile``."""
     out = Drift(tuple(allow), strict_volatile=strict_volatile)
     for key in sorted(recorded.keys() | current.keys()):
-        if any(fnmatch.fnmatchcase(key, p) for p in PER_LAUNCH):
+        if facts.per_launch(key):
             out.not_compared.append(key)
             continue
         a, b = recorded.get(key, _MISSING), current.get(key, _MISSING)

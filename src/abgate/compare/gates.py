@@ -101,12 +101,19 @@ def sample_size_gate(comparison: Comparison, policy: Policy) -> Gate:
 
 def _speed_outcome(observed: float, low: float, high: float, rule: SpeedPolicy,
                    arms: ArmNames, label: str, ci_text: str) -> tuple[str, str]:
+    if low > rule.min_speedup and rule.min_speedup < 0:  # non-inferiority: "no slower"
+        return PASS, (f"{arms.b} vs {arms.a} on {label}: {_pct(observed)} ({ci_text}): "
+                      f"no slower than the tolerated {_pct(rule.min_speedup)}.")
     if low > rule.min_speedup:
         return PASS, (f"{arms.b} is {observed:.1%} faster than {arms.a} on {label} "
                       f"({ci_text}), clearing the required {_pct(rule.min_speedup)}.")
     if high < -rule.max_slowdown:
         return FAIL, (f"{arms.b} is {-observed:.1%} slower than {arms.a} on {label} "
                       f"({ci_text}), beyond the tolerated {_pct(-rule.max_slowdown)}.")
+    if rule.min_speedup < 0:
+        return INCONCLUSIVE, (f"{arms.b} vs {arms.a} on {label}: {_pct(observed)} "
+                              f"({ci_text}) can neither rule out nor show a slowdown "
+                              f"beyond the tolerated {_pct(rule.min_speedup)}")
     return INCONCLUSIVE, (f"{arms.b} vs {arms.a} on {label}: {_pct(observed)} "
                           f"({ci_text}) shows neither the required {_pct(rule.min_speedup)} "
                           f"speedup nor a slowdown beyond {_pct(-rule.max_slowdown)}")

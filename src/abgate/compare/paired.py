@@ -20,7 +20,9 @@ import numpy as np
 from abgate.compare.diagnostics import diagnostics
 from abgate.compare.mde import mde
 from abgate.compare.pairing import Pair, SampleLike, pair_samples
+from abgate.compare.replicas import replica_bootstrap
 from abgate.compare.stats import (
+    BootstrapResult,
     cluster_bootstrap,
     clustered_mean,
     item_means,
@@ -164,18 +166,23 @@ def _exp(value: float) -> float | None:
 
 
 def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
-                  confidence: float) -> SpeedMetric:
+                  confidence: float, replicas: Mapping[str, str] | None = None
+                  ) -> SpeedMetric:
     rows = [(p.item_id, _timing(p.a, metric), _timing(p.b, metric)) for p in pairs]
     usable = [(item, x, y) for item, x, y in rows if x is not None and y is not None]
     xa = np.array([x for _, x, _ in usable], dtype=float)
     xb = np.array([y for _, _, y in usable], dtype=float)
-    _, per_item = item_means(list(np.log(xb / xa)), [item for item, _, _ in usable])
+    items, per_item = item_means(list(np.log(xb / xa)), [item for item, _, _ in usable])
     boot = cluster_bootstrap(per_item, seed=seed, n_boot=n_boot, confidence=confidence)
     t_low, t_high, t_se = student_t_interval(per_item, confidence)
     # The decision interval is the wider of the two (nan-aware: nan if either is nan).
     low, high = min(boot.low, t_low), max(boot.high, t_high)
     if math.isnan(boot.low) or math.isnan(t_low):
         low = high = math.nan
+    by_replica = _by_replica(per_item, items, replicas, seed, n_boot, confidence)
+    if by_replica is not None and not math.isnan(low):  # a fleet: the wider still
+        low, high = min(low, by_replica.low), max(high, by_replica.high)
+        t_se = max(t_se, by_replica.se)
     arm_a, arm_b = _summary(xa), _summary(xb)
     sd = finite(float(np.std(per_item, ddof=1))) if len(per_item) > 1 else None
     unmeasured = _unmeasured(pairs, metric)
@@ -188,8 +195,29 @@ def _speed_metric(pairs: Sequence[Pair], metric: str, *, seed: int, n_boot: int,
         log_ratio=LogRatio(estimate=finite(boot.estimate), se=finite(max(boot.se, t_se)),
                            sd=sd, ci=(finite(low), finite(high)),
                            ci_bootstrap=(finite(boot.low), finite(boot.high)),
-                           ci_t=(finite(t_low), finite(t_high))),
+                           ci_t=(finite(t_low), finite(t_high)),
+                           **_replica_fields(by_replica)),
         ratio=Ratio(estimate=_exp(boot.estimate), ci=(_exp(low), _exp(high))), **extra)
+
+
+def _by_replica(per_item: np.ndarray, items: Sequence[str],
+                replicas: Mapping[str, str] | None, seed: int, n_boot: int,
+                confidence: float) -> BootstrapResult | None:
+    """The replica-clustered interval (``compare.replicas``) when the items ran on two
+    or more replicas, else None."""
+    if not replicas or len({replicas.get(i) for i in items} - {None}) < 2:
+        return None
+    labels = [replicas.get(i, "?") for i in items]
+    result = replica_bootstrap(per_item, labels, seed=seed, n_boot=n_boot,
+                               confidence=confidence)
+    return None if math.isnan(result.low) else result
+
+
+def _replica_fields(result: BootstrapResult | None) -> dict[str, Any]:
+    if result is None:
+        return {}
+    return {"ci_replicas": (finite(result.low), finite(result.high)),
+            "n_replicas": result.n_items}
 
 
 def _mde(quality: Quality, speed: Mapping[str, SpeedMetric], confidence: float,
@@ -238,6 +266,7 @@ def compare_samples(
     arm_names: tuple[str, str] = ("A", "B"),
     power: float = 0.8,
     allow_unmatched: bool = False,
+    replicas: Mapping[str, str] | None = None,
 ) -> Comparison:
     """Paired quality, speed, diagnostics and MDE of arm B against arm A.
 
@@ -245,7 +274,9 @@ def compare_samples(
     when a key is in one arm only (unless ``allow_unmatched``) or nothing matches.
     Normal CIs and bootstrap percentile CIs are two-sided at ``confidence``; the
     bootstrap draws from ``numpy.random.default_rng(seed)`` (the same draws for every
-    speed metric), so the result is a pure function of its inputs.
+    speed metric), so the result is a pure function of its inputs. ``replicas`` (item
+    id -> the replica it ran on, a fleet A/B) adds the replica-clustered interval of
+    each speed metric and widens the decision interval to it (``compare.replicas``).
     """
     _check_args(seed, n_boot, confidence, power)
     pairing = pair_samples(a, b, arm_names=arm_names, allow_unmatched=allow_unmatched)
@@ -253,7 +284,8 @@ def compare_samples(
     z = z_two_sided(confidence)
     quality = _quality(live, pairing.pairs, z)
     speed = {metric: _speed_metric(live, metric, seed=seed, n_boot=n_boot,
-                                   confidence=confidence) for metric in SPEED_METRICS}
+                                   confidence=confidence, replicas=replicas)
+             for metric in SPEED_METRICS}
     n_items = len({p.item_id for p in live})
     return Comparison(
         arms=ArmNames(a=arm_names[0], b=arm_names[1]), n_pairs=len(pairing.pairs),

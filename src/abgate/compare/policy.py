@@ -36,7 +36,7 @@ __all__ = [
 
 DEFAULT_POLICY = "abgate:policies/default.toml"
 # Policies shipped with abgate, by name (``--policy fast-path``): abgate/policies/NAME.toml.
-SHIPPED = ("default", "fast-path")
+SHIPPED = ("default", "fast-path", "no-slower", "pre-merge")
 
 
 # A check returns None when the value is fine, else what it must be.
@@ -66,6 +66,11 @@ def _alpha(value: Any) -> str | None:
 
 def _non_negative(value: Any) -> str | None:
     return None if _is_number(value) and value >= 0 else "must be a number >= 0"
+
+
+def _speedup(value: Any) -> str | None:
+    ok = _is_number(value) and value > -1
+    return None if ok else "must be a number > -1 (negative: a tolerated slowdown)"
 
 
 def _below_one(value: Any) -> str | None:
@@ -104,6 +109,7 @@ OpenUnit = Annotated[float, checked(_open_unit)]
 Alpha = Annotated[float, checked(_alpha)]
 NonNegative = Annotated[float, checked(_non_negative)]
 BelowOne = Annotated[float, checked(_below_one)]
+Speedup = Annotated[float, checked(_speedup)]
 Positive = Annotated[float, checked(_positive)]
 Unit = Annotated[float, checked(_unit)]
 Flag = Annotated[bool, checked(_bool)]
@@ -112,8 +118,11 @@ Metric = Annotated[str, checked(_metric)]
 
 @dataclass(frozen=True, config=FORBID)
 class SpeedPolicy:
+    """``min_speedup`` < 0 is a non-inferiority margin: B passes when its speed is shown
+    to be no slower than ``-min_speedup`` (the ``no-slower`` policy)."""
+
     metric: Metric
-    min_speedup: NonNegative
+    min_speedup: Speedup
     max_slowdown: BelowOne
     confidence: OpenUnit
 

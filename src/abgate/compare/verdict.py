@@ -45,6 +45,7 @@ from abgate.compare.gates import (
     speed_gate,
 )
 from abgate.compare.mde import REACH_FACTOR
+from abgate.compare.plan import verdict_mde
 from abgate.compare.policy import Policy
 from abgate.records.comparison import Comparison, Sequential, Verdict
 from abgate.records.result import ACCEPT, EXIT_CODES, INCONCLUSIVE_DECISION, REJECT, Gate
@@ -237,4 +238,4 @@ def decide(comparison: Comparison, policy: Policy) -> Verdict:
         explanation = explain_inconclusive(gates, comparison, policy, more, notes)
     return Verdict(decision=decision, exit_code=EXIT_CODES[decision], reasons=tuple(reasons),
                    more_samples_needed=more, gates=tuple(gates), policy=policy.to_dict(),
-                   notes=notes, explanation=explanation)
+                   notes=notes, explanation=explanation, mde=verdict_mde(comparison, policy))

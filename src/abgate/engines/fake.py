@@ -14,12 +14,14 @@ one (past ``margin``) changed outputs and wrong answers. Generation samples from
 logits (greedy: the argmax), and ``score`` returns the same logits, so scores and
 outputs agree.
 
-Timings run on a simulated clock: a request's first token comes ``ttft_ms`` after it
-is submitted, each further one ``tpot_ms`` later, both scaled by a seeded ``jitter``;
-nothing sleeps, so tests never depend on wall time. Faults: ``error_rate`` (a seeded
-fraction of requests end as error samples), ``crash_after`` N requests in this process
-(``crash=interrupt`` raises KeyboardInterrupt as a Ctrl-C would, ``crash=kill`` sends
-this process SIGKILL), ``hang_at`` (that request sleeps ``hang_s`` real seconds).
+Timings run on a simulated clock: a request's first token comes ``ttft_ms`` after it is
+submitted, each further one ``tpot_ms`` later, both scaled by a seeded ``jitter``;
+nothing sleeps, so tests never depend on wall time; a host's own overhead per request
+(``ABGATE_FAKE_HOST_MS``: a slower host of a fleet) is added to the TTFT, reported as
+``host_ms``. Faults: ``error_rate`` (a seeded fraction of requests end as error
+samples), ``crash_after`` N requests in this process (``crash=interrupt`` raises
+KeyboardInterrupt as a Ctrl-C would, ``crash=kill`` sends this process SIGKILL),
+``hang_at`` (that request sleeps ``hang_s`` real seconds).
 
 A test states any other behaviour inline with a **handler**, as httpx's
 ``MockTransport(handler)`` does: :func:`set_handler` installs a callable that sees each
@@ -81,11 +83,9 @@ _SPECS = [
     ArgSpec("tpot_ms", float, "simulated time per further output token"),
     ArgSpec("jitter", float, "relative spread of the simulated times (0-1)"),
     ArgSpec("error_rate", float, "fraction of requests that end as error samples (0-1)"),
-    ArgSpec("crash_after", int, "crash after this many requests in this process",
-            nullable=True),
+    ArgSpec("crash_after", int, "crash after N requests in this process", nullable=True),
     ArgSpec("crash", str, "how to crash", choices={"interrupt": "interrupt", "kill": "kill"}),
-    ArgSpec("hang_at", int, "the request number (1-based, this process) that hangs",
-            nullable=True),
+    ArgSpec("hang_at", int, "the request (1-based, this process) that hangs", nullable=True),
     ArgSpec("hang_s", float, "how long the hanging request sleeps (real seconds)"),
     ArgSpec("scoring", str, "teacher-forced scoring: full, top_k or none",
             choices={"full": "full", "top_k": "top_k", "none": "none"}),
@@ -95,14 +95,13 @@ _SPECS = [
             "the model does not read (as vLLM's hf_overrides of a key transformers 5 moved): "
             "only the config's digest (hf_config_sha256) shows it"),
 ]
-# args the fake engine takes and does not report after the load
-_UNREPORTED = frozenset({"ignored", "config_override"})
+_UNREPORTED = frozenset({"ignored", "config_override"})  # taken, not reported after load
 ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
 DEFAULTS: Mapping[str, Any] = {
     "n_ctx": 4096, "seed": 0, "margin": 8.0, "perturb": 0.0, "accuracy": 1.0,
     "ttft_ms": 20.0, "tpot_ms": 5.0, "jitter": 0.05, "error_rate": 0.0, "crash_after": None,
     "crash": "interrupt", "hang_at": None, "hang_s": 3600.0, "scoring": "full"}
-_FRACTIONS = ("accuracy", "jitter", "error_rate")
+_FRACTIONS, HOST_MS = ("accuracy", "jitter", "error_rate"), "ABGATE_FAKE_HOST_MS"
 
 
 @dataclass(frozen=True)
@@ -202,7 +201,8 @@ class FakeEngine(Engine):
         return cls(model, args)
 
     def __init__(self, model: str, args: Mapping[str, Any]) -> None:
-        cfg = {**DEFAULTS, **args}
+        host = float(os.environ.get(HOST_MS, 0) or 0)  # reported only when set
+        cfg = {**DEFAULTS, **args, **({"host_ms": host} if host else {})}
         for key in _FRACTIONS:
             if not 0.0 <= cfg[key] <= 1.0:
                 raise UsageError(f"engine arg {key!r} must be in [0, 1], got {cfg[key]!r}")
@@ -391,7 +391,7 @@ class FakeEngine(Engine):
         spread = np.random.default_rng([c["seed"], 2, *words]).uniform(-1, 1, size=max(n, 1))
         steps = np.full(n, c["tpot_ms"], dtype=np.float64)
         if n:
-            steps[0] = c["ttft_ms"]
+            steps[0] = c["ttft_ms"] + c.get("host_ms", 0.0)
         steps = steps * (1.0 + c["jitter"] * spread[:n]) / 1000.0
         return [float(t) for t in t0 + np.cumsum(steps)]
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from abgate.errors import UsageError
+from abgate.fleet.matching import MATCHED
 
 Placement = Literal["pack", "spread"]
 KEYS = {"replicas", "num_cpus", "num_gpus", "resources", "placement",
-        "allow_host_differences", "address"}
+        "allow_host_differences", "address", "item_timeout_s"}
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,14 @@ class ClusterSpec:
     resources: dict[str, float] = field(default_factory=dict)
     placement: Placement = "spread"
     allow_host_differences: tuple[str, ...] = ()
+    item_timeout_s: float | None = None  # an item in flight longer: its replica is lost
 
     def to_dict(self) -> dict[str, Any]:
         return {"address": self.address, "replicas": self.replicas, "num_cpus": self.num_cpus,
                 "num_gpus": self.num_gpus, "resources": dict(self.resources),
                 "placement": self.placement,
-                "allow_host_differences": list(self.allow_host_differences)}
+                "allow_host_differences": list(self.allow_host_differences),
+                "item_timeout_s": self.item_timeout_s}
 
 
 def check_address(address: str) -> str:
@@ -57,11 +60,23 @@ def cluster_spec(address: str | None, table: dict[str, Any] | None) -> ClusterSp
     placement = str(t.get("placement", "spread"))
     if placement not in ("pack", "spread"):
         raise UsageError(f"[cluster] placement {placement!r}: pack or spread")
+    allowed = tuple(str(x) for x in t.get("allow_host_differences", ()))
+    if unknown := sorted(set(allowed) - set(MATCHED)):
+        raise UsageError(f"[cluster] allow_host_differences: unknown {unknown}; known: "
+                         f"{list(MATCHED)}")
     return ClusterSpec(addr, replicas, float(t.get("num_cpus", 1.0)),
                        float(t.get("num_gpus", 0.0)),
                        {str(k): float(v) for k, v in dict(t.get("resources", {})).items()},
                        "pack" if placement == "pack" else "spread",
-                       tuple(str(x) for x in t.get("allow_host_differences", ())))
+                       allowed, _timeout(t.get("item_timeout_s")))
+
+
+def _timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise UsageError(f"[cluster] item_timeout_s {value!r}: a number of seconds > 0")
+    return float(value)
 
 
 def import_ray() -> Any:

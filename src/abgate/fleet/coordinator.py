@@ -1,40 +1,35 @@
-"""The fleet strategy of an A/B: items sharded over replicas, never arms.
+"""The fleet strategy of an A/B on Ray: items sharded over replica actors, never arms.
 
 Both arms of an (item, seed) run on one replica, back to back, in an order drawn per
-item from the seed. Results come back to this process, the only writer of the A/B
-directory, and go through the arms' own sample writers (appended, fsynced). A replica
-lost mid-item (its actor or its node died) leaves nothing of that item written: the
-item is re-queued on the others, so every (item, seed, arm) ends exactly once."""
+item from the seed (``matching.arm_order``). Results come back to this process, the
+only writer of the A/B directory, through the dispatch loop (``fleet.dispatch``): in
+key order, through the arms' own sample writers (appended, fsynced). A replica whose
+actor or node died mid-item has written nothing of that item: it is re-queued on the
+others, so every (item, seed, arm) ends exactly once, and the loss is recorded."""
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import logging
-import random
-import time
-from collections import deque
+from collections.abc import Hashable
 from typing import Any
 
-from abgate.ab.phases import write_sample
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
-from abgate.errors import AbgateError
 from abgate.fleet.cluster import ClusterSpec, connected
-from abgate.fleet.matching import check_matched
+from abgate.fleet.dispatch import (
+    Dispatch,
+    Ledger,
+    ReplicaLost,
+    Results,
+    Work,
+    earlier_sessions,
+)
+from abgate.fleet.matching import arm_order, check_matched, check_schedule
 from abgate.fleet.replica import Replica
-from abgate.records.samples import sample_key
-from abgate.suites import Item
 
+__all__ = ["Fleet", "FleetSchedule", "RayPool", "arm_order", "fleet_strategy"]
 log = logging.getLogger("abgate.fleet")
-Key = tuple[Item, int]
-
-
-def arm_order(arms: list[str], item_id: str, seed: int) -> list[str]:
-    """The arms of one item in an order drawn from (item, seed): reproducible."""
-    digest = hashlib.sha256(f"{item_id}\0{seed}".encode()).digest()
-    order = list(arms)
-    random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
-    return order
 
 
 class FleetSchedule:
@@ -47,6 +42,7 @@ class FleetSchedule:
         self.spec = spec
 
     def run(self, state: RunState, sessions: ArmSessions) -> None:
+        check_schedule(state.exp)
         with connected(self.spec) as ray:
             Fleet(ray, self.spec, state).run()
 
@@ -58,7 +54,45 @@ def fleet_strategy(spec: ClusterSpec) -> FleetSchedule:
 def actor_errors(ray: Any) -> tuple[type[BaseException], ...]:
     ex = ray.exceptions
     return (ex.RayActorError, ex.ActorDiedError, ex.ActorUnavailableError, ex.NodeDiedError,
-            ex.WorkerCrashedError)
+            ex.WorkerCrashedError, ex.ObjectLostError, ex.OwnerDiedError)
+
+
+class RayPool:
+    """The dispatch loop's pool over replica actors (``dispatch.Pool``)."""
+
+    def __init__(self, ray: Any, actors: list[Any], nodes: list[str]) -> None:
+        self.ray, self.actors, self.nodes = ray, actors, nodes
+
+    def submit(self, index: int, work: Work) -> Hashable:
+        ref: Hashable = self.actors[index].run_item.remote(work)
+        return ref
+
+    def wait(self, handles: list[Hashable], timeout: float) -> list[Hashable]:
+        ready, _ = self.ray.wait(handles, num_returns=1, timeout=timeout)
+        return list(ready)
+
+    def result(self, handle: Hashable) -> Results:
+        try:
+            results: Results = self.ray.get(handle, timeout=60)
+        except actor_errors(self.ray) as exc:
+            raise ReplicaLost(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                              ) from None
+        return results
+
+    def dead(self, indices: list[int]) -> dict[int, str]:
+        """Replicas on a node Ray no longer counts alive (its raylet gone)."""
+        alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+        return {i: f"NodeDiedError: node {self.nodes[i][:12]} is no longer alive"
+                for i in indices if self.nodes[i] not in alive}
+
+    def drop(self, index: int) -> None:
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.actors[index])
+
+    def cancel(self, handles: list[Hashable]) -> None:
+        for ref in handles:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref)
 
 
 class Fleet:
@@ -67,10 +101,11 @@ class Fleet:
     def __init__(self, ray: Any, spec: ClusterSpec, runner: RunState) -> None:
         self.ray, self.spec, self.runner = ray, spec, runner
         self.arms = list(runner.exp.arms)
-        self.lost: list[dict[str, Any]] = []
+        self.ledger = Ledger()
         self.record: dict[str, Any] = {"cluster": spec.to_dict(), "replicas": [],
-                                       "lost": self.lost, "items_by_replica": {}}
-        self.busy: dict[int, float] = {}
+                                       "lost": self.ledger.lost,
+                                       "items_by_replica": self.ledger.items_by_replica,
+                                       "earlier": earlier_sessions(runner.doc.fleet)}
 
     def start(self) -> list[Any]:
         from ray.util.placement_group import placement_group
@@ -103,8 +138,12 @@ class Fleet:
             self.record["host_differences"] = check_matched(facts,
                                                             self.spec.allow_host_differences)
             self.save()
-            self.dispatch(dict(enumerate(replicas)))
+            pool = RayPool(self.ray, replicas, [str(f["node_id"]) for f in facts])
+            Dispatch(self.runner, pool, self.ledger, item_timeout_s=self.spec.item_timeout_s,
+                     on_loss=self.save).run(
+                list(range(len(replicas))))
         finally:
+            self.record["dispatch_wall_s"] = round(self.ledger.wall_s, 6)
             self.close(replicas)
             self.save()
 
@@ -112,74 +151,43 @@ class Fleet:
         self.runner.doc.fleet = self.record
         self.runner.save()
 
-    def todo(self) -> deque[Key]:
-        state = self.runner
-        keys = state.keys()  # RunState.keys(): a method, not a dict
-        return deque((i, s) for i, s in keys
-                     if not all(state.is_done(arm, i, s) for arm in self.arms))
-
-    def submit(self, index: int, replica: Any, key: Key) -> Any:
-        item, seed = key
-        work = [(arm, self.runner.recorders[arm].request(item, seed))
-                for arm in arm_order(self.arms, item.id, seed)]
-        self.busy.setdefault(index, 0.0)
-        return replica.run_item.remote(work)
-
-    def dispatch(self, alive: dict[int, Any]) -> None:
-        queue, inflight = self.todo(), dict[Any, tuple[int, Key]]()
-        started: dict[Any, float] = {}
-        idle = set(alive)
-        while queue or inflight:
-            for index in sorted(idle):
-                if queue:
-                    ref = self.submit(index, alive[index], key := queue.popleft())
-                    inflight[ref], started[ref] = (index, key), time.monotonic()
-                    idle.discard(index)
-            if not inflight:
-                raise AbgateError("every replica of the fleet was lost; "
-                                  f"{len(queue)} item(s) left: --resume on a new cluster")
-            [ref], _ = self.ray.wait(list(inflight), num_returns=1)
-            index, key = inflight.pop(ref)
-            try:
-                results = self.ray.get(ref)
-            except actor_errors(self.ray) as exc:
-                self.lose(index, key, exc, alive, idle, queue)
-                continue
-            self.busy[index] += time.monotonic() - started.pop(ref)
-            self.write(index, key, results)
-            idle.add(index)
-
-    def lose(self, index: int, key: Key, exc: BaseException, alive: dict[int, Any],
-             idle: set[int], queue: deque[Key]) -> None:
-        item, seed = key
-        log.warning("replica %d lost at %s: %s", index, sample_key(item.id, seed),
-                    type(exc).__name__)
-        self.lost.append({"replica": index, "at": sample_key(item.id, seed),
-                          "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
-                          "time": time.time()})
-        alive.pop(index, None)
-        idle.discard(index)
-        queue.appendleft(key)  # nothing of it was written: it runs once, elsewhere
-        self.save()
-
-    def write(self, index: int, key: Key, results: list[tuple[str, Any]]) -> None:
-        item, seed = key
-        k = sample_key(item.id, seed)
-        for arm, result in results:  # the one writer path, as on one machine
-            if not self.runner.is_done(arm, item, seed):
-                write_sample(self.runner, arm, item, seed, result)
-        by = self.record["items_by_replica"]
-        by.setdefault(str(index), []).append(k)
-
     def close(self, replicas: list[Any]) -> None:
-        closing = {i: r.close.remote() for i, r in enumerate(replicas)}
-        for i, ref in closing.items():
+        lost = {int(x["replica"]) for x in self.ledger.lost}
+        closing = {i: r.close.remote() for i, r in enumerate(replicas) if i not in lost}
+        for i in range(len(replicas)):
             try:
-                evidence = self.ray.get(ref, timeout=300)
-            except Exception as exc:  # a lost replica: its node took its processes
+                evidence = self.ray.get(closing[i], timeout=300) if i in closing else {
+                    "error": "lost (its node took its processes)"}
+            except Exception as exc:  # lost while closing
                 evidence = {"error": type(exc).__name__}
-            evidence["busy_s"] = round(self.busy.get(i, 0.0), 6)
+            evidence["busy_s"] = round(self.ledger.busy.get(i, 0.0), 6)
             if i < len(self.record["replicas"]):
                 self.record["replicas"][i]["closed"] = evidence
         for r in replicas:
             self.ray.kill(r)
+        ids = [str(f.get("actor_id")) for f in self.record["replicas"] if f.get("actor_id")]
+        self.record["actors_after_close"] = actors_left(ids) if not self.spec.address.startswith(
+            "local") else {"checked": False, "error": "a local cluster has no state API (no "
+                           "dashboard): its processes are reaped (fleet.reaper)"}
+
+
+def actors_left(actor_ids: list[str], wait_s: float = 30.0) -> dict[str, Any]:
+    """Ray's state API on the replicas once killed: those not DEAD within ``wait_s``
+    (``alive``: none when cleanup held), or why the API could not answer (a cluster
+    started without its dashboard has no state API)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            from ray.util.state import list_actors
+
+            states = {a.actor_id: a.state for a in list_actors(
+                limit=10_000, timeout=10, raise_on_missing_output=False)
+                if a.actor_id in actor_ids}
+        except Exception as exc:  # no dashboard: no state API
+            return {"checked": False, "error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+        alive = sorted(a for a in actor_ids if states.get(a, "DEAD") != "DEAD")
+        if not alive or time.monotonic() > deadline:
+            return {"checked": True, "via": "ray.util.state.list_actors", "alive": alive}
+        time.sleep(0.5)

@@ -3,11 +3,16 @@ replicas are checked before any measurement, unless the difference is declared."
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import random
+from typing import TYPE_CHECKING, Any
 
 from abgate.errors import UsageError
 
-MATCHED = ("cpu_model", "gpu_model", "driver", "engines", "libraries")
+if TYPE_CHECKING:
+    from abgate.ab.experiment import Experiment
+
+MATCHED = ("cpu_model", "gpu_model", "driver", "engines", "engine_config", "libraries")
 
 
 def check_matched(facts: list[dict[str, Any]], allowed: tuple[str, ...]) -> list[str]:
@@ -30,3 +35,22 @@ def library_differences(facts: list[dict[str, Any]]) -> list[str]:
     maps = [dict(f.get("libraries") or {}) for f in facts]
     common = set.intersection(*(set(m) for m in maps)) if maps else set()
     return sorted(n for n in common if len({m[n] for m in maps}) > 1)
+
+
+def arm_order(arms: list[str], item_id: str, seed: int) -> list[str]:
+    """The arms of one item in an order drawn from (item, seed): reproducible, the same
+    on every replica and pool."""
+    digest = hashlib.sha256(f"{item_id}\0{seed}".encode()).digest()
+    order = list(arms)
+    random.Random(int.from_bytes(digest[:8], "big")).shuffle(order)
+    return order
+
+
+def check_schedule(exp: Experiment) -> None:
+    """A fleet runs both arms resident on every replica; sequential looks fall on the
+    merged stream (written in key order), but the agreement pass of a look scores on
+    engines in this process, which a fleet does not load."""
+    if exp.schedule.sequential and exp.evidence.agreement:
+        raise UsageError("--cluster with sequential stopping: the agreement pass of each "
+                         "look needs the engines in this process; set [evidence] "
+                         "agreement = false (or --fixed-n)")

@@ -15,6 +15,7 @@ import psutil
 
 from abgate import host
 from abgate.engines.base import GenerationRequest, GenerationResult
+from abgate.records import facts
 from abgate.runner.session import EngineSession, PreparedEngine, loaded
 
 Work = list[tuple[str, GenerationRequest]]
@@ -41,6 +42,15 @@ class Replica:
         """Both arms of one (item, seed), in the given order."""
         return [(arm, self.generate(arm, request)) for arm, request in work]
 
+    def engine_facts(self) -> dict[str, Any]:
+        """Each arm's engine as loaded here: name and version, the effective
+        configuration's digest (matched across replicas)."""
+        return {"engines": {arm: {"version": s.info.get("version"),
+                                  "engine": s.info.get("name")}
+                            for arm, s in self.sessions.items()},
+                "engine_config": {arm: config_digest(s.info.get("effective_config"))
+                                  for arm, s in self.sessions.items()}}
+
     def facts(self) -> dict[str, Any]:
         """Where this replica runs and what it runs on: the matching keys and the record."""
         import ray
@@ -48,8 +58,6 @@ class Replica:
         ctx = ray.get_runtime_context()
         gpus = host.gpus()
         pids = sorted({os.getpid(), *(p for s in self.sessions.values() for p in s.processes)})
-        engines = {arm: {"version": s.info.get("version"),
-                         "engine": s.info.get("engine")} for arm, s in self.sessions.items()}
         return {"index": self.index, "node_id": ctx.get_node_id(),
                 "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
                 "actor_id": ctx.get_actor_id(), "cpu_model": host.cpu_model(),
@@ -57,7 +65,7 @@ class Replica:
                 "gpu_uuids": [str(g.get("uuid")) for g in gpus if g.get("uuid")],
                 "gpu_model": sorted({str(g.get("name")) for g in gpus}),
                 "driver": sorted({str(g.get("driver")) for g in gpus if g.get("driver")}),
-                "engines": engines, "process_tree": process_tree(pids),
+                **self.engine_facts(), "process_tree": process_tree(pids),
                 "libraries": libraries(pids)}
 
     def close(self) -> dict[str, Any]:
@@ -66,6 +74,16 @@ class Replica:
         return {"cleanup": {arm: s.engine.cleanup_evidence for arm, s in self.sessions.items()},
                 "gpu_memory_after": [{k: g.get(k) for k in ("uuid", "memory_used")}
                                      for g in host.gpus()]}
+
+
+def config_digest(config: Any) -> str:
+    """SHA-256 of an engine's effective configuration as loaded on this host, the keys
+    that name one load (a port, an endpoint: ``records.facts.must_match``) left out."""
+    import hashlib
+    import json
+
+    kept = {k: v for k, v in dict(config or {}).items() if facts.must_match(f"effective.{k}")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def process_tree(pids: list[int]) -> list[int]:

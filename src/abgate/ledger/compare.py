@@ -153,6 +153,13 @@ def _same_ab(a: Ref, b: Ref) -> bool:
             and a.path.resolve() == b.path.resolve())
 
 
+def _effective(ref: Ref) -> dict[str, Any] | None:
+    """The ref's effective configuration from its run.json (``engine.effective``; a v1
+    record is migrated on read), None without one."""
+    engine = ref.record.engine if ref.record is not None else None
+    return engine.effective if engine is not None and engine.loaded else None
+
+
 def configuration_drift(a: Ref, b: Ref, allow: Sequence[str] = ()) -> dict[str, Any]:
     """B's recorded configuration against A's ("exact match except ..."), or why it
     cannot be compared (an imported file records none)."""
@@ -203,8 +210,8 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
                                 {a.arm: a.samples, b.arm: b.samples})
         else:
             extras = {"expect": exp.expects,
-                      "speed_only": random_weights(ab, a.arm, a.samples)
-                      or random_weights(ab, b.arm, b.samples),
+                      "speed_only": random_weights(ab, a.arm, a.samples, _effective(a))
+                      or random_weights(ab, b.arm, b.samples, _effective(b)),
                       "agreement": not_measured(f"agreement is scored against the A/B's "
                                                 f"baseline {exp.baseline!r} only")}
     else:

@@ -67,11 +67,10 @@ def _header(doc: AnyRecord, path: Path, digest: str) -> Entry:
 def _engine_facts(doc: SpecRecord) -> dict[str, Any]:
     spec, loaded = doc.spec, doc.engine
     model = spec.model or ModelRef()
-    engine = (loaded.name if loaded else None) or spec.engine
-    return {"engine": engine, "engine_version": loaded.version if loaded else None,
+    engine = loaded.name or spec.engine
+    return {"engine": engine, "engine_version": loaded.version,
             "model": model.path, "model_sha256": model.sha256,
-            "config_digest": config_digest(engine, loaded.effective_config if loaded else None,
-                                           spec.resolved_engine_args)}
+            "config_digest": config_digest(engine, loaded.effective, loaded.resolved)}
 
 
 def run_unit(doc: RunRecord, samples: Sequence[Sample], name: str = "") -> Unit:

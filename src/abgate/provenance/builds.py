@@ -117,12 +117,26 @@ def resolve(repo: Path, rev: str) -> tuple[str, str]:
     return commit, git_text(repo, "rev-parse", f"{commit}^{{tree}}")
 
 
-def build_revision(repo: Path, rev: str, command: str, artifacts: str = "venv",
-                   root: Path | None = None) -> Build:
-    """Build ``rev`` of ``repo`` once by ``command`` (cached by its tree)."""
+def check_command(command: str) -> None:
+    """A UsageError when the build command is missing."""
     if not command.strip():
         raise UsageError("[source] build is missing: the command that builds a revision "
                          "(e.g. cmake -B build && cmake --build build -j)")
+
+
+def check_artifacts(build: Build, artifacts: str) -> None:
+    """A UsageError when ``build``'s artifacts are no longer those its manifest hashed."""
+    _, digest = _hash_artifacts(build.directory, artifacts)
+    if digest != build.manifest.artifacts_digest:
+        raise UsageError(f"the build of {build.manifest.revision} in {build.directory} "
+                         "changed since it was built (its artifacts' hashes differ from "
+                         f"{MANIFEST}): remove that directory to build it again")
+
+
+def build_revision(repo: Path, rev: str, command: str, artifacts: str = "venv",
+                   root: Path | None = None) -> Build:
+    """Build ``rev`` of ``repo`` once by ``command`` (cached by its tree)."""
+    check_command(command)
     top = repository(repo)
     commit, tree = resolve(top, rev)
     key = f"{tree}-{sha256_bytes(command.encode())[:12]}"

@@ -18,7 +18,12 @@ from typing import Any
 
 from abgate.errors import AbgateError
 from abgate.provenance.contract_toml import Contract, load_contract
-from abgate.provenance.libmaps import WorkerMapping, check_required, required_from_paths
+from abgate.provenance.libmaps import (
+    Selector,
+    WorkerMapping,
+    check_required,
+    required_from_paths,
+)
 from abgate.provenance.paths import expand_patterns
 from abgate.redact import REDACTED, is_secret_name
 
@@ -195,6 +200,30 @@ def check_effective(contract: Contract, engine_name: str,
                                  "config does not report this key)"))
         elif not values_equal(want, effective_config[key]):
             out.append(Violation(f"settings.{key}", want, effective_config[key], "effective"))
+    return out + _check_ranks(contract, engine_name, effective_config)
+
+
+def _check_ranks(contract: Contract, engine_name: str,
+                 effective_config: Mapping[str, Any]) -> list[Violation]:
+    """Every ``[every_rank]`` clause against each rank's facts (``ranks``)."""
+    ranks = effective_config.get("ranks")
+    out: list[Violation] = []
+    for key, want in contract.every_rank.items():
+        clause = f"every_rank.{key}"
+        if not isinstance(ranks, list) or not ranks:
+            why = effective_config.get("ranks_not_reported") or "no per-rank facts"
+            out.append(Violation(clause, want, ABSENT, "effective",
+                                 f"not reported by this engine ({engine_name}: {why})"))
+            continue
+        for facts in ranks:
+            rank = facts.get("rank") if isinstance(facts, Mapping) else None
+            have = facts.get(key, ABSENT) if isinstance(facts, Mapping) else ABSENT
+            if have is ABSENT:
+                out.append(Violation(f"{clause} (rank {rank})", want, ABSENT, "effective",
+                                     f"not reported by this engine (rank {rank} of "
+                                     f"{engine_name} does not report this key)"))
+            elif not values_equal(want, have):
+                out.append(Violation(f"{clause} (rank {rank})", want, have, "effective"))
     return out
 
 
@@ -209,7 +238,9 @@ def check_libraries(contract: Contract, mappings: Sequence[WorkerMapping],
             out.append(Violation(f"libraries.required {pattern}", ANY_VALUE,
                                  ABSENT, "libraries", f"matches no file under {root}"))
         paths.extend(hits)
-    for issue in check_required(required_from_paths(paths), mappings, contract.library_mode):
+    where = Selector(contract.library_roles, contract.library_ranks)
+    for issue in check_required(required_from_paths(paths), mappings, contract.library_mode,
+                                where):
         out.append(Violation(f"libraries.required {Path(issue.required).name}", issue.required,
                              ABSENT if issue.found is None else issue.found, "libraries",
                              issue.message()))

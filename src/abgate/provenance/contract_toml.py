@@ -19,11 +19,12 @@ from abgate.provenance.libmaps import MODES
 from abgate.redact import redact_env
 from abgate.tomlfile import read_toml
 
-_TOP_KEYS = ("name", "engine", "description", "settings", "engine_args", "env", "libraries")
+_TOP_KEYS = ("name", "engine", "description", "settings", "every_rank", "engine_args", "env",
+             "libraries")
 _SECTION_KEYS = {
     "engine_args": ("required", "forbidden"),
     "env": ("required", "forbidden"),
-    "libraries": ("required", "mode"),
+    "libraries": ("required", "mode", "roles", "ranks"),
 }
 
 
@@ -37,6 +38,7 @@ class Contract:
     engine: str | None = None
     description: str = ""
     settings: Mapping[str, Any] = field(default_factory=dict)
+    every_rank: Mapping[str, Any] = field(default_factory=dict)  # per-rank facts, each rank
     required_args: Mapping[str, Any] = field(default_factory=dict)
     present_args: tuple[str, ...] = ()
     forbidden_args: tuple[str, ...] = ()
@@ -45,6 +47,8 @@ class Contract:
     forbidden_env: tuple[str, ...] = ()
     required_libraries: tuple[str, ...] = ()
     library_mode: str = "every"
+    library_roles: tuple[str, ...] = ()  # "every" means every process of these roles
+    library_ranks: tuple[str, ...] = ()  # ... and/or of these ranks (fnmatch: "TP*")
 
     @property
     def label(self) -> str:
@@ -56,12 +60,15 @@ class Contract:
             "path": self.path, "sha256": self.sha256, "name": self.name,
             "engine": self.engine, "description": self.description,
             "settings": dict(self.settings),
+            **({"every_rank": dict(self.every_rank)} if self.every_rank else {}),
             "engine_args": {"required": dict(self.required_args),
                             "present": list(self.present_args),
                             "forbidden": list(self.forbidden_args)},
             "env": {"required": redact_env(self.required_env),
                     "present": list(self.present_env), "forbidden": list(self.forbidden_env)},
-            "libraries": {"required": list(self.required_libraries), "mode": self.library_mode},
+            "libraries": {"required": list(self.required_libraries), "mode": self.library_mode,
+                          **({"roles": list(self.library_roles)} if self.library_roles else {}),
+                          **({"ranks": list(self.library_ranks)} if self.library_ranks else {})},
         }
 
 
@@ -168,9 +175,12 @@ def load_contract(path: Path | str) -> Contract:
         name=reader.text(data, "name"), engine=reader.text(data, "engine"),
         description=reader.text(data, "description") or "",
         settings=reader.table(data, "settings"),
+        every_rank=reader.table(data, "every_rank"),
         required_args=req_args, present_args=present_args, forbidden_args=forbidden_args,
         required_env=_check_env_values(reader, req_env), present_env=present_env,
         forbidden_env=forbidden_env,
         required_libraries=reader.names(libs.get("required", []), "libraries", "required"),
         library_mode=mode,
+        library_roles=reader.names(libs.get("roles", []), "libraries", "roles"),
+        library_ranks=reader.names(libs.get("ranks", []), "libraries", "ranks"),
     )

@@ -9,6 +9,7 @@ of a freshly built library (same basename, different path or content).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -169,6 +170,32 @@ MODES = ("every", "consistent")
 
 
 @dataclass(frozen=True)
+class Selector:
+    """Which processes a contract's ``every`` applies to: roles (``worker``,
+    ``engine_core``, ``server``, ...) and rank patterns (``TP*``, ``PP1_TP0``; fnmatch);
+    both empty: every process that is not a helper."""
+
+    roles: tuple[str, ...] = ()
+    ranks: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.roles or self.ranks)
+
+    def matches(self, worker: WorkerMapping) -> bool:
+        if worker.role == HELPER:
+            return False
+        if self.roles and worker.role not in self.roles:
+            return False
+        return not self.ranks or any(fnmatch.fnmatchcase(worker.rank or "", r)
+                                     for r in self.ranks)
+
+    def describe(self) -> str:
+        parts = ([f"role {' or '.join(self.roles)}"] if self.roles else []) + \
+            ([f"rank {' or '.join(self.ranks)}"] if self.ranks else [])
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
 class MappingIssue:
     """A process that mapped the wrong copy of a required library, none, or is unreadable."""
 
@@ -199,25 +226,27 @@ def _bad_copy(req: RequiredLib, worker: WorkerMapping, lib: MappedLib) -> Mappin
     return MappingIssue(worker.label, req.path, lib.path, reason)
 
 
-def _worker_issues(req: RequiredLib, worker: WorkerMapping,
-                   mode: str) -> tuple[list[MappingIssue], bool]:
+def _worker_issues(req: RequiredLib, worker: WorkerMapping, mode: str,
+                   where: Selector = Selector()) -> tuple[list[MappingIssue], bool]:
     """One process against one required library: its issues, and whether it mapped the
-    right copy. A helper (in mode "every") fails only for a wrong copy."""
+    right copy. A helper, or (in mode "every") a process ``where`` does not select, fails
+    only for a wrong copy."""
+    bound = mode == "every" and (where.matches(worker) if where else worker.role != HELPER)
     if worker.error is not None:
-        if mode == "every" and worker.role != HELPER:
+        if bound:
             return [MappingIssue(worker.label, req.path, None,
                                  f"mappings unreadable ({worker.error})")], False
         return [], False
     bad, good = _wrong_copies(req, worker)
     issues = [_bad_copy(req, worker, lib) for lib in bad]
-    if not good and not bad and mode == "every" and worker.role != HELPER:
+    if not good and not bad and bound:
         issues.append(MappingIssue(worker.label, req.path, None,
                                    f"did not map {req.basename} ({req.path})"))
     return issues, good
 
 
 def check_required(required: Sequence[RequiredLib], mappings: Sequence[WorkerMapping],
-                   mode: str = "every") -> list[MappingIssue]:
+                   mode: str = "every", where: Selector = Selector()) -> list[MappingIssue]:
     """Every required library must be the mapped copy.
 
     A process that mapped another copy (same basename, different real path or hash)
@@ -225,7 +254,10 @@ def check_required(required: Sequence[RequiredLib], mappings: Sequence[WorkerMap
     all or whose mappings could not be read (every rank of a tensor-parallel engine,
     named by its rank), helpers excepted (Python's multiprocessing resource tracker and
     fork server, inductor's compile workers: role ``helper``, they run no engine code);
-    ``mode="consistent"`` only asks that at least one process mapped it.
+    ``mode="consistent"`` only asks that at least one process mapped it. ``where``
+    narrows "every" to processes of some roles or ranks (every TP worker: ``ranks=
+    ("TP*",)``); at least one process must be selected then, and a wrong copy still
+    fails in any process (no other copy is allowed).
     """
     if mode not in MODES:
         raise UsageError(f"library check mode {mode!r} is not one of {', '.join(MODES)}")
@@ -233,10 +265,15 @@ def check_required(required: Sequence[RequiredLib], mappings: Sequence[WorkerMap
     if required and not mappings:
         return [MappingIssue("no process", r.path, None, "no process mappings were recorded")
                 for r in required]
+    if required and where and not any(where.matches(w) for w in mappings):
+        issues.append(MappingIssue("no process", required[0].path, None,
+                                   f"no process of {where.describe()} was found (roles seen: "
+                                   + ", ".join(sorted({f"{w.role}/{w.rank}" for w in mappings}))
+                                   + ")"))
     for req in required:
         anywhere = False
         for worker in mappings:
-            found, good = _worker_issues(req, worker, mode)
+            found, good = _worker_issues(req, worker, mode, where)
             issues.extend(found)
             anywhere = anywhere or good
         if not anywhere and mode != "every":

@@ -85,6 +85,8 @@ class LogRatio(Result):
     ci: Bounds | None = None
     ci_bootstrap: Bounds | None = None
     ci_t: Bounds | None = None
+    ci_replicas: Bounds | None = None  # a fleet: replicas as clusters (compare/replicas.py)
+    n_replicas: int | None = None
 
 
 class Ratio(Result):
@@ -244,6 +246,26 @@ class Comparison(Result):
         return self.model_validate({**self.model_dump(exclude_unset=True), **extras})
 
 
+class GateMde(Result):
+    """What one gate could detect at the run's size (:mod:`abgate.compare.plan`):
+    ``distance`` beyond its fail threshold, ``detectable`` the true value it fails at
+    with the verdict's power (an accuracy drop, a slowdown, a KLD), in ``unit``."""
+
+    distance: float | None = None
+    detectable: float | None = None
+    unit: str | None = None
+    sigma: float | None = None  # per item, from the run's own SE
+    bound: bool | None = None  # sigma is an upper bound (no discordant pair seen)
+
+
+class VerdictMde(Result):
+    """The minimum detectable effects a verdict had, gate by gate."""
+
+    power: float | None = None
+    n_items: int | None = None
+    gates: dict[str, GateMde] = Field(default_factory=dict)
+
+
 class Verdict(Result):
     """The decision, every gate behind it, and the sentences that explain it."""
 
@@ -255,6 +277,7 @@ class Verdict(Result):
     policy: dict[str, Any] = Field(default_factory=dict)
     notes: tuple[str, ...] = ()
     explanation: str | None = None  # INCONCLUSIVE: why, in one line (compare/explain.py)
+    mde: VerdictMde | None = None  # what each gate could detect at this run's size
 
 
 class ArmResult(Result):

@@ -13,12 +13,20 @@ EvalLog migrates). Made, written and read by :mod:`abgate.runner.documents`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from abgate.records.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
+from abgate.records.engine import (
+    EngineSection,
+    LoadedEngine,
+    ab_to_v2,
+    digested_spec,
+    given_config,
+    to_v2,
+)
 from abgate.records.sections import (
     ArmDifferences,
     Distribution,
@@ -29,6 +37,7 @@ from abgate.records.sections import (
     QualitySummary,
     Resume,
     Section,
+    SourceRecord,
     Spec,
 )
 
@@ -37,11 +46,13 @@ Kind = Literal["run", "ab-arm", "ab", "bench", "baseline"]
 Status = Literal["running", "complete", "failed", "interrupted"]
 # Each document's schema version; a reader refuses a newer one than it knows.
 SCHEMA_VERSIONS: dict[str, int] = {
-    "run": 1, "ab-arm": 1, "ab": 1, "bench": 1, "baseline": 1,
+    "run": 2, "ab-arm": 2, "ab": 2, "bench": 2, "baseline": 2,
     "summary": 1, "bench-summary": 1, "probes": 1, "ab-bench": 1, "ab-report": 1}
 # name -> {version: step}: the step turns a document of that version into the next one.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
-MIGRATIONS: dict[str, dict[int, Migration]] = {}
+MIGRATIONS: dict[str, dict[int, Migration]] = {  # records/engine.py; docs/records.md
+    **{kind: {1: to_v2} for kind in ("run", "ab-arm", "bench", "baseline")},
+    "ab": {1: ab_to_v2}}
 
 
 def upgraded(name: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -116,15 +127,27 @@ class LoadFacts(Section):
 
 
 class SpecRecord(RecordHeader):
-    """A record of one prepared spec (a run, a bench, a baseline) and its load."""
+    """A record of one prepared spec (a run, a bench, a baseline) and its load. Its
+    engine args are in ``engine`` only, as three facets (given, resolved, effective:
+    :mod:`abgate.records.engine`), not in ``config`` or ``spec``."""
 
     config: dict[str, Any]
     spec: Spec
     spec_digest: str
-    engine: EngineRecord | None = None  # set once the engine is loaded
+    engine: EngineSection = EngineSection()  # its loaded facts set once the engine loads
     engine_processes: list[Any] = []
     provenance: Provenance | None = None
     cleanup: dict[str, Any] | None = None
+
+
+    def given_config(self) -> dict[str, Any]:
+        """The config as given (its engine args from ``engine.given``), for a config
+        model to read back."""
+        return given_config(self.config, self.engine)
+
+    def digested_spec(self) -> dict[str, Any]:
+        """The spec as its digest covers it (the engine args put back in the v1 shape)."""
+        return digested_spec(self.spec.to_dict(), self.engine)
 
 
 class RunRecord(SpecRecord):
@@ -248,7 +271,7 @@ class AbRecord(RecordHeader):
     arm_spec_digests: dict[str, str]
     digest: str
     schedule: AbSchedule
-    engines: dict[str, EngineRecord]
+    engines: dict[str, LoadedEngine]  # each arm's facets: its run.json's engine section
     resumes: list[Resume]
     # Per candidate: its differences from the baseline, declared and undeclared apart,
     # before the load ("request") and after it ("loaded"); see abgate.ab.declared.
@@ -259,16 +282,20 @@ class AbRecord(RecordHeader):
     host_load: dict[str, Any] | None = None
     # a fleet A/B (abgate.fleet): the cluster, each replica's facts, losses, cleanup
     fleet: dict[str, Any] | None = None
+    # a revision A/B (abgate.ab.revisions): the repository, revisions and each arm's build
+    source: SourceRecord | None = None
 
     def scoring_of(self, arm: str) -> ScoringCost:
         """The arm's scoring pass as recorded (an empty one when it has none)."""
         return self.scoring.get(arm) or ScoringCost()
 
-    def load_formats(self, arm: str) -> tuple[tuple[str, Any], ...]:
-        """(where, value) of ``load_format`` in the arm's effective config, then its
-        engine args (``"dummy"``: random weights)."""
-        engine, config = self.engines.get(arm), self.experiment.arms.get(arm)
-        found = (("effective config", engine.effective_config if engine else {}),
+    def load_formats(self, arm: str, effective: Mapping[str, Any] | None = None
+                     ) -> tuple[tuple[str, Any], ...]:
+        """(where, value) of ``load_format`` in the arm's effective config (``effective``:
+        its run.json's effective facet), then its engine args (``"dummy"``: random
+        weights)."""
+        config = self.experiment.arms.get(arm)
+        found = (("effective config", effective or {}),
                  ("engine args", (config.engine_args if config else None) or {}))
         return tuple((where, args.get(LOAD_FORMAT)) for where, args in found)
 

@@ -77,7 +77,7 @@ class Sample(Section):
     timing: dict[str, Any] = {}  # metrics.request_timing: numbers, None where unmeasured
     token_times_ms: list[Number] | None = None
     engine_timings: dict[str, Any] | None = None
-    reference: int | None = None
+    reference: int | str | None = None
     extracted: SampleExtraction | None = None
     correct: bool | None = None
     health: SampleHealthRecord = SampleHealthRecord()

@@ -207,6 +207,36 @@ class ArmDifferences(Section):
     config_only: list[str] | None = None
 
 
+class SourceBuild(Section):
+    """One revision's build in a revision A/B (``provenance.builds.BuildManifest`` and how
+    this A/B got it): ``cached`` when an earlier run built it and this one built nothing;
+    ``log`` is the build's log copied into the A/B directory."""
+
+    revision: str
+    commit: str
+    tree: str
+    command: str
+    directory: str
+    duration_s: float
+    artifacts_digest: str
+    artifacts: dict[str, str]
+    cached: bool
+    log: str
+    log_sha256: str
+
+
+class SourceRecord(Section):
+    """``ab.json``'s ``source`` (a revision A/B, ``abgate.ab.revisions``): the repository,
+    the two revisions, the build command and each arm's build."""
+
+    repository: str
+    base: str | None
+    head: str | None
+    build: str
+    artifacts: str
+    builds: dict[str, SourceBuild]
+
+
 class Distribution(Section):
     """``abgate.metrics.distribution``: n, and the statistics of the defined values
     (in the order it writes them)."""

@@ -2,8 +2,10 @@
 
 Each arm is described by *facets* (model + SHA, engine, suite, items, seeds, sampling,
 prompt) from its ``run.json`` spec, falling back to the experiment's arm config, plus
-its engine args, engine options, env and the engine's effective configuration from
-``ab.json``. A facet with one value across arms was held equal; any other differed.
+its engine args (the given facet), engine options, env and the engine's effective
+configuration (the effective facet) from the arm's ``run.json``; keys of one launch
+(``records.facts.PER_LAUNCH``) are not compared. A facet with one value across arms was
+held equal; any other differed.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from abgate.records.sections import EngineRecord, ModelRef, PromptSpec, Spec
+from abgate.records import facts
+from abgate.records.engine import LoadedEngine
+from abgate.records.sections import ModelRef, PromptSpec, Spec
 from abgate.report.fmt import NA, short, value_text
 from abgate.report.load import AbData
 from abgate.report.untrusted import user
 
-MISSING = "(not set)"
+MISSING = facts.MISSING
 _PLURAL = {"engine arg": "engine args", "engine option": "engine options", "env": "env"}
 
 
@@ -51,7 +55,7 @@ def _config(data: AbData, arm: str) -> dict[str, Any]:
     return config.to_dict() if config is not None else {}
 
 
-def _model(spec: Spec, config: Mapping[str, Any], engine: EngineRecord | None) -> str:
+def _model(spec: Spec, config: Mapping[str, Any], engine: LoadedEngine | None) -> str:
     model = spec.model or ModelRef()
     path = model.path or (engine.model if engine else None) or config.get("model")
     if not isinstance(path, str):
@@ -130,20 +134,23 @@ def _facets(data: AbData, arm: str) -> dict[str, str]:
 
 def _settings(data: AbData, arm: str) -> dict[str, dict[str, Any]]:
     spec, config = _spec(data, arm), _config(data, arm)
-    # The args as the user wrote them (resolved values may be enum codes); the
-    # effective configuration shows what the engine made of them.
+    record = data.arms[arm].record
+    # The args as the user wrote them (the given facet: resolved values may be enum
+    # codes); the effective configuration shows what the engine made of them.
     given = spec.model_fields_set  # a spec's own group, else the experiment's config
     groups = {
         label: getattr(spec, key) if key in given else config.get(key)
-        for label, key in (("engine arg", "engine_args"), ("engine option", "engine_options"),
-                           ("env", "env"))}
+        for label, key in (("engine option", "engine_options"), ("env", "env"))}
+    groups = {"engine arg": record.engine.given if record is not None
+              else config.get("engine_args"), **groups}
     return {group: dict(values) if isinstance(values, Mapping) else {}
             for group, values in groups.items()}
 
 
 def _effective(data: AbData, arm: str) -> dict[str, Any]:
-    engine = data.record.engines.get(arm)
-    return dict(engine.effective_config) if engine is not None else {}
+    record = data.arms[arm].record  # the effective facet, in the arm's run.json
+    config = record.engine.effective_config if record is not None else {}
+    return {k: v for k, v in config.items() if not facts.per_launch(f"effective.{k}")}
 
 
 def _split(per_arm: list[Mapping[str, Any]], label: str

@@ -49,9 +49,30 @@ def _accuracy_limits(comp: Comparison, arm: str, baseline: str) -> list[str]:
     return out
 
 
+def _mde_text(name: str, value: float | None, unit: str | None) -> str:
+    if value is None:
+        return f"{name} n/a"
+    if unit and ("fraction" in unit or "agreement" in unit):
+        return f"{name} {100 * value:.1f}%"
+    return f"{name} {value:.3g}"
+
+
+def verdict_mde_line(data: AbData, arm: str) -> list[str]:
+    """The MDE the verdict had: the true effect each gate fails with the policy's power
+    at this run's size (``verdict.mde``, abgate.compare.plan)."""
+    mde = data.arm_verdict(arm).mde
+    if mde is None or not mde.gates:
+        return []
+    parts = [_mde_text(name, g.detectable, g.unit) + (" (bounded)" if g.bound else "")
+             for name, g in mde.gates.items()]
+    return [f"`{arm}`: the MDE this verdict had ({mde.n_items} items, "
+            f"{pct(mde.power, 0)} power; the true effect at which each gate fails): "
+            + ", ".join(parts) + "."]
+
+
 def _arm_limits(data: AbData, arm: str) -> list[str]:
     comp, policy = data.arm_comparison(arm), data.policy
-    out = _accuracy_limits(comp, arm, data.baseline)
+    out = _accuracy_limits(comp, arm, data.baseline) + verdict_mde_line(data, arm)
     metric = str(policy.speed.metric or "steady_decode_tps")
     speed_mde = as_float(comp.mde.speed.get(metric))
     if speed_mde is not None:

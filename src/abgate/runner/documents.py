@@ -39,8 +39,10 @@ from abgate.records.documents import (
     R,
     RecordHeader,
     RunRecord,
+    SpecRecord,
     Summary,
 )
+from abgate.records.engine import ab_to_v2, to_v2
 from abgate.records.result import Result
 from abgate.records.sections import GitState, HostInfo
 from abgate.redact import redact
@@ -91,6 +93,10 @@ def new_record(kind: Kind, *, out: Path | None = None, **fields: Any) -> AnyReco
     with ``out`` excluded."""
     git = fields.pop("git") if "git" in fields else source_state(out)
     model = BODIES[kind]
+    if issubclass(model, SpecRecord):
+        fields = to_v2(fields)  # the engine args as one section, as a v1 record migrates
+    elif model is AbRecord:
+        fields = ab_to_v2(fields)  # the arms' facets left to the arms' records
     try:
         return model(schema_version=SCHEMA_VERSIONS[kind], kind=kind, status="running",
                      abgate_version=__version__, git=git,

@@ -180,7 +180,7 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
     if resume:
         doc = read_record(out / rec.RUN_FILE, "run", "ab-arm", model=RunRecord)
         if doc.spec_digest != p.spec_digest:
-            diffs = list(rec.iter_diff(doc.spec.to_dict(), p.spec))[:8]
+            diffs = list(rec.iter_diff(doc.digested_spec(), p.spec))[:8]
             raise UsageError(f"--resume {out}: the run spec differs from the recorded one "
                              f"(at {', '.join(diffs) or 'spec'}); use a new directory")
         changed = check_same_source(out, doc.git, git, allow_source_change)

@@ -3,8 +3,11 @@
 Every run embeds the environment snapshot and the shared libraries each engine
 process actually mapped (with hashes); with ``--manifest FILE`` the manifest's
 digest and path, and whether it describes the source tree abgate runs from (a stale
-manifest, made at another tree or with other uncommitted edits, is refused before the
-load unless ``allow_stale_manifest``, and then recorded as stale); with
+manifest, made at another tree or with other uncommitted edits, or one of whose
+libraries changed on disk since, is refused before the load unless
+``allow_stale_manifest``, and then recorded as stale), and after the load, per engine
+process and rank, which mapped libraries are the manifest's, which differ, which it does
+not name (:mod:`abgate.provenance.manifest_libs`); with
 ``--contract FILE`` the contract, checked on the request before
 the load (fail fast, nothing written) and on the effective configuration and the
 mapped libraries after it.
@@ -31,6 +34,7 @@ from abgate.provenance import (
 )
 from abgate.provenance.gitinfo import git_state
 from abgate.provenance.libmaps import snapshot_pids
+from abgate.provenance.manifest_libs import match_processes, rehash_libraries
 from abgate.records.documents import Loadable
 from abgate.records.sections import Provenance
 from abgate.redact import redact_argv
@@ -48,17 +52,23 @@ class ProvenanceOptions:
 
 def manifest_freshness(manifest: dict[str, Any], path: str) -> dict[str, Any]:
     """Whether ``manifest`` describes the checkout abgate runs from: its git tree, dirty
-    flag and diff hash against this one's (the manifest file itself ignored)."""
+    flag and diff hash against this one's (the manifest file itself ignored), and every
+    library it lists hashed again (git-ignored build outputs too: a rebuilt one is a
+    difference, ``library PATH: sha256 OLD -> NEW``)."""
+    libs = rehash_libraries(manifest, Path.cwd())
+    lib_fields = {"libraries_rehashed": len(manifest.get("libraries") or []),
+                  "library_differences": libs}
     want = (manifest.get("source") or {}).get("git")
     here = git_state(Path.cwd(), ignore=[Path(path)])
     if not isinstance(want, dict) or here is None:
         why = ("the manifest records no git state" if not isinstance(want, dict)
                else "abgate runs outside a git checkout")
-        return {"checked": False, "stale": False, "reason": why}
+        return {"checked": bool(lib_fields["libraries_rehashed"]), "stale": bool(libs),
+                "reason": why, "differences": libs, **lib_fields}
     diffs = [f"{k} {want.get(k)!r} -> {here.get(k)!r}" for k in ("tree", "dirty", "diff_sha256")
              if want.get(k) != here.get(k)]
-    return {"checked": True, "stale": bool(diffs), "manifest_commit": want.get("commit"),
-            "current_commit": here.get("commit"), "differences": diffs}
+    return {"checked": True, "stale": bool(diffs or libs), "manifest_commit": want.get("commit"),
+            "current_commit": here.get("commit"), "differences": diffs + libs, **lib_fields}
 
 
 # The freshness found at the start, by manifest path: the record states what was checked
@@ -72,11 +82,11 @@ def _check_manifest(opts: ProvenanceOptions) -> dict[str, Any] | None:
     fresh = manifest_freshness(load_manifest(opts.manifest), opts.manifest)
     _FRESHNESS[opts.manifest] = fresh
     if fresh["stale"] and not opts.allow_stale_manifest:
-        raise UsageError(f"--manifest {opts.manifest}: stale: made at commit "
-                         f"{str(fresh['manifest_commit'])[:12]}, this checkout is at "
-                         f"{str(fresh['current_commit'])[:12]} ({'; '.join(fresh['differences'])}"
-                         "); rebuild it with 'abgate manifest build', or pass "
-                         "--allow-stale-manifest to record it as stale")
+        where = (f"made at commit {str(fresh['manifest_commit'])[:12]}, this checkout is at "
+                 f"{str(fresh['current_commit'])[:12]} " if "manifest_commit" in fresh else "")
+        raise UsageError(f"--manifest {opts.manifest}: stale: {where}"
+                         f"({'; '.join(fresh['differences'])}); rebuild it with 'abgate "
+                         "manifest build', or pass --allow-stale-manifest to record it as stale")
     return fresh
 
 
@@ -141,7 +151,9 @@ def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
         fresh = _FRESHNESS.get(opts.manifest) or manifest_freshness(manifest, opts.manifest)
         prov["manifest"] = {"path": str(Path(opts.manifest).resolve()),
                             "digest": manifest.get("digest"), "stale": fresh["stale"],
-                            "freshness": fresh}
+                            "freshness": fresh,
+                            "processes": [m.to_dict() for m in
+                                          match_processes(manifest, Path.cwd(), mappings)]}
     if outcome is not None:
         info = session.info
         outcome.record("effective", check_effective(outcome.contract, info["name"],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from abgate import safefs, safejson
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import repair_torn, torn_start
+from abgate.records.facts import iter_diff as iter_diff  # the one differ (records/facts.py)
 from abgate.redact import redact, redact_sample_texts, redact_text
 from abgate.safejson import parse, read_bytes
 
@@ -142,12 +143,3 @@ class SampleWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def iter_diff(a: Any, b: Any, path: str = "") -> Iterator[str]:
-    """Paths where two JSON-like values differ (for 'spec differs' messages)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            yield from iter_diff(a.get(key), b.get(key), f"{path}.{key}" if path else key)
-    elif a != b:
-        yield path or "<root>"

@@ -16,6 +16,7 @@ from abgate.records.samples import (
     WARMUP_PREFIX,
     Sample,
     SampleExtraction,
+    SampleHealthRecord,
     SampleOutput,
     SamplePrompt,
     ids_sha256,
@@ -58,19 +59,32 @@ def _extraction_record(extraction: Extraction | None) -> SampleExtraction | None
                             span=extraction.span)
 
 
+def _scored(item: Item, result: GenerationResult
+            ) -> tuple[Extraction | None, SampleHealthRecord, SampleExtraction | None]:
+    """The extraction, health and (a text-scored item) the match record of one output."""
+    error = result.finish_reason == "error"
+    if item.scorer is not None:
+        span = None if error else item.scorer.match(result.text)
+        health = sample_health(result.text, result.output_token_ids, result.output_tokens,
+                               result.finish_reason, extract_integer(""), None,
+                               matched=span is not None)
+        record = None if error else SampleExtraction(
+            value=None, source=item.scorer.kind, span=span,
+            reason=None if span is not None else "no_match")
+        return None, health, record
+    extraction = None if error else extract_integer(result.text)
+    health = sample_health(result.text, result.output_token_ids, result.output_tokens,
+                           "error" if error else result.finish_reason,
+                           extraction or extract_integer(""), item.answer)
+    return extraction, health, None
+
+
 def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
                  result: GenerationResult, *, warmup: bool = False) -> Sample:
     """The ``samples.jsonl`` line for one finished request, validated (a warm-up's key
     has :data:`WARMUP_PREFIX`)."""
     timing = request_timing(result)
-    if result.finish_reason == "error":
-        extraction = None
-        health = sample_health(result.text, result.output_token_ids, result.output_tokens,
-                               "error", extract_integer(""), item.answer)
-    else:
-        extraction = extract_integer(result.text)
-        health = sample_health(result.text, result.output_token_ids, result.output_tokens,
-                               result.finish_reason, extraction, item.answer)
+    extraction, health, extracted = _scored(item, result)
     token_offsets = None
     if result.token_times:
         token_offsets = [round((t - result.t_submit) * 1000.0, 4) for t in result.token_times]
@@ -85,7 +99,8 @@ def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
                             sha256=ids_sha256(result.output_token_ids)),
         finish_reason=result.finish_reason, error=result.error, timing=timing.to_dict(),
         token_times_ms=token_offsets, engine_timings=result.engine_timings,
-        reference=item.answer, extracted=_extraction_record(extraction),
+        reference=item.answer if item.scorer is None else item.scorer.answer,
+        extracted=extracted if extracted is not None else _extraction_record(extraction),
         correct=health.correct, health=health)
 
 

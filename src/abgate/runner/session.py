@@ -32,7 +32,8 @@ from abgate.engines.shared.multicast import check_env as check_multicast_env
 from abgate.errors import AbgateError
 from abgate.identity import identify_model
 from abgate.model_check import ModelStamp
-from abgate.records.documents import Loadable, RunRecord
+from abgate.records import facts
+from abgate.records.documents import Loadable, LoadFacts, RunRecord
 from abgate.records.sections import EngineRecord
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
 
@@ -137,26 +138,23 @@ class EngineSession:
 
 # Effective-config keys that differ between two loads of one configuration (a launched
 # server's port, log and start-up time; vLLM's KV blocks, sized from free memory).
-# keys that name one load, not the configuration: a launched server's log, port and
-# start-up time, its /v1/models answer (a creation timestamp), vLLM's profiled KV blocks
-VOLATILE = frozenset({"server_log", "server_ready_s", "launch", "endpoints", "probe",
-                      "num_gpu_blocks", "served_models"})
-
-
 def record_engine(doc: Loadable, info: dict[str, Any], run_dir: Path | None) -> None:
     """``doc["engine"]``: the first start's engine as loaded. A resume records its own
     under ``resumes[-1].engine`` and must load the same effective configuration (a
     changed CPU affinity changes llama.cpp's default thread count): else it is refused
     before any sample, naming what differs."""
-    first, resumes = doc.engine, doc.resumes if isinstance(doc, RunRecord) else []
-    if first is None or not resumes:
+    if isinstance(doc, LoadFacts):
         doc.engine = EngineRecord.model_validate(info)
+        return
+    first, resumes = doc.engine, doc.resumes if isinstance(doc, RunRecord) else []
+    if not first.loaded or not resumes:
+        first.load(info)  # the effective facet, beside the given and resolved ones
         return
     resumes[-1].engine = EngineRecord.model_validate(info)
     before, now = first.effective_config, info.get("effective_config") or {}
     diffs = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now"
              for k in sorted(set(before) | set(now))
-             if k not in VOLATILE and before.get(k) != now.get(k)]
+             if facts.must_match(f"effective.{k}") and before.get(k) != now.get(k)]
     if diffs:
         raise AbgateError(f"--resume {run_dir}: the engine's effective configuration differs "
                           f"from the first start's ({'; '.join(diffs[:4])}); resume under the "

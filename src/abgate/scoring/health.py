@@ -69,27 +69,33 @@ def sample_health(
     finish_reason: str,
     extraction: Extraction,
     reference: int | None,
+    *,
+    matched: bool | None = None,
 ) -> SampleHealthRecord:
     """Health of one output (the model a sample line records it as).
 
     ``seq_rep_4`` is over ``token_ids`` when given, else over whitespace-separated
     words (then it equals ``seq_rep_4_words``). ``reference=None`` leaves the sample
     unscored (``correct=None``). An ``error`` sample is neither correct, wrong nor
-    invalid.
+    invalid. ``matched`` (a text-scored item, :mod:`abgate.scoring.text`) decides
+    ``correct`` instead of the extraction; its output is invalid only when empty.
     """
     error = finish_reason == "error"
     words = text.split()
     rep_words = seq_rep_n(words, 4)
     rep_tokens = seq_rep_n(token_ids, 4) if token_ids is not None else rep_words
-    if error or reference is None:
-        correct: bool | None = None
+    why: str | None
+    if matched is not None:  # a text-scored item (scoring.text): empty output is invalid
+        correct: bool | None = None if error else matched
+        invalid, why = not error and not words, "empty"
     else:
-        correct = extraction.value is not None and extraction.value == reference
-    invalid = not error and not extraction.valid
+        correct = None if error or reference is None else (
+            extraction.value is not None and extraction.value == reference)
+        invalid, why = not error and not extraction.valid, extraction.reason
     return SampleHealthRecord(
         correct=correct,
         invalid=invalid,
-        invalid_reason=extraction.reason if invalid else None,
+        invalid_reason=why if invalid else None,
         truncated=finish_reason == "length",
         natural_stop=finish_reason == "stop",
         error=error,

@@ -1,11 +1,12 @@
-"""Suites: datasets turned into items with exact integer answers, and prompts."""
+"""Suites: datasets turned into items with exact integer answers (or, the generic
+``jsonl`` suite, text answers scored by exact match or a regex), and prompts."""
 
 from __future__ import annotations
 
 from abgate.errors import UsageError, did_you_mean
 from abgate.suites.base import Item, Suite, parse_seeds, select_items
 
-SUITES = ("gsm8k", "synthetic")
+SUITES = ("gsm8k", "synthetic", "jsonl")
 
 
 def load_suite(name: str, data: str | None = None, difficulty: str = "easy",
@@ -21,6 +22,10 @@ def load_suite(name: str, data: str | None = None, difficulty: str = "easy",
         from abgate.suites import synthetic
 
         return synthetic.load(difficulty, synthetic_seed)
+    if name == "jsonl":
+        from abgate.suites import generic
+
+        return generic.load(data)
     raise UsageError(f"unknown suite {name!r}; expected one of {', '.join(SUITES)}"
                      + did_you_mean(name, SUITES))
 

@@ -9,16 +9,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from abgate.errors import UsageError
+from abgate.scoring.text import TextScorer
 
 
 @dataclass(frozen=True)
 class Item:
-    """One evaluation item with an exact integer reference answer."""
+    """One evaluation item: an exact integer reference answer, or (``scorer`` set: the
+    generic suite) a text answer scored by exact match or a regex, its ``question`` then
+    the whole prompt."""
 
     id: str
     question: str
     answer: int
     solution: str | None = None
+    scorer: TextScorer | None = None
 
 
 @dataclass(frozen=True)

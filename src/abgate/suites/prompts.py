@@ -115,5 +115,7 @@ def build_messages(item: Item, config: PromptConfig,
     for question, answer in shots:
         messages.append({"role": "user", "content": INSTRUCTION.format(question=question)})
         messages.append({"role": "assistant", "content": answer})
-    messages.append({"role": "user", "content": INSTRUCTION.format(question=item.question)})
+    content = item.question if item.scorer is not None else INSTRUCTION.format(
+        question=item.question)  # a generic suite's prompt is the user's, as written
+    messages.append({"role": "user", "content": content})
     return tuple(messages)

@@ -20,6 +20,7 @@ from abgate.weights.metrics import ErrorStats, error_stats, ref_only_stats, same
 from abgate.weights.names import layer_index, tensor_kind
 from abgate.weights.readers import Checkpoint, TensorInfo, UnsupportedTensor, open_checkpoint
 from abgate.weights.result import STATUSES, TensorDiff
+from abgate.weights.tables import outlier_warning
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Progress", "compare", "describe", "diff_checkpoints"]
 
@@ -39,6 +40,8 @@ def diff_checkpoints(ref: Path, other: Path, progress: Progress | None = None) -
     a, b = open_checkpoint(Path(ref)), open_checkpoint(Path(other))
     rows = list(compare(a, b, progress))
     counts = {status: sum(1 for r in rows if r.status == status) for status in STATUSES}
+    tensors = [r.to_json() for r in rows]
+    outliers = outlier_warning(tensors)
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -49,8 +52,8 @@ def diff_checkpoints(ref: Path, other: Path, progress: Progress | None = None) -
                     **{f"n_{status}": n for status, n in counts.items()},
                     "overall": aggregate(rows)},
         "groups": {"by_kind": by_kind(rows), "by_layer": by_layer(rows)},
-        "tensors": [r.to_json() for r in rows],
-        "warnings": _warnings(a, b, counts),
+        "tensors": tensors,
+        "warnings": _warnings(a, b, counts) + ([outliers] if outliers else []),
     }
 
 

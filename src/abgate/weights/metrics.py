@@ -15,7 +15,9 @@ import numpy.typing as npt
 
 __all__ = ["CHUNK", "ErrorStats", "error_stats", "ref_only_stats", "same_bytes"]
 
-CHUNK = 1 << 20  # elements per float64 working chunk (8 MiB per buffer)
+# elements per float64 working chunk: 128 KiB buffers stay in cache (2-2.5x faster per
+# element than 8 MiB ones: 13-16 vs 31-35 ns on this project's shared 2-core host)
+CHUNK = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def ref_only_stats(ref: npt.NDArray[np.float32], chunk: int = CHUNK) -> ErrorSta
 
 
 def same_bytes(a: npt.NDArray[np.uint8], b: npt.NDArray[np.uint8],
-               chunk: int = 16 * CHUNK) -> bool:
+               chunk: int = 1 << 24) -> bool:
     """True when two byte arrays are equal, compared a chunk at a time."""
     if a.size != b.size:
         return False

@@ -23,19 +23,26 @@ from abgate.weights.diff import SCHEMA, SCHEMA_VERSION, Progress, compare
 from abgate.weights.groups import aggregate, by_kind, by_layer
 from abgate.weights.readers import Checkpoint, TensorInfo
 from abgate.weights.result import STATUSES
+from abgate.weights.tables import outlier_warning
 
 __all__ = ["diff_loaded", "loaded_checkpoint"]
 
 
 def loaded_checkpoint(label: str, tensors: Mapping[str, LoadedTensor]) -> Checkpoint:
     """A :class:`Checkpoint` over an engine's loaded tensors (``raw``: the float32 bytes,
-    so two sides held identically compare as byte-identical)."""
+    so two sides held identically compare as byte-identical). Each tensor is read from
+the engine once: the latest one read is kept until the next is asked for."""
     here = Path(label)
     infos = {name: TensorInfo(name, t.shape, t.dtype, int(np.prod(t.shape)), here)
              for name, t in tensors.items()}
 
+    last: dict[str, Any] = {}  # the latest tensor read: compare asks for raw, then load
+
     def load(name: str) -> Any:
-        return np.ascontiguousarray(tensors[name].read(), dtype=np.float32)
+        if name not in last:
+            last.clear()
+            last[name] = np.ascontiguousarray(tensors[name].read(), dtype=np.float32)
+        return last[name]
 
     def raw(name: str) -> Any:
         return load(name).view(np.uint8).reshape(-1)
@@ -54,6 +61,9 @@ def diff_loaded(ref: Mapping[str, LoadedTensor], other: Mapping[str, LoadedTenso
     counts = {status: sum(1 for r in rows if r.status == status) for status in STATUSES}
     warnings = [f"{n} tensor(s) {s.replace('_', ' ')}" for s, n in counts.items()
                 if n and s != "compared"]
+    tensors = [r.to_json() for r in rows]
+    outliers = outlier_warning(tensors)
+    warnings += [outliers] if outliers else []
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "abgate_version": __version__,
         "source": "runtime",
@@ -62,7 +72,7 @@ def diff_loaded(ref: Mapping[str, LoadedTensor], other: Mapping[str, LoadedTenso
                     **{f"n_{status}": n for status, n in counts.items()},
                     "overall": aggregate(rows)},
         "groups": {"by_kind": by_kind(rows), "by_layer": by_layer(rows)},
-        "tensors": [r.to_json() for r in rows],
+        "tensors": tensors,
         "warnings": warnings,
     }
 

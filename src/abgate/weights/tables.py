@@ -8,7 +8,12 @@ from typing import Any
 
 from abgate.weights.names import KINDS
 
-__all__ = ["PROJECTIONS", "kind_ranges", "layer_projection_table"]
+__all__ = ["OUTLIER_REL_L2", "PROJECTIONS", "kind_ranges", "layer_projection_table",
+           "outlier_warning"]
+
+# A relative L2 this large is no quantization's rounding (8-bit ~1e-2, 4-bit ~1e-1): a
+# tensor read transposed or with the wrong scale gives ~sqrt(2); the table flags it.
+OUTLIER_REL_L2 = 0.5
 
 # The per-layer projections a fast path's kernels touch, in the order a reader expects.
 PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "ffn_gate", "ffn_up",
@@ -46,3 +51,16 @@ def kind_ranges(tensors: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, fl
     order = {k: i for i, k in enumerate(KINDS)}
     return [(k, len(v), min(v), max(v))
             for k, v in sorted(found.items(), key=lambda kv: order.get(kv[0], len(order)))]
+
+
+def outlier_warning(tensors: Sequence[Mapping[str, Any]],
+                    threshold: float = OUTLIER_REL_L2) -> str | None:
+    """A warning naming the compared tensors whose relative L2 is at least ``threshold``
+    (a layout or dequantization error is likelier than quantization), or None."""
+    bad = [str(row.get("name")) for row in tensors
+           if (rel := _rel(row)) is not None and rel >= threshold]
+    if not bad:
+        return None
+    shown = ", ".join(bad[:5]) + (f", ... ({len(bad) - 5} more)" if len(bad) > 5 else "")
+    return (f"{len(bad)} tensor(s) with relative L2 >= {threshold} ({shown}): beyond any "
+            "quantization's rounding; a transposed or mis-scaled read is likelier")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from abgate.engines.shared.rank_facts import module_facts
+
 
 def weight_facts(torch: Any, m: Any) -> dict[str, Any]:
     """Parameter count, weight bytes (tied embeddings counted once), the bytes read per
@@ -31,6 +33,7 @@ def weight_facts(torch: Any, m: Any) -> dict[str, Any]:
         "kv_bytes_per_position": (2 * layers * kv_heads * head_dim * elem
                                   if layers and kv_heads and head_dim else None),
         "n_vocab": int(emb.shape[0]),
+        "ranks": [{"rank": 0, **module_facts(m)}],  # one process: rank 0 (no worker RPC)
     }
 
 

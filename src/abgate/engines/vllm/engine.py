@@ -47,6 +47,7 @@ from abgate.engines.vllm.args import specs_from_dataclass as specs_from_dataclas
 from abgate.engines.vllm.effective import effective_config as effective_config
 from abgate.engines.vllm.effective import jsonable as jsonable
 from abgate.engines.vllm.weights import model_bytes
+from abgate.engines.vllm.worker_facts import ranks_entry
 from abgate.errors import AbgateError, UsageError, did_you_mean
 
 NAME = "vllm"
@@ -247,8 +248,9 @@ class VllmEngine(Engine):
                      "concurrency": self.concurrency,
                      **effective_config(self._llm.llm_engine)}
         if self._weights is None:
-            self._weights = model_bytes(getattr(self._llm.llm_engine, "model_config", None),
-                                        effective.get("kv_cache_dtype"))
+            self._weights = {**model_bytes(getattr(self._llm.llm_engine, "model_config", None),
+                                           effective.get("kv_cache_dtype")),
+                             **ranks_entry(self._llm)}  # every worker's facts, read once
         effective.update(self._weights)
         return EngineInfo(name=NAME, version=str(getattr(self._vllm, "__version__", "unknown")),
                           model=self.model, effective_config=effective,

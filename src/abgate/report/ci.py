@@ -1,0 +1,163 @@
+"""CI outputs of an A/B: a JUnit XML file (one testcase per gate; a failed gate carries
+the verdict line) and a Markdown summary fit for a pull-request comment or
+``$GITHUB_STEP_SUMMARY`` (the verdict, the gates with their counts and intervals, what
+differed, the minimum detectable effect). Both read only the A/B's saved records
+(``comparison.json``, ``ab.json``); docs/ci.md."""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from pathlib import Path
+
+from abgate.ab.analyze import COMPARISON_FILE
+from abgate.ab.directory import AB_FILE
+from abgate.compare.gates import FAIL, PASS
+from abgate.records.comparison import ArmResult, ComparisonDoc
+from abgate.records.documents import AbRecord
+from abgate.records.result import Gate
+from abgate.runner.documents import read_document, read_record
+
+# Extra lines under "Minimum detectable effect", from a planner that knows more than
+# comparison.json's ``mde`` (abgate plan: per-gate MDEs at the planned N). Each gets the
+# A/B directory and returns Markdown lines; none by default.
+MDE_HOOKS: list[Callable[[Path], list[str]]] = []
+# values shown as percentages, and differences of rates shown in points
+PCT_GATES = ("speed", "top1_agreement", "lossless_outputs", "identical_outputs")
+POINT_GATES = ("accuracy", "invalid_rate", "truncated_rate", "error_rate", "repetition")
+
+
+def load(ab_dir: Path) -> tuple[ComparisonDoc, AbRecord]:
+    """The A/B's verdicts and record, or a one-line AbgateError naming the file."""
+    return (read_document(ab_dir / COMPARISON_FILE, ComparisonDoc),
+            read_record(ab_dir / AB_FILE, "ab", model=AbRecord))
+
+
+def verdict_line(arm: str, baseline: str, result: ArmResult) -> str:
+    """``B vs A: REJECT: <why>`` in one line (the explanation, else the first reason)."""
+    v = result.verdict
+    why = v.explanation or (v.reasons[0] if v.reasons else "")
+    why = why.removeprefix(f"{v.decision}: ").removeprefix(f"{v.decision} ")
+    return f"{arm} vs {baseline}: {v.decision}" + (f": {why}" if why else "")
+
+
+def junit_xml(doc: ComparisonDoc, name: str = "abgate ab") -> str:
+    """One ``<testsuite>`` per candidate, one ``<testcase>`` per gate: a failed gate is a
+    ``<failure>`` whose message is the verdict line, an inconclusive or unmeasured gate
+    ``<skipped>`` (the verdict, INCONCLUSIVE, exits 3 all the same)."""
+    root = ET.Element("testsuites", name=name)
+    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    for arm, result in doc.comparisons.items():
+        gates = result.verdict.gates
+        failed = sum(g.outcome == FAIL for g in gates)
+        skipped = sum(g.outcome not in (PASS, FAIL) for g in gates)
+        suite = ET.SubElement(root, "testsuite", name=f"{name}: {arm} vs {doc.baseline}",
+                              tests=str(len(gates)), failures=str(failed), errors="0",
+                              skipped=str(skipped))
+        line = verdict_line(arm, str(doc.baseline), result)
+        for gate in gates:
+            case = ET.SubElement(suite, "testcase", name=gate.name,
+                                 classname=f"abgate.{arm}")
+            if gate.outcome == FAIL:
+                ET.SubElement(case, "failure", message=line, type="gate").text = \
+                    gate.evidence
+            elif gate.outcome != PASS:
+                ET.SubElement(case, "skipped", message=f"{gate.outcome}: {gate.evidence}")
+            ET.SubElement(case, "system-out").text = gate.evidence
+        totals = {"tests": totals["tests"] + len(gates),
+                  "failures": totals["failures"] + failed,
+                  "skipped": totals["skipped"] + skipped}
+    root.attrib.update({k: str(v) for k, v in totals.items()} | {"errors": "0"})
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _num(value: float | None, gate: str) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if gate in POINT_GATES:
+        return f"{value * 100:+.1f} pt"
+    return f"{value:+.1%}" if gate in PCT_GATES else f"{value:.4g}"
+
+
+def _ci(gate: Gate) -> str:
+    if gate.ci is None:
+        return "n/a"
+    return f"[{_num(gate.ci[0], gate.name)}, {_num(gate.ci[1], gate.name)}]"
+
+
+def _counts(gate: Gate, result: ArmResult) -> str:
+    c = result.comparison
+    if gate.name == "accuracy":
+        acc = c.quality.accuracy
+        return f"{acc.n_scored} scored; discordant {acc.mcnemar.a_only_correct} vs " \
+               f"{acc.mcnemar.b_only_correct}"
+    if gate.name == "speed":
+        metric = next(iter(c.speed.values()), None)
+        return f"{metric.n_items if metric else None} items"
+    return f"{c.n_items} items, {c.n_pairs} pairs"
+
+
+def _gates_table(result: ArmResult) -> list[str]:
+    rows = ["| gate | outcome | observed | interval | threshold | counts |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for g in result.verdict.gates:
+        mark = {"pass": "pass", "fail": "**FAIL**"}.get(g.outcome, g.outcome)
+        rows.append(f"| {_cell(g.name)} | {mark} | {_num(g.observed, g.name)} | {_ci(g)} "
+                    f"| {_num(g.threshold, g.name)} | {_cell(_counts(g, result))} |")
+    return rows
+
+
+def _differed(record: AbRecord, arm: str) -> list[str]:
+    lines = []
+    if record.source is not None:
+        s = record.source
+        for name, build in s.builds.items():
+            how = "cached" if build.cached else f"built in {build.duration_s:.1f} s"
+            lines.append(f"- `{name}`: revision `{build.revision}` (commit "
+                         f"`{build.commit[:12]}`, tree `{build.tree[:12]}`; {how}; "
+                         f"artifacts `{build.artifacts_digest[:12]}`)")
+    entry = record.differences.get(arm)
+    for when, stage in (("before the load", entry.request), ("loaded", entry.loaded)
+                        ) if entry is not None else ():
+        if stage is None:
+            continue
+        for kind, found in (("declared", stage.declared), ("UNDECLARED", stage.undeclared)):
+            for key, (a, b) in ((k, (v + ["", ""])[:2]) for k, v in found.items()):
+                lines.append(f"- {kind} ({when}): `{_cell(key)}`: {_cell(a)} -> {_cell(b)}")
+    return lines or ["- (nothing recorded)"]
+
+
+def _mde(result: ArmResult, ab_dir: Path) -> list[str]:
+    m = result.comparison.mde
+    lines = []
+    if m.accuracy_paired is not None:
+        lines.append(f"- accuracy (paired, {m.n_items} items, power {m.power}): "
+                     f"{m.accuracy_paired * 100:.1f} points")
+    for metric, value in m.speed.items():
+        if value is not None:
+            lines.append(f"- speed ({metric}): {value:+.1%}")
+    for hook in MDE_HOOKS:
+        lines.extend(hook(ab_dir))
+    return lines or ["- not stated by this A/B's report"]
+
+
+def summary_md(ab_dir: Path) -> str:
+    """The Markdown summary of the A/B in ``ab_dir``."""
+    doc, record = load(ab_dir)
+    base = str(doc.baseline)
+    out = [f"## abgate: {doc.decision}", ""]
+    for arm, result in doc.comparisons.items():
+        out += [f"**{_cell(verdict_line(arm, base, result))}**", ""]
+        out += [f"- {_cell(r)}" for r in result.verdict.reasons] + [""]
+        out += _gates_table(result) + ["", "### What differed", ""]
+        out += _differed(record, arm) + ["", "### Minimum detectable effect", ""]
+        out += _mde(result, ab_dir) + [""]
+    out.append(f"Policy `{doc.policy.get('name')}`; the records: `{ab_dir.name}/` (ab.json, "
+               "comparison.json).")
+    return "\n".join(out) + "\n"
