@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from abgate.errors import AbgateError, UsageError
-from abgate.records.documents import AbBenchDocument, AbRecord, ProbesDocument, RunRecord
+from abgate.records.documents import AbRecord, RunRecord
 from abgate.records.samples import Sample
+from abgate.records.side_documents import AbBenchDocument, ProbesDocument
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_document, read_record, write_record
 from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted

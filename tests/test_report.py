@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from abgate.records.documents import AbBenchDocument
+from abgate.records.side_documents import AbBenchDocument
 from abgate.report import render, write_reports
 from abgate.runner.documents import write_record
 from tests.conftest import abgate

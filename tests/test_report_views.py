@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from abgate.compare.views import views
-from abgate.records.documents import AbBenchDocument, AbRecord
+from abgate.records.documents import AbRecord
+from abgate.records.side_documents import AbBenchDocument
 from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (

@@ -28,7 +28,8 @@ from abgate.records.bench_sections import (
     RequestRef,
     Roofline,
 )
-from abgate.records.documents import BaselineRecord, BenchSummary
+from abgate.records.documents import BaselineRecord
+from abgate.records.side_documents import BenchSummary
 from abgate.runner import records as rec
 from abgate.runner.documents import read_document, read_record
 

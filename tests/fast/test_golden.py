@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from abgate.ab.analyze import analyze
-from abgate.records.documents import BODIES, BenchSummary, ProbesDocument
+from abgate.records.documents import BODIES
+from abgate.records.side_documents import BenchSummary, ProbesDocument
 from abgate.report import render
 from abgate.runner.documents import read_document, read_record
 from abgate.runner.records import check_schema, read_json

@@ -10,7 +10,8 @@ import pytest
 
 from abgate.compare.probes import probe_entries
 from abgate.errors import UsageError
-from abgate.records.documents import AbRecord, ProbesDocument, RunRecord, Summary
+from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.side_documents import ProbesDocument, Summary
 from abgate.runner.documents import read_document, read_record
 from tests.support.agreement import write_probes, write_scoring
 from tests.support.fake import cli, experiment, fake_run

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from abgate.records.documents import AbRecord, ProbesDocument, ScoringCost
+from abgate.records.documents import AbRecord, ScoringCost
+from abgate.records.side_documents import ProbesDocument
 from abgate.runner.documents import read_record, write_record
 
 KL = float | Callable[[int, int], float]

@@ -22,8 +22,9 @@ from abgate.dirlock import exclusive
 from abgate.errors import UsageError, did_you_mean
 from abgate.jsonl_append import append_line
 from abgate.records.comparison import ComparisonDoc
-from abgate.records.documents import AbRecord, DecisionRecord, RunRecord
+from abgate.records.documents import AbRecord, RunRecord
 from abgate.records.sections import GitState
+from abgate.records.side_documents import DecisionRecord
 from abgate.redact import redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import read_document, read_record

@@ -24,8 +24,8 @@ from abgate.ab.schedule import ArmSessions, ScheduleStrategy
 from abgate.ab.sequential import SequentialLooks
 from abgate.ab.state import OnPhase, Progress, RunState, new_state
 from abgate.ab.strategies import Blocks, Interleaved, LocalSessions
-from abgate.records.documents import Summary
 from abgate.records.sections import ArmDifferences
+from abgate.records.side_documents import Summary
 from abgate.runner.documents import source_state
 from abgate.runner.execute import Status, end_record, fail_if_all_errors, tracked
 from abgate.runner.outdir import claimed

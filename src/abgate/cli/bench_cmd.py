@@ -21,8 +21,8 @@ from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.load_cmd import run_load_bench
 from abgate.progress import reporter
 from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
-from abgate.records.documents import BenchSummary
 from abgate.records.sections import Distribution
+from abgate.records.side_documents import BenchSummary
 from abgate.runner.provenance import ProvenanceOptions
 
 # (label, speed field, scale, format, engine counterpart, engine scale)

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from abgate.records.documents import Summary
 from abgate.records.sections import Distribution, QualitySummary
+from abgate.records.side_documents import Summary
 from abgate.report.untrusted import plain
 
 

@@ -19,7 +19,7 @@ from abgate.ab.state import RunState
 from abgate.fleet.cluster import ClusterSpec, connected
 from abgate.fleet.dispatch import (
     Dispatch,
-    Ledger,
+    DispatchLog,
     ReplicaLost,
     Results,
     Work,
@@ -101,7 +101,7 @@ class Fleet:
     def __init__(self, ray: Any, spec: ClusterSpec, runner: RunState) -> None:
         self.ray, self.spec, self.runner = ray, spec, runner
         self.arms = list(runner.exp.arms)
-        self.ledger = Ledger()
+        self.ledger = DispatchLog()
         self.record: dict[str, Any] = {"cluster": spec.to_dict(), "replicas": [],
                                        "lost": self.ledger.lost,
                                        "items_by_replica": self.ledger.items_by_replica,

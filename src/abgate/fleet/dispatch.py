@@ -50,7 +50,7 @@ class Pool(Protocol):
 
 
 @dataclass
-class Ledger:
+class DispatchLog:
     """What the record keeps of the dispatch: losses, items per replica, busy time."""
 
     lost: list[dict[str, Any]] = field(default_factory=list)
@@ -80,7 +80,7 @@ class Dispatch:
     """One run of the loop: ``run(replicas)`` returns when every key is written, or a
     sequential look decided every verdict."""
 
-    def __init__(self, state: RunState, pool: Pool, ledger: Ledger, *,
+    def __init__(self, state: RunState, pool: Pool, ledger: DispatchLog, *,
                  poll_s: float = 5.0, item_timeout_s: float | None = None,
                  on_loss: Any = None) -> None:
         self.state, self.pool, self.ledger = state, pool, ledger

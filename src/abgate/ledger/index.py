@@ -37,12 +37,12 @@ from abgate.records.documents import (
     AnyRecord,
     BaselineRecord,
     BenchRecord,
-    BenchSummary,
     RunRecord,
     SpecRecord,
 )
 from abgate.records.samples import Sample
 from abgate.records.sections import GitState, ModelRef
+from abgate.records.side_documents import BenchSummary
 from abgate.runner import records as rec
 from abgate.runner.documents import read_document, read_record
 from abgate.runner.samples import load_samples

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import model_validator
 
-from abgate.records.bench_sections import BaselineCase, BenchProbes, BenchSummaryCase, ProbeRecord
+from abgate.records.bench_sections import BaselineCase, ProbeRecord
 from abgate.records.engine import (
     EngineSection,
     LoadedEngine,
@@ -29,12 +29,10 @@ from abgate.records.engine import (
 )
 from abgate.records.sections import (
     ArmDifferences,
-    Distribution,
     EngineRecord,
     GitState,
     HostInfo,
     Provenance,
-    QualitySummary,
     Resume,
     Section,
     SourceRecord,
@@ -318,83 +316,6 @@ class BaselineRecord(SpecRecord):
     cases: list[BaselineCase] = []
     probes: list[ProbeRecord] = []
     host_load: dict[str, Any] | None = None
-
-
-class Summary(Document):
-    """A run's (an A/B arm's) ``summary.json``: quality and speed of its measured
-    samples (``runner.summary.summarize``); ``status`` is the run's when the summary was
-    written at its end."""
-
-    NAME = "summary"
-    n: int
-    n_warmup: int = 0
-    quality: QualitySummary
-    speed: dict[str, Distribution]
-    status: str | None = None
-
-
-class ProbesDocument(Document):
-    """An A/B arm's ``probes.json``: each probe's result (none, with why, when the
-    engine cannot run them)."""
-
-    NAME = "probes"
-    probes: list[dict[str, Any]]
-    error: str | None = None
-
-
-class AbBenchDocument(Document):
-    """An A/B arm's ``bench.json``: the fixed-length speed cases it ran."""
-
-    NAME = "ab-bench"
-    kind: Literal["ab-bench"] = "ab-bench"
-    plan: dict[str, Any]
-    cases: list[dict[str, Any]]
-
-
-class BenchSummary(Document):
-    """A bench's ``summary.json``: per-case distributions, probes, resources, bandwidth
-    (the host's and the engine's own objects, typed as JSON objects)."""
-
-    NAME = "bench-summary"
-    kind: Literal["bench"] = "bench"
-    status: Status | None
-    cases: list[BenchSummaryCase]
-    probes: BenchProbes | None
-    n_ctx: int | None = None
-    warmup: int | None = None
-    repeats: int | None = None
-    prompt_seed: int | None = None
-    resources: dict[str, Any] | None = None
-    model_bytes: dict[str, Any] | None = None
-    peak_bandwidth: dict[str, Any] | None = None
-    not_certified: list[str] | None = None
-
-
-class DecisionSource(BaseModel):
-    """The source tree every arm of the decided A/B ran on."""
-
-    commit: str
-    tree: str | None
-    dirty: bool | None
-
-
-class DecisionRecord(BaseModel):
-    """One line of an A/B's ``decisions.jsonl`` (``abgate decide``): the engineer's
-    decision, why, when, and the machine verdict it confirms, overrides or settles."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_name: Literal["abgate.decision"] = "abgate.decision"
-    schema_version: int = 1
-    decision: Literal["keep-default-on", "make-opt-in", "revert"]
-    why: str
-    by: str | None = None
-    arm: str | None = None  # None: the decision covers the A/B's overall verdict
-    machine_verdict: str | None
-    arm_verdicts: dict[str, str | None]
-    relation: Literal["confirms", "overrides", "settles"]
-    source: DecisionSource
-    decided_at: str
 
 
 Loadable = SpecRecord | LoadFacts  # what runner.session.loaded records a load into

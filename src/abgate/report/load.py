@@ -24,15 +24,10 @@ from pydantic import ValidationError
 from abgate.ab.decision import read_decisions
 from abgate.errors import UsageError
 from abgate.records.comparison import ArmResult, Comparison, ComparisonDoc, Verdict
-from abgate.records.documents import (
-    AbBenchDocument,
-    AbRecord,
-    DecisionRecord,
-    ExperimentArm,
-    RunRecord,
-)
+from abgate.records.documents import AbRecord, ExperimentArm, RunRecord
 from abgate.records.samples import Sample
 from abgate.records.sections import Spec
+from abgate.records.side_documents import AbBenchDocument, DecisionRecord
 from abgate.redact import redact
 from abgate.report.fmt import as_float
 from abgate.report.views import RecordedPolicy, WeightsDiff

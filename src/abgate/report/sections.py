@@ -9,8 +9,9 @@ from pathlib import PurePath
 from typing import Any
 
 from abgate.compare.views import views
-from abgate.records.documents import AbBenchDocument, AbRecord
+from abgate.records.documents import AbRecord
 from abgate.records.sections import Distribution, HostInfo, QualitySummary
+from abgate.records.side_documents import AbBenchDocument
 from abgate.report.blocks import Block, Bullets, Heading, Para, Quote, Table
 from abgate.report.contract import ContractView
 from abgate.report.fmt import (

@@ -27,24 +27,21 @@ from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import (
     BODIES,
     SCHEMA_VERSIONS,
-    AbBenchDocument,
     AbRecord,
     AnyRecord,
     BaselineRecord,
     BenchRecord,
-    BenchSummary,
     Document,
     Kind,
-    ProbesDocument,
     R,
     RecordHeader,
     RunRecord,
     SpecRecord,
-    Summary,
 )
 from abgate.records.engine import ab_to_v2, to_v2
 from abgate.records.result import Result
 from abgate.records.sections import GitState, HostInfo
+from abgate.records.side_documents import AbBenchDocument, BenchSummary, ProbesDocument, Summary
 from abgate.redact import redact
 from abgate.runner import records as rec
 
@@ -60,7 +57,7 @@ DOCUMENT_FILES: dict[str, tuple[type[Document] | type[Result], ...]] = {
     "probes.json": (ProbesDocument,), "bench.json": (AbBenchDocument,),
     "comparison.json": (ComparisonDoc,)}  # typed in records/comparison.py
 LINE_FILES = {  # JSON Lines, appended line by line
-    "samples.jsonl": "runner.records.SampleWriter; each line a runner.samples.Sample (a "
+    "samples.jsonl": "runner.records.SampleWriter; each line a records.samples.Sample (a "
                      "bench's: a bench.samples.BenchSample or bench.probes.ProbeLine, read "
                      "by bench.samples.read_bench_lines)",
     "agreement.jsonl": "ab.evidence, one compare.agreement_rows.AgreementRow per scored "

@@ -7,9 +7,10 @@ from typing import Any
 
 from abgate.compare.pairing import SampleLike
 from abgate.metrics import distribution
-from abgate.records.documents import SCHEMA_VERSIONS, Summary
+from abgate.records.documents import SCHEMA_VERSIONS
 from abgate.records.samples import Sample
 from abgate.records.sections import Distribution, QualitySummary
+from abgate.records.side_documents import Summary
 from abgate.scoring.health import aggregate_health
 
 SPEED_FIELDS = ("steady_decode_tps", "tpot_ms", "ttft_s", "prefill_tps", "e2e_s", "output_tps")

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_file
-from abgate.records.documents import DecisionRecord
+from abgate.records.side_documents import DecisionRecord
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record
 from abgate.signing import SIG_FILE, check_signature
