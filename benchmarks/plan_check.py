@@ -32,8 +32,8 @@ import numpy as np
 
 from abgate.compare.plan import GateSpec, gate_specs, mde_at
 from abgate.compare.policy import Policy, load_policy
-from abgate.compare.results import Comparison, read_comparison_doc
 from abgate.compare.stats import z_one_sided
+from abgate.records.comparison import Comparison, ComparisonDoc
 
 TRT_MDE, TRT_N, TRT_ALPHA = 0.048, 1319, 0.05
 
@@ -99,7 +99,7 @@ def simulate(values: np.ndarray, spec: GateSpec, policy: Policy, n_items: int,
 
 
 def recorded(ab: Path, arm: str | None) -> tuple[Comparison, str, str]:
-    doc = read_comparison_doc(json.loads((ab / "comparison.json").read_text()), str(ab))
+    doc = ComparisonDoc.model_validate(json.loads((ab / "comparison.json").read_text()))
     arm = arm or next(iter(doc.comparisons))
     return doc.comparisons[arm].comparison, str(doc.baseline), arm
 

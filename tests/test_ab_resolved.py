@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 
 from abgate.ab.experiment import Evidence, Experiment, Schedule, parse_experiment
-from abgate.runner.documents import AbRecord, read_record
+from abgate.records.documents import AbRecord
+from abgate.runner.documents import read_record
 from abgate.runner.spec import RunConfig
 from tests.support.fake import cli, experiment
 from tests.support.records import edit_record

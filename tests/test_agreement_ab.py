@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from abgate.ab.analyze import analyze
-from abgate.runner.documents import AbRecord, read_record
+from abgate.records.documents import AbRecord
+from abgate.runner.documents import read_record
 from tests.conftest import abgate, engine_threads
 from tests.support.records import changed, edit_record
 
@@ -120,7 +121,7 @@ def _lossless_expectation_rejects_a_lossy_arm(ab_dir: Path, tmp_path: Path) -> N
     shutil.copytree(ab_dir, lossless)
     ab = read_record(lossless / "ab.json", "ab", model=AbRecord)
     edit_record(lossless / "ab.json", experiment=changed(ab.experiment, expect="lossless"))
-    result = analyze(lossless)
+    result = analyze(lossless).to_json()
     q8 = result["comparisons"]["q8"]["verdict"]
     assert q8["decision"] == "REJECT"
     assert any(name.startswith("lossless") for name in _failing(result["comparisons"]["q8"]))

@@ -12,13 +12,14 @@ import pytest
 from abgate.ab.analyze import analyze
 from abgate.compare import Comparison
 from abgate.compare.agreement import not_measured
-from abgate.compare.results import read_comparison_doc
+from abgate.records.comparison import ComparisonDoc
+from abgate.records.documents import AbRecord
 from abgate.report import build_doc, render, render_data
 from abgate.report.agreement_sections import evidence_line
 from abgate.report.blocks import Heading
 from abgate.report.load import load_ab
 from abgate.report.markdown import render_markdown
-from abgate.runner.documents import AbRecord, read_record
+from abgate.runner.documents import read_record
 from tests.support.agreement import (
     aa_rows,
     broken_rows,
@@ -120,7 +121,7 @@ def test_agreement_comes_first_when_accuracy_is_at_the_floor(ab_dir: Path) -> No
     comparison = json.loads((ab_dir / "comparison.json").read_text())
     acc = comparison["comparisons"]["loopy"]["comparison"]["quality"]["accuracy"]
     acc["a"]["estimate"], acc["b"]["estimate"] = 0.05, 0.025
-    data.analysis = read_comparison_doc(comparison, "comparison.json")
+    data.analysis = ComparisonDoc.model_validate(comparison)
     doc = build_doc(data, plots=False)
     headings = [b.text for b in doc.blocks if isinstance(b, Heading)]
     start = headings.index("loopy vs base")

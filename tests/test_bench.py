@@ -25,7 +25,7 @@ from abgate.engines.base import GenerationResult
 from abgate.engines.llamacpp import engine as llamacpp
 from abgate.errors import UsageError
 from abgate.metrics import request_timing
-from abgate.runner.samples import ids_sha256
+from abgate.records.samples import ids_sha256
 from tests.conftest import HANG_S, engine_threads
 
 # One thread unless ABGATE_TEST_THREADS says otherwise: quick on a busy 2-core machine.

@@ -190,7 +190,8 @@ def test_baseline_record_killed_anywhere_leaves_no_corrupt_file(tmp_path: Path) 
     (loading, measuring, writing): the directory holds either no ``baseline.json`` or a
     complete, valid one, never a partial file; recording again with --force completes
     and the baseline then checks (same tokens)."""
-    from abgate.runner.documents import BaselineRecord, read_record
+    from abgate.records.documents import BaselineRecord
+    from abgate.runner.documents import read_record
     from tests.conftest import abgate, thread_flags
 
     rng = random.Random(SEED)

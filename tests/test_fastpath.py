@@ -20,8 +20,9 @@ from abgate.ab.analyze import analyze
 from abgate.ab.decision import DECISIONS_FILE, arms_source, record_decision, relation
 from abgate.errors import UsageError
 from abgate.provenance.attach import AttachRefused, attach
+from abgate.records.documents import AbRecord
 from abgate.records.sections import GitState
-from abgate.runner.documents import AbRecord, read_record
+from abgate.runner.documents import read_record
 from tests.conftest import REPO, abgate, toml_engine_args
 from tests.support.fake import cli
 from tests.support.records import changed, edit_record
@@ -192,15 +193,15 @@ def test_fast_path_policy_on_recorded_abs(tmp_path: Path) -> None:
     ab = read_record(out / "ab.json", "ab", model=AbRecord)
     edit_record(out / "ab.json",  # identity would reject ``fast``
                 experiment=changed(ab.experiment, expect="lossless"))
-    default = analyze(out, None, n_boot=500)["comparisons"]
-    assert default["fast"]["verdict"]["decision"] == "REJECT"
-    assert default["fast"]["verdict"]["reasons"][0].startswith("REJECT: lossless outputs")
+    default = analyze(out, None, n_boot=500).comparisons
+    assert default["fast"].verdict.decision == "REJECT"
+    assert default["fast"].verdict.reasons[0].startswith("REJECT: lossless outputs")
     fast_path = analyze(out, "fast-path", n_boot=500)
-    verdicts = fast_path["comparisons"]
-    assert verdicts["fast"]["verdict"]["decision"] == "ACCEPT"
-    assert any("Reported, not deciding" in n for n in verdicts["fast"]["verdict"]["notes"])
-    assert verdicts["loopy"]["verdict"]["decision"] == "REJECT"
-    assert fast_path["policy"]["name"] == "fast-path"
+    verdicts = fast_path.comparisons
+    assert verdicts["fast"].verdict.decision == "ACCEPT"
+    assert any("Reported, not deciding" in n for n in verdicts["fast"].verdict.notes)
+    assert verdicts["loopy"].verdict.decision == "REJECT"
+    assert fast_path.policy["name"] == "fast-path"
 
 
 @pytest.mark.engine

@@ -19,7 +19,7 @@ from abgate.ab.workflow import run_experiment
 from abgate.errors import UsageError
 from abgate.fleet.cluster import cluster_spec
 from abgate.fleet.coordinator import fleet_strategy
-from abgate.runner.samples import Sample
+from abgate.records.samples import Sample
 from tests.conftest import engine_threads
 from tests.support.fake import ACCEPT_ARGS, experiment
 
@@ -82,8 +82,8 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
         theirs = {s["key"]: s["output"]["token_ids"]
                   for s in _samples(tmp_path / "fleet", arm)}
         assert mine == theirs and len(mine) == 10
-    assert fleet.comparison["comparisons"]["b"]["verdict"]["decision"] == \
-        one.comparison["comparisons"]["b"]["verdict"]["decision"]
+    assert fleet.comparison.comparisons["b"].verdict.decision == \
+        one.comparison.comparisons["b"].verdict.decision
     rec = json.loads((tmp_path / "fleet" / "ab.json").read_text())["fleet"]
     nodes = {r["node_id"] for r in rec["replicas"]}
     assert len(nodes) == 2 and not rec["lost"]
@@ -142,7 +142,7 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Pa
     survivor = ({"0", "1"} - {lost}).pop()
     assert len(rec["items_by_replica"][survivor]) >= 12 - 3
     assert sum(map(len, rec["items_by_replica"].values())) == 12
-    notes = res.comparison["comparisons"]["b"]["verdict"]["notes"]
+    notes = res.comparison.comparisons["b"].verdict.notes
     assert any("lost" in n and f"replica {lost}" in n.lower() for n in notes)
 
 
@@ -172,12 +172,12 @@ def test_a_slower_replica_is_refused_unless_declared_and_widens_the_interval(
     assert res.outcome.status == "complete"
     rec = json.loads((tmp_path / "declared" / "ab.json").read_text())["fleet"]
     assert rec["host_differences"] == ["engine_config"]
-    lr = res.comparison["comparisons"]["b"]["comparison"]["speed"]["ttft_s"]["log_ratio"]
+    lr = res.comparison.comparisons["b"].comparison.speed["ttft_s"].log_ratio.to_json()
     width = {k: lr[k][1] - lr[k][0] for k in ("ci_bootstrap", "ci_replicas", "ci")}
     assert lr["n_replicas"] == 2
     assert width["ci_replicas"] > 2 * width["ci_bootstrap"]
     assert width["ci"] >= width["ci_replicas"]
-    notes = res.comparison["comparisons"]["b"]["verdict"]["notes"]
+    notes = res.comparison.comparisons["b"].verdict.notes
     assert any("Declared host differences" in n and "engine_config" in n for n in notes)
 
 
@@ -201,5 +201,5 @@ def test_sequential_looks_on_the_merged_stream_as_on_one_machine(
     for arm in ("a", "b"):
         assert [s["key"] for s in _samples(tmp_path / "one", arm)] == \
             [s["key"] for s in _samples(tmp_path / "fleet", arm)]
-    assert fleet.comparison["comparisons"]["b"]["verdict"]["decision"] == \
-        one.comparison["comparisons"]["b"]["verdict"]["decision"]
+    assert fleet.comparison.comparisons["b"].verdict.decision == \
+        one.comparison.comparisons["b"].verdict.decision

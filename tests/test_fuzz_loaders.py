@@ -31,8 +31,9 @@ from abgate.integrity import record_text, seal
 from abgate.provenance.contract_toml import load_contract
 from abgate.provenance.loading import load_manifest
 from abgate.provenance.manifest import build_manifest, write_manifest
+from abgate.records.documents import RunRecord
 from abgate.report.load import load_ab
-from abgate.runner.documents import RunRecord, read_record
+from abgate.runner.documents import read_record
 from abgate.runner.records import read_samples
 from abgate.runner.spec import RunConfig
 from abgate.suites import gsm8k

@@ -11,7 +11,7 @@ import pytest
 
 from abgate.compare.gates import speed_gate
 from abgate.compare.policy import load_policy
-from abgate.compare.results import Bootstrap, Comparison, LogRatio, SpeedMetric
+from abgate.records.comparison import Bootstrap, Comparison, LogRatio, SpeedMetric
 from tests.support.fake import cli, experiment
 
 

@@ -8,17 +8,11 @@ from pathlib import Path
 import pytest
 
 from abgate.errors import AbgateError, UsageError
+from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.samples import Sample
+from abgate.records.side_documents import AbBenchDocument, ProbesDocument
 from abgate.runner import records as rec
-from abgate.runner.documents import (
-    AbBenchDocument,
-    AbRecord,
-    ProbesDocument,
-    RunRecord,
-    new_record,
-    read_document,
-    read_record,
-    write_record,
-)
+from abgate.runner.documents import new_record, read_document, read_record, write_record
 from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
 from abgate.runner.outdir import prepare_new_dir
 
@@ -37,7 +31,7 @@ def test_complete_json_without_newline_counts_as_torn(tmp_path: Path) -> None:
     p.write_text('{"key": "a"}\n{"key": "b"}')
     assert [s["key"] for s in rec.read_samples(p, repair=True)] == ["a"]
     with rec.SampleWriter(p) as w:
-        w.append({"key": "b"})
+        w.append(Sample(key="b"))
     assert [s["key"] for s in rec.read_samples(p)] == ["a", "b"]
 
 
@@ -144,7 +138,7 @@ def test_an_older_schema_version_is_upgraded_on_read(tmp_path: Path,
     steps (a version-aware before-validator), and a newer file than the reader knows is
     refused in one line. Here ``summary`` goes to a (pretend) version 2 that renamed
     version 1's ``count`` to ``n``."""
-    from abgate.runner import documents
+    from abgate.records import documents
     from abgate.runner.summary import Summary, summarize
 
     now = summarize([]).to_dict()
@@ -194,14 +188,14 @@ def test_every_json_file_abgate_writes_is_accounted_for() -> None:
 def test_write_record_writes_and_checks_a_comparison_doc(tmp_path: Path) -> None:
     """comparison.json goes through write_record too: its to_json as written, and a
     result that does not validate (a writer's bug) is a one-line error, no file."""
-    from abgate.compare.results import ComparisonDoc, read_comparison_doc
+    from abgate.records.comparison import ComparisonDoc
 
     doc = ComparisonDoc(schema_version=1, kind="ab-comparison", baseline="a",
                         decision="ACCEPT", exit_code=0)
     write_record(tmp_path / "comparison.json", doc)
     written = json.loads((tmp_path / "comparison.json").read_text())
     assert written == doc.to_json()
-    assert read_comparison_doc(written, "comparison.json") == doc
+    assert read_document(tmp_path / "comparison.json", ComparisonDoc) == doc
     bad = ComparisonDoc.model_construct(exit_code="zero", _fields_set={"exit_code"})
     with pytest.raises(AbgateError, match=r"bad\.json: exit_code: "):
         write_record(tmp_path / "bad.json", bad)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from abgate.records.side_documents import AbBenchDocument
 from abgate.report import render, write_reports
-from abgate.runner.documents import AbBenchDocument, write_record
+from abgate.runner.documents import write_record
 from tests.conftest import abgate
 from tests.support.report import build_ab_dir
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from abgate.compare.views import views
+from abgate.records.documents import AbRecord
+from abgate.records.side_documents import AbBenchDocument
 from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (
@@ -18,7 +20,7 @@ from abgate.report.views import (
     RecordedPolicy,
     WeightsDiff,
 )
-from abgate.runner.documents import AbBenchDocument, AbRecord, read_record, write_record
+from abgate.runner.documents import read_record, write_record
 from tests.support.records import changed, edit_record
 from tests.support.report import build_ab_dir
 

@@ -14,7 +14,8 @@ import pytest
 
 from abgate.dirlock import LOCK_FILE
 from abgate.engines import fake
-from abgate.runner.documents import RunRecord, read_record
+from abgate.records.documents import RunRecord
+from abgate.runner.documents import read_record
 from tests.conftest import engine_refused, error_lines, read_lines
 from tests.support.fake import cli, fake_loads
 from tests.support.records import edit_record

@@ -20,7 +20,7 @@ from abgate.ab.evidence import agreement_row as typed_row
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.llamacpp import engine as llamacpp
 from abgate.engines.openai import engine as openai_compat
-from abgate.runner.samples import Sample
+from abgate.records.samples import Sample
 from tests.conftest import (
     abgate,
     llama_server_args,

@@ -10,14 +10,8 @@ import pytest
 
 from abgate.compare.holm import SuiteOutcome, combine, fail_p_value, holm_levels
 from abgate.compare.policy import load_policy
-from abgate.compare.results import (
-    Accuracy,
-    Comparison,
-    Gate,
-    Interval,
-    Quality,
-    Verdict,
-)
+from abgate.records.comparison import Accuracy, Comparison, Interval, Quality, Verdict
+from abgate.records.result import Gate
 from tests.support.fake import ACCEPT_ARGS, REJECT_ARGS, cli
 
 

@@ -21,7 +21,7 @@ from abgate.engines.openai import scoring as sc
 from abgate.engines.shared.logits import scores_from_logits
 from abgate.engines.shared.prompt_logprobs import prompt_position, scores_from_rows
 from abgate.errors import AbgateError
-from abgate.runner.samples import Sample
+from abgate.records.samples import Sample
 
 
 def agreement_row(*args: Any, **kwargs: Any) -> dict[str, Any]:

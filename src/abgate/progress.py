@@ -53,7 +53,7 @@ def _every_s() -> float:
 
 def sample_tokens(sample: Mapping[str, Any] | BaseModel) -> int:
     """Output tokens of a sample (a run's, a bench's or a probe's line): its JSON
-    object, or the model it is written from (``runner.samples.Sample``), read here as
+    object, or the model it is written from (``records.samples.Sample``), read here as
     its JSON (the one place progress turns a model into a line)."""
     if isinstance(sample, BaseModel):
         sample = sample.model_dump(mode="json", include={"output"})

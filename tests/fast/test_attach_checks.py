@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from abgate.provenance.attach import AttachRefused, attach
+from abgate.records.documents import RunRecord
 from abgate.records.sections import GitState
-from abgate.runner.documents import RunRecord, read_record
+from abgate.runner.documents import read_record
 from tests.support.fake import RUN_FLAGS, cli
 from tests.support.records import edit_record
 

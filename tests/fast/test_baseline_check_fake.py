@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from abgate.runner.documents import BaselineRecord
+from abgate.records.documents import BaselineRecord
 from tests.support.fake import cli, fake_loads
 from tests.support.records import changed, edit_sealed
 

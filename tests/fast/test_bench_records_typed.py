@@ -28,8 +28,10 @@ from abgate.records.bench_sections import (
     RequestRef,
     Roofline,
 )
+from abgate.records.documents import BaselineRecord
+from abgate.records.side_documents import BenchSummary
 from abgate.runner import records as rec
-from abgate.runner.documents import BaselineRecord, BenchSummary, read_document, read_record
+from abgate.runner.documents import read_document, read_record
 
 ROOT = Path(__file__).resolve().parents[2]
 FIGURES = ["input_len", "output_len", "prompt_tokens", "prompt_sha256", "output_token_ids",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from abgate.runner.documents import BaselineRecord, read_record
+from abgate.records.documents import BaselineRecord
+from abgate.runner.documents import read_record
 from tests.support.fake import cli
 
 BENCH = ("--engine", "fake", "--input-len", "64,128", "--output-len", "16", "--repeats", "3",

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import abgate
-from abgate.runner.documents import AbRecord, read_record
+from abgate.records.documents import AbRecord
+from abgate.runner.documents import read_record
 from tests.conftest import default_sigint
 from tests.support.fake import ACCEPT_ARGS, REJECT_ARGS, RUN_FLAGS, cli, experiment, fake_run
 

@@ -17,7 +17,7 @@ from abgate.ab.experiment import load_experiment
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
 from abgate.ab.workflow import run_experiment
-from abgate.fleet.dispatch import Dispatch, Ledger
+from abgate.fleet.dispatch import Dispatch, DispatchLog
 from abgate.fleet.endpoints import ThreadPool
 from abgate.fleet.replica import Replica
 from abgate.runner.session import PreparedEngine
@@ -35,7 +35,7 @@ class TwoThreads:
     name = "two-threads"
 
     def __init__(self) -> None:
-        self.ledger = Ledger()
+        self.ledger = DispatchLog()
 
     def run(self, state: RunState, sessions: ArmSessions) -> None:
         prepared = {arm: state.checked.prepared[arm].engine for arm in state.arms}
@@ -73,9 +73,9 @@ def test_a_hung_replica_is_given_up_on_and_its_item_runs_once_elsewhere(
     assert loss["replica"] == 1 and "item timeout" in loss["error"]
     by = schedule.ledger.items_by_replica
     assert len(by.get("1", [])) <= 1 and len(by["0"]) + len(by.get("1", [])) == 8
-    notes = res.comparison["comparisons"]["b"]["verdict"]["notes"]
+    notes = res.comparison.comparisons["b"].verdict.notes
     assert any("Replica 1 was lost" in n for n in notes)
-    assert one.comparison["comparisons"]["b"]["verdict"]["decision"] == \
-        res.comparison["comparisons"]["b"]["verdict"]["decision"]
+    assert one.comparison.comparisons["b"].verdict.decision == \
+        res.comparison.comparisons["b"].verdict.decision
 
 

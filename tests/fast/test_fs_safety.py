@@ -18,6 +18,7 @@ from abgate.errors import UsageError
 from abgate.jsonl_append import append_line, repair_torn, torn_start
 from abgate.ledger.store import Ledger
 from abgate.provenance.manifest import write_manifest
+from abgate.records.samples import Sample
 from abgate.runner.records import SampleWriter, read_samples, write_json_atomic, write_text_atomic
 from abgate.safefs import LogFile, truncate
 from tests.conftest import error_lines, wait_until
@@ -105,7 +106,7 @@ def test_every_writer_refuses_a_link(tmp_path: Path, victim: Path) -> None:
     link.symlink_to(victim)
     writers = [lambda: write_json_atomic(link, {"schema_version": 1}),
                lambda: write_text_atomic(link, "report"),
-               lambda: SampleWriter(link).append({"key": "k"}),
+               lambda: SampleWriter(link).append(Sample(key="k")),
                lambda: append_line(link, b"{}\n"),
                lambda: LogFile(link).close(),
                lambda: truncate(link, 0),
@@ -221,7 +222,7 @@ def test_sample_writer_cuts_a_torn_tail_before_appending(tmp_path: Path) -> None
     path = tmp_path / "agreement.jsonl"
     path.write_bytes(b'{"key": "a"}\n{"key": "b", "tok')
     with SampleWriter(path) as w:
-        w.append({"key": "c"})
+        w.append(Sample(key="c"))
     assert [s["key"] for s in read_samples(path)] == ["a", "c"]
     assert (tmp_path / "agreement.jsonl.torn").read_bytes() == b'{"key": "b", "tok\n'
 

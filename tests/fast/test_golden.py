@@ -14,14 +14,10 @@ from typing import Any
 import pytest
 
 from abgate.ab.analyze import analyze
+from abgate.records.documents import BODIES
+from abgate.records.side_documents import BenchSummary, ProbesDocument
 from abgate.report import render
-from abgate.runner.documents import (
-    BODIES,
-    BenchSummary,
-    ProbesDocument,
-    read_document,
-    read_record,
-)
+from abgate.runner.documents import read_document, read_record
 from abgate.runner.records import check_schema, read_json
 from abgate.runner.samples import load_samples
 from abgate.runner.summary import Summary
@@ -56,8 +52,8 @@ def test_golden_ab_is_analysed_and_reported_as_recorded(golden: Path, tmp_path: 
     shutil.copytree(golden / "ab", ab)
     recorded = json.loads((golden / "ab" / "comparison.json").read_text())
     again = analyze(ab)
-    assert again["decision"] == recorded["decision"]
-    verdict = dict(again["comparisons"]["b"]["verdict"])
+    assert again.decision == recorded["decision"]
+    verdict = again.comparisons["b"].verdict.to_json()
     # every verdict now records the MDE it had (issue 34); a golden verdict written
     # before that has none, and everything else must be as recorded
     assert verdict.pop("mde")["gates"]["accuracy"]["detectable"] is not None

@@ -10,14 +10,9 @@ import pytest
 
 from abgate.compare.probes import probe_entries
 from abgate.errors import UsageError
-from abgate.runner.documents import (
-    AbRecord,
-    ProbesDocument,
-    RunRecord,
-    Summary,
-    read_document,
-    read_record,
-)
+from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.side_documents import ProbesDocument, Summary
+from abgate.runner.documents import read_document, read_record
 from tests.support.agreement import write_probes, write_scoring
 from tests.support.fake import cli, experiment, fake_run
 from tests.support.records import edit_document, edit_record

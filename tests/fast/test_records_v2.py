@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from abgate.ab.analyze import analyze
+from abgate.records.documents import RunRecord, upgraded
 from abgate.records.engine import to_v2
 from abgate.report import render
-from abgate.runner.documents import RunRecord, read_record, upgraded
+from abgate.runner.documents import read_record
 from tests.support.fake import cli, fake_run
 from tests.support.golden import GOLDEN, write_all
 
@@ -170,7 +171,7 @@ def test_a_v1_ab_resumes_and_reports(tmp_path: Path) -> None:
     assert len([s for s in measured if not s.get("warmup")]) == len(
         [x for x in lines if '"warmup": true' not in x])
     recorded = json.loads((V1 / "ab" / "comparison.json").read_text())
-    assert analyze(out)["decision"] == recorded["decision"]
+    assert analyze(out).decision == recorded["decision"]
     assert "perturb" in render(out, "md")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from abgate.records.samples import Sample
 from abgate.redact import REDACTED, redact, redact_env, redact_text
 from abgate.runner.records import SampleWriter
 
@@ -44,9 +45,10 @@ def test_sample_texts_lose_tokens_and_keep_words(tmp_path: Path) -> None:
     secret = TOKENS["sk_proj"]
     path = tmp_path / "samples.jsonl"
     with SampleWriter(path) as w:
-        w.append({"key": "k", "prompt": {"messages": [{"role": "user",
-                                                      "content": f"my key {secret}"}]},
-                  "output": {"text": f"{words} {TOKENS['hf']}", "token_ids": [1, 2]}})
+        w.append(Sample.model_validate(
+            {"key": "k", "prompt": {"messages": [{"role": "user",
+                                                  "content": f"my key {secret}"}]},
+             "output": {"text": f"{words} {TOKENS['hf']}", "token_ids": [1, 2]}}))
     line = json.loads(path.read_text())
     assert secret not in path.read_text() and TOKENS["hf"] not in path.read_text()
     assert line["output"]["text"] == f"{words} {REDACTED}"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from abgate.compare import compare_samples, decide, load_policy
-from abgate.compare.results import Verdict
+from abgate.records.comparison import Verdict
 from tests.support.compare import make_arm
 from tests.support.fake import cli, fake_run
 

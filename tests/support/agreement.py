@@ -14,13 +14,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from abgate.runner.documents import (
-    AbRecord,
-    ProbesDocument,
-    ScoringCost,
-    read_record,
-    write_record,
-)
+from abgate.records.documents import AbRecord, ScoringCost
+from abgate.records.side_documents import ProbesDocument
+from abgate.runner.documents import read_record, write_record
 
 KL = float | Callable[[int, int], float]
 

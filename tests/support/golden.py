@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from abgate.runner.documents import SCHEMA_VERSIONS
+from abgate.records.documents import SCHEMA_VERSIONS
 from abgate.runner.records import SCHEMA_VERSION
 from tests.support.fake import cli, experiment, fake_run
 

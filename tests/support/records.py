@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from abgate.runner.documents import Document, read_document, read_record, write_record
+from abgate.records.documents import Document
+from abgate.runner.documents import read_document, read_record, write_record
 
 D = TypeVar("D", bound=Document)
 

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.analyze import analyze
-from abgate.runner.documents import AbRecord, RunRecord, write_record
+from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.samples import Sample
+from abgate.runner.documents import write_record
 from abgate.runner.records import SampleWriter
 from abgate.runner.summary import summarize
 
@@ -166,7 +168,7 @@ def build_ab_dir(out: Path) -> Path:
         write_record(arm_dir / "run.json", RunRecord.model_validate(_arm_doc(ab, arm)))
         with SampleWriter(arm_dir / "samples.jsonl") as writer:
             for sample in samples:
-                writer.append(sample)
+                writer.append(Sample.model_validate(sample))
         write_record(arm_dir / "summary.json", summarize(samples, "complete"))
     analyze(out, n_boot=500)
     return out

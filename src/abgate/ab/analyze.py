@@ -21,26 +21,23 @@ from typing import Any
 
 from abgate.ab import declared
 from abgate.ab.fleet_notes import fleet_notes, replica_of_items
-from abgate.ab.recorded import AbView, ab_view
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
-from abgate.compare.pairing import Sampled
+from abgate.compare.pairing import SampleLike
 from abgate.compare.probes import compare_probes
-from abgate.compare.results import (
-    Agreement,
-    ArmResult,
-    ComparisonDoc,
-    Probes,
-    ScoringOverhead,
-    Sequential,
-)
 from abgate.compare.sequential import sequential_section
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError
 from abgate.host_load import summarize
+from abgate.records.agreement import Agreement, ScoringOverhead
+from abgate.records.comparison import ArmResult, ComparisonDoc, Probes, Sequential
+from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.samples import Sample
+from abgate.records.sections import ArmDifferences
 from abgate.runner import records as rec
-from abgate.runner.documents import RunRecord, read_record, write_record
+from abgate.runner.documents import read_record, write_record
+from abgate.runner.samples import load_samples
 from abgate.safejson import read_json
 
 COMPARISON_FILE = "comparison.json"
@@ -48,9 +45,9 @@ AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
 DECISION_ORDER = ("REJECT", "INCONCLUSIVE", "ACCEPT")  # worst first
 
 
-def arm_samples(out: Path, arm: str) -> list[dict[str, Any]]:
-    path = out / "arms" / arm / rec.SAMPLES_FILE
-    return [s for s in rec.read_samples(path) if not Sampled.of(s).warmup]
+def arm_samples(out: Path, arm: str) -> list[Sample]:
+    """The arm's measured samples (warm-ups left out), as the models."""
+    return [s for s in load_samples(out / "arms" / arm / rec.SAMPLES_FILE) if not s.warmup]
 
 
 def read_agreement(path: Path, repair: bool = False) -> list[AgreementRow]:
@@ -60,14 +57,14 @@ def read_agreement(path: Path, repair: bool = False) -> list[AgreementRow]:
     return [agreement_row_of(row) for row in rec.read_samples(path, repair=repair)]
 
 
-def _generation_seconds(samples: Sequence[Mapping[str, Any]]) -> float | None:
-    times = [float(t) for s in map(Sampled.of, samples)
+def _generation_seconds(samples: Sequence[SampleLike]) -> float | None:
+    times = [float(t) for s in map(Sample.of, samples)
              if isinstance(t := s.timing.get("e2e_s"), int | float) and math.isfinite(t)]
     return sum(times) if times else None
 
 
-def _cost(ab: AbView, arm: str, base: str,
-          samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, ScoringOverhead]:
+def _cost(ab: AbRecord, arm: str, base: str,
+          samples: Mapping[str, Sequence[SampleLike]]) -> dict[str, ScoringOverhead]:
     """Scoring seconds and tokens per arm against the arm's generation seconds."""
     out: dict[str, ScoringOverhead] = {}
     for name in (base, arm):
@@ -83,8 +80,8 @@ def _cost(ab: AbView, arm: str, base: str,
     return out
 
 
-def _agreement(out: Path, ab: AbView, arm: str, base: str, confidence: float,
-               samples: Mapping[str, Sequence[Mapping[str, Any]]]) -> Agreement:
+def _agreement(out: Path, ab: AbRecord, arm: str, base: str, confidence: float,
+               samples: Mapping[str, Sequence[SampleLike]]) -> Agreement:
     path = out / "arms" / arm / AGREEMENT_FILE
     recorded = ab.scoring_of(arm)
     why = recorded.error or recorded.reason
@@ -126,35 +123,34 @@ def _effective(out: Path, arm: str) -> dict[str, Any] | None:
     return doc.engine.effective if doc.engine.loaded else None
 
 
-def random_weights(ab: AbView | Mapping[str, Any], arm: str,
-                   samples: Sequence[Mapping[str, Any]],
+def random_weights(ab: AbRecord, arm: str, samples: Sequence[SampleLike],
                    effective: Mapping[str, Any] | None = None) -> str | None:
     """Why ``arm`` runs random weights ("speed only"), or None; ``effective``: the arm's
     effective facet."""
-    for where, value in ab_view(ab).load_formats(arm, effective):
+    for where, value in ab.load_formats(arm, effective):
         if value == "dummy":
             return f"arm {arm!r} runs random weights ({where}: load_format = \"dummy\"), " \
                    "speed only"
-    if any(Sampled.of(s).random_weights for s in samples):
+    if any(Sample.of(s).random_weights for s in samples):
         return f"arm {arm!r} runs random weights (its samples say so), speed only"
     return None
 
 
-def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
-               confidence: float, samples: Mapping[str, Sequence[Mapping[str, Any]]]
+def arm_extras(out: Path, ab: AbRecord, arm: str, base: str,
+               confidence: float, samples: Mapping[str, Sequence[SampleLike]]
                ) -> dict[str, Any]:
     """What a candidate's comparison gets besides the paired statistics: ``expect``,
     ``speed_only``, ``agreement``, ``difference_warnings`` and (when probes ran)
     ``probes`` (keyword arguments of :meth:`Comparison.with_extras`)."""
-    ab = ab_view(doc)
     speed_only = (random_weights(ab, base, samples[base], _effective(out, base))
                   or random_weights(ab, arm, samples[arm], _effective(out, arm)))
     extras: dict[str, Any] = {
-        "expect": ab.experiment.expect,
+        "expect": ab.experiment.expects,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": [*declared.warnings(ab.differences.get(arm) or {}, arm),
+        "difference_warnings": [*declared.warnings(ab.differences.get(arm)
+                                                   or ArmDifferences(), arm),
                                 *_identical_outputs(ab, arm, samples[base], samples[arm]),
                                 *fleet_notes(ab.fleet)],
         # what the host was doing while the arms ran: whether "busy" is measured
@@ -166,48 +162,48 @@ def arm_extras(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
     return extras
 
 
-def _identical_outputs(ab: AbView, arm: str, base: Sequence[Mapping[str, Any]],
-                       cand: Sequence[Mapping[str, Any]]) -> list[str]:
+def _identical_outputs(ab: AbRecord, arm: str, base: Sequence[SampleLike],
+                       cand: Sequence[SampleLike]) -> list[str]:
     """The note for a switch whose only trace after the load is the model config's
     digest, when every paired output is token-identical (empty otherwise)."""
-    args = (ab.differences.get(arm) or {}).get("config_only")
+    entry = ab.differences.get(arm)
+    args = entry.config_only if entry is not None else None
     if not args:
         return []
-    def outputs(samples: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], Any]:
-        return {(str(s.item_id), str(s.seed)): s.token_ids
-                for s in map(Sampled.of, samples) if not s.warmup}
+    def outputs(samples: Sequence[SampleLike]) -> dict[tuple[str, str], Any]:
+        return {(str(s.item_id), str(s.seed)): s.output.token_ids
+                for s in map(Sample.of, samples) if not s.warmup}
     a, b = outputs(base), outputs(cand)
     if not a or a.keys() != b.keys() or any(a[k] is None or a[k] != b[k] for k in a):
         return []
     return [declared.identical_outputs_warning(arm, list(args), len({k[0] for k in a}))]
 
 
-def item_order(samples: Sequence[Mapping[str, Any]]) -> list[str]:
+def item_order(samples: Sequence[SampleLike]) -> list[str]:
     """Item IDs in the order the samples were recorded (the sequence of a sequential
     A/B: appended in schedule order, so a resumed A/B keeps it)."""
-    return list(dict.fromkeys(str(Sampled.of(s).item_id) for s in samples))
+    return list(dict.fromkeys(str(Sample.of(s).item_id) for s in samples))
 
 
-def sequential_for(out: Path, doc: AbView | Mapping[str, Any], arm: str, base: str,
-                   policy: Policy, samples: Mapping[str, Sequence[Mapping[str, Any]]]
+def sequential_for(out: Path, ab: AbRecord, arm: str, base: str,
+                   policy: Policy, samples: Mapping[str, Sequence[SampleLike]]
                    ) -> Sequential:
     """The sequential evaluation of one candidate from the saved records (the A/B's
     looks and the analysis both call this, so they agree on every look)."""
-    ab = ab_view(doc)
     path = out / "arms" / arm / AGREEMENT_FILE
     rows = (read_agreement(path, repair=True) if path.exists()
-            and ab.experiment.evidence.agreement else None)
+            and ab.experiment.scores_agreement else None)
     speed_only = (random_weights(ab, base, samples[base], _effective(out, base))
                   or random_weights(ab, arm, samples[arm], _effective(out, arm)))
     return sequential_section(samples[base], samples[arm], item_order(samples[base]), policy,
-                              look_every=int(ab.experiment.schedule.look_every or 1),
+                              look_every=ab.experiment.look_every,
                               # max_items as run: ab.json's
                               max_items=ab.sequential.max_items if ab.sequential else None,
                               agreement=rows, speed_only=bool(speed_only),
                               arm_names=(base, arm))
 
 
-def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
+def compare_arm(base: Sequence[SampleLike], cand: Sequence[SampleLike],
                 policy: Policy, arm_names: tuple[str, str], extras: Mapping[str, Any], *,
                 seed: int = 0, n_boot: int = 2000, allow_unmatched: bool = False,
                 replicas: Mapping[str, str] | None = None) -> ArmResult:
@@ -224,10 +220,10 @@ def compare_arm(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, A
 
 
 def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
-            n_boot: int = 2000) -> dict[str, Any]:
+            n_boot: int = 2000) -> ComparisonDoc:
     """Compare every candidate arm against the baseline; write ``comparison.json`` and
-    return it (the JSON document: :class:`ComparisonDoc` dumped)."""
-    ab = ab_view(read_record(out / "ab.json", "ab").to_dict(), str(out / "ab.json"))
+    return it."""
+    ab = read_record(out / "ab.json", "ab", model=AbRecord)
     exp = ab.experiment
     policy = load_policy(policy_path if policy_path is not None else exp.policy)
     base = str(exp.baseline)
@@ -237,7 +233,7 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
         if arm == base:
             continue
         extras = arm_extras(out, ab, arm, base, policy.speed.confidence, samples)
-        if exp.schedule.stopping == "sequential":
+        if exp.stopping == "sequential":
             extras["sequential"] = sequential_for(out, ab, arm, base, policy, samples)
         comparisons[arm] = compare_arm(samples[base], samples[arm], policy, (base, arm),
                                        extras, seed=seed, n_boot=n_boot,
@@ -252,4 +248,4 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
                            comparisons=comparisons, decision=overall,
                            exit_code=EXIT_CODES[overall])
     write_record(out / COMPARISON_FILE, result)
-    return result.to_json()
+    return result

@@ -18,14 +18,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from abgate.compare.results import read_comparison_doc
 from abgate.dirlock import exclusive
 from abgate.errors import UsageError, did_you_mean
 from abgate.jsonl_append import append_line
+from abgate.records.comparison import ComparisonDoc
+from abgate.records.documents import AbRecord, RunRecord
 from abgate.records.sections import GitState
+from abgate.records.side_documents import DecisionRecord
 from abgate.redact import redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import AbRecord, DecisionRecord, RunRecord, read_record
+from abgate.runner.documents import read_document, read_record
 from abgate.safejson import BadJson, parse
 
 DECISIONS_FILE = "decisions.jsonl"
@@ -73,7 +75,7 @@ def _verdicts(out: Path) -> tuple[str | None, dict[str, Any]]:
     if not path.exists():
         raise UsageError(f"{out}: no comparison.json; the A/B has not been analysed "
                          "(abgate ab --resume DIR finishes it): there is no verdict to decide on")
-    comparison = read_comparison_doc(rec.read_json(path), str(path))
+    comparison = read_document(path, ComparisonDoc)
     arms = {arm: c.verdict.decision for arm, c in comparison.comparisons.items()}
     return comparison.decision, arms
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from abgate.ab.experiment import Experiment
 from abgate.errors import UsageError
 from abgate.identity import json_sha256
+from abgate.records import documents as docs
 from abgate.records.sections import GitState, Resume
-from abgate.runner import documents as docs
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.outdir import prepare_new_dir
 from abgate.runner.provenance import check_same_inputs

@@ -35,10 +35,13 @@ from abgate.compare.agreement_rows import AgreementRow
 from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError, UsageError
+from abgate.records.documents import AbRecord, ScoringCost
+from abgate.records.samples import Sample, ids_sha256
+from abgate.records.side_documents import ProbesDocument
 from abgate.runner import records as rec
-from abgate.runner.documents import AbRecord, ProbesDocument, ScoringCost, write_record
+from abgate.runner.documents import write_record
 from abgate.runner.execute import check_interrupted
-from abgate.runner.samples import Sample, ids_sha256, load_samples
+from abgate.runner.samples import load_samples
 from abgate.runner.session import EngineSession
 
 log = logging.getLogger("abgate.ab")

@@ -12,9 +12,10 @@ from pathlib import Path
 from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
+from abgate.records.documents import AbRecord
 from abgate.report import refresh_reports
 from abgate.runner.complete import checked_complete
-from abgate.runner.documents import AbRecord, read_record
+from abgate.runner.documents import read_record
 from abgate.runner.spec import prepare
 
 

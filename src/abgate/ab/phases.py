@@ -16,10 +16,10 @@ from abgate.errors import AbgateError
 from abgate.model_check import ModelChanged
 from abgate.provenance import ContractViolation
 from abgate.records.engine import LoadedEngine
-from abgate.runner import documents as docs
+from abgate.records.samples import WARMUP_PREFIX, Sample, ids_sha256, sample_key
+from abgate.records.side_documents import AbBenchDocument
 from abgate.runner.documents import write_record
 from abgate.runner.provenance import record_after_load
-from abgate.runner.samples import WARMUP_PREFIX, Sample, ids_sha256, sample_key
 from abgate.runner.session import EngineSession, loaded
 from abgate.suites import Item
 
@@ -162,7 +162,7 @@ def bench_cases(state: RunState, sessions: dict[str, EngineSession]) -> None:
     if len({tuple(v) for v in shas.values()}) > 1:
         raise AbgateError(f"bench prompts differ between arms: {shas}")
     for arm, cs in results.items():
-        write_record(state.arm_dir(arm) / "bench.json", docs.AbBenchDocument.new(
+        write_record(state.arm_dir(arm) / "bench.json", AbBenchDocument.new(
             plan=vars(plan) | {"input_len": list(plan.input_len)},
             cases=[c.to_dict(samples=True) for c in cs]))
 

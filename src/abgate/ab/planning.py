@@ -22,10 +22,11 @@ from abgate.ab.suites import SUITES_DIR, suite_experiments
 from abgate.compare.mde import mde
 from abgate.compare.plan import GateSpec, gate_specs, mde_at, needed_for
 from abgate.compare.policy import Policy, load_policy
-from abgate.compare.results import Comparison, Result, read_comparison_doc
 from abgate.compare.stats import z_one_sided
 from abgate.errors import UsageError
-from abgate.safejson import read_json
+from abgate.records.comparison import Comparison, ComparisonDoc
+from abgate.records.result import Result
+from abgate.runner.documents import read_document
 from abgate.suites import load_suite, select_items
 
 __all__ = ["PlanDoc", "PlanRow", "pilot_experiment", "plan_experiment", "planned_items"]
@@ -71,7 +72,7 @@ def _prior(directory: Path) -> dict[str, Comparison]:
     if not path.is_file():
         raise UsageError(f"--from {directory}: no comparison.json (not a finished A/B "
                          "directory)")
-    doc = read_comparison_doc(read_json(path, error=UsageError), str(path))
+    doc = read_document(path, ComparisonDoc)
     if not doc.comparisons:
         raise UsageError(f"{path}: no candidate compared")
     return {arm: r.comparison for arm, r in doc.comparisons.items()}

@@ -15,17 +15,17 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from abgate.ab.checks import Checked, check_experiment
 from abgate.ab.directory import AB_FILE, open_ab_dir
 from abgate.ab.experiment import Experiment
 from abgate.ab.revisions import Revisions
-from abgate.ab.schedule import ArmSessions, Schedule
-from abgate.ab.sequential import Sequential
+from abgate.ab.schedule import ArmSessions, ScheduleStrategy
+from abgate.ab.sequential import SequentialLooks
 from abgate.ab.state import OnPhase, Progress, RunState, new_state
 from abgate.ab.strategies import Blocks, Interleaved, LocalSessions
 from abgate.records.sections import ArmDifferences
+from abgate.records.side_documents import Summary
 from abgate.runner.documents import source_state
 from abgate.runner.execute import Status, end_record, fail_if_all_errors, tracked
 from abgate.runner.outdir import claimed
@@ -39,21 +39,21 @@ log = logging.getLogger("abgate.ab")
 class AbOutcome:
     out: Path
     status: str
-    arms: dict[str, dict[str, Any]]  # arm -> summary
+    arms: dict[str, Summary | None]  # arm -> its summary (None: none readable)
 
 
-def schedule_for(state: RunState) -> Schedule:
+def schedule_for(state: RunState) -> ScheduleStrategy:
     """The local schedule the experiment's mode and stopping rule ask for."""
     if state.checked.mode != "interleave":
         return Blocks()
-    return Sequential() if state.exp.schedule.sequential else Interleaved()
+    return SequentialLooks() if state.exp.schedule.sequential else Interleaved()
 
 
 def finish_state(state: RunState, status: str, error: str | None
-                 ) -> dict[str, dict[str, Any]]:
+                 ) -> dict[str, Summary | None]:
     """Every arm's records and ``ab.json`` finalised with ``status``."""
-    summaries = {arm: r.finish(status, error).to_dict()
-                 for arm, r in state.recorders.items()}
+    summaries: dict[str, Summary | None] = {arm: r.finish(status, error)
+                                            for arm, r in state.recorders.items()}
     end_record(state.doc, state.out, state.previous, status, error, log)
     state.save()
     return summaries
@@ -75,7 +75,7 @@ def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = Fa
 def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
                 on_start: Callable[[int, int], None] | None = None,
                 progress: Progress | None = None,
-                on_phase: OnPhase | None = None, schedule: Schedule | None = None,
+                on_phase: OnPhase | None = None, schedule: ScheduleStrategy | None = None,
                 sessions: ArmSessions | None = None,
                 revisions: Revisions | None = None) -> AbOutcome:
     """Run an experiment that passed :func:`~abgate.ab.checks.check_experiment` into
@@ -95,7 +95,7 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
         doc.source = revisions.record(out)
         sessions = sessions or revisions.sessions(state)
     state.save()
-    summaries: dict[str, dict[str, Any]] = {}
+    summaries: dict[str, Summary | None] = {}
 
     def finish(status: Status) -> None:
         summaries.update(finish_state(state, status.value, status.error))

@@ -5,7 +5,7 @@ order, A B | B A | A B | ..., so slow drift of the machine (thermal, background 
 falls on both arms equally. Blocks (one arm resident at a time): groups of items
 run arm by arm, alternating the arm order from block to block (A B | B A | ...).
 
-The strategies that follow these orders are :class:`Schedule` strategies (``ab.strategies``,
+The strategies that follow these orders are :class:`ScheduleStrategy` strategies (``ab.strategies``,
 ``ab.sequential``); they get their engines from an :class:`ArmSessions` provider.
 """
 
@@ -51,7 +51,7 @@ class ArmSessions(Protocol):
     def open(self, arm: str, stack: ExitStack, warm: bool = True) -> EngineSession: ...
 
 
-class Schedule(Protocol):
+class ScheduleStrategy(Protocol):
     """A strategy that runs the keys not yet done of every arm of ``state``.
 
     It reads the run state (``state.keys()``, ``state.todo(arm)``, ``state.is_done``,

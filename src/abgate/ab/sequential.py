@@ -13,7 +13,7 @@ from abgate.ab.analyze import arm_samples, sequential_for
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import Key, RunState
 from abgate.ab.strategies import after_interleaved, resident
-from abgate.runner import documents as docs
+from abgate.records import documents as docs
 from abgate.runner.session import EngineSession
 
 log = logging.getLogger("abgate.ab")
@@ -26,7 +26,7 @@ def capped(keys: list[Key], cap: int | None) -> list[Key]:
     return [(item, seed) for item, seed in keys if item.id in allowed]
 
 
-class Sequential:
+class SequentialLooks:
     name = "sequential"
 
     def run(self, state: RunState, sessions: ArmSessions) -> None:
@@ -66,8 +66,7 @@ def look(state: RunState, sessions: dict[str, EngineSession], n_items: int) -> b
         evidence.agreement_pass(out, doc, base, sessions,
                                 evidence.prompt_from(sessions[base]), ev.agreement_tokens)
     samples = {arm: arm_samples(out, arm) for arm in exp.arms}
-    ab = doc.to_dict()
-    decisions = {arm: sequential_for(out, ab, arm, base, state.policy, samples)
+    decisions = {arm: sequential_for(out, doc, arm, base, state.policy, samples)
                  for arm in exp.candidates}
     seq = doc.sequential
     assert seq is not None

@@ -17,11 +17,12 @@ from abgate.ab.checks import Checked
 from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
 from abgate.compare import Policy
-from abgate.runner import documents as docs
+from abgate.records import documents as docs
+from abgate.records.samples import Sample, sample_key
 from abgate.runner import records as rec
 from abgate.runner.documents import write_record
 from abgate.runner.execute import RunRecorder
-from abgate.runner.samples import Sample, load_samples, sample_key
+from abgate.runner.samples import load_samples
 from abgate.suites import Item
 
 Progress = Callable[[Sample | dict[str, Any]], None]  # a sample, or a scoring step

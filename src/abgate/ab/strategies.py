@@ -1,4 +1,4 @@
-"""Today's local schedules behind the :class:`~abgate.ab.schedule.Schedule` seam:
+"""Today's local schedules behind the :class:`~abgate.ab.schedule.ScheduleStrategy` seam:
 interleaved (every arm resident), blocks (one arm at a time) and, in
 ``ab.sequential``, interleaved with anytime-valid looks. ``ab.run.schedule_for`` picks
 one."""

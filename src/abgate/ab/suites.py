@@ -22,8 +22,8 @@ from abgate.ab.suite_table import suite_config
 from abgate.ab.workflow import AbResult, run_experiment
 from abgate.compare.holm import SuiteOutcome, SuitesVerdict, combine
 from abgate.compare.policy import load_policy
-from abgate.compare.results import Result, read_comparison_doc
 from abgate.errors import UsageError
+from abgate.records.result import Result
 from abgate.runner.provenance import ProvenanceOptions
 
 __all__ = ["SUITES_DIR", "SUITES_FILE", "SuitesDoc", "SuitesResult", "run_suites",
@@ -64,7 +64,7 @@ def suite_experiments(exp: Experiment) -> dict[str, Experiment]:
 
 
 def _outcomes(name: str, result: AbResult, policy_path: str | None) -> list[SuiteOutcome]:
-    doc = read_comparison_doc(result.comparison, f"suite {name}: comparison.json")
+    doc = result.comparison
     policy = load_policy(policy_path)
     return [SuiteOutcome(name, arm, r.comparison, r.verdict, policy)
             for arm, r in doc.comparisons.items()]

@@ -12,9 +12,9 @@ from pathlib import Path
 from abgate.ab import declared, optout
 from abgate.ab.experiment import Experiment
 from abgate.errors import UsageError
+from abgate.records import documents as docs
 from abgate.records import facts
 from abgate.records.sections import ArmDifferences, DiffStage, EngineRecord, Provenance
-from abgate.runner import documents as docs
 from abgate.runner.spec import PreparedRun
 
 log = logging.getLogger("abgate.ab")

@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from abgate import safefs, signals
 from abgate.ab.analyze import COMPARISON_FILE, analyze
@@ -19,16 +18,17 @@ from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
 from abgate.ab.revisions import Revisions
 from abgate.ab.run import AbOutcome, OnPhase, Progress, run_checked
-from abgate.ab.schedule import Schedule
+from abgate.ab.schedule import ScheduleStrategy
 from abgate.errors import AbgateError
+from abgate.records.comparison import ComparisonDoc
+from abgate.records.documents import AbRecord
 from abgate.redact import redact
 from abgate.runner import records as rec
-from abgate.runner.documents import AbRecord, read_document, read_record
+from abgate.runner.documents import read_document, read_record
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary
-from abgate.safejson import read_json
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class AbResult:
     """How the arms ran, the comparison (``comparison.json``) and the report files."""
 
     outcome: AbOutcome
-    comparison: dict[str, Any]
+    comparison: ComparisonDoc
     reports: list[Path]
 
     @property
@@ -44,7 +44,7 @@ class AbResult:
         """130 when interrupted, else the verdict's (0 ACCEPT, 1 REJECT, 3 INCONCLUSIVE)."""
         if self.outcome.status == "interrupted":
             return 130
-        return int(self.comparison["exit_code"])
+        return int(self.comparison.exit_code or 0)
 
 
 def diff_weights(exp: Experiment, prepared: Mapping[str, PreparedRun], out: Path
@@ -72,7 +72,7 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
                    provenance: ProvenanceOptions | None = None,
                    weights_diff: bool = False, policy: str | None = None,
                    on_phase: OnPhase | None = None,
-                   schedule: Schedule | None = None,
+                   schedule: ScheduleStrategy | None = None,
                    revisions: Revisions | None = None) -> AbResult:
     """Run ``exp`` into ``out`` (or finish it with ``resume``) and write its verdict and
     reports. Bad input raises UsageError before anything is written. ``revisions``: a
@@ -92,14 +92,13 @@ def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: b
             return AbResult(outcome, comparison, write_reports(out))
 
 
-def _summaries(out: Path, arms: list[str]) -> dict[str, dict[str, Any]]:
-    summaries = {}
+def _summaries(out: Path, arms: list[str]) -> dict[str, Summary | None]:
+    summaries: dict[str, Summary | None] = {}
     for arm in arms:
         try:
-            summaries[arm] = read_document(out / "arms" / arm / rec.SUMMARY_FILE,
-                                           Summary).to_dict()
+            summaries[arm] = read_document(out / "arms" / arm / rec.SUMMARY_FILE, Summary)
         except AbgateError:
-            summaries[arm] = {}
+            summaries[arm] = None
     return summaries
 
 
@@ -113,13 +112,13 @@ def recorded_result(out: Path, *, reanalyse: bool = False,
 
     doc = read_record(out / AB_FILE, "ab", model=AbRecord)
     outcome = AbOutcome(out, str(doc.status), _summaries(out, list(doc.experiment.arms)))
-    comparison: dict[str, Any] | None = None
+    comparison: ComparisonDoc | None = None
     if not reanalyse and policy is None:
         try:
-            comparison = read_json(out / COMPARISON_FILE, error=AbgateError)
+            comparison = read_document(out / COMPARISON_FILE, ComparisonDoc)
         except AbgateError:
             comparison = None  # none yet (killed before the analysis), or unreadable
-    if not isinstance(comparison, dict) or not isinstance(comparison.get("exit_code"), int):
+    if comparison is None or comparison.exit_code is None:
         return AbResult(outcome, analyze(out, policy), write_reports(out))
     return AbResult(outcome, comparison,
                     [out / name for name in FILES.values() if (out / name).exists()])

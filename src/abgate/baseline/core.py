@@ -23,14 +23,9 @@ from abgate.host_load import snapshot, summarize
 from abgate.integrity import FIELD, seal, verify_file
 from abgate.progress import Reporter
 from abgate.records.bench_sections import BaselineCase, RequestRef
+from abgate.records.documents import BaselineRecord, LoadFacts
 from abgate.records.sections import HostInfo
-from abgate.runner.documents import (
-    BaselineRecord,
-    LoadFacts,
-    new_record,
-    read_record,
-    write_record,
-)
+from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded

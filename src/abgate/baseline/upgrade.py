@@ -36,7 +36,8 @@ from abgate.integrity import (
     verify_file,
     verify_old_rules,
 )
-from abgate.runner.documents import SCHEMA_VERSIONS, BaselineRecord, read_record, write_record
+from abgate.records.documents import SCHEMA_VERSIONS, BaselineRecord
+from abgate.runner.documents import read_record, write_record
 
 Verified = Literal["current", "old seal", "unsealed"]
 

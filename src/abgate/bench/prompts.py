@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from abgate.errors import UsageError
-from abgate.runner.samples import ids_sha256
+from abgate.records.samples import ids_sha256
 
 Tokenize = Callable[[str], list[int]]
 

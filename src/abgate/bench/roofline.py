@@ -112,7 +112,7 @@ def engine_model_bytes(eff: dict[str, Any]) -> ModelBytes | None:
 
 
 def model_bytes_for(describe: dict[str, Any], declared: int | None = None) -> ModelBytes:
-    """From ``engine.describe().to_dict()``: the engine's own in-memory figures when it
+    """From the engine's ``describe()`` as JSON: the engine's own in-memory figures when it
     declares them, else the GGUF figures when the model is a GGUF file; ``declared``
     weights bytes when given (KV still from the engine or the file if readable)."""
     model = describe.get("model") or ""

@@ -2,7 +2,7 @@
 token-level timings beside the engine's own counters, and a greedy reference capture.
 
 :func:`run_bench` takes an already-loaded :class:`~abgate.engines.base.Engine` and
-returns a :class:`BenchResult` whose ``to_dict()`` is plain JSON: per case the prompt
+returns a :class:`BenchResult` whose ``to_dict`` is plain JSON: per case the prompt
 SHA, the output token IDs and their SHA, every request's timings (warm-up ones marked),
 the engine's timings and the fidelity ratios, and the per-case distributions.
 Requests run one at a time, in order, so no request waits behind another, unless a
@@ -32,8 +32,8 @@ from abgate.engines.base import Engine, GenerationRequest, GenerationResult, Sam
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
 from abgate.records.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
+from abgate.records.samples import ids_sha256
 from abgate.records.sections import Distribution
-from abgate.runner.samples import ids_sha256
 from abgate.runner.summary import SPEED_FIELDS
 
 OnSample = Callable[[BenchSample], None]

@@ -59,14 +59,10 @@ from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.provenance import ContractOutcome
 from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, CaseFigures, Roofline
+from abgate.records.documents import BenchRecord, LoadFacts
+from abgate.records.side_documents import BenchSummary
 from abgate.runner import records as rec
-from abgate.runner.documents import (
-    BenchRecord,
-    BenchSummary,
-    LoadFacts,
-    new_record,
-    write_record,
-)
+from abgate.runner.documents import new_record, write_record
 from abgate.runner.execute import Status, check_interrupted, tracked
 from abgate.runner.outdir import check_new_dir, claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load

@@ -25,12 +25,12 @@ from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.render import markup, shown
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
-from abgate.compare.results import read_comparison_doc
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError
 from abgate.progress import reporter
+from abgate.records.comparison import ComparisonDoc
+from abgate.records.documents import AbRecord, AnyRecord
 from abgate.report.agreement_sections import evidence_line
-from abgate.runner.documents import AbRecord, AnyRecord
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import RunConfig
@@ -112,28 +112,27 @@ def _with_evidence(exp: Experiment, agreement: bool | None, probes: bool | None)
         probes=e.probes if probes is None else probes))
 
 
-def _print_verdicts(result: dict[str, Any], status: str, paths: list[Path]) -> None:
+def _print_verdicts(result: ComparisonDoc, status: str, paths: list[Path]) -> None:
     console = Console(soft_wrap=True)  # a verdict line stays one line in a log or pipe
-    typed = read_comparison_doc(result, "comparison.json")
-    for arm, c in result["comparisons"].items():
-        v = c["verdict"]
-        title = markup(f"{arm} vs {result['baseline']}: {v['decision']}")
+    for arm, c in result.comparisons.items():
+        v = c.verdict
+        title = markup(f"{arm} vs {result.baseline}: {v.decision}")
         console.print(f"[bold]{title}[/bold]")
-        if v.get("explanation"):
-            console.print(f"  {markup(v['explanation'])}")
-        for reason in v.get("reasons", []):
+        if v.explanation:
+            console.print(f"  {markup(v.explanation)}")
+        for reason in v.reasons:
             console.print(f"  - {markup(reason)}")
-        for note in v.get("notes", []):
-            if str(note).startswith("Sequential A/B:"):
+        for note in v.notes:
+            if note.startswith("Sequential A/B:"):
                 console.print(f"  {markup(note)}")
-        evidence = evidence_line(typed.comparisons[arm].comparison, arm)
+        evidence = evidence_line(c.comparison, arm)
         if evidence:
             console.print(f"  [dim]{markup(evidence)}[/dim]")
-        for note in v.get("notes", []):
+        for note in v.notes:
             if note.startswith(("Undeclared differences", "Opt-out evidence: none",
                                 "Declared, but no recorded value differs")):
                 typer.echo(f"warning: {shown(note)}", err=True)
-    console.print(markup(f"A/B {status}; decision {result['decision']}; reports: "
+    console.print(markup(f"A/B {status}; decision {result.decision}; reports: "
                          + ", ".join(str(p) for p in paths)))
 
 
@@ -181,7 +180,7 @@ def _finished(resume: Path, doc: AnyRecord, exp: Callable[[Experiment], Experime
     _print_verdicts(result.comparison, result.outcome.status, result.reports)
     ci_outputs.write(resume, *ci)
     sign_after(resume, sign)  # (--reanalyse rewrites the reports: signed as they are now)
-    raise typer.Exit(int(result.comparison["exit_code"]))
+    raise typer.Exit(int(result.comparison.exit_code or 0))
 
 
 def _experiment(experiment: Path | None, recorded: Callable[[], Experiment] | None,

@@ -22,7 +22,7 @@ from abgate.cli.load_cmd import run_load_bench
 from abgate.progress import reporter
 from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
 from abgate.records.sections import Distribution
-from abgate.runner.documents import BenchSummary
+from abgate.records.side_documents import BenchSummary
 from abgate.runner.provenance import ProvenanceOptions
 
 # (label, speed field, scale, format, engine counterpart, engine scale)

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from abgate.records.sections import Distribution, QualitySummary
+from abgate.records.side_documents import Summary
 from abgate.report.untrusted import plain
 
 
@@ -28,23 +30,22 @@ def _fmt(x: Any, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def print_run_summary(out: Path, status: str, summary: dict[str, Any]) -> None:
-    q, s = summary.get("quality", {}), summary.get("speed", {})
+def print_run_summary(out: Path, status: str, summary: Summary | None) -> None:
+    summary = summary or Summary.new(n=0, quality=QualitySummary(), speed={})
+    q, rates = summary.quality, summary.quality.model_extra or {}  # rates: the free keys
     table = Table(title=markup(f"{out}  [{status}]"), show_header=True)
     for col in ("samples", "accuracy", "invalid", "truncated", "errors",
                 "decode tok/s (median)", "TTFT ms (median)"):
         table.add_column(col)
-    acc = q.get("accuracy")
-    se = q.get("accuracy_se")
-    dec = s.get("steady_decode_tps", {})
-    ttft = s.get("ttft_s", {})
+    dec = summary.speed.get("steady_decode_tps") or Distribution()
+    ttft = (summary.speed.get("ttft_s") or Distribution()).median
     table.add_row(
-        str(summary.get("n", 0)),
-        "-" if acc is None else f"{acc:.3f} ± {_fmt(se, '.3f')}",
-        _fmt(q.get("invalid_rate"), ".3f"),
-        _fmt(q.get("truncated_rate"), ".3f"),
-        str(q.get("n_error", 0)),
-        _fmt(dec.get("median")),
-        "-" if ttft.get("median") is None else f"{ttft['median'] * 1000:.1f}",
+        str(summary.n),
+        "-" if q.accuracy is None else f"{q.accuracy:.3f} ± {_fmt(q.accuracy_se, '.3f')}",
+        _fmt(rates.get("invalid_rate"), ".3f"),
+        _fmt(rates.get("truncated_rate"), ".3f"),
+        str(q.n_error or 0),
+        _fmt(dec.median),
+        "-" if ttft is None else f"{ttft * 1000:.1f}",
     )
     Console(stderr=False).print(table)

@@ -14,10 +14,11 @@ from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.render import print_run_summary
 from abgate.errors import UsageError
 from abgate.progress import reporter
+from abgate.records.documents import AnyRecord, RunRecord
 from abgate.runner import RunConfig, execute, prepare
 from abgate.runner import records as rec
 from abgate.runner.complete import checked_complete
-from abgate.runner.documents import AnyRecord, RunRecord, read_document
+from abgate.runner.documents import read_document
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.records import RUN_FILE
@@ -80,12 +81,11 @@ def _already_complete(ctx: typer.Context, resume: Path, doc: AnyRecord,
     samples = checked_complete(resume, prepare(RunConfig.from_dict(
         _config(doc), f"{resume / RUN_FILE}: config")))
     parts = finish_dir(resume)  # its summary and ledger entry, if a signal cut them short
-    n = sum(1 for s in samples if not s.get("warmup"))
+    n = sum(1 for s in samples if not s.warmup)
     typer.echo(resumed_line("run", resume, parts).replace(" is already complete",
                                                           f" is already complete ({n} samples)")
                + " (--force runs its recorded configuration again)", err=True)
-    summary = read_document(resume / rec.SUMMARY_FILE, Summary).to_dict()
-    print_run_summary(resume, "complete", summary)
+    print_run_summary(resume, "complete", read_document(resume / rec.SUMMARY_FILE, Summary))
     raise typer.Exit(0)
 
 

@@ -5,7 +5,7 @@
 ``load_policy`` reads an acceptance policy (the shipped default when no path is
 given); ``decide`` applies it and returns a :class:`Verdict` (ACCEPT / REJECT /
 INCONCLUSIVE, with every gate's evidence). The result models are in
-:mod:`abgate.compare.results`; JSON only at the edges (``to_json``). See
+:mod:`abgate.records.comparison`; JSON only at the edges (``to_json``). See
 ``docs/statistics.md``.
 """
 
@@ -18,8 +18,9 @@ from abgate.compare.policy import (
     SpeedPolicy,
     load_policy,
 )
-from abgate.compare.results import Comparison, Gate, Verdict
 from abgate.compare.verdict import decide
+from abgate.records.comparison import Comparison, Verdict
+from abgate.records.result import Gate
 
 __all__ = [
     "Comparison",

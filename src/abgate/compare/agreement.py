@@ -34,7 +34,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
-from abgate.compare.results import (
+from abgate.compare.stats import cluster_ratio, t_quantile
+from abgate.records.agreement import (
     Agreement,
     DeltaP,
     DpPercentiles,
@@ -44,7 +45,6 @@ from abgate.compare.results import (
     RatioStat,
     WorstItem,
 )
-from abgate.compare.stats import cluster_ratio, t_quantile
 
 __all__ = ["HIST_EDGES", "KL_CAP", "not_measured", "summarize_agreement"]
 

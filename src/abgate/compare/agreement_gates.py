@@ -21,8 +21,9 @@ from __future__ import annotations
 from abgate.compare.gates import FAIL, INCONCLUSIVE, PASS, Gate, more_items
 from abgate.compare.policy import Policy
 from abgate.compare.probes import BOTH_FAIL, BOTH_PASS, REGRESSION
-from abgate.compare.results import Agreement, Comparison, Probes, RatioStat
 from abgate.compare.stats import t_quantile
+from abgate.records.agreement import Agreement, RatioStat
+from abgate.records.comparison import Comparison, Probes
 
 __all__ = ["agreement_gates", "evidence_notes", "lossless_gates", "measured_agreement",
            "measured_probes", "probe_gates"]

@@ -15,38 +15,39 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from abgate.compare.pairing import Pair, Sampled
-from abgate.compare.results import (
+from abgate.compare.pairing import Pair
+from abgate.records.comparison import (
     ArmFloats,
     ChangeRow,
     Diagnostics,
     IdenticalOutputs,
     OutputTokens,
 )
+from abgate.records.samples import Sample
 
 __all__ = ["change_text", "diagnostics", "same_output"]
 
 TOP_N = 5
 
 
-def _tokens(sample: Sampled) -> int | None:
-    if sample.output_tokens is not None:
-        return int(sample.output_tokens)
+def _tokens(sample: Sample) -> int | None:
+    if sample.output.tokens is not None:
+        return int(sample.output.tokens)
     value = sample.health_value("output_tokens")
     return int(value) if value is not None else None
 
 
-def _rep(sample: Sampled) -> float | None:
+def _rep(sample: Sample) -> float | None:
     value = sample.health_value("seq_rep_4")
     return float(value) if value is not None else None
 
 
-def same_output(a: Sampled, b: Sampled) -> bool | None:
+def same_output(a: Sample, b: Sample) -> bool | None:
     """Whether two samples' output token IDs are identical; None when unknown."""
-    ids_a, ids_b = a.token_ids, b.token_ids
+    ids_a, ids_b = a.output.token_ids, b.output.token_ids
     if ids_a is not None and ids_b is not None:
         return list(ids_a) == list(ids_b)
-    hash_a, hash_b = a.output_sha, b.output_sha
+    hash_a, hash_b = a.output.sha256, b.output.sha256
     if hash_a is not None and hash_b is not None:
         return bool(hash_a == hash_b)
     return None
@@ -62,7 +63,7 @@ def _correctness(a: Any, b: Any) -> str:
     return "became wrong" if a else "became correct"
 
 
-def _rep_text(sample: Sampled) -> str:
+def _rep_text(sample: Sample) -> str:
     rep = _rep(sample)
     return f"{rep:.3f}" if rep is not None else "?"
 
@@ -100,7 +101,7 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def drift(samples: Sequence[Sampled]) -> float | None:
+def drift(samples: Sequence[Sample]) -> float | None:
     """Median steady decode tok/s of the later half of an arm's samples (by finish
     time) over that of the earlier half, minus 1; None with fewer than 4 rates.
 
@@ -120,8 +121,8 @@ def diagnostics(pairs: Sequence[Pair]) -> Diagnostics:
     """The diagnostics section of a comparison, over the non-error pairs."""
     same = [s for p in pairs if (s := same_output(p.a, p.b)) is not None]
     n_same = sum(1 for s in same if s)
-    prompts = [p.a.prompt_sha != p.b.prompt_sha for p in pairs
-               if p.a.prompt_sha is not None and p.b.prompt_sha is not None]
+    prompts = [p.a.prompt.sha256 != p.b.prompt.sha256 for p in pairs
+               if p.a.prompt.sha256 is not None and p.b.prompt.sha256 is not None]
     lengths = [(a, b) for p in pairs
                if (a := _tokens(p.a)) is not None and (b := _tokens(p.b)) is not None]
     return Diagnostics(

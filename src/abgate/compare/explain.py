@@ -20,7 +20,8 @@ from typing import Any
 
 from abgate.compare.gates import INCONCLUSIVE, UNMEASURED
 from abgate.compare.policy import Policy
-from abgate.compare.results import Comparison, Gate
+from abgate.records.comparison import Comparison
+from abgate.records.result import Gate
 
 __all__ = ["BUSY_SPREAD", "explain_inconclusive", "speed_spread"]
 

@@ -22,17 +22,17 @@ from dataclasses import dataclass
 
 from abgate.compare.mde import items_needed, mde, within_reach
 from abgate.compare.policy import Policy, SpeedPolicy
-from abgate.compare.results import (
+from abgate.compare.stats import z_one_sided, z_two_sided
+from abgate.errors import AbgateError
+from abgate.records.comparison import (
     Accuracy,
     ArmAccuracy,
     ArmNames,
     Comparison,
-    Gate,
     PairedDelta,
     SpeedMetric,
 )
-from abgate.compare.stats import z_one_sided, z_two_sided
-from abgate.errors import AbgateError
+from abgate.records.result import Gate
 
 __all__ = ["UNMEASURED", "Gate", "diagnostic_gates", "more_items", "quality_gates",
            "sample_size_gate", "speed_gate"]

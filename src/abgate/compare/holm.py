@@ -29,17 +29,8 @@ from pydantic import Field
 
 from abgate.compare.gates import FAIL, INCONCLUSIVE, PASS
 from abgate.compare.policy import Policy
-from abgate.compare.results import (
-    ACCEPT,
-    EXIT_CODES,
-    INCONCLUSIVE_DECISION,
-    REJECT,
-    Comparison,
-    Gate,
-    Interval,
-    Result,
-    Verdict,
-)
+from abgate.records.comparison import Comparison, Interval, Verdict
+from abgate.records.result import ACCEPT, EXIT_CODES, INCONCLUSIVE_DECISION, REJECT, Gate, Result
 
 __all__ = ["HolmGate", "SuiteOutcome", "SuitesVerdict", "combine", "fail_p_value",
            "holm_levels"]

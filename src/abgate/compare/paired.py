@@ -19,9 +19,20 @@ import numpy as np
 
 from abgate.compare.diagnostics import diagnostics
 from abgate.compare.mde import mde
-from abgate.compare.pairing import Pair, Sampled, pair_samples
+from abgate.compare.pairing import Pair, SampleLike, pair_samples
 from abgate.compare.replicas import replica_bootstrap
-from abgate.compare.results import (
+from abgate.compare.stats import (
+    BootstrapResult,
+    cluster_bootstrap,
+    clustered_mean,
+    item_means,
+    mcnemar_exact,
+    normal_ci,
+    student_t_interval,
+    wilson_clustered,
+    z_two_sided,
+)
+from abgate.records.comparison import (
     Accuracy,
     ArmAccuracy,
     ArmCounts,
@@ -39,17 +50,7 @@ from abgate.compare.results import (
     Ratio,
     SpeedMetric,
 )
-from abgate.compare.stats import (
-    BootstrapResult,
-    cluster_bootstrap,
-    clustered_mean,
-    item_means,
-    mcnemar_exact,
-    normal_ci,
-    student_t_interval,
-    wilson_clustered,
-    z_two_sided,
-)
+from abgate.records.samples import Sample
 from abgate.scoring.health import clustered_accuracy
 
 __all__ = ["RATE_FIELDS", "SPEED_METRICS", "compare_samples", "finite"]
@@ -114,16 +115,16 @@ def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> Qual
                   and p.b.health_value(name) is not None]
         rates[name] = _paired_delta(usable, [float(p.a.health_value(name)) for p in usable],
                                     [float(p.b.health_value(name)) for p in usable], z)
-    rates["error"] = _paired_delta(all_pairs, [float(p.a.errored) for p in all_pairs],
-                                   [float(p.b.errored) for p in all_pairs], z)
+    rates["error"] = _paired_delta(all_pairs, [float(p.a.failed) for p in all_pairs],
+                                   [float(p.b.failed) for p in all_pairs], z)
     return Quality(accuracy=_accuracy(pairs, z), rates=Rates(**rates))
 
 
-def _timing(sample: Sampled, metric: str) -> float | None:
+def _timing(sample: Sample, metric: str) -> float | None:
     return float(sample.timing[metric]) if _why_unmeasured(sample, metric) is None else None
 
 
-def _why_unmeasured(sample: Sampled, metric: str) -> str | None:
+def _why_unmeasured(sample: Sample, metric: str) -> str | None:
     """Why a sample's ``metric`` is no measurement (None when it is one): ``nan``,
     ``inf``, ``missing`` (absent, null, not a number) or ``not positive``."""
     value = sample.timing.get(metric)
@@ -256,8 +257,8 @@ def _check_args(seed: int, n_boot: int, confidence: float, power: float) -> None
 
 
 def compare_samples(
-    a: Sequence[Mapping[str, Any]],
-    b: Sequence[Mapping[str, Any]],
+    a: Sequence[SampleLike],
+    b: Sequence[SampleLike],
     *,
     seed: int = 0,
     n_boot: int = 2000,

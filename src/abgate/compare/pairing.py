@@ -1,4 +1,5 @@
-"""Match the samples of two arms by key into (item, seed) pairs.
+"""Match the samples of two arms (``records.samples.Sample`` models, or parsed lines
+read into them) by key into (item, seed) pairs.
 
 Warm-up samples are dropped. A key that appears in only one arm is an error unless
 ``allow_unmatched`` is set (then it is counted and left out). A pair where either side
@@ -13,68 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from abgate.errors import AbgateError
+from abgate.records.samples import Sample
 
-__all__ = ["Pair", "Pairing", "Sampled", "pair_samples"]
+__all__ = ["Pair", "Pairing", "SampleLike", "pair_samples"]
 
-Sample = Mapping[str, Any]
-
-
-def _section(sample: Sample, name: str) -> Mapping[str, Any]:
-    value = sample.get(name)
-    return value if isinstance(value, Mapping) else {}
-
-
-@dataclass(frozen=True)
-class Sampled:
-    """The fields of one ``samples.jsonl`` record that compare/ reads, taken once by
-    :meth:`of` (the one place this layer reads a sample's keys)."""
-
-    key: Any
-    item_id: Any
-    seed: Any
-    warmup: bool
-    correct: Any  # True/False, None when unscored
-    finish_reason: Any
-    health: Mapping[str, Any]
-    timing: Mapping[str, Any]
-    output_tokens: Any
-    token_ids: Any
-    output_sha: Any
-    prompt_sha: Any
-    prompt_tokens: Any
-    finished_at: Any
-    random_weights: bool
-
-    @classmethod
-    def of(cls, sample: Sample) -> Sampled:
-        output, prompt = _section(sample, "output"), _section(sample, "prompt")
-        return cls(
-            key=sample.get("key"), item_id=sample.get("item_id"), seed=sample.get("seed"),
-            warmup=bool(sample.get("warmup", False)), correct=sample.get("correct"),
-            finish_reason=sample.get("finish_reason"), health=_section(sample, "health"),
-            timing=_section(sample, "timing"), output_tokens=output.get("tokens"),
-            token_ids=output.get("token_ids"), output_sha=output.get("sha256"),
-            prompt_sha=prompt.get("sha256"), prompt_tokens=prompt.get("tokens"),
-            finished_at=sample.get("finished_at"),
-            random_weights=bool(sample.get("random_weights")))
-
-    @property
-    def errored(self) -> bool:
-        """True when the engine failed on this request (never scored as a wrong answer)."""
-        return self.finish_reason == "error" or bool(self.health.get("error", False))
-
-    def health_value(self, name: str) -> Any:
-        """A field of the sample's ``health``, falling back to the finish reason."""
-        if name in self.health:
-            return self.health[name]
-        reason = self.finish_reason
-        fallback: dict[str, Any] = {
-            "truncated": reason == "length",
-            "natural_stop": reason == "stop",
-            "invalid": False,
-            "error": reason == "error",
-        }
-        return fallback.get(name)
+SampleLike = Sample | Mapping[str, Any]  # the model, or a parsed samples.jsonl line
 
 
 @dataclass(frozen=True)
@@ -84,12 +28,12 @@ class Pair:
     key: str
     item_id: str
     seed: int | None
-    a: Sampled
-    b: Sampled
+    a: Sample
+    b: Sample
 
     @property
     def errored(self) -> bool:
-        return self.a.errored or self.b.errored
+        return self.a.failed or self.b.failed
 
 
 @dataclass(frozen=True)
@@ -110,7 +54,7 @@ class Pairing:
         return sum(1 for p in self.pairs if p.errored)
 
 
-def _key(sample: Sampled, index: int, arm: str) -> str:
+def _key(sample: Sample, index: int, arm: str) -> str:
     key = sample.key
     if key is None and sample.item_id is not None:
         key = f"{sample.item_id}#{0 if sample.seed is None else sample.seed}"
@@ -119,10 +63,10 @@ def _key(sample: Sampled, index: int, arm: str) -> str:
     return str(key)
 
 
-def _by_key(samples: Sequence[Sample], arm: str) -> dict[str, Sampled]:
-    found: dict[str, Sampled] = {}
+def _by_key(samples: Sequence[SampleLike], arm: str) -> dict[str, Sample]:
+    found: dict[str, Sample] = {}
     for index, raw in enumerate(samples):
-        sample = Sampled.of(raw)
+        sample = Sample.of(raw, f"arm {arm}: sample {index}")
         if sample.warmup:
             continue
         key = _key(sample, index, arm)
@@ -137,14 +81,14 @@ def _few(keys: Sequence[str], n: int = 3) -> str:
     return shown + (f" and {len(keys) - n} more" if len(keys) > n else "")
 
 
-def _item_id(key: str, sample: Sampled) -> str:
+def _item_id(key: str, sample: Sample) -> str:
     item = sample.item_id
     return str(item) if item is not None else key.rsplit("#", 1)[0]
 
 
 def pair_samples(
-    a: Sequence[Sample],
-    b: Sequence[Sample],
+    a: Sequence[SampleLike],
+    b: Sequence[SampleLike],
     *,
     arm_names: tuple[str, str] = ("A", "B"),
     allow_unmatched: bool = False,

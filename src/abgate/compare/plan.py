@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from abgate.compare.mde import items_needed, mde
 from abgate.compare.policy import Policy
-from abgate.compare.results import Comparison, GateMde, PairedDelta, VerdictMde
 from abgate.compare.stats import z_one_sided, z_two_sided
+from abgate.records.comparison import Comparison, GateMde, PairedDelta, VerdictMde
 
 __all__ = ["GateSpec", "gate_specs", "mde_at", "needed_for", "verdict_mde"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from abgate.compare.results import ProbeRow, Probes
+from abgate.records.comparison import ProbeRow, Probes
 
 __all__ = ["REGRESSION", "ProbeEntry", "compare_probes", "probe_entries", "probe_results"]
 

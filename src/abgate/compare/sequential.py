@@ -36,9 +36,9 @@ from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
 from abgate.compare.confseq import betting_bounds, mixture_bounds
 from abgate.compare.gates import FAIL, INCONCLUSIVE, PASS, Gate
 from abgate.compare.paired import SPEED_METRICS
-from abgate.compare.pairing import Pair, pair_samples
+from abgate.compare.pairing import Pair, SampleLike, pair_samples
 from abgate.compare.policy import Policy
-from abgate.compare.results import Look, Sequential
+from abgate.records.comparison import Look, Sequential
 
 __all__ = ["sequential_section"]
 
@@ -118,7 +118,7 @@ def _harm_values(pairs: Sequence[Pair], live: Sequence[Pair], field: str, sign: 
     out: dict[str, list[float]] = {}
     if field == "error":
         for p in pairs:
-            diff = float(p.b.errored) - float(p.a.errored)
+            diff = float(p.b.failed) - float(p.a.failed)
             out.setdefault(p.item_id, []).append(sign * diff)
         return out
     for p in live:
@@ -267,7 +267,7 @@ def _guarantee(policy: Policy) -> str:
             f"{policy.sequential.speed_burn_in} items)")
 
 
-def sequential_section(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]],
+def sequential_section(base: Sequence[SampleLike], cand: Sequence[SampleLike],
                        order: Sequence[str], policy: Policy, *, look_every: int = 1,
                        max_items: int | None = None,
                        agreement: Sequence[AgreementRow | Mapping[str, Any]] | None = None,

@@ -47,16 +47,8 @@ from abgate.compare.gates import (
 from abgate.compare.mde import REACH_FACTOR
 from abgate.compare.plan import verdict_mde
 from abgate.compare.policy import Policy
-from abgate.compare.results import (
-    ACCEPT,
-    EXIT_CODES,
-    INCONCLUSIVE_DECISION,
-    REJECT,
-    Comparison,
-    Gate,
-    Sequential,
-    Verdict,
-)
+from abgate.records.comparison import Comparison, Sequential, Verdict
+from abgate.records.result import ACCEPT, EXIT_CODES, INCONCLUSIVE_DECISION, REJECT, Gate
 
 __all__ = ["ACCEPT", "EXIT_CODES", "INCONCLUSIVE_DECISION", "REJECT", "Verdict", "decide"]
 

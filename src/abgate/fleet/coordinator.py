@@ -20,7 +20,7 @@ from abgate.errors import AbgateError
 from abgate.fleet.cluster import ClusterSpec, connected
 from abgate.fleet.dispatch import (
     Dispatch,
-    Ledger,
+    DispatchLog,
     ReplicaLost,
     Results,
     Work,
@@ -34,7 +34,7 @@ log = logging.getLogger("abgate.fleet")
 
 
 class FleetSchedule:
-    """The A/B's schedule (``ab.schedule.Schedule``) on ``spec``'s cluster: the arms'
+    """The A/B's schedule (``ab.schedule.ScheduleStrategy``) on ``spec``'s cluster: the arms'
     engines are the replicas' own, so ``sessions`` (this process's) is not used."""
 
     name = "fleet"
@@ -102,7 +102,7 @@ class Fleet:
     def __init__(self, ray: Any, spec: ClusterSpec, runner: RunState) -> None:
         self.ray, self.spec, self.runner = ray, spec, runner
         self.arms = list(runner.exp.arms)
-        self.ledger = Ledger()
+        self.ledger = DispatchLog()
         self.pg: Any = None
         self.record: dict[str, Any] = {"cluster": spec.to_dict(), "replicas": [],
                                        "lost": self.ledger.lost,

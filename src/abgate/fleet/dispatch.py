@@ -24,8 +24,8 @@ from abgate.ab.state import Key, RunState
 from abgate.engines.base import GenerationRequest, GenerationResult
 from abgate.errors import AbgateError
 from abgate.fleet.matching import arm_order
-from abgate.runner import documents as docs
-from abgate.runner.samples import sample_key
+from abgate.records import documents as docs
+from abgate.records.samples import sample_key
 
 log = logging.getLogger("abgate.fleet")
 Work = list[tuple[str, GenerationRequest]]
@@ -51,7 +51,7 @@ class Pool(Protocol):
 
 
 @dataclass
-class Ledger:
+class DispatchLog:
     """What the record keeps of the dispatch: losses, items per replica, busy time."""
 
     lost: list[dict[str, Any]] = field(default_factory=list)
@@ -81,7 +81,7 @@ class Dispatch:
     """One run of the loop: ``run(replicas)`` returns when every key is written, or a
     sequential look decided every verdict."""
 
-    def __init__(self, state: RunState, pool: Pool, ledger: Ledger, *,
+    def __init__(self, state: RunState, pool: Pool, ledger: DispatchLog, *,
                  poll_s: float = 5.0, item_timeout_s: float | None = None,
                  on_loss: Any = None) -> None:
         self.state, self.pool, self.ledger = state, pool, ledger

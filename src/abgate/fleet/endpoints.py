@@ -23,7 +23,7 @@ from abgate.engines.openai.endpoints import ServerGone
 from abgate.errors import UsageError
 from abgate.fleet.dispatch import (
     Dispatch,
-    Ledger,
+    DispatchLog,
     ReplicaLost,
     Results,
     Work,
@@ -102,7 +102,7 @@ class EndpointFleet:
 
     def run(self, state: RunState, sessions: ArmSessions) -> None:
         check_schedule(state.exp)
-        ledger = Ledger()
+        ledger = DispatchLog()
         record: dict[str, Any] = {"endpoints": self.urls, "replicas": [], "lost": ledger.lost,
                                   "items_by_replica": ledger.items_by_replica,
                                   "earlier": earlier_sessions(state.doc.fleet)}

@@ -13,24 +13,27 @@ the result carries :data:`SEQUENTIAL_WARNING`'s figures.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from abgate.ab.analyze import arm_extras, arm_samples, compare_arm, random_weights
-from abgate.ab.recorded import ab_view
 from abgate.compare import load_policy
 from abgate.compare.agreement import not_measured
 from abgate.compare.drift import configuration, drift
-from abgate.compare.pairing import Sampled
-from abgate.compare.results import Comparison, Result, Verdict
+from abgate.compare.pairing import SampleLike
 from abgate.compare.verdict import EXIT_CODES
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.imports import import_samples, read_import
 from abgate.ledger.store import Ledger
+from abgate.records.comparison import Comparison, Verdict
+from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.result import Result
+from abgate.records.samples import Sample
 from abgate.runner import records as rec
-from abgate.runner.documents import AbRecord, RunRecord, read_record
+from abgate.runner.documents import read_record
+from abgate.runner.samples import load_samples
 
 # The measured figures of docs/statistics.md ("Sequential A/A"), quoted, not re-derived.
 SEQUENTIAL_AA = (
@@ -56,11 +59,11 @@ class Ref:
     label: str
     path: Path
     arm: str | None = None
-    ab: dict[str, Any] | None = None
-    samples: list[dict[str, Any]] = field(default_factory=list)
+    ab: AbRecord | None = None
+    samples: list[SampleLike] = field(default_factory=list)  # an import's: foreign lines
     started_at: float | None = None
     ended_at: float | None = None
-    record: dict[str, Any] | None = None  # run.json (a run's, an arm's): its configuration
+    record: RunRecord | None = None  # run.json (a run's, an arm's): its configuration
 
 
 def _split(text: str) -> tuple[str, str | None]:
@@ -97,7 +100,7 @@ def _resolve(text: str, ledger: Ledger | None) -> Ref:
         if arm is not None:
             raise UsageError(f"{text}: an imported file has no arms")
         entry = read_import(path)
-        return Ref(text, path, samples=import_samples(path), started_at=entry.started_at)
+        return Ref(text, path, samples=list(import_samples(path)), started_at=entry.started_at)
     if (path / "ab.json").exists():
         ab = read_record(path / "ab.json", "ab", model=AbRecord)
         arms = list(ab.experiment.arms)
@@ -106,8 +109,8 @@ def _resolve(text: str, ledger: Ledger | None) -> Ref:
             raise UsageError(f"{text}: {what} of this A/B: "
                              + ", ".join(f"{head}:{a}" for a in arms))
         doc = read_record(path / "arms" / arm / rec.RUN_FILE, model=RunRecord)
-        return Ref(text, path, arm, ab.to_dict(), arm_samples(path, arm), doc.started_at,
-                   doc.ended_at, doc.to_dict())
+        return Ref(text, path, arm, ab, list(arm_samples(path, arm)), doc.started_at,
+                   doc.ended_at, doc)
     if (path / rec.RUN_FILE).exists():
         if arm is not None:
             raise UsageError(f"{text}: {path} is a run, not an A/B; drop ':{arm}'")
@@ -115,24 +118,24 @@ def _resolve(text: str, ledger: Ledger | None) -> Ref:
         if not isinstance(run, RunRecord) or run.kind != "run":
             raise UsageError(f"{text}: a {run.kind} directory has no paired samples to "
                              "compare (compare runs, A/B arms or imported samples)")
-        samples = [s for s in rec.read_samples(path / rec.SAMPLES_FILE)
-                   if not Sampled.of(s).warmup]
+        samples: list[SampleLike] = [s for s in load_samples(path / rec.SAMPLES_FILE)
+                                     if not s.warmup]
         return Ref(text, path, samples=samples, started_at=run.started_at,
-                   ended_at=run.ended_at, record=run.to_dict())
+                   ended_at=run.ended_at, record=run)
     raise UsageError(f"{text}: not a run directory, ABDIR:ARM, lm-eval samples file or "
                      "vllm bench result")
 
 
-def _prompt_mismatches(a: Sequence[Mapping[str, Any]],
-                       b: Sequence[Mapping[str, Any]]) -> list[str]:
+def _prompt_mismatches(a: Sequence[SampleLike], b: Sequence[SampleLike]) -> list[str]:
     """Keys whose recorded prompt (token SHA-256, or token count) differs."""
-    by_key = {s.key: s for s in map(Sampled.of, b)}
+    by_key = {s.key: s for s in map(Sample.of, b)}
     bad = []
-    for s in map(Sampled.of, a):
+    for s in map(Sample.of, a):
         other = by_key.get(s.key)
         if other is None:
             continue
-        for x, y in ((s.prompt_sha, other.prompt_sha), (s.prompt_tokens, other.prompt_tokens)):
+        for x, y in ((s.prompt.sha256, other.prompt.sha256),
+                     (s.prompt.tokens, other.prompt.tokens)):
             if x is not None and y is not None and x != y:
                 bad.append(str(s.key))
                 break
@@ -151,13 +154,10 @@ def _same_ab(a: Ref, b: Ref) -> bool:
 
 
 def _effective(ref: Ref) -> dict[str, Any] | None:
-    """The ref's effective configuration from its run.json (v2: ``engine.effective``;
-    v1: ``engine.effective_config``), None without one."""
-    engine = (ref.record or {}).get("engine")
-    if not isinstance(engine, dict):
-        return None
-    found = engine.get("effective", engine.get("effective_config"))
-    return found if isinstance(found, dict) else None
+    """The ref's effective configuration from its run.json (``engine.effective``; a v1
+    record is migrated on read), None without one."""
+    engine = ref.record.engine if ref.record is not None else None
+    return engine.effective if engine is not None and engine.loaded else None
 
 
 def configuration_drift(a: Ref, b: Ref, allow: Sequence[str] = ()) -> dict[str, Any]:
@@ -167,8 +167,8 @@ def configuration_drift(a: Ref, b: Ref, allow: Sequence[str] = ()) -> dict[str, 
         which = a.label if a.record is None else b.label
         return {"available": False, "reason": f"{which} is an imported file: it records no "
                 "engine configuration", "allow": list(allow)}
-    return {"available": True, **drift(configuration(a.record), configuration(b.record),
-                                       allow).to_dict()}
+    return {"available": True, **drift(configuration(a.record.to_dict()),
+                                       configuration(b.record.to_dict()), allow).to_dict()}
 
 
 class LedgerComparison(Result):
@@ -201,7 +201,7 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
     warning = None
     if _same_ab(a, b):
         assert a.ab is not None and a.arm is not None and b.arm is not None
-        ab = ab_view(a.ab, str(a.path / "ab.json"))
+        ab = a.ab
         exp = ab.experiment
         policy = load_policy(policy_path if policy_path is not None else exp.policy)
         interleaved = f"yes: arms of one A/B ({ab.schedule.mode} schedule)"
@@ -209,7 +209,7 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
             extras = arm_extras(a.path, ab, b.arm, a.arm, policy.speed.confidence,
                                 {a.arm: a.samples, b.arm: b.samples})
         else:
-            extras = {"expect": exp.expect,
+            extras = {"expect": exp.expects,
                       "speed_only": random_weights(ab, a.arm, a.samples, _effective(a))
                       or random_weights(ab, b.arm, b.samples, _effective(b)),
                       "agreement": not_measured(f"agreement is scored against the A/B's "
@@ -220,7 +220,7 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
         warning = SEQUENTIAL_WARNING.format(a=a.label, b=b.label,
                                             when=f"A {_when(a)}, B {_when(b)}")
         flagged = [r.label for r in (a, b)
-                   if any(Sampled.of(s).random_weights for s in r.samples)]
+                   if any(Sample.of(s).random_weights for s in r.samples)]
         extras = {"expect": "lossy",
                   "speed_only": (f"{flagged[0]} runs random weights (its samples say so), "
                                  "speed only") if flagged else None,

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from abgate.compare.stats import clustered_mean
 from abgate.identity import digest_json
 from abgate.records.bench_sections import SpeedDistributions
-from abgate.runner.samples import Sample
+from abgate.records.samples import Sample
 from abgate.runner.summary import SPEED_FIELDS
 from abgate.scoring.health import clustered_accuracy
 
@@ -91,7 +91,7 @@ def sample_metrics(samples: Sequence[Sample | Mapping[str, Any]]
         out["accuracy"] = metric(acc, se, len(scored))
     for name, field in QUALITY_RATES.items():
         pairs = [(v, str(s.item_id)) for s in live
-                 if (v := _rate(s.health.to_dict().get(field))) is not None]
+                 if (v := _rate(getattr(s.health, field, None))) is not None]
         if pairs:
             mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
             out[name] = metric(mean, se, len(pairs))

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab.decision import read_decisions
-from abgate.compare.results import read_comparison_doc
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.integrity import verify_file
@@ -32,20 +31,21 @@ from abgate.ledger.imports import read_import
 from abgate.ledger.paths import disabled, ledger_path
 from abgate.ledger.store import Ledger, opened
 from abgate.records.bench_sections import CaseFigures
-from abgate.records.sections import GitState, ModelRef
-from abgate.runner import records as rec
-from abgate.runner.documents import (
+from abgate.records.comparison import ComparisonDoc
+from abgate.records.documents import (
     AbRecord,
     AnyRecord,
     BaselineRecord,
     BenchRecord,
-    BenchSummary,
     RunRecord,
     SpecRecord,
-    read_document,
-    read_record,
 )
-from abgate.runner.samples import Sample, load_samples
+from abgate.records.samples import Sample
+from abgate.records.sections import GitState, ModelRef
+from abgate.records.side_documents import BenchSummary
+from abgate.runner import records as rec
+from abgate.runner.documents import read_document, read_record
+from abgate.runner.samples import load_samples
 
 log = logging.getLogger("abgate.ledger")
 RUN_WORKLOAD = ("suite", "selection", "item_ids", "seeds", "sampling", "prompt")
@@ -124,7 +124,7 @@ def _ab_dir(path: Path) -> Entry:
                                     name=arm))
     comparison_path = path / "comparison.json"
     if comparison_path.exists():
-        comparison = read_comparison_doc(rec.read_json(comparison_path), str(comparison_path))
+        comparison = read_document(comparison_path, ComparisonDoc)
         entry.decision = comparison.decision
         entry.verdicts = {"baseline": comparison.baseline, "arms": {
             arm: c.verdict.decision for arm, c in comparison.comparisons.items()}}

@@ -12,7 +12,8 @@ import json
 import math
 from typing import Any
 
-from abgate.compare.results import Agreement, Comparison
+from abgate.records.agreement import Agreement
+from abgate.records.comparison import Comparison
 from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, interval, num, pct, signed_pct
 from abgate.report.load import AbData

@@ -15,10 +15,10 @@ from pathlib import Path
 from abgate.ab.analyze import COMPARISON_FILE
 from abgate.ab.directory import AB_FILE
 from abgate.compare.gates import FAIL, PASS
-from abgate.compare.results import ArmResult, ComparisonDoc, Gate, read_comparison_doc
-from abgate.errors import AbgateError
-from abgate.runner.documents import AbRecord, read_record
-from abgate.safejson import read_json
+from abgate.records.comparison import ArmResult, ComparisonDoc
+from abgate.records.documents import AbRecord
+from abgate.records.result import Gate
+from abgate.runner.documents import read_document, read_record
 
 # Extra lines under "Minimum detectable effect" (the verdict's own per-gate MDEs,
 # ``Verdict.mde``, come first, else comparison.json's ``mde``). Each gets the A/B
@@ -31,8 +31,7 @@ POINT_GATES = ("accuracy", "invalid_rate", "truncated_rate", "error_rate", "repe
 
 def load(ab_dir: Path) -> tuple[ComparisonDoc, AbRecord]:
     """The A/B's verdicts and record, or a one-line AbgateError naming the file."""
-    raw = read_json(ab_dir / COMPARISON_FILE, error=AbgateError)
-    return (read_comparison_doc(raw, str(ab_dir / COMPARISON_FILE)),
+    return (read_document(ab_dir / COMPARISON_FILE, ComparisonDoc),
             read_record(ab_dir / AB_FILE, "ab", model=AbRecord))
 
 

@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from abgate.compare.mde import REACH_FACTOR
-from abgate.compare.results import ArmAccuracy, ChangeRow, Comparison, Gate
 from abgate.compare.views import views
+from abgate.records.comparison import ArmAccuracy, ChangeRow, Comparison
+from abgate.records.result import Gate
 from abgate.report.agreement_sections import agreement_blocks, at_floor, nats, probes_blocks
 from abgate.report.blocks import Block, Bullets, Heading, Para, Plot, Table
 from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct

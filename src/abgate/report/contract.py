@@ -51,7 +51,8 @@ def _spec(data: AbData, arm: str) -> Spec:
 def _config(data: AbData, arm: str) -> dict[str, Any]:
     """The arm's configuration as the experiment recorded it (the config's own free
     object: ``runner.spec.RunConfig.to_dict``)."""
-    return data.record.experiment.arms.get(arm) or {}
+    config = data.record.experiment.arms.get(arm)
+    return config.to_dict() if config is not None else {}
 
 
 def _model(spec: Spec, config: Mapping[str, Any], engine: LoadedEngine | None) -> str:

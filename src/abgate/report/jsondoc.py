@@ -7,13 +7,13 @@ import json
 import math
 from typing import Any
 
+from abgate.records.documents import SCHEMA_VERSIONS, AbRecord
 from abgate.records.sections import Section
 from abgate.report.blocks import Bullets
 from abgate.report.contract import matched_contract
 from abgate.report.limits import not_certified
 from abgate.report.load import AbData
 from abgate.report.untrusted import unmarked
-from abgate.runner.documents import SCHEMA_VERSIONS, AbRecord
 
 RUN_KEYS = ("abgate_version", "git", "host", "started_at", "ended_at", "resumes", "error",
             "arm_spec_digests", "digest")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from abgate.compare.results import Comparison
 from abgate.compare.views import views
+from abgate.records.comparison import Comparison
 from abgate.records.sections import Distribution, Spec, SuiteRef
 from abgate.report.blocks import Block, Bullets, Heading, Para
 from abgate.report.fmt import NA, as_float, pct, value_text

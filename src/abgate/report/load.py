@@ -22,28 +22,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from abgate.ab.decision import read_decisions
-from abgate.compare.results import (
-    ArmResult,
-    Comparison,
-    ComparisonDoc,
-    Verdict,
-    read_comparison_doc,
-)
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import UsageError
+from abgate.records.comparison import ArmResult, Comparison, ComparisonDoc, Verdict
+from abgate.records.documents import AbRecord, ExperimentArm, RunRecord
+from abgate.records.samples import Sample
 from abgate.records.sections import Spec
+from abgate.records.side_documents import AbBenchDocument, DecisionRecord
 from abgate.redact import redact
 from abgate.report.fmt import as_float
 from abgate.report.views import RecordedPolicy, WeightsDiff
 from abgate.runner import records as rec
-from abgate.runner.documents import (
-    AbBenchDocument,
-    AbRecord,
-    DecisionRecord,
-    RunRecord,
-    read_document,
-    read_record,
-)
-from abgate.runner.samples import Sample, load_samples
+from abgate.runner.documents import read_document, read_record
+from abgate.runner.samples import load_samples
 from abgate.runner.summary import Summary, summarize
 from abgate.safejson import read_json
 
@@ -99,9 +89,9 @@ class AbData:
         """The policy the verdicts were given under (``comparison.json``)."""
         return RecordedPolicy.model_validate(self.analysis.policy)
 
-    def arm_config(self, arm: str) -> dict[str, Any]:
-        """The arm's table in the experiment file, as recorded ({} when absent)."""
-        return self.record.experiment.arms.get(arm) or {}
+    def arm_config(self, arm: str) -> ExperimentArm:
+        """The arm's table in the experiment file, as recorded (empty when absent)."""
+        return self.record.experiment.arms.get(arm) or ExperimentArm()
 
     @property
     def candidates(self) -> list[str]:
@@ -146,22 +136,14 @@ def _load_arm(out: Path, name: str) -> Arm:
     if (arm_dir / rec.SUMMARY_FILE).exists():
         arm.stats = read_document(arm_dir / rec.SUMMARY_FILE, Summary, redacted=True)
     elif samples:
-        arm.stats = summarize([s.to_dict() for s in samples])
+        arm.stats = summarize(samples)
     if samples and arm.stats is not None and arm.stats.quality.counts is None:
         # a summary written before abgate counted: the counts from the samples
-        arm.stats.quality.counts = summarize([s.to_dict() for s in samples]).quality.counts
+        arm.stats.quality.counts = summarize(samples).quality.counts
     arm.points = [to_point(s) for s in samples if s.measured]
     if (arm_dir / BENCH_FILE).exists():
         arm.bench = read_document(arm_dir / BENCH_FILE, AbBenchDocument, redacted=True)
     return arm
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = redact(rec.read_json(path))  # (comparison.json: untyped here)
-        return doc
-    except AbgateError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def load_ab(out: Path) -> AbData:
@@ -174,11 +156,7 @@ def load_ab(out: Path) -> AbData:
         raise UsageError(f"{out}: no {COMPARISON_FILE}; the A/B has not been analysed "
                          "(abgate ab --resume DIR finishes and analyses it)")
     ab = read_record(out / AB_FILE, "ab", model=AbRecord, redacted=True)
-    try:
-        analysis = read_comparison_doc(_read(out / COMPARISON_FILE),
-                                       str(out / COMPARISON_FILE))
-    except AbgateError as exc:
-        raise UsageError(str(exc)) from None
+    analysis = read_document(out / COMPARISON_FILE, ComparisonDoc, redacted=True)
     baseline = ab.experiment.baseline
     if not ab.experiment.arms or baseline not in ab.experiment.arms:
         raise UsageError(f"{out / AB_FILE}: no experiment arms or baseline recorded")

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from abgate.compare.results import SpeedMetric
 from abgate.compare.stats import wilson_clustered
+from abgate.records.comparison import SpeedMetric
 from abgate.report.blocks import Plot
 from abgate.report.fmt import as_float
 from abgate.report.load import AbData, Point, paired_points

@@ -9,7 +9,9 @@ from pathlib import PurePath
 from typing import Any
 
 from abgate.compare.views import views
+from abgate.records.documents import AbRecord
 from abgate.records.sections import Distribution, HostInfo, QualitySummary
+from abgate.records.side_documents import AbBenchDocument
 from abgate.report.blocks import Block, Bullets, Heading, Para, Quote, Table
 from abgate.report.contract import ContractView
 from abgate.report.fmt import (
@@ -27,7 +29,6 @@ from abgate.report.load import AbData
 from abgate.report.review import of_total
 from abgate.report.untrusted import user
 from abgate.report.views import BenchCaseView, Gpu, WeightsDiff
-from abgate.runner.documents import AbBenchDocument, AbRecord
 from abgate.runner.summary import Summary
 from abgate.weights.tables import OUTLIER_REL_L2, kind_ranges, layer_projection_table
 

@@ -4,18 +4,19 @@ part of its finishing a signal (or a kill) may have cut short, completed."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from abgate.errors import AbgateError, UsageError
+from abgate.records.documents import RunRecord
+from abgate.records.samples import Sample, sample_key
 from abgate.runner import records as rec
-from abgate.runner.documents import RunRecord, read_document, read_record, write_record
-from abgate.runner.samples import checked_samples, sample_key
+from abgate.runner.documents import read_document, read_record, write_record
+from abgate.runner.samples import checked_samples
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
 
 
 def checked_complete(out: Path, p: PreparedRun, require_all: bool = True
-                     ) -> list[dict[str, Any]]:
+                     ) -> list[Sample]:
     """The samples of the complete run in ``out``, every line checked against ``p``'s
     (item, seed) keys as a resume checks them; as nothing was being written when it
     completed, a damaged last line is refused too (not taken for a torn write), and
@@ -32,7 +33,7 @@ def checked_complete(out: Path, p: PreparedRun, require_all: bool = True
     pairs = p.keys()  # PreparedRun.keys(): the (item, seed) pairs, not a dict
     keys = {sample_key(i.id, s) for i, s in pairs}
     samples = checked_samples(path, lines, keys)
-    missing = keys - {str(s["key"]) for s in samples if not s.get("warmup")}
+    missing = keys - {str(s.key) for s in samples if not s.warmup}
     if missing and require_all:
         raise UsageError(f"{path}: the run is recorded complete but {len(missing)} of its "
                          f"{len(keys)} samples are missing (e.g. {sorted(missing)[0]!r}): the "

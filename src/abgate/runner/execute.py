@@ -17,25 +17,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from abgate import signals
 from abgate.engines.base import GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
+from abgate.records.documents import AnyRecord, Kind, RecordHeader, RunRecord
+from abgate.records.samples import Sample, sample_key
 from abgate.records.sections import GitState, Resume
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import (
-    AnyRecord,
-    Kind,
-    RecordHeader,
-    RunRecord,
-    new_record,
-    read_record,
-    source_state,
-    write_record,
-)
+from abgate.runner.documents import new_record, read_record, source_state, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import (
     ProvenanceOptions,
@@ -44,12 +36,7 @@ from abgate.runner.provenance import (
     input_hashes,
     record_after_load,
 )
-from abgate.runner.samples import (
-    Sample,
-    build_sample,
-    checked_samples,
-    sample_key,
-)
+from abgate.runner.samples import build_sample, checked_samples
 from abgate.runner.session import loaded
 from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun
@@ -76,7 +63,7 @@ class RunOutcome:
     status: str
     n_done: int
     n_total: int
-    summary: dict[str, Any]
+    summary: Summary | None  # None: the run ended before its summary was written
 
 
 @contextmanager
@@ -230,7 +217,7 @@ class RunRecorder:
         self.previous = self.doc.status if resume else None
         self.doc.kind = kind
         self.samples_path = out / rec.SAMPLES_FILE
-        self.done = {s["key"] for s in self.samples(repair=True)}
+        self.done = {str(s.key) for s in self.samples(repair=True)}
         self.total = len(p.keys())
         self.doc.status = "running"
         self.save()
@@ -239,7 +226,7 @@ class RunRecorder:
     def save(self) -> None:
         write_record(self.out / rec.RUN_FILE, self.doc)
 
-    def samples(self, repair: bool = False) -> list[dict[str, Any]]:
+    def samples(self, repair: bool = False) -> list[Sample]:
         """The samples so far, every line checked against this run's keys."""
         pairs = self.p.keys()  # the (item, seed) pairs, not a dict
         keys = {sample_key(i.id, s) for i, s in pairs}
@@ -280,14 +267,14 @@ class RunRecorder:
         return summary
 
 
-def fail_if_all_errors(what: str, samples: list[dict[str, Any]]) -> None:
+def fail_if_all_errors(what: str, samples: list[Sample]) -> None:
     """A run (an A/B arm) in which every measured sample is an engine error measured
     nothing: it fails (exit 1) with the first error, instead of ending ``complete``."""
-    measured = [s for s in samples if not s.get("warmup")]
-    errors = [s for s in measured if s.get("finish_reason") == "error"]
+    measured = [s for s in samples if not s.warmup]
+    errors = [s for s in measured if s.finish_reason == "error"]
     if measured and len(errors) == len(measured):
         raise AbgateError(f"{what}: every sample ({len(measured)}) is an engine error; the "
-                          f"first: {one_line(errors[0].get('error'))}")
+                          f"first: {one_line(errors[0].error)}")
 
 
 @dataclass
@@ -365,10 +352,10 @@ def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
              prov: ProvenanceOptions, contract: ContractOutcome | None) -> RunOutcome:
     run = RunRecorder(p, out, resume=resume, force=force, git=source_state(out),
                       inputs=input_hashes(prov), allow_source_change=prov.allow_source_change)
-    summary: dict[str, Any] = {}
+    summary: list[Summary] = []
 
     def finish(status: Status) -> None:
-        summary.update(run.finish(status.value, status.error).to_dict())
+        summary.append(run.finish(status.value, status.error))
 
     with tracked(out, "run", finish) as status:
         log.info("run %s: %d/%d samples already done", out, len(run.done), run.total)
@@ -390,4 +377,5 @@ def _execute(p: PreparedRun, out: Path, resume: bool, force: bool,
                 session.engine.generate([run.request(i, s) for i, s in pending.values()],
                                         on_result=record)
         fail_if_all_errors(f"run {out}", run.samples())
-    return RunOutcome(out, status.value, len(run.done), run.total, summary)
+    return RunOutcome(out, status.value, len(run.done), run.total,
+                      summary[-1] if summary else None)

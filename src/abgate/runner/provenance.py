@@ -35,9 +35,9 @@ from abgate.provenance import (
 from abgate.provenance.gitinfo import git_state
 from abgate.provenance.libmaps import snapshot_pids
 from abgate.provenance.manifest_libs import match_processes, rehash_libraries
+from abgate.records.documents import Loadable
 from abgate.records.sections import Provenance
 from abgate.redact import redact_argv
-from abgate.runner.documents import Loadable
 from abgate.runner.session import EngineSession, PreparedEngine
 
 

@@ -110,8 +110,8 @@ def read_sample_lines(path: Path, repair: bool = False) -> list[tuple[int, dict[
 
 class SampleWriter:
     """Appends one JSON line per finished sample, fsynced before returning: a model (a
-    ``runner.samples.Sample``, a bench's ``BenchSample`` or ``ProbeLine``, an agreement
-    row) is written as its ``model_dump(mode="json")``; a JSON object as it is."""
+    ``records.samples.Sample``, a bench's ``BenchSample`` or ``ProbeLine``, an agreement
+    row), written as its ``model_dump(mode="json")`` (secrets redacted on the way)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -122,9 +122,8 @@ class SampleWriter:
             raise AbgateError(f"{path}: cannot open for appending ({exc.strerror or exc})"
                               ) from exc
 
-    def append(self, record: BaseModel | Mapping[str, Any]) -> None:
-        if isinstance(record, BaseModel):
-            record = record.model_dump(mode="json")
+    def append(self, model: BaseModel) -> None:
+        record: dict[str, Any] = model.model_dump(mode="json")
         if isinstance(record.get("error"), str):
             record = {**record, "error": redact_text(record["error"])}
         record = redact_sample_texts(record)

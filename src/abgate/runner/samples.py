@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -13,93 +12,21 @@ from pydantic import ValidationError
 from abgate.engines.base import GenerationResult
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
-from abgate.records.sections import Number, Section
+from abgate.records.samples import (
+    WARMUP_PREFIX,
+    Sample,
+    SampleExtraction,
+    SampleHealthRecord,
+    SampleOutput,
+    SamplePrompt,
+    ids_sha256,
+    sample_key,
+)
 from abgate.runner import records as rec
 from abgate.scoring.extract import Extraction, extract_integer
-from abgate.scoring.health import SampleHealth, sample_health
+from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
 from abgate.suites import Item
-
-WARMUP_PREFIX = "warmup:"  # a warm-up sample's key: the prefix, then the (item, seed) key
-
-
-class SamplePrompt(Section):
-    messages: list[dict[str, Any]] | None = None
-    sha256: str | None = None
-    tokens: int | None = None
-
-
-class SampleOutput(Section):
-    text: str | None = None
-    token_ids: list[int] | None = None
-    tokens: int | None = None
-    sha256: str | None = None
-
-
-class SampleHealthRecord(Section):
-    """A sample's output health (``scoring.health.sample_health``), its fields in the
-    order it writes them."""
-
-    correct: bool | None = None
-    invalid: bool | None = None
-    invalid_reason: str | None = None
-    truncated: bool | None = None
-    natural_stop: bool | None = None
-    error: bool | None = None
-    empty: bool | None = None
-    replacement_chars: int | None = None
-    control_chars: int | None = None
-    output_tokens: int | None = None
-    seq_rep_4: Number | None = None
-    seq_rep_4_words: Number | None = None
-    nul_chars: int | None = None
-
-
-class SampleExtraction(Section):
-    """The answer extracted from the output (``scoring.extract.Extraction``); a value
-    too long for ``json`` is its exact decimal text."""
-
-    value: int | str | None = None
-    source: str | None = None
-    reason: str | None = None
-    span: str | None = None
-
-
-class Sample(Section):
-    """One ``samples.jsonl`` line of a run or an A/B arm: what :func:`build_sample`
-    writes (every field set, in the order of the line) and what :func:`load_samples`
-    reads leniently (every field optional: :func:`checked_samples` is the strict check
-    a resume makes)."""
-
-    key: str | None = None
-    item_id: str | None = None
-    seed: int | None = None
-    warmup: bool = False
-    finished_at: Number | None = None
-    prompt: SamplePrompt = SamplePrompt()
-    output: SampleOutput = SampleOutput()
-    finish_reason: str | None = None
-    error: str | None = None
-    timing: dict[str, Any] = {}  # metrics.request_timing: numbers, None where unmeasured
-    token_times_ms: list[Number] | None = None
-    engine_timings: dict[str, Any] | None = None
-    reference: int | str | None = None
-    extracted: SampleExtraction | None = None
-    correct: bool | None = None
-    health: SampleHealthRecord = SampleHealthRecord()
-
-    @property
-    def measured(self) -> bool:
-        return not self.warmup
-
-    @property
-    def failed(self) -> bool:
-        """An engine error (its finish reason or its health says so)."""
-        return self.finish_reason == "error" or bool(self.health.error)
-
-    def output_sha(self) -> str | None:
-        """The output tokens' SHA-256, from the record or its token IDs."""
-        return self.output.sha256 or ids_sha256(self.output.token_ids)
 
 
 def load_samples(path: Path) -> list[Sample]:
@@ -120,29 +47,20 @@ def load_samples(path: Path) -> list[Sample]:
     return out
 
 
-def sample_key(item_id: str, seed: int) -> str:
-    return f"{item_id}#{seed}"
-
-
-def ids_sha256(ids: Sequence[int] | None) -> str | None:
-    if ids is None:
-        return None
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()
-
-
 def _extraction_record(extraction: Extraction | None) -> SampleExtraction | None:
-    """The extraction as JSON; an integer too long for ``json`` (a model looping on digits)
-    is stored as its exact decimal text."""
+    """The extraction as recorded; an integer too long for ``json`` (a model looping on
+    digits) is stored as its exact decimal text."""
     if extraction is None:
         return None
-    d = extraction.to_dict()
-    if isinstance(d["value"], int) and d["value"].bit_length() > 10_000:
-        d["value"] = format_int(d["value"])
-    return SampleExtraction.model_validate(d)
+    value: int | str | None = extraction.value
+    if isinstance(value, int) and value.bit_length() > 10_000:
+        value = format_int(value)
+    return SampleExtraction(value=value, source=extraction.source, reason=extraction.reason,
+                            span=extraction.span)
 
 
 def _scored(item: Item, result: GenerationResult
-            ) -> tuple[Extraction | None, SampleHealth, SampleExtraction | None]:
+            ) -> tuple[Extraction | None, SampleHealthRecord, SampleExtraction | None]:
     """The extraction, health and (a text-scored item) the match record of one output."""
     error = result.finish_reason == "error"
     if item.scorer is not None:
@@ -183,7 +101,7 @@ def build_sample(item: Item, seed: int, messages: Sequence[dict[str, str]],
         token_times_ms=token_offsets, engine_timings=result.engine_timings,
         reference=item.answer if item.scorer is None else item.scorer.answer,
         extracted=extracted if extracted is not None else _extraction_record(extraction),
-        correct=health.correct, health=SampleHealthRecord.model_validate(health.to_dict()))
+        correct=health.correct, health=health)
 
 
 # What a resume and a summary rely on in every sample line, and its type.
@@ -192,7 +110,7 @@ REQUIRED = {"key": str, "item_id": str, "seed": int, "prompt": dict, "output": d
 
 
 def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
-                    expected: Collection[str]) -> list[dict[str, Any]]:
+                    expected: Collection[str]) -> list[Sample]:
     """The samples of ``path`` after checking every line against the run's own
     (item, seed) keys ``expected``: a line without a field a sample needs, of another
     run (a key not in the spec, a key that does not match its item and seed) or
@@ -217,4 +135,7 @@ def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
             raise UsageError(f"{where}: sample {key[:80]!r} is recorded twice (first at line "
                              f"{first_line[key]}); the file was edited or written twice")
         first_line[key] = n
-    return [s for _, s in lines]
+    try:
+        return [Sample.of(s, f"{path}:{n}") for n, s in lines]
+    except AbgateError as exc:  # a field of the wrong type: edited or damaged
+        raise UsageError(str(exc)) from None

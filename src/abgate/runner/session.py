@@ -33,9 +33,9 @@ from abgate.errors import AbgateError
 from abgate.identity import identify_model
 from abgate.model_check import ModelStamp
 from abgate.records import facts
+from abgate.records.documents import Loadable, LoadFacts, RunRecord
 from abgate.records.sections import EngineRecord
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
-from abgate.runner.documents import Loadable, LoadFacts, RunRecord
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from abgate.scoring.extract import Extraction, extract_integer, reference_answer
 from abgate.scoring.health import (
     Outlier,
-    SampleHealth,
     aggregate_health,
     clustered_accuracy,
     find_outliers,
@@ -16,7 +15,6 @@ from abgate.scoring.health import (
 __all__ = [
     "Extraction",
     "Outlier",
-    "SampleHealth",
     "aggregate_health",
     "clustered_accuracy",
     "extract_integer",

@@ -28,11 +28,11 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from abgate.records.samples import SampleHealthRecord
 from abgate.scoring.extract import Extraction
 
 __all__ = [
     "Outlier",
-    "SampleHealth",
     "aggregate_health",
     "clustered_accuracy",
     "count_control_chars",
@@ -62,29 +62,6 @@ def count_control_chars(text: str) -> int:
     )
 
 
-@dataclass(frozen=True)
-class SampleHealth:
-    """Health of one output. ``correct`` is None for engine errors or when unscored."""
-
-    correct: bool | None
-    invalid: bool
-    invalid_reason: str | None
-    truncated: bool
-    natural_stop: bool
-    error: bool
-    empty: bool
-    replacement_chars: int
-    control_chars: int
-    output_tokens: int
-    seq_rep_4: float
-    seq_rep_4_words: float
-    nul_chars: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a flat, JSON-ready dict."""
-        return asdict(self)
-
-
 def sample_health(
     text: str,
     token_ids: Sequence[int] | None,
@@ -94,8 +71,8 @@ def sample_health(
     reference: int | None,
     *,
     matched: bool | None = None,
-) -> SampleHealth:
-    """Health of one output.
+) -> SampleHealthRecord:
+    """Health of one output (the model a sample line records it as).
 
     ``seq_rep_4`` is over ``token_ids`` when given, else over whitespace-separated
     words (then it equals ``seq_rep_4_words``). ``reference=None`` leaves the sample
@@ -115,7 +92,7 @@ def sample_health(
         correct = None if error or reference is None else (
             extraction.value is not None and extraction.value == reference)
         invalid, why = not error and not extraction.valid, extraction.reason
-    return SampleHealth(
+    return SampleHealthRecord(
         correct=correct,
         invalid=invalid,
         invalid_reason=why if invalid else None,

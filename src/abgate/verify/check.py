@@ -21,8 +21,9 @@ from pydantic import ValidationError
 
 from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_file
+from abgate.records.side_documents import DecisionRecord
 from abgate.runner import records as rec
-from abgate.runner.documents import DecisionRecord, read_record
+from abgate.runner.documents import read_record
 from abgate.signing import SIG_FILE, check_signature
 
 RECORD_FILES = ("run.json", "ab.json", "baseline.json")

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from abgate.engines.args import ArgSpec
 from abgate.engines.base import (
     Capabilities,
     Engine,
@@ -33,6 +32,12 @@ from abgate.engines.base import (
     TokenScores,
     one_at_a_time,
 )
+from abgate.engines.llamacpp.args import (  # noqa: F401  (the engine module's API)
+    ARG_SPECS,
+    DEFAULTS,
+    GGML_NAMES,
+    default_threads,
+)
 from abgate.engines.llamacpp.state import DEFAULT_BUDGET_BYTES, PromptStates
 from abgate.engines.llamacpp.weights import tensor_types
 from abgate.engines.shared.default_model import default_model_path
@@ -41,51 +46,6 @@ from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
 
 NAME = "llamacpp"
-
-# ggml_type codes for the KV cache (stable in ggml's enum).
-GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
-              "iq4_nl": 20, "bf16": 30}
-GGML_NAMES = {v: k for k, v in GGML_TYPES.items()}
-
-_SPECS = [
-    ArgSpec("n_ctx", int, "context length in tokens"),
-    ArgSpec("n_batch", int, "logical batch size for prompt processing"),
-    ArgSpec("n_ubatch", int, "physical batch size"),
-    ArgSpec("n_threads", int, "threads for generation", nullable=True),
-    ArgSpec("n_threads_batch", int, "threads for prompt processing", nullable=True),
-    ArgSpec("n_gpu_layers", int, "layers offloaded to the GPU (-1: all)"),
-    ArgSpec("main_gpu", int, "GPU used for the model"),
-    ArgSpec("split_mode", int, "how to split the model across GPUs"),
-    ArgSpec("tensor_split", list, "fraction of the model on each GPU", nullable=True),
-    ArgSpec("flash_attn", bool, "use flash attention"),
-    ArgSpec("type_k", int, "KV cache type for K", nullable=True, choices=GGML_TYPES),
-    ArgSpec("type_v", int, "KV cache type for V", nullable=True, choices=GGML_TYPES),
-    ArgSpec("offload_kqv", bool, "offload the KV cache to the GPU"),
-    ArgSpec("op_offload", bool, "offload host tensor operations to the device", nullable=True),
-    ArgSpec("swa_full", bool, "full-size sliding-window-attention cache", nullable=True),
-    ArgSpec("use_mmap", bool, "memory-map the model file"),
-    ArgSpec("use_mlock", bool, "lock the model in RAM"),
-    ArgSpec("kv_overrides", dict, "GGUF metadata overrides", nullable=True),
-    ArgSpec("rope_freq_base", float, "RoPE base frequency (0: from model)"),
-    ArgSpec("rope_freq_scale", float, "RoPE frequency scale (0: from model)"),
-    ArgSpec("lora_path", str, "LoRA adapter file", nullable=True),
-    ArgSpec("lora_scale", float, "LoRA scale"),
-    ArgSpec("numa", bool, "NUMA optimisations"),
-    ArgSpec("seed", int, "context RNG seed (per-request seeds still apply)"),
-    ArgSpec("no_perf", bool, "disable llama.cpp's internal timers"),
-    # abgate's own switches for this engine (not passed to Llama):
-    ArgSpec("prefix_cache", bool, "reuse the KV cache across requests sharing a prefix"),
-]
-ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
-_ADAPTER_ONLY = {"prefix_cache"}
-
-
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-DEFAULTS: Mapping[str, Any] = {"n_ctx": 4096, "seed": 0, "prefix_cache": False}
-
 
 def _valid_gguf(path: Path, what: str) -> dict[str, Any]:
     """The whole GGUF header read with abgate's own reader (a truncated file or a

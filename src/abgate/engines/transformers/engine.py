@@ -40,9 +40,10 @@ included); ``score_mode=prefill`` scores the continuation in one forward pass th
 fresh cache of the arm's ``cache_implementation`` (faster, but blind to what only the
 decode step does: measured on an H200, a compiled static-cache decode step changed 74
 of 100 greedy GSM8K outputs while prefill-mode scoring read a KL divergence of exactly
-0, docs/gpu.md). Loading is ``loading.py``'s, the scoring passes ``scoring.py``'s and
-the release at close ``cleanup.py``'s; only this package touches torch and transformers,
-imported (``loading.import_libraries``) only when the engine is used.
+0, docs/gpu.md). Loading is ``loading.py``'s, the scoring passes ``scoring.py``'s, a
+request's ``GenerationConfig`` ``generation.py``'s and the release at close
+``cleanup.py``'s; only this package touches torch and transformers, imported
+(``loading.import_libraries``) only when the engine is used.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from abgate.engines.transformers import cleanup, scoring
 from abgate.engines.transformers import determinism as det
 from abgate.engines.transformers import loading as ld
 from abgate.engines.transformers.describe import device_facts, weight_facts
+from abgate.engines.transformers.generation import generation_config
 from abgate.engines.transformers.hooks import _hooks, _Watch
 from abgate.engines.transformers.options import (  # noqa: F401  (the engine module's API)
     ARG_SPECS,
@@ -87,19 +89,6 @@ from abgate.engines.transformers.options import (  # noqa: F401  (the engine mod
 from abgate.errors import AbgateError
 
 _HINT = "pip install 'abgate[transformers]'"
-
-
-def generation_kwargs(p: SamplingParams) -> dict[str, Any]:
-    """``GenerationConfig`` sampling fields: every knob explicit; EOS and stop strings
-    are the adapter's own stopping criterion, so generate() knows no EOS."""
-    kw: dict[str, Any] = {"max_new_tokens": p.max_tokens, "num_beams": 1,
-                          "do_sample": not p.greedy, "repetition_penalty": 1.0,
-                          "eos_token_id": None, "use_cache": True}
-    if p.greedy:
-        kw.update(temperature=None, top_p=None, top_k=None)
-    else:
-        kw.update(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or None)
-    return kw
 
 
 # -- the engine ---------------------------------------------------------------------------
@@ -241,7 +230,8 @@ class TransformersEngine(Engine):
         return "prefill" if self._speculative else str(self.requested["score_mode"])
 
     def _decode_logits(self, prompt: list[int], cont: list[int]) -> Any:
-        gcfg = self._generation_config(SamplingParams(max_tokens=len(cont), ignore_eos=True))
+        gcfg = generation_config(self._tf, self.requested, self._pad,
+                                SamplingParams(max_tokens=len(cont), ignore_eos=True))
         return scoring.decode_logits(self._torch, self._tf, self._model, self._ids(prompt),
                                      gcfg, cont)
 
@@ -294,23 +284,6 @@ class TransformersEngine(Engine):
         assert req.prompt is not None
         return [int(i) for i in self._tokenizer(req.prompt)["input_ids"]]
 
-    def _generation_config(self, p: SamplingParams) -> Any:
-        r = self.requested
-        kw = generation_kwargs(p)
-        kw["pad_token_id"] = self._pad
-        impl = r["cache_implementation"]
-        if impl != "dynamic":
-            kw["cache_implementation"] = impl
-        if r.get("max_cache_len") is not None:
-            kw["max_cache_len"] = int(r["max_cache_len"])
-        if r.get("compile") is False:
-            kw["disable_compile"] = True
-        if r.get("compile_mode") is not None:
-            kw["compile_config"] = self._tf.CompileConfig(mode=r["compile_mode"])
-        if r.get("prompt_lookup_num_tokens"):
-            kw["prompt_lookup_num_tokens"] = int(r["prompt_lookup_num_tokens"])
-        return self._tf.GenerationConfig(**kw)
-
     def _decode(self, req: GenerationRequest, prompt_ids: list[int],
                 t_submit: float) -> GenerationResult:
         p, torch = req.params, self._torch
@@ -328,7 +301,8 @@ class TransformersEngine(Engine):
         torch.manual_seed(p.seed)
         ids = self._ids(prompt_ids)
         seq = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                   generation_config=self._generation_config(p),
+                                   generation_config=generation_config(
+                                       self._tf, self.requested, self._pad, p),
                                    **_hooks(self._tf, watch, timed=not self._speculative),
                                    **extra)
         out, finish, text = watch.cut(seq[0, len(prompt_ids):].tolist())

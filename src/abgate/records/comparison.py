@@ -1,64 +1,25 @@
-"""The typed, immutable results of the compare layer: the paired comparison of two arms
-(:class:`Comparison`), its distribution-agreement, probe and sequential sections, the
-gates and the :class:`Verdict`, and ``comparison.json`` as a whole
-(:class:`ComparisonDoc`).
+"""``comparison.json`` typed (:class:`ComparisonDoc`) and its parts: the paired
+comparison of two arms (:class:`Comparison`), its probe and sequential sections, and the
+:class:`Verdict`. The distribution-agreement section is :mod:`abgate.records.agreement`,
+the base :mod:`abgate.records.result`.
 
 JSON only at the edges: :meth:`Result.to_json` is the record on disk (the same keys, in
-the same order, as the dicts these models replaced), and :func:`read_comparison_doc`
-reads one back. Every field has a default so that a file from an older abgate (or one a
-test trimmed) still reads: a missing number is None (shown as ``n/a``), a missing
-section its empty model. ``to_json`` writes the fields that were *set* (given when the
-model was made, or present in the file read): a comparison made without the A/B's
-extras has no ``agreement`` key, and an old file read back writes the keys it had.
+the same order, as the dicts these models replaced), and ``runner.documents``'
+``read_document`` reads one back. Every field has a default so that a file from an older
+abgate (or one a test trimmed) still reads: a missing number is None (shown as ``n/a``), a
+missing section its empty model. ``to_json`` writes the fields that were *set* (given
+when the model was made, or present in the file read): a comparison made without the
+A/B's extras has no ``agreement`` key, and an old file read back writes the keys it had.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from abgate.errors import AbgateError
-
-__all__ = ["ACCEPT", "EXIT_CODES", "INCONCLUSIVE_DECISION", "REJECT", "Accuracy",
-           "Agreement", "ArmResult", "Comparison", "ComparisonDoc", "Diagnostics", "Gate",
-           "GateMde", "Interval", "Probes", "Quality", "Sequential", "SpeedMetric", "Verdict",
-           "VerdictMde", "read_comparison_doc"]
-
-ACCEPT, REJECT, INCONCLUSIVE_DECISION = "ACCEPT", "REJECT", "INCONCLUSIVE"
-EXIT_CODES = {ACCEPT: 0, REJECT: 1, INCONCLUSIVE_DECISION: 3}
-
-Bounds = tuple[float | None, float | None]
-
-
-class Result(BaseModel):
-    """Base of every compare result: frozen, unknown keys of newer files ignored."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON record (the fields that were set, nested models included)."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
-
-@dataclass(frozen=True)
-class Gate:
-    """One decision input. ``threshold`` is where it passes (``fail_threshold`` where it
-    fails, when different); ``observed`` and ``ci`` are in the same units."""
-
-    name: str
-    metric: str
-    threshold: float | None
-    observed: float | None
-    ci: tuple[float | None, float | None] | None
-    outcome: str
-    evidence: str
-    fail_threshold: float | None = None
-    more_items_needed: int | None = None
-    out_of_reach: bool = False
-
+from abgate.records.agreement import Agreement
+from abgate.records.result import Bounds, Gate, Result
 
 # -- paired statistics (compare/paired.py, diagnostics.py) ----------------------------
 
@@ -213,116 +174,6 @@ class Bootstrap(Result):
     method: str | None = None
 
 
-# -- distribution agreement (compare/agreement.py) -------------------------------------
-
-class RatioStat(Result):
-    estimate: float | None = None
-    se: float | None = None
-    df: int | None = None
-    ci: Bounds | None = None
-    confidence: float | None = None
-
-
-class KlPercentiles(Result):
-    median: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    p99_9: float | None = None
-    max: float | None = None
-
-
-class DpPercentiles(Result):
-    min: float | None = None
-    p01: float | None = None
-    p05: float | None = None
-    p10: float | None = None
-    median: float | None = None
-    p90: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-    max: float | None = None
-
-
-class DeltaP(Result):
-    mean: RatioStat = Field(default_factory=RatioStat)
-    rms: float | None = None
-    n_tokens: int | None = None
-    percentiles: DpPercentiles = Field(default_factory=DpPercentiles)
-
-
-class Histogram(Result):
-    edges: tuple[float, ...] = ()
-    counts: tuple[int, ...] = ()
-    below: int | None = None
-    above: int | None = None
-    unit: str | None = None
-
-
-class Position(Result):
-    key: str | None = None
-    item_id: str | None = None
-    position: int | None = None
-    kl: float | None = None
-    token: Any = None
-    top1_base: Any = None
-    top1_cand: Any = None
-    delta_p: float | None = None
-    top_base: list[list[Any]] | None = None  # [token_id, logprob(, text)]
-    top_cand: list[list[Any]] | None = None
-
-
-class WorstItem(Result):
-    item_id: str | None = None
-    n_tokens: int | None = None
-    mean_kld: float | None = None
-    max_kl: float | None = None
-    top1_agreement: float | None = None
-
-
-class ScoringOverhead(Result):
-    """One arm's scoring pass (from ab.json's ``scoring``) against its generation."""
-
-    scoring_seconds: float | None = None
-    n_tokens: int | None = None
-    max_tokens_per_sequence: int | None = None
-    n_sequences: int | None = None
-    prompts_restored: int | None = None
-    method: str | None = None
-    generation_seconds: float | None = None
-    scoring_over_generation: float | None = None
-
-
-class Agreement(Result):
-    """The agreement section: measured, or not with the ``reason``."""
-
-    measured: bool = False
-    reason: str | None = None
-    method: str | None = None
-    k: int | None = None
-    approximate: bool | None = None
-    source: str | None = None
-    n_rows: int | None = None
-    n_skipped: int | None = None
-    n_duplicate_keys: int | None = None
-    n_empty: int | None = None
-    problems: tuple[str, ...] = ()
-    n_keys: int | None = None
-    n_items: int | None = None
-    n_tokens: int | None = None
-    n_nonfinite_kl: int | None = None
-    n_negative_kl: int | None = None
-    kl_cap: float | None = None
-    mean_kld: RatioStat = Field(default_factory=RatioStat)
-    kl_percentiles: KlPercentiles = Field(default_factory=KlPercentiles)
-    zero_kl_fraction: float | None = None
-    top1_agreement: RatioStat = Field(default_factory=RatioStat)
-    delta_p: DeltaP = Field(default_factory=DeltaP)
-    histogram: Histogram = Field(default_factory=Histogram)
-    largest_positions: tuple[Position, ...] = ()
-    largest_items: tuple[WorstItem, ...] = ()
-    cost: dict[str, ScoringOverhead] = Field(default_factory=dict)
-
-
 # -- probes, sequential ---------------------------------------------------------------
 
 class ProbeRow(Result):
@@ -448,16 +299,3 @@ class ComparisonDoc(Result):
     comparisons: dict[str, ArmResult] = Field(default_factory=dict)
     decision: str | None = None
     exit_code: int | None = None
-
-
-def read_comparison_doc(doc: Any, where: str) -> ComparisonDoc:
-    """``comparison.json`` (already parsed) as a :class:`ComparisonDoc`; a document that
-    does not fit is one line naming ``where`` and the first bad field."""
-    if not isinstance(doc, Mapping):
-        raise AbgateError(f"{where}: not a JSON object")
-    try:
-        return ComparisonDoc.model_validate(doc)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(document)"
-        raise AbgateError(f"{where}: {field}: {first['msg']}") from None

@@ -1,0 +1,92 @@
+"""The JSON documents beside the records, typed: a run's (an A/B arm's)
+``summary.json``, an arm's ``probes.json`` and ``bench.json``, a bench's
+``summary.json``, and a ``decisions.jsonl`` line. Each has its own schema version
+(:data:`abgate.records.documents.SCHEMA_VERSIONS`), written and read by
+:mod:`abgate.runner.documents`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from abgate.records.bench_sections import BenchProbes, BenchSummaryCase
+from abgate.records.documents import Document, Status
+from abgate.records.sections import Distribution, QualitySummary
+
+
+class Summary(Document):
+    """A run's (an A/B arm's) ``summary.json``: quality and speed of its measured
+    samples (``runner.summary.summarize``); ``status`` is the run's when the summary was
+    written at its end."""
+
+    NAME = "summary"
+    n: int
+    n_warmup: int = 0
+    quality: QualitySummary
+    speed: dict[str, Distribution]
+    status: str | None = None
+
+
+class ProbesDocument(Document):
+    """An A/B arm's ``probes.json``: each probe's result (none, with why, when the
+    engine cannot run them)."""
+
+    NAME = "probes"
+    probes: list[dict[str, Any]]
+    error: str | None = None
+
+
+class AbBenchDocument(Document):
+    """An A/B arm's ``bench.json``: the fixed-length speed cases it ran."""
+
+    NAME = "ab-bench"
+    kind: Literal["ab-bench"] = "ab-bench"
+    plan: dict[str, Any]
+    cases: list[dict[str, Any]]
+
+
+class BenchSummary(Document):
+    """A bench's ``summary.json``: per-case distributions, probes, resources, bandwidth
+    (the host's and the engine's own objects, typed as JSON objects)."""
+
+    NAME = "bench-summary"
+    kind: Literal["bench"] = "bench"
+    status: Status | None
+    cases: list[BenchSummaryCase]
+    probes: BenchProbes | None
+    n_ctx: int | None = None
+    warmup: int | None = None
+    repeats: int | None = None
+    prompt_seed: int | None = None
+    resources: dict[str, Any] | None = None
+    model_bytes: dict[str, Any] | None = None
+    peak_bandwidth: dict[str, Any] | None = None
+    not_certified: list[str] | None = None
+
+
+class DecisionSource(BaseModel):
+    """The source tree every arm of the decided A/B ran on."""
+
+    commit: str
+    tree: str | None
+    dirty: bool | None
+
+
+class DecisionRecord(BaseModel):
+    """One line of an A/B's ``decisions.jsonl`` (``abgate decide``): the engineer's
+    decision, why, when, and the machine verdict it confirms, overrides or settles."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_name: Literal["abgate.decision"] = "abgate.decision"
+    schema_version: int = 1
+    decision: Literal["keep-default-on", "make-opt-in", "revert"]
+    why: str
+    by: str | None = None
+    arm: str | None = None  # None: the decision covers the A/B's overall verdict
+    machine_verdict: str | None
+    arm_verdicts: dict[str, str | None]
+    relation: Literal["confirms", "overrides", "settles"]
+    source: DecisionSource
+    decided_at: str
