@@ -97,8 +97,6 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
         assert "closed" in r and r["closed"]["busy_s"] > 0
 
 
-@pytest.mark.skip(reason="failed in the engine tier 2026-12-02 after (a) (alone: passed, 56 s); "
-                  "not yet diagnosed, issue 33 (b)")
 def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Path) -> None:
     """(b) the worker node's raylet removed (from a thread of its own, as a node dies
     outside the coordinator) after the third sample: the A/B completes, every

@@ -25,12 +25,12 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_cmd in ci
 
 
-def test_ci_runs_the_engine_tests_on_one_thread_first() -> None:
+def test_ci_runs_the_extras_tier_on_one_thread_first() -> None:
     ci = (REPO / ".ci" / "run").read_text().splitlines()
-    assert "ABGATE_TEST_THREADS=1 python -m pytest -m engine" in ci
+    assert "ABGATE_TEST_THREADS=1 python -m pytest -m extras -p no:randomly" in ci
     assert ci[-1] == _readme_commands()[1]  # the README's command stays the last step
     # the step selects tests (pytest's exit 5 for none would fail CI)
-    assert any("@pytest.mark.engine" in p.read_text()
+    assert any("pytest.mark.extras" in p.read_text()
                for p in (REPO / "tests").glob("test_*.py"))
 
 

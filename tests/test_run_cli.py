@@ -18,8 +18,6 @@ from tests.support.fake import cli
 
 
 @pytest.mark.engine
-@pytest.mark.skip(reason="SystemExit 1 in the engine tier on merged main 2026-12-02; not yet "
-                  "diagnosed (issue 36 facets/tests merges)")
 def test_acceptance_run_writes_8_samples(tmp_path: Path, gsm8k_path: Path) -> None:
     out = tmp_path / "R"
     r = abgate("run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "4",

@@ -20,7 +20,3 @@ def test_every_file_that_skips_without_an_extra_carries_the_extras_marker() -> N
             unmarked.append(str(path.relative_to(REPO)))
     assert unmarked == []
 
-
-def test_ci_runs_the_extras_tier_and_the_readme_command() -> None:
-    ci = (REPO / ".ci" / "run").read_text()
-    assert 'python -m pytest -m extras' in ci
