@@ -2,7 +2,7 @@
 # One device call on the lent H200 for the figures of 2026-12-02 (issue 37's runtime weights diff and
 # issue 33's served load shape against `vllm bench serve`), from the project root there, after the
 # vLLM and model parts are staged (../shared/gpu/README.md):
-#   bash benchmarks/gpu_session_device.sh DATA.jsonl seeds|load    (one call each: each may run 10 minutes)
+#   bash benchmarks/gpu_session_device.sh DATA.jsonl seeds|dummy|load    (one call each: each may run 10 minutes)
 # 1. seeds (or weights, its old name): benchmarks/gpu_seed_rows.sh, issue 37's three rows: vLLM fp8
 #    (online) vs bf16 weights read from the running engine, the manifest matched against a real
 #    EngineCore's mapped libraries, per-rank precision facts, the Llama-3-8B-shaped dummy's diff;
@@ -12,6 +12,7 @@
 set -uo pipefail
 data=${1:?data file} step=${2:?seeds or load}
 if [[ $step == seeds || $step == weights ]]; then bash "$(dirname "$0")/gpu_seed_rows.sh" "$data"; exit; fi
+if [[ $step == dummy ]]; then bash "$(dirname "$0")/gpu_seed_rows.sh" "$data" dummy; exit; fi
 . "${VLLM_STAGE:-/root/vllm-stage}/on-device-vllm.sh"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 sl=$OUT/served-load && mkdir -p "$sl"

@@ -8,6 +8,7 @@ rest runs on the fake engine through the CLI in this process."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -275,9 +276,9 @@ def test_env_switch_shown_by_the_launched_servers_log(tmp_path: Path) -> None:
     one arm's env turns flash attention on, and only the server's own log says so; the
     declared log pattern records both arms' lines, and nothing is warned."""
     pytest.importorskip("llama_cpp.server")
-    launch = ("python -m llama_cpp.server --model {model} --host {host} --port {port} "
-              "--chat_format chat_template.default --logits_all false --use_mlock false "
-              "--verbose true")
+    launch = (f"{sys.executable} -m llama_cpp.server --model {{model}} --host {{host}} "
+              "--port {port} --chat_format chat_template.default --logits_all false "
+              "--use_mlock false --verbose true")
     text = OPT_OUT.replace("ENGINE_ARGS", toml_engine_args({"n_ctx": 1024}, 1)).replace(
         "LAUNCH", launch)
     path = write(tmp_path, text)

@@ -41,14 +41,13 @@ def _text(value: Any) -> Any:
 def _ranks(worker: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"rank": _text(getattr(worker, "rank", None)),
                            "local_rank": _text(getattr(worker, "local_rank", None))}
-    try:  # vLLM's process groups: only inside a real worker
-        from vllm.distributed import (
-            get_pipeline_model_parallel_rank,
-            get_tensor_model_parallel_rank,
-        )
+    try:  # vLLM's process groups: only inside a real worker. vLLM 0.26 exports
+        # get_tensor_model_parallel_rank but no pipeline twin; the group coordinators
+        # (parallel_state.get_tp_group / get_pp_group) give both.
+        from vllm.distributed.parallel_state import get_pp_group, get_tp_group
 
-        out["tp_rank"] = int(get_tensor_model_parallel_rank())
-        out["pp_rank"] = int(get_pipeline_model_parallel_rank())
+        out["tp_rank"] = int(get_tp_group().rank_in_group)
+        out["pp_rank"] = int(get_pp_group().rank_in_group)
     except Exception:  # no vLLM here (a stand-in), or groups not initialised
         out["tp_rank"] = out["pp_rank"] = None
     return out
