@@ -343,7 +343,6 @@ def _context_overflow_and_raw_prompts(engine: hf.TransformersEngine) -> None:
 def _random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
     from abgate.ab.analyze import random_weights
     from abgate.records.documents import AbExperiment, AbRecord, ExperimentArm
-    from abgate.records.sections import EngineRecord
 
     d = build_tiny_model(tmp_path / "config-only", weights=False)  # no weight files
     e = hf.load(str(d), {"device": DEVICE, "load_format": "dummy", "seed": 3})
@@ -353,9 +352,10 @@ def _random_weights_are_labelled_speed_only(tmp_path: Path) -> None:
         r = e.generate([req(max_tokens=8, ignore_eos=True)])[0]
         assert r.output_tokens == 8
         ab = AbRecord.model_construct(  # only the parts random_weights reads
-            engines={"b": EngineRecord.model_construct(effective_config=eff)},
             experiment=AbExperiment(baseline="b", arms={"b": ExperimentArm()}))
-        assert "speed only" in (random_weights(ab, "b", []) or "")
+        # records v2: the effective facet is the arm's run.json's, passed in
+        assert "speed only" in (random_weights(ab, "b", [], eff) or "")
+        assert random_weights(ab, "b", []) is None  # neither the facet nor the args say so
     finally:
         e.close()
     again = hf.load(str(d), {"device": DEVICE, "load_format": "dummy", "seed": 3})
