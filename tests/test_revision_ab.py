@@ -3,12 +3,11 @@ engine repository (tests/support/engine_repo.py: a Python engine package serving
 embedded SmolLM2 through llama-cpp-python), each revision built once into its own venv,
 each arm served from its own build. A no-op commit is ACCEPTED, a planted sampling bug
 REJECTED on the quality gates, a planted slowdown REJECTED on speed; a second run builds
-nothing; the JUnit file and the Markdown summary say the same."""
+nothing; the JUnit file (read by junitparser) and the Markdown summary say the same."""
 
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pytest
 from abgate.compare.gates import FAIL, PASS
 from tests.conftest import abgate, requested_threads
 from tests.support.engine_repo import BUILD, LAUNCH, git, make_engine_repo
+from tests.support.junit import junit_cases
 
 pytestmark = pytest.mark.engine
 
@@ -82,20 +82,6 @@ def gates(comp: dict[str, Any]) -> dict[str, str]:
     return {g["name"]: g["outcome"] for g in comp["comparisons"]["head"]["verdict"]["gates"]}
 
 
-def junit_cases(path: Path) -> dict[str, str]:
-    """testcase name -> pass/failure/skipped, read as a JUnit XML file."""
-    root = ET.parse(path).getroot()
-    assert root.tag == "testsuites"
-    (suite,) = root.findall("testsuite")
-    out = {}
-    for case in suite.findall("testcase"):
-        kinds = [c.tag for c in case if c.tag in ("failure", "skipped")]
-        out[case.attrib["name"]] = kinds[0] if kinds else "pass"
-    assert int(suite.attrib["tests"]) == len(out)
-    assert int(suite.attrib["failures"]) == list(out.values()).count("failure")
-    return out
-
-
 def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
         setup: dict[str, Any]) -> None:
     # a cache of its own: the other tests of this module build the base into theirs, in
@@ -117,7 +103,7 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
     assert ab["differences"]["head"]["request"]["undeclared"] == {}
     assert list(ab["differences"]["head"]["request"]["declared"]) == [
         "engine_options.launch"]
-    assert set(junit_cases(Path(str(out) + ".xml")).values()) == {"pass"}
+    assert {k for k, _ in junit_cases(Path(str(out) + ".xml")).values()} == {"pass"}
     md = Path(str(out) + ".md").read_text()
     assert "## abgate: ACCEPT" in md and "| speed | pass |" in md
     assert "Minimum detectable effect" in md and setup["revs"]["noop"][:12] in md
@@ -153,7 +139,7 @@ def test_a_planted_sampling_bug_is_rejected_on_quality(setup: dict[str, Any]) ->
     assert failed and failed <= set(QUALITY), gates(comp)
     assert "repetition" in failed  # repeat_penalty 0.5: degenerate loops
     cases = junit_cases(Path(str(out) + ".xml"))
-    assert {g for g, k in cases.items() if k == "failure"} == failed
+    assert {g for g, (k, _) in cases.items() if k == "failure"} == failed
     md = Path(str(out) + ".md").read_text()
     assert "## abgate: REJECT" in md and "| repetition | **FAIL** |" in md
 
@@ -165,4 +151,4 @@ def test_a_planted_slowdown_is_rejected_on_speed(setup: dict[str, Any]) -> None:
     assert outcome["speed"] == FAIL, outcome
     assert all(outcome[g] == PASS for g in QUALITY if g in outcome), outcome
     cases = junit_cases(Path(str(out) + ".xml"))
-    assert [g for g, k in cases.items() if k == "failure"] == ["speed"]
+    assert [g for g, (k, _) in cases.items() if k == "failure"] == ["speed"]
