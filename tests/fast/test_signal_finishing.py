@@ -249,6 +249,9 @@ def test_resume_completes_what_a_kill_left_without_any_hook(tmp_path: Path,
 def test_a_signal_while_finishing_is_deferred_and_a_second_stops_at_once() -> None:
     from abgate import signals
 
+    # install() keeps a SIGINT that was ignored when the process started ignored (a
+    # background job, nohup): pytest itself may have been started so (seen: `cmd &`).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous = signals.install()
     try:
         with pytest.raises(signals.Stopped) as first, signals.deferred():
@@ -262,6 +265,7 @@ def test_a_signal_while_finishing_is_deferred_and_a_second_stops_at_once() -> No
         assert not second.value.done and second.value.signum == signal.SIGINT
     finally:
         signals.restore(previous)
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_ctrl_c_early_in_the_start_up_is_one_line_without_any_hook(tmp_path: Path) -> None:
