@@ -31,8 +31,9 @@ def run_in(python: Path, code: str) -> str:
 
 
 def test_a_revision_is_built_once_into_its_own_venv(repo: tuple[Path, dict[str, str]],
-                                                     cache: Path) -> None:
+                                                     tmp_path: Path) -> None:
     path, revs = repo
+    cache = tmp_path / "cache"  # its own: another test may have built the base (random order)
     first = build_revision(path, revs["base"], BUILD, root=cache)
     assert not first.cached
     m = first.manifest
