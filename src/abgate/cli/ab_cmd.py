@@ -272,16 +272,7 @@ def ab_command(
                          "the arms that run the builds)")
     source = read_source(experiment, rev)
     built: list[Revisions] = []
-    doc = None
-    if resume is not None:
-        if out is not None and out.resolve() != resume.resolve():
-            raise UsageError("give either -o DIR or --resume DIR, not two different directories")
-        out = resume
-        doc = read_resumable(resume, AB_FILE, "ab")
-    elif reanalyse:
-        raise UsageError("--reanalyse needs --resume AB_DIR (the A/B to re-analyse)")
-    if out is None:
-        raise UsageError("missing -o AB_DIR (where to write the A/B)")
+    out, doc = _ab_dir(out, resume, reanalyse)
     arm_flags = dict(suite=suite, data=data, flags=flags, a_arg=a_engine_arg,
                      b_arg=b_engine_arg, a_env=a_env, b_env=b_env, b_model=b_model,
                      b_changes=b_changes)
@@ -311,17 +302,9 @@ def ab_command(
                   policy, sign, (junit, summary_md))
     exp = given(None if resume is None or doc is None else lambda: _recorded(resume, doc))
     if exp.suites:  # several suites, one verdict (abgate.ab.suites)
-        if resume is not None:
-            raise UsageError("--resume of an experiment with [suites]: resume each "
-                             "suite's directory (OUT/suites/NAME) instead")
-        from abgate.cli.suites_out import suites_command
+        from abgate.cli.suites_out import suites_ab
 
-        with reporter(f"ab {out.name}") as rep, finishing(out):
-            code = suites_command(exp, out, force=force, policy=policy, provenance=(
-                ProvenanceOptions(contract, manifest, allow_stale_manifest=allow_stale_manifest,
-                                  allow_source_change=allow_source_change)),
-                on_start=rep.on_start, progress=rep.on_sample, on_phase=rep.on_start)
-        raise typer.Exit(code)
+        suites_ab(exp, out, resume is not None, force, policy, prov())
     redo = resume is not None and force and complete
     if redo:
         typer.echo(f"--force: running the A/B in {resume} again from the start (its "
@@ -390,3 +373,19 @@ def _fleet(cluster: str | None, experiment: Path | None, flags: eo.EngineFlags,
     from abgate.fleet.coordinator import fleet_strategy
 
     return fleet_strategy(cluster_spec(cluster, table))
+
+
+def _ab_dir(out: Path | None, resume: Path | None, reanalyse: bool
+            ) -> tuple[Path, AnyRecord | None]:
+    """The A/B directory (``-o`` or ``--resume``) and, on a resume, its record."""
+    doc = None
+    if resume is not None:
+        if out is not None and out.resolve() != resume.resolve():
+            raise UsageError("give either -o DIR or --resume DIR, not two different directories")
+        out = resume
+        doc = read_resumable(resume, AB_FILE, "ab")
+    elif reanalyse:
+        raise UsageError("--reanalyse needs --resume AB_DIR (the A/B to re-analyse)")
+    if out is None:
+        raise UsageError("missing -o AB_DIR (where to write the A/B)")
+    return out, doc
