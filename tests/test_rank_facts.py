@@ -36,15 +36,26 @@ class Fp8LinearMethod:
 
 
 class Attention(torch.nn.Module):
-    def __init__(self) -> None:
+    """As vLLM binds it: 0.26 one KV tensor; older versions a list per virtual engine."""
+
+    def __init__(self, older: bool) -> None:
         super().__init__()
-        self.kv_cache = [torch.zeros(2, 4, 8, dtype=torch.bfloat16)]  # bound by vLLM
+        kv = torch.zeros(2, 4, 8, dtype=torch.bfloat16)
+        self.kv_cache = [kv] if older else kv
 
 
 class MambaMixer2(torch.nn.Module):
-    def __init__(self, ssm: Any) -> None:
+    """vLLM's ``MambaBase`` declares its states' dtypes; 0.26 binds ``[conv, ssm]``, older
+    versions ``[(conv, ssm)]`` (one entry per virtual engine)."""
+
+    def __init__(self, ssm: Any, older: bool) -> None:
         super().__init__()
-        self.kv_cache = [(torch.zeros(4, 8, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=ssm))]
+        states = [torch.zeros(4, 8, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=ssm)]
+        self.kv_cache = [tuple(states)] if older else states
+
+    def get_state_dtype(self) -> tuple[Any, ...]:
+        return tuple(t.dtype for t in (self.kv_cache[0] if isinstance(self.kv_cache[0], tuple)
+                                       else self.kv_cache))
 
 
 class QKVParallelLinear(torch.nn.Module):
@@ -55,11 +66,11 @@ class QKVParallelLinear(torch.nn.Module):
         self.quant_method = Fp8LinearMethod()
 
 
-def _worker(rank: int, ssm: Any) -> Any:
+def _worker(rank: int, ssm: Any, older: bool = False) -> Any:
     layer0, layer1 = torch.nn.Module(), torch.nn.Module()
     layer0.self_attn = torch.nn.Module()
-    layer0.self_attn.attn, layer0.self_attn.qkv_proj = Attention(), QKVParallelLinear()
-    layer1.mixer = MambaMixer2(ssm)
+    layer0.self_attn.attn, layer0.self_attn.qkv_proj = Attention(older), QKVParallelLinear()
+    layer1.mixer = MambaMixer2(ssm, older)
     layer1.norm = torch.nn.LayerNorm(8).to(torch.bfloat16)
     model = torch.nn.Module()
     model.layers = torch.nn.ModuleList([layer0, layer1])
@@ -85,8 +96,9 @@ class _LLM:
         return [fn(w, *args) for w in self.workers]
 
 
-def test_worker_facts_of_a_hybrid_fp8_model() -> None:
-    facts = worker_facts(_worker(0, torch.float32))
+@pytest.mark.parametrize("older", [False, True], ids=["vllm-0.26-layout", "older-layout"])
+def test_worker_facts_of_a_hybrid_fp8_model(older: bool) -> None:
+    facts = worker_facts(_worker(0, torch.float32, older))
     assert facts["rank"] == 0 and facts["model_dtype"] == "bfloat16"
     assert facts["kv_cache_dtype"] == "auto" and facts["mamba_ssm_cache_dtype"] == "float32"
     assert facts["graph_mode"] == "FULL_AND_PIECEWISE" and facts["quantization"] == "fp8"

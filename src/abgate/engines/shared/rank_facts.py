@@ -38,14 +38,27 @@ def uniform(values: Iterable[str]) -> str | None:
     return found[0] if len(found) == 1 else "mixed: " + ", ".join(found)
 
 
-def _layer_state(cache: Any) -> dict[str, str]:
-    """One layer's bound state: ``{"kv": dtype}`` or ``{"conv_state": .., "ssm_state": ..}``."""
-    first = cache[0] if isinstance(cache, list | tuple) and cache else cache
-    if isinstance(first, list | tuple):  # a Mamba layer: (conv_state, ssm_state[, ...])
-        names = _STATE_NAMES if len(first) == 2 else tuple(f"state{i}" for i in
-                                                           range(len(first)))
-        return {n: d for n, t in zip(names, first, strict=False) if (d := _dtype(t))}
-    dtype = _dtype(first)
+def _is_state_layer(module: Any) -> bool:
+    """A Mamba-like layer (vLLM's ``MambaBase``: it declares its state's dtypes)."""
+    return callable(getattr(module, "get_state_dtype", None))
+
+
+def _layer_state(module: Any, cache: Any) -> dict[str, str]:
+    """One layer's bound state: ``{"kv": dtype}`` or ``{"conv_state": .., "ssm_state": ..}``.
+
+    vLLM 0.26 binds an attention layer's KV as one tensor and a Mamba-like layer's states
+    as a list of tensors (``[conv_state, ssm_state]``); older versions wrap either in a
+    list with one entry per virtual engine (``[kv]``, ``[(conv_state, ssm_state)]``).
+    """
+    if isinstance(cache, list | tuple) and cache and isinstance(cache[0], list | tuple):
+        cache = cache[0]  # older vLLM: the first virtual engine's states
+    elif isinstance(cache, list | tuple) and not _is_state_layer(module):
+        cache = cache[0] if cache else None  # older vLLM: the first virtual engine's KV
+    if isinstance(cache, list | tuple):  # a Mamba-like layer's states
+        names = _STATE_NAMES if len(cache) == 2 else tuple(f"state{i}" for i in
+                                                           range(len(cache)))
+        return {n: d for n, t in zip(names, cache, strict=False) if (d := _dtype(t))}
+    dtype = _dtype(cache)
     return {"kv": dtype} if dtype else {}
 
 
@@ -60,7 +73,7 @@ def module_facts(model: Any) -> dict[str, Any]:
             quant.setdefault(type(module).__name__, set()).add(type(method).__name__)
         cache = getattr(module, "kv_cache", None)
         if cache is not None and not callable(cache):
-            state = _layer_state(cache)
+            state = _layer_state(module, cache)
             if state:
                 states[name] = state
     out: dict[str, Any] = {
