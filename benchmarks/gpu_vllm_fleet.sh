@@ -47,7 +47,7 @@ engine_args = { quantization = "fp8" }
 EOF
   before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits)
   t0=$(date +%s)
-  timeout $(( CALL_START + 570 - t0 )) python3 -m abgate ab "$root/exp-r$step.toml" --cluster local \
+  timeout $(( CALL_START + ${BUDGET_S:-570} - t0 )) python3 -m abgate ab "$root/exp-r$step.toml" --cluster local \
     -o "$root/r$step" --force >"$res/r$step.out" 2>"$res/r$step.err"
   echo "r$step: rc=$? in $(( $(date +%s) - t0 )) s"; tail -c 2500 "$res/r$step.err"; tail -c 1500 "$res/r$step.out"
   cp -f "$root/r$step/ab.json" "$res/r$step.ab.json"; cp -f "$root/r$step/report.md" "$res/r$step.report.md"
