@@ -194,7 +194,9 @@ def _speed_row(ref: BaselineCase, cur: BaselineCase, tolerance: float) -> SpeedR
     check = compare_speed(recorded, current, tolerance)
     return SpeedRow(metric=metric, recorded_median=old, current_median=new,
                     recorded_values=recorded, current_values=current, tolerance=tolerance,
-                    **check.to_dict())
+                    outcome=check.outcome, ratio=check.ratio, low=check.low, high=check.high,
+                    recorded_spread=check.recorded_spread,
+                    current_spread=check.current_spread, reason=check.reason, ok=check.ok)
 
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
@@ -229,8 +231,7 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
         found = drift(configuration(doc),
                       configuration(now, spec=p.spec, host=host_info()), allow_diff,
                       strict_volatile=strict_volatile)
-        report.configuration = found.to_dict()
-        report.provenance = now.provenance.to_dict() if now.provenance else {}
+        report.configuration, report.provenance = found, now.provenance
         report.passed &= found.passed
         _check_cases(session.engine, c, doc, tolerance, report, progress)
     report.cleanup = now.cleanup  # a launched server's stop, verified (or not)
