@@ -26,7 +26,8 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
     """``out/ab.json`` as recorded (``resume``: the experiment, source and inputs must
     be those recorded) or written anew (the directory cleared first with ``force``)."""
     specs = {name: p.spec_digest for name, p in prepared.items()}
-    digest = json_sha256({"experiment": exp.to_dict(), "specs": specs, "mode": mode})
+    given = exp.to_dict()  # the experiment as given: recorded, and what its digest covers
+    digest = json_sha256({"experiment": given, "specs": specs, "mode": mode})
     if resume:
         doc = read_record(out / AB_FILE, "ab", model=docs.AbRecord)
         if doc.digest != digest:
@@ -38,7 +39,7 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
                                             inputs=inputs, source_changed=changed)]
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
-    made = new_record("ab", git=git, inputs=inputs, experiment=exp.to_dict(),
+    made = new_record("ab", git=git, inputs=inputs, experiment=given,
                       experiment_resolved=exp.resolved(policy_name),
                       arm_spec_digests=specs, digest=digest,
                       schedule={"mode": mode, "warmup": exp.schedule.warmup,

@@ -230,14 +230,24 @@ class Experiment:
                             d.get("evidence"))
         return validated(cls, d, where)
 
+    def _head(self) -> dict[str, Any]:
+        """What the as-given and the resolved experiment share first: name, description,
+        baseline and every arm (as its config records it)."""
+        return {"name": self.name, "description": self.description,
+                "baseline": self.baseline,
+                "arms": {k: v.to_dict() for k, v in self.arms.items()}}
+
+    def _bench_dict(self) -> dict[str, Any]:
+        return {**vars(self.bench), "input_len": list(self.bench.input_len)}
+
+    def _suites_dict(self) -> dict[str, Any]:
+        return {k: v.to_dict() for k, v in self.suites.items()}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ``expect`` only when not the default "lossy", so the digest of
         an experiment recorded before the key existed stays the same (``--resume``)."""
-        out: dict[str, Any] = {
-               "name": self.name, "description": self.description, "baseline": self.baseline,
-               "arms": {k: v.to_dict() for k, v in self.arms.items()},
-               "schedule": self.schedule.to_dict(), "policy": self.policy,
-               "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)}}
+        out: dict[str, Any] = {**self._head(), "schedule": self.schedule.to_dict(),
+                               "policy": self.policy, "bench": self._bench_dict()}
         if self.expect != "lossy":
             out["expect"] = self.expect
         if self.evidence != Evidence():
@@ -249,7 +259,7 @@ class Experiment:
         if self.contract is not None:
             out["contract"] = self.contract
         if self.suites:
-            out["suites"] = {k: v.to_dict() for k, v in self.suites.items()}
+            out["suites"] = self._suites_dict()
         return out
 
     def resolved(self, policy_name: str | None = None) -> dict[str, Any]:
@@ -257,17 +267,13 @@ class Experiment:
         ``experiment_resolved``, beside the as-given :meth:`to_dict` whose digest
         ``--resume`` compares); ``policy_name``: the policy it decides under."""
         return {
-            "name": self.name, "description": self.description, "baseline": self.baseline,
-            "arms": {k: v.to_dict() for k, v in self.arms.items()},
-            "schedule": dict(vars(self.schedule)), "policy": self.policy,
-            "policy_name": policy_name,
-            "bench": {**vars(self.bench), "input_len": list(self.bench.input_len)},
-            "expect": self.expect,
+            **self._head(), "schedule": dict(vars(self.schedule)), "policy": self.policy,
+            "policy_name": policy_name, "bench": self._bench_dict(), "expect": self.expect,
             "evidence": {**vars(self.evidence),
                          "log_patterns": list(self.evidence.log_patterns)},
             "changes": {arm: list(self.changes.get(arm, ())) for arm in self.arms},
             "allow_differences": list(self.allow_differences), "contract": self.contract,
-            "suites": {k: v.to_dict() for k, v in self.suites.items()}}
+            "suites": self._suites_dict()}
 
 
 

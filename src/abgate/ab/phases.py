@@ -99,7 +99,7 @@ def load_arm(state: RunState, arm: str, stack: ExitStack,
     stack.enter_context(arm_named(arm))  # a changed model: which arm's load saw it
     session = stack.enter_context(loaded(state.checked.prepared[arm].engine,
                                          state.arm_dir(arm), rec_.doc))
-    state.doc.engines[arm] = LoadedEngine.of(session.info)  # its facets: the arm's run.json
+    state.doc.engines[arm] = LoadedEngine.of(session.described)  # its facets: the arm's run.json
     try:
         record_after_load(state.checked.provenance, state.checked.contracts[arm], session,
                           rec_.doc)

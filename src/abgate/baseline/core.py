@@ -20,12 +20,12 @@ from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.host_load import snapshot, summarize
-from abgate.integrity import FIELD, seal, verify_file
+from abgate.integrity import verify_file
 from abgate.progress import Reporter
 from abgate.records.bench_sections import BaselineCase, RequestRef
 from abgate.records.documents import BaselineRecord, LoadFacts
 from abgate.records.sections import HostInfo
-from abgate.runner.documents import new_record, read_record, write_record
+from abgate.runner.documents import new_spec_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
 from abgate.runner.session import loaded
@@ -91,9 +91,8 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
     contract = check_before_load(prov, p.engine)  # a refusal: exit 2, nothing written
     with claimed(out, resume=False, force=force, marker=BASELINE_FILE):
         prepare_new_dir(out, force, marker=BASELINE_FILE)
-        doc = new_record("baseline", out=out, config=c.to_dict(), spec=p.spec,
-                         spec_digest=p.spec_digest, recorded_at=time.time(),
-                         not_certified=list(limits.BASELINE))
+        doc = new_spec_record("baseline", p, out=out, recorded_at=time.time(),
+                              not_certified=list(limits.BASELINE))
         assert isinstance(doc, BaselineRecord)
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(prov, contract, session, doc)
@@ -110,7 +109,7 @@ def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                     if case.repeat_agreement and not case.repeat_agreement.all_match]
         doc.status, doc.ended_at = ("failed" if problems else "complete"), time.time()
         doc.error = "; ".join(problems) or None
-        doc.integrity = seal(doc.to_dict())[FIELD]
+        doc.seal()
         write_record(out / BASELINE_FILE, doc)
     if problems:
         raise AbgateError(f"{out / BASELINE_FILE}: not a reference: {doc.error}")
@@ -195,7 +194,9 @@ def _speed_row(ref: BaselineCase, cur: BaselineCase, tolerance: float) -> SpeedR
     check = compare_speed(recorded, current, tolerance)
     return SpeedRow(metric=metric, recorded_median=old, current_median=new,
                     recorded_values=recorded, current_values=current, tolerance=tolerance,
-                    **check.to_dict())
+                    outcome=check.outcome, ratio=check.ratio, low=check.low, high=check.high,
+                    recorded_spread=check.recorded_spread,
+                    current_spread=check.current_spread, reason=check.reason, ok=check.ok)
 
 
 def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
@@ -227,11 +228,10 @@ def check_baseline(base_dir: Path, *, engine_args: dict[str, Any] | None = None,
     now = LoadFacts()
     with loaded(p.engine, None, now) as session, session.env():
         record_after_load(prov, contract, session, now)
-        found = drift(configuration(doc.to_dict()), configuration(
-            {"spec": p.spec, "host": host_info(), **now.to_dict()}), allow_diff,
-            strict_volatile=strict_volatile)
-        report.configuration = found.to_dict()
-        report.provenance = now.provenance.to_dict() if now.provenance else {}
+        found = drift(configuration(doc),
+                      configuration(now, spec=p.spec, host=host_info()), allow_diff,
+                      strict_volatile=strict_volatile)
+        report.configuration, report.provenance = found, now.provenance
         report.passed &= found.passed
         _check_cases(session.engine, c, doc, tolerance, report, progress)
     report.cleanup = now.cleanup  # a launched server's stop, verified (or not)

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from abgate.bench import limits
+from abgate.compare.drift import Drift
 from abgate.records.bench_sections import Divergence, Part, RepeatAgreement
-from abgate.records.sections import Number
+from abgate.records.sections import Number, Provenance
 
 
 class SpeedRow(Part):
@@ -63,8 +64,8 @@ class CheckReport:
     cases: list[CheckRow] = field(default_factory=list)
     probes: list[ProbeCheck] = field(default_factory=list)
     host_load: dict[str, Any] = field(default_factory=dict)
-    configuration: dict[str, Any] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
+    configuration: Drift = field(default_factory=lambda: Drift(()))  # against the record
+    provenance: Provenance | None = None  # the load's, as the check recorded it
     cleanup: dict[str, Any] | None = None
 
     @property
@@ -73,8 +74,9 @@ class CheckReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
-                "configuration": self.configuration,
+                "configuration": self.configuration.to_dict(),
                 "cases": [c.to_dict() for c in self.cases],
                 "probes": [p.to_dict() for p in self.probes], "host_load": self.host_load,
-                "provenance": self.provenance, "cleanup": self.cleanup,
+                "provenance": self.provenance.to_dict() if self.provenance else {},
+                "cleanup": self.cleanup,
                 "not_certified": list(limits.BASELINE)}

@@ -32,7 +32,6 @@ from abgate.integrity import (
     VERSION,
     parse_bytes,
     read_bytes,
-    seal,
     verify_file,
     verify_old_rules,
 )
@@ -99,7 +98,7 @@ def upgrade_baseline(base_dir: Path, *, accept_unsealed: bool = False) -> Upgrad
                                   if isinstance(raw.get(FIELD), dict) else None),
         "upgraded_by": __version__, "upgraded_at": time.time()}]
     doc.integrity = None
-    doc.integrity = seal(doc.to_dict())[FIELD]
+    doc.seal()
     write_record(path, doc)
     verify_file(path)  # what was written reads back under today's rules
     return Upgrade(path, verified, previous, written=True)

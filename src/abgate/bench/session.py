@@ -62,7 +62,7 @@ from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, CaseFig
 from abgate.records.documents import BenchRecord, LoadFacts
 from abgate.records.side_documents import BenchSummary
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, write_record
+from abgate.runner.documents import new_spec_record, write_record
 from abgate.runner.execute import Status, check_interrupted, tracked
 from abgate.runner.outdir import check_new_dir, claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
@@ -230,9 +230,8 @@ def _new_bench_record(p: PreparedBench, out: Path, force: bool, facts: LoadFacts
                       ) -> BenchRecord:
     """The directory cleared and its record made, with what the load recorded."""
     prepare_new_dir(out, force)
-    doc = new_record("bench", out=out, config=p.config.to_dict(), spec=p.spec,
-                     spec_digest=p.spec_digest, engine=facts.engine,
-                     engine_processes=facts.engine_processes)
+    doc = new_spec_record("bench", p, out=out, engine=facts.engine,
+                          engine_processes=facts.engine_processes)
     assert isinstance(doc, BenchRecord)
     return doc
 

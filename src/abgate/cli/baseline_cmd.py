@@ -124,10 +124,10 @@ def check_command(
                        "unmeasured": "UNMEASURED"}[s.outcome] + interval)
     Console().print(table)
     drift = report.configuration
-    typer.echo(f"configuration: {drift['summary']}" + ("" if drift["passed"] else
-                                                       "  <- not allowed"))
-    for d in drift.get("volatile", []):
-        typer.echo(f"volatile (not compared): {d['key']}: {d['recorded']} -> {d['current']}")
+    typer.echo(f"configuration: {drift.summary}" + ("" if drift.passed else
+                                                    "  <- not allowed"))
+    for d in drift.volatile:
+        typer.echo(f"volatile (not compared): {d.key}: {d.recorded} -> {d.current}")
     for row in report.cases:
         div = row.divergence
         typer.echo(f"tokens {row.case}: {row.repeats.summary}" + (

@@ -44,6 +44,7 @@ from abgate.compare.views import Objects, View, views
 from abgate.errors import UsageError, did_you_mean
 from abgate.records import facts
 from abgate.records.facts import matches, volatile
+from abgate.records.sections import Section
 
 __all__ = ["matches", "volatile"]  # the one matcher (records/facts.py)
 _MISSING = "<absent>"
@@ -104,9 +105,12 @@ def _mapped(provenance: _Provenance) -> dict[str, Any]:
     return out
 
 
-def configuration(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc``'s configuration as flat ``class.key`` entries (module doc)."""
-    found = _Recorded.model_validate(doc)
+def configuration(doc: Mapping[str, Any] | Section, **added: Any) -> dict[str, Any]:
+    """``doc``'s configuration (a record model, or a record document as JSON) as flat
+    ``class.key`` entries (module doc); ``added``: top-level parts added to it (the
+    spec and host of a load that has no record, beside its ``LoadFacts``)."""
+    data = doc.to_dict() if isinstance(doc, Section) else doc
+    found = _Recorded.model_validate({**data, **added} if added else data)
     spec, engine, provenance = found.spec, found.engine, found.provenance
     environment = provenance.environment
     parts: dict[str, Any] = {

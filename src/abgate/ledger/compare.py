@@ -167,8 +167,8 @@ def configuration_drift(a: Ref, b: Ref, allow: Sequence[str] = ()) -> dict[str, 
         which = a.label if a.record is None else b.label
         return {"available": False, "reason": f"{which} is an imported file: it records no "
                 "engine configuration", "allow": list(allow)}
-    return {"available": True, **drift(configuration(a.record.to_dict()),
-                                       configuration(b.record.to_dict()), allow).to_dict()}
+    return {"available": True, **drift(configuration(a.record), configuration(b.record),
+                                       allow).to_dict()}
 
 
 class LedgerComparison(Result):

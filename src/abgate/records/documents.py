@@ -18,6 +18,8 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
+from abgate.integrity import FIELD as SEAL_FIELD
+from abgate.integrity import seal as sealed
 from abgate.records.bench_sections import BaselineCase, ProbeRecord
 from abgate.records.engine import (
     EngineSection,
@@ -316,6 +318,11 @@ class BaselineRecord(SpecRecord):
     cases: list[BaselineCase] = []
     probes: list[ProbeRecord] = []
     host_load: dict[str, Any] | None = None
+
+    def seal(self) -> None:
+        """Set ``integrity``: the seal over this record as it will be written
+        (``integrity.seal``)."""
+        self.integrity = sealed(self.to_dict())[SEAL_FIELD]
 
 
 Loadable = SpecRecord | LoadFacts  # what runner.session.loaded records a load into

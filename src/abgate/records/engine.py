@@ -53,12 +53,12 @@ class EngineSection(Section):
         """The effective facet ({} before the load)."""
         return dict(self.effective or {})
 
-    def load(self, info: Mapping[str, Any]) -> None:
-        """Record ``describe()`` (an ``EngineInfo.to_dict()``) as the loaded facts."""
-        described = EngineRecord.model_validate(dict(info))
+    def load(self, described: EngineRecord) -> None:
+        """Record ``describe()`` (the session's typed ``EngineRecord``) as the loaded
+        facts."""
         self.name, self.version, self.model = described.name, described.version, described.model
         self.effective = dict(described.effective_config)
-        self.capabilities = described.capabilities
+        self.capabilities = described.capabilities.model_copy(deep=True)
 
     def described(self) -> EngineRecord | None:
         """The loaded facts as ``describe()`` gave them (None before the load)."""
@@ -80,10 +80,12 @@ class LoadedEngine(Section):
     capabilities: CapabilitiesRecord | None = None
 
     @classmethod
-    def of(cls, info: Mapping[str, Any]) -> LoadedEngine:
-        """From ``describe()`` (an ``EngineInfo.to_dict()``), its effective config left
-        to the arm's record."""
-        return cls.model_validate({k: v for k, v in info.items() if k != "effective_config"})
+    def of(cls, described: EngineRecord) -> LoadedEngine:
+        """From ``describe()`` (the session's typed ``EngineRecord``), its effective config
+        left to the arm's record."""
+        return cls(name=described.name, version=described.version, model=described.model,
+                   capabilities=described.capabilities.model_copy(deep=True),
+                   **(described.model_extra or {}))
 
 
 def _table(value: Any) -> dict[str, Any]:

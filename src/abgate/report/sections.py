@@ -10,7 +10,7 @@ from typing import Any
 
 from abgate.compare.views import views
 from abgate.records.documents import AbRecord
-from abgate.records.sections import Distribution, HostInfo, QualitySummary
+from abgate.records.sections import Distribution, HostInfo, QualitySummary, Section
 from abgate.records.side_documents import AbBenchDocument
 from abgate.report.blocks import Block, Bullets, Heading, Para, Quote, Table
 from abgate.report.contract import ContractView
@@ -133,13 +133,22 @@ def defaults_applied(ab: AbRecord) -> str | None:
     resolved = ab.experiment_resolved
     if resolved is None:
         return None
-    given, full = ab.experiment.to_dict(), resolved.to_dict()
-    schedule, shown = full.get("schedule") or {}, given.get("schedule") or {}
-    parts = [_setting("stopping", schedule["stopping"])
-             ] if "stopping" in schedule and "stopping" not in shown else []
-    parts += [_setting(key, full[key]) for key in ("expect", "evidence")
-              if key in full and key not in given]
+    given = ab.experiment
+    parts = [_setting("stopping", resolved.schedule.stopping)] if (
+        resolved.schedule is not None and _written(resolved.schedule, "stopping")
+        and not _written(given.schedule, "stopping")) else []
+    if _written(resolved, "expect") and not _written(given, "expect"):
+        parts.append(_setting("expect", resolved.expect))
+    if _written(resolved, "evidence") and not _written(given, "evidence"):
+        evidence = resolved.evidence
+        parts.append(_setting("evidence", evidence.to_dict() if evidence is not None else None))
     return f"Defaults applied: {user(', '.join(parts))}." if parts else None
+
+
+def _written(section: Section | None, name: str) -> bool:
+    """Whether ``section`` has the optional field ``name`` as recorded (an optional
+    section is written only when it was set: ``records.sections.Section``)."""
+    return section is not None and name in section.model_fields_set
 
 
 def _provenance(data: AbData) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, TypeVar, cast, overload
+from typing import Any, Protocol, TypeVar, cast, overload
 
 from pydantic import ValidationError
 
@@ -101,6 +101,30 @@ def new_record(kind: Kind, *, out: Path | None = None, **fields: Any) -> AnyReco
                      started_at=time.time(), ended_at=None, error=None, **fields)
     except ValidationError as exc:  # a writer's bug
         raise _one_line(Path(f"<new {kind} record>"), exc) from None
+
+
+class _RecordedConfig(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class Prepared(Protocol):
+    """What a spec record is made from: a prepared run or bench (``PreparedRun``,
+    ``PreparedBench``), its config a model that says how it is recorded."""
+
+    @property
+    def config(self) -> _RecordedConfig: ...
+    @property
+    def spec(self) -> dict[str, Any]: ...
+    @property
+    def spec_digest(self) -> str: ...
+
+
+def new_spec_record(kind: Kind, p: Prepared, *, out: Path | None = None,
+                    **fields: Any) -> AnyRecord:
+    """A new record of the prepared ``p`` (a run, a bench, a baseline): its config as
+    recorded, its spec and the spec's digest, then ``fields`` (:func:`new_record`)."""
+    return new_record(kind, out=out, config=p.config.to_dict(), spec=p.spec,
+                      spec_digest=p.spec_digest, **fields)
 
 
 def _one_line(path: Path, exc: ValidationError) -> AbgateError:

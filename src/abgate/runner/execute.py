@@ -27,7 +27,7 @@ from abgate.records.samples import Sample, sample_key
 from abgate.records.sections import GitState, Resume
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, read_record, source_state, write_record
+from abgate.runner.documents import new_spec_record, read_record, source_state, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import (
     ProvenanceOptions,
@@ -190,8 +190,7 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
                                             inputs=inputs, source_changed=changed)]
         return doc
     prepare_new_dir(out, force)
-    made = new_record("run", git=git, config=p.config.to_dict(), spec=p.spec,
-                      spec_digest=p.spec_digest, resumes=[], inputs=inputs)
+    made = new_spec_record("run", p, git=git, resumes=[], inputs=inputs)
     assert isinstance(made, RunRecord)
     return made
 

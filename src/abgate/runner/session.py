@@ -138,20 +138,20 @@ class EngineSession:
 
 # Effective-config keys that differ between two loads of one configuration (a launched
 # server's port, log and start-up time; vLLM's KV blocks, sized from free memory).
-def record_engine(doc: Loadable, info: dict[str, Any], run_dir: Path | None) -> None:
+def record_engine(doc: Loadable, described: EngineRecord, run_dir: Path | None) -> None:
     """``doc["engine"]``: the first start's engine as loaded. A resume records its own
     under ``resumes[-1].engine`` and must load the same effective configuration (a
     changed CPU affinity changes llama.cpp's default thread count): else it is refused
     before any sample, naming what differs."""
     if isinstance(doc, LoadFacts):
-        doc.engine = EngineRecord.model_validate(info)
+        doc.engine = described.model_copy(deep=True)
         return
     first, resumes = doc.engine, doc.resumes if isinstance(doc, RunRecord) else []
     if not first.loaded or not resumes:
-        first.load(info)  # the effective facet, beside the given and resolved ones
+        first.load(described)  # the effective facet, beside the given and resolved ones
         return
-    resumes[-1].engine = EngineRecord.model_validate(info)
-    before, now = first.effective_config, info.get("effective_config") or {}
+    resumes[-1].engine = described.model_copy(deep=True)
+    before, now = first.effective_config, described.effective_config
     diffs = [f"{k}: {before.get(k)!r} then, {now.get(k)!r} now"
              for k in sorted(set(before) | set(now))
              if facts.must_match(f"effective.{k}") and before.get(k) != now.get(k)]
@@ -185,7 +185,7 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
         check_model(p, "during the load")  # before describe(): not an arm difference
         session = EngineSession(p, engine)
         if doc is not None:
-            record_engine(doc, session.info, run_dir)
+            record_engine(doc, session.described, run_dir)
             doc.engine_processes = list(session.processes)
         yield session
         check_model(p, "while it was loaded")  # a file rewritten under a mapped engine
