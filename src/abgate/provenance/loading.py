@@ -13,8 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from abgate.errors import UsageError
-from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, content_digest, fingerprint
+from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, fingerprint
+from abgate.provenance.manifest_model import Manifest
 from abgate.provenance.paths import check_entry_path, check_relative
 from abgate.safejson import BadJson, parse
 
@@ -138,11 +141,19 @@ def check_structure(data: Any) -> dict[str, Any]:
     return manifest
 
 
-def digest_matches(manifest: dict[str, Any]) -> bool:
-    return bool(manifest.get("digest") == content_digest(manifest))
+def _typed(data: dict[str, Any]) -> Manifest:
+    """The checked manifest as the model; a field the checks above leave open (an
+    optional one, or a list's items) of another type is refused as they refuse one."""
+    try:
+        return Manifest.of(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        name = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+        raise ManifestError(f"invalid manifest: field {name.lstrip('.')!r} has the wrong "
+                            f"type ({type(first['input']).__name__})") from None
 
 
-def load_manifest(path: Path | str) -> dict[str, Any]:
+def read_manifest(path: Path | str) -> Manifest:
     """Parse and check a manifest file; see the module doc for what is refused."""
     try:
         manifest = _checked(Path(path))
@@ -152,14 +163,19 @@ def load_manifest(path: Path | str) -> dict[str, Any]:
     return manifest
 
 
-def _checked(path: Path) -> dict[str, Any]:
-    manifest = check_structure(_parse(path))
-    if digest_matches(manifest):
-        files = manifest["source"]["files"]
-        if fingerprint(files) != manifest["source"]["fingerprint"]:
+def load_manifest(path: Path | str) -> dict[str, Any]:
+    """:func:`read_manifest`, as the JSON object it read."""
+    return read_manifest(path).to_dict()
+
+
+def _checked(path: Path) -> Manifest:
+    manifest = _typed(check_structure(_parse(path)))
+    if manifest.digest_matches:
+        files = manifest.source.files
+        if fingerprint(files) != manifest.source.fingerprint:
             raise ManifestError("self-inconsistent manifest: source.fingerprint does not "
                                 "match the listed source files")
-        count = manifest["source"].get("file_count")
+        count = manifest.source.file_count
         if count is not None and count != len(files):
             raise ManifestError(f"self-inconsistent manifest: source.file_count is {count} "
                                 f"but {len(files)} files are listed")
