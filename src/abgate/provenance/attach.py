@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import read_manifest
+from abgate.records.sections import GitState
 from abgate.safejson import BadJson, parse, read_json
 from abgate.signing import check_signature
 
@@ -86,13 +89,26 @@ def _from_run(path: Path) -> MeasuredSource | None:
         node: Any = data
         for key in keys:
             node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get("commit"), str) and node["commit"]:
-            tree = node.get("tree")
-            dirty = node.get("dirty")
-            return MeasuredSource(node["commit"], tree if isinstance(tree, str) else None,
-                                dirty if isinstance(dirty, bool) else None,
-                                f"{path.name} {'.'.join(keys)}.commit")
+        git = _git_facts(node)
+        if git is not None and git.commit:
+            return MeasuredSource(git.commit, git.tree, git.dirty,
+                                  f"{path.name} {'.'.join(keys)}.commit")
     return None
+
+
+def _git_facts(node: Any) -> GitState | None:
+    """A record's ``git`` section (records' :class:`GitState`), read as attach always
+    has: a fact of another type is left out (unknown), the others kept."""
+    if not isinstance(node, dict):
+        return None
+    kept = {}
+    for name, value in node.items():
+        try:
+            GitState.model_validate({name: value}, strict=True)
+        except ValidationError:
+            continue
+        kept[name] = value
+    return GitState.model_validate(kept, strict=True)
 
 
 def _from_manifest(path: Path) -> MeasuredSource | None:
