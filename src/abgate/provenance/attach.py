@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import read_manifest
-from abgate.records.sections import GitState
 from abgate.safejson import BadJson, parse, read_json
 from abgate.signing import check_signature
 
@@ -89,26 +86,11 @@ def _from_run(path: Path) -> MeasuredSource | None:
         node: Any = data
         for key in keys:
             node = node.get(key) if isinstance(node, dict) else None
-        git = _git_facts(node)
+        git = gitinfo.git_facts(node)
         if git is not None and git.commit:
             return MeasuredSource(git.commit, git.tree, git.dirty,
                                   f"{path.name} {'.'.join(keys)}.commit")
     return None
-
-
-def _git_facts(node: Any) -> GitState | None:
-    """A record's ``git`` section (records' :class:`GitState`), read as attach always
-    has: a fact of another type is left out (unknown), the others kept."""
-    if not isinstance(node, dict):
-        return None
-    kept = {}
-    for name, value in node.items():
-        try:
-            GitState.model_validate({name: value}, strict=True)
-        except ValidationError:
-            continue
-        kept[name] = value
-    return GitState.model_validate(kept, strict=True)
 
 
 def _from_manifest(path: Path) -> MeasuredSource | None:
@@ -116,7 +98,7 @@ def _from_manifest(path: Path) -> MeasuredSource | None:
     if not manifest.digest_matches:
         raise AttachRefused(f"{path} was edited after it was built (digest mismatch); "
                             "it cannot vouch for a commit")
-    git = manifest.source.git
+    git = manifest.source.git_state
     if git is None or not git.commit:
         return None
     return MeasuredSource(git.commit, git.tree, git.dirty, f"{MANIFEST_FILE} source.git.commit")

@@ -119,26 +119,30 @@ def check_structure(data: Any) -> dict[str, Any]:
     """Schema, required fields, types and path safety. Returns the manifest."""
     _check_schema(data)
     manifest = _require(data, _TOP, "")
-    _require(data["params"], _PARAMS, "params")
-    source = _require(data["source"], _SOURCE, "source")
+    params = _require(manifest["params"], _PARAMS, "params")
+    source = _require(manifest["source"], _SOURCE, "source")
     _check_choice(source["listing"], ("git", "walk"), "source.listing")
-    _check_choice(manifest["params"]["model_hash_mode"], ("full", "sampled"),
-                  "params.model_hash_mode")
-    for i, entry in enumerate(source["files"]):
-        _require(entry, _TREE_FILE, f"source.files[{i}]")
-    _check_paths([e["path"] for e in source["files"]], "source file", relative_only=True)
-    for i, entry in enumerate(data["libraries"]):
-        _require(entry, _LIB_FILE, f"libraries[{i}]")
-    _check_paths([e["path"] for e in data["libraries"]], "library", relative_only=False)
-    for i, model in enumerate(data["models"]):
-        _require(model, _MODEL, f"models[{i}]")
-        _check_choice(model["hash_mode"], ("full", "sampled"), f"models[{i}].hash_mode")
-        check_entry_path(model["path"], "model")
-        key = "sampled_sha256" if model["hash_mode"] == "sampled" else "sha256"
-        for j, entry in enumerate(model["files"]):
-            _require(entry, {**_MODEL_FILE, key: str}, f"models[{i}].files[{j}]")
-        _check_paths([e["path"] for e in model["files"]], "model file", relative_only=False)
+    _check_choice(params["model_hash_mode"], ("full", "sampled"), "params.model_hash_mode")
+    files = [_require(entry, _TREE_FILE, f"source.files[{i}]")
+             for i, entry in enumerate(source["files"])]
+    _check_paths([e["path"] for e in files], "source file", relative_only=True)
+    libraries = [_require(entry, _LIB_FILE, f"libraries[{i}]")
+                 for i, entry in enumerate(manifest["libraries"])]
+    _check_paths([e["path"] for e in libraries], "library", relative_only=False)
+    for i, model in enumerate(manifest["models"]):
+        _check_model(model, f"models[{i}]")
     return manifest
+
+
+def _check_model(data: Any, where: str) -> None:
+    model = _require(data, _MODEL, where)
+    mode = model["hash_mode"]
+    _check_choice(mode, ("full", "sampled"), f"{where}.hash_mode")
+    check_entry_path(model["path"], "model")
+    key = "sampled_sha256" if mode == "sampled" else "sha256"
+    files = [_require(entry, {**_MODEL_FILE, key: str}, f"{where}.files[{j}]")
+             for j, entry in enumerate(model["files"])]
+    _check_paths([e["path"] for e in files], "model file", relative_only=False)
 
 
 def _typed(data: dict[str, Any]) -> Manifest:

@@ -47,7 +47,6 @@ from abgate.provenance.paths import (
     resolve_inside,
     select,
 )
-from abgate.records.sections import GitState
 
 SCHEMA = "abgate.manifest"
 SCHEMA_VERSION = 1
@@ -231,10 +230,9 @@ def build_manifest(root: Path | str, options: BuildOptions | None = None, *,
     if scan.refused:
         more = f" (and {len(scan.refused) - 1} more)" if len(scan.refused) > 1 else ""
         raise PathEscape(next(iter(scan.refused.values())) + more)
-    state = gitinfo.git_state(root, ignore) if scan.listing == "git" else None
     source = ManifestSource(
         listing="git" if scan.listing == "git" else "walk",
-        git=GitState.model_validate(state) if state is not None else None,
+        git=gitinfo.git_state(root, ignore) if scan.listing == "git" else None,
         fingerprint=fingerprint(scan.files), file_count=len(scan.files), files=scan.files)
     manifest = Manifest.model_validate({
         "schema": SCHEMA,

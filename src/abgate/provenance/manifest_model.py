@@ -6,8 +6,12 @@ the builder (:func:`abgate.provenance.manifest.build_manifest`), the reader
 The models are :class:`~abgate.records.sections.Section`\\ s (unknown keys kept,
 optional fields written only when set) and are validated strictly, so a manifest read
 and dumped again is the JSON object it was, key for key and value for value: its
-digest (:func:`content_digest`) is over that object. ``schema`` is kept as an unknown
-key (the name shadows pydantic's own); the reader checks it before any model is made.
+digest (:func:`content_digest`) is over that object. A field is typed as precisely as
+the reader checks it (``loading.check_structure``: the required fields and their types);
+the others (a list's items, the optional fields, the git facts) are typed ``Any`` or as
+plain JSON, as they are read, so that no manifest the reader accepts is refused by its
+model. ``schema`` is kept as an unknown key (the name shadows pydantic's own); the
+reader checks it before any model is made.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from abgate.identity import digest_json
+from abgate.provenance.gitinfo import git_facts
 from abgate.records.sections import GitState, Section
 
 HashMode = Literal["full", "sampled"]
@@ -43,8 +48,8 @@ class ModelFile(Section):
 
     path: str
     size: int
-    sha256: str | None = None
-    sampled_sha256: str | None = None
+    sha256: Any = None  # a str where hash_mode says it is the file's hash
+    sampled_sha256: Any = None
 
 
 class ModelEntry(Section):
@@ -54,29 +59,34 @@ class ModelEntry(Section):
     kind: str
     hash_mode: HashMode
     files: list[ModelFile]
-    sample: dict[str, Any] | None = None  # sampled: the chunks and their size
+    sample: Any = None  # sampled: the chunks and their size
 
 
 class ManifestParams(Section):
     """What the manifest was built with (``BuildOptions.to_params``), so ``verify``
     can redo it."""
 
-    include: list[str]
-    exclude: list[str]
-    libs: list[str]
-    models: list[str]
+    include: list[Any]  # patterns (str)
+    exclude: list[Any]
+    libs: list[Any]
+    models: list[Any]
     model_hash_mode: HashMode
-    env_vars: list[str]
+    env_vars: list[Any]
 
 
 class ManifestSource(Section):
     """The source tree: how it was listed, its git state, its fingerprint and files."""
 
     listing: Literal["git", "walk"]
-    git: GitState | None
+    git: dict[str, Any] | None  # gitinfo.git_state's facts, as recorded
     fingerprint: str
-    file_count: int | None = None
+    file_count: Any = None  # an int, the number of files
     files: list[SourceFile]
+
+    @property
+    def git_state(self) -> GitState | None:
+        """The git facts typed (a fact of another type left out: unknown)."""
+        return git_facts(self.git)
 
 
 class Manifest(Section):
@@ -84,7 +94,7 @@ class Manifest(Section):
 
     schema_version: int
     created_at: str
-    abgate_version: str | None = None
+    abgate_version: Any = None
     params: ManifestParams
     source: ManifestSource
     libraries: list[LibraryFile]

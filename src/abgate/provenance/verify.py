@@ -131,7 +131,7 @@ def _check_source(manifest: Manifest, root: Path, ignore: set[str],
         report.notes.append(ManifestFinding("note", "source.git", "no git checkout here; "
                                     "file contents were checked, commit and tree were not"))
     elif source.git is not None and git_now is not None:
-        for name, want, have in diff_fields("source.git", source.git.to_dict(), git_now):
+        for name, want, have in diff_fields("source.git", source.git, git_now):
             report.problems.append(ManifestFinding("field", name,
                                                    f"manifest {want!r}, here {have!r}"))
 

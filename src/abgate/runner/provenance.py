@@ -78,20 +78,19 @@ def manifest_freshness(manifest: Manifest | Mapping[str, Any], path: str) -> Man
     manifest = Manifest.of(manifest)
     libs = rehash_libraries(manifest, Path.cwd())
     rehashed = len(manifest.libraries)
-    want = manifest.source.git
+    want, recorded = manifest.source.git, manifest.source.git_state
     found = git_state(Path.cwd(), ignore=[Path(path)])
-    if want is None or found is None:
+    if want is None or recorded is None or found is None:
         why = ("the manifest records no git state" if want is None
                else "abgate runs outside a git checkout")
         return ManifestFreshness(checked=bool(rehashed), stale=bool(libs), reason=why,
                                  differences=libs, libraries_rehashed=rehashed,
                                  library_differences=libs)
-    here = GitState.model_validate(found)
-    then, now = want.to_dict(), here.to_dict()
-    diffs = [f"{k} {then.get(k)!r} -> {now.get(k)!r}"
-             for k in ("tree", "dirty", "diff_sha256") if then.get(k) != now.get(k)]
+    diffs = [f"{k} {want.get(k)!r} -> {found.get(k)!r}"
+             for k in ("tree", "dirty", "diff_sha256") if want.get(k) != found.get(k)]
     return ManifestFreshness(checked=True, stale=bool(diffs or libs),
-                             manifest_commit=want.commit, current_commit=here.commit,
+                             manifest_commit=recorded.commit,
+                             current_commit=GitState.model_validate(found).commit,
                              differences=diffs + libs, libraries_rehashed=rehashed,
                              library_differences=libs)
 
