@@ -29,14 +29,29 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from abgate.errors import UsageError
 from abgate.identity import digest_json
+from abgate.records.sections import Section
 from abgate.redact import redact
 
 FIELD = "integrity"
 VERSION = 2
 ALGORITHM = ("sha256 of canonical JSON without 'integrity', of the content as written "
              "(nothing redacted on read); the file's bytes are abgate's serialization of it")
+
+
+class IntegritySection(Section):
+    """A document's ``integrity`` as read: its digest, and the per-part digests a refusal
+    names the changed parts by (anything else when damaged: then none are named)."""
+
+    digest: str
+    parts: Any = None  # {part: digest} as :func:`seal` writes it
+
+    @property
+    def part_digests(self) -> dict[str, str] | None:
+        return self.parts if isinstance(self.parts, dict) else None
 
 
 def record_text(doc: Any) -> str:
@@ -84,13 +99,13 @@ def changed_parts(recorded: dict[str, str], body: dict[str, Any]) -> list[str]:
                                                     or d.startswith(k + "[")) for d in diff)]
 
 
-def _section(path: Path, doc: dict[str, Any]) -> dict[str, Any]:
-    section = doc.get(FIELD)
-    if not isinstance(section, dict) or not isinstance(section.get("digest"), str):
+def _section(path: Path, doc: dict[str, Any]) -> IntegritySection:
+    try:  # an object with a digest string
+        return IntegritySection.model_validate(doc.get(FIELD), strict=True)
+    except ValidationError:
         raise UsageError(f"{path}: no '{FIELD}' digest: incomplete, or recorded by an abgate "
                          "without tamper-evident baselines ('abgate baseline upgrade' "
-                         "re-seals one that was never sealed); record it again")
-    return section
+                         "re-seals one that was never sealed); record it again") from None
 
 
 def _digest(path: Path, body: Any) -> str:
@@ -101,9 +116,9 @@ def _digest(path: Path, body: Any) -> str:
                          f"damaged or edited; refusing it") from None
 
 
-def _mismatch(path: Path, section: dict[str, Any], body: dict[str, Any]) -> UsageError:
-    parts = section.get("parts")
-    changed = changed_parts(parts, body) if isinstance(parts, dict) else []
+def _mismatch(path: Path, section: IntegritySection, body: dict[str, Any]) -> UsageError:
+    parts = section.part_digests
+    changed = changed_parts(parts, body) if parts is not None else []
     named = ", ".join(changed[:8]) + (f" (+{len(changed) - 8} more)" if len(changed) > 8
                                       else "")
     return UsageError(f"{path}: content does not match its '{FIELD}' digest (edited or "
@@ -116,7 +131,7 @@ def verify_seal(path: Path, doc: dict[str, Any]) -> None:
     is, matches its seal. :func:`verify_file` also checks the bytes; prefer it."""
     section = _section(path, doc)
     body = _body(doc)
-    if _digest(path, body) != section["digest"]:
+    if _digest(path, body) != section.digest:
         raise _mismatch(path, section, body)
 
 
@@ -177,12 +192,12 @@ def verify_old_rules(path: Path, doc: dict[str, Any]) -> None:
     redacted value was edited after it was recorded."""
     section = _section(path, doc)
     body = _body(doc)
-    if _digest(path, body) == section["digest"]:
+    if _digest(path, body) == section.digest:
         return
     again = redact(body)
-    if isinstance(again, dict) and _digest(path, again) == section["digest"]:
-        parts = section.get("parts")
-        named = ", ".join(changed_parts(parts, body)) if isinstance(parts, dict) else ""
+    if isinstance(again, dict) and _digest(path, again) == section.digest:
+        parts = section.part_digests
+        named = ", ".join(changed_parts(parts, body)) if parts is not None else ""
         raise UsageError(f"{path}: its old seal matches only with secrets redacted again: "
                          f"a redacted value was edited since it was recorded "
                          f"({named or 'a redacted value'}); refusing it")

@@ -23,7 +23,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
-from abgate.provenance.loading import digest_matches, load_manifest
+from abgate.provenance.loading import read_manifest
 from abgate.safejson import BadJson, parse, read_json
 from abgate.signing import check_signature
 
@@ -86,25 +86,22 @@ def _from_run(path: Path) -> MeasuredSource | None:
         node: Any = data
         for key in keys:
             node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get("commit"), str) and node["commit"]:
-            tree = node.get("tree")
-            dirty = node.get("dirty")
-            return MeasuredSource(node["commit"], tree if isinstance(tree, str) else None,
-                                dirty if isinstance(dirty, bool) else None,
-                                f"{path.name} {'.'.join(keys)}.commit")
+        git = gitinfo.git_facts(node)
+        if git is not None and git.commit:
+            return MeasuredSource(git.commit, git.tree, git.dirty,
+                                  f"{path.name} {'.'.join(keys)}.commit")
     return None
 
 
 def _from_manifest(path: Path) -> MeasuredSource | None:
-    manifest = load_manifest(path)
-    if not digest_matches(manifest):
+    manifest = read_manifest(path)
+    if not manifest.digest_matches:
         raise AttachRefused(f"{path} was edited after it was built (digest mismatch); "
                             "it cannot vouch for a commit")
-    git = manifest["source"]["git"]
-    if not git or not git.get("commit"):
+    git = manifest.source.git_state
+    if git is None or not git.commit:
         return None
-    return MeasuredSource(git["commit"], git.get("tree"), git.get("dirty"),
-                        f"{MANIFEST_FILE} source.git.commit")
+    return MeasuredSource(git.commit, git.tree, git.dirty, f"{MANIFEST_FILE} source.git.commit")
 
 
 def _from_ab(result_dir: Path) -> MeasuredSource:

@@ -10,7 +10,10 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from abgate.errors import AbgateError, UsageError
+from abgate.records.sections import GitState
 
 # Options that make diff output independent of the user's git configuration.
 _DIFF_FLAGS = ("-c", "diff.noprefix=false", "-c", "core.quotepath=true")
@@ -137,3 +140,19 @@ def git_state(root: Path, ignore: Collection[Path] = ()) -> dict[str, Any] | Non
         "dirty": dirty,
         "diff_sha256": h.hexdigest() if dirty else None,
     }
+
+
+def git_facts(node: Any) -> GitState | None:
+    """Recorded git facts (a record's ``git``, a manifest's ``source.git``) as
+    :class:`GitState`, read leniently: a fact of another type is left out (unknown), the
+    others kept; None when ``node`` is no object."""
+    if not isinstance(node, dict):
+        return None
+    kept = {}
+    for name, value in node.items():
+        try:
+            GitState.model_validate({name: value}, strict=True)
+        except ValidationError:
+            continue
+        kept[name] = value
+    return GitState.model_validate(kept, strict=True)

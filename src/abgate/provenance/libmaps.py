@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import psutil
 from abgate.engines.shared.process_roles import HELPER, process_role
 from abgate.errors import UsageError
 from abgate.identity import DEFAULT_CACHE, HashCache
+from abgate.provenance.manifest_model import Manifest
 from abgate.provenance.paths import resolve_entry
 
 _SO_NAME = re.compile(r"\.so($|\.)")
@@ -160,10 +161,11 @@ def required_from_paths(paths: Iterable[Path], cache: HashCache = DEFAULT_CACHE
     return [RequiredLib(os.path.realpath(p), cache.hash(p).sha256) for p in paths]
 
 
-def required_from_manifest(manifest: dict[str, Any], root: Path) -> list[RequiredLib]:
+def required_from_manifest(manifest: Manifest | Mapping[str, Any],
+                           root: Path) -> list[RequiredLib]:
     """The libraries a manifest recorded, with the hashes it recorded for them."""
-    return [RequiredLib(os.path.realpath(resolve_entry(root, e["path"], "library")),
-                        str(e["sha256"])) for e in manifest["libraries"]]
+    return [RequiredLib(os.path.realpath(resolve_entry(root, e.path, "library")), e.sha256)
+            for e in Manifest.of(manifest).libraries]
 
 
 MODES = ("every", "consistent")

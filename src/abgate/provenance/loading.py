@@ -13,8 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from abgate.errors import UsageError
-from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, content_digest, fingerprint
+from pydantic import ValidationError
+
+from abgate.errors import UsageError, one_line
+from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, fingerprint
+from abgate.provenance.manifest_model import Manifest
 from abgate.provenance.paths import check_entry_path, check_relative
 from abgate.safejson import BadJson, parse
 
@@ -116,33 +119,43 @@ def check_structure(data: Any) -> dict[str, Any]:
     """Schema, required fields, types and path safety. Returns the manifest."""
     _check_schema(data)
     manifest = _require(data, _TOP, "")
-    _require(data["params"], _PARAMS, "params")
-    source = _require(data["source"], _SOURCE, "source")
+    params = _require(manifest["params"], _PARAMS, "params")
+    source = _require(manifest["source"], _SOURCE, "source")
     _check_choice(source["listing"], ("git", "walk"), "source.listing")
-    _check_choice(manifest["params"]["model_hash_mode"], ("full", "sampled"),
-                  "params.model_hash_mode")
-    for i, entry in enumerate(source["files"]):
-        _require(entry, _TREE_FILE, f"source.files[{i}]")
-    _check_paths([e["path"] for e in source["files"]], "source file", relative_only=True)
-    for i, entry in enumerate(data["libraries"]):
-        _require(entry, _LIB_FILE, f"libraries[{i}]")
-    _check_paths([e["path"] for e in data["libraries"]], "library", relative_only=False)
-    for i, model in enumerate(data["models"]):
-        _require(model, _MODEL, f"models[{i}]")
-        _check_choice(model["hash_mode"], ("full", "sampled"), f"models[{i}].hash_mode")
-        check_entry_path(model["path"], "model")
-        key = "sampled_sha256" if model["hash_mode"] == "sampled" else "sha256"
-        for j, entry in enumerate(model["files"]):
-            _require(entry, {**_MODEL_FILE, key: str}, f"models[{i}].files[{j}]")
-        _check_paths([e["path"] for e in model["files"]], "model file", relative_only=False)
+    _check_choice(params["model_hash_mode"], ("full", "sampled"), "params.model_hash_mode")
+    files = [_require(entry, _TREE_FILE, f"source.files[{i}]")
+             for i, entry in enumerate(source["files"])]
+    _check_paths([e["path"] for e in files], "source file", relative_only=True)
+    libraries = [_require(entry, _LIB_FILE, f"libraries[{i}]")
+                 for i, entry in enumerate(manifest["libraries"])]
+    _check_paths([e["path"] for e in libraries], "library", relative_only=False)
+    for i, model in enumerate(manifest["models"]):
+        _check_model(model, f"models[{i}]")
     return manifest
 
 
-def digest_matches(manifest: dict[str, Any]) -> bool:
-    return bool(manifest.get("digest") == content_digest(manifest))
+def _check_model(data: Any, where: str) -> None:
+    model = _require(data, _MODEL, where)
+    mode = model["hash_mode"]
+    _check_choice(mode, ("full", "sampled"), f"{where}.hash_mode")
+    check_entry_path(model["path"], "model")
+    key = "sampled_sha256" if mode == "sampled" else "sha256"
+    files = [_require(entry, {**_MODEL_FILE, key: str}, f"{where}.files[{j}]")
+             for j, entry in enumerate(model["files"])]
+    _check_paths([e["path"] for e in files], "model file", relative_only=False)
 
 
-def load_manifest(path: Path | str) -> dict[str, Any]:
+def _typed(data: dict[str, Any]) -> Manifest:
+    """The checked manifest as the model. The model requires no more than
+    :func:`check_structure` checks (``manifest_model``'s doc), so this refuses nothing the
+    checks accepted; were it to, that is still a one-line refusal, not a traceback."""
+    try:
+        return Manifest.of(data)
+    except ValidationError as exc:
+        raise ManifestError(f"invalid manifest: {one_line(exc)}") from None
+
+
+def read_manifest(path: Path | str) -> Manifest:
     """Parse and check a manifest file; see the module doc for what is refused."""
     try:
         manifest = _checked(Path(path))
@@ -152,14 +165,19 @@ def load_manifest(path: Path | str) -> dict[str, Any]:
     return manifest
 
 
-def _checked(path: Path) -> dict[str, Any]:
-    manifest = check_structure(_parse(path))
-    if digest_matches(manifest):
-        files = manifest["source"]["files"]
-        if fingerprint(files) != manifest["source"]["fingerprint"]:
+def load_manifest(path: Path | str) -> dict[str, Any]:
+    """:func:`read_manifest`, as the JSON object it read."""
+    return read_manifest(path).to_dict()
+
+
+def _checked(path: Path) -> Manifest:
+    manifest = _typed(check_structure(_parse(path)))
+    if manifest.digest_matches:
+        files = manifest.source.files
+        if fingerprint(files) != manifest.source.fingerprint:
             raise ManifestError("self-inconsistent manifest: source.fingerprint does not "
                                 "match the listed source files")
-        count = manifest["source"].get("file_count")
+        count = manifest.source.file_count
         if count is not None and count != len(files):
             raise ManifestError(f"self-inconsistent manifest: source.file_count is {count} "
                                 f"but {len(files)} files are listed")

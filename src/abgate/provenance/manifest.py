@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,12 +25,21 @@ from abgate.identity import (
     SAMPLE_CHUNK_BYTES,
     SAMPLE_CHUNKS,
     HashCache,
-    digest_json,
     sampled_sha256,
     sha256_bytes,
 )
 from abgate.provenance import gitinfo
 from abgate.provenance.environment import environment_snapshot
+from abgate.provenance.manifest_model import (
+    LibraryFile,
+    Manifest,
+    ManifestParams,
+    ManifestSource,
+    ModelEntry,
+    ModelFile,
+    SourceFile,
+)
+from abgate.provenance.manifest_model import content_digest as content_digest  # re-exported
 from abgate.provenance.paths import (
     PathEscape,
     entry_name,
@@ -67,14 +76,14 @@ class BuildOptions:
         }
 
     @classmethod
-    def from_params(cls, params: dict[str, Any]) -> BuildOptions:
+    def from_params(cls, params: ManifestParams) -> BuildOptions:
         return cls(
-            include=tuple(params["include"]),
-            exclude=tuple(params["exclude"]),
-            libs=tuple(params["libs"]),
-            models=tuple(params["models"]),
-            sampled_model_hash=params["model_hash_mode"] == "sampled",
-            env_vars=tuple(params["env_vars"]),
+            include=tuple(params.include),
+            exclude=tuple(params.exclude),
+            libs=tuple(params.libs),
+            models=tuple(params.models),
+            sampled_model_hash=params.model_hash_mode == "sampled",
+            env_vars=tuple(params.env_vars),
         )
 
 
@@ -83,7 +92,7 @@ class TreeScan:
     """Files selected from the source tree, and those refused for escaping the root."""
 
     listing: str
-    files: list[dict[str, Any]] = field(default_factory=list)
+    files: list[SourceFile] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # path -> reason
 
 
@@ -94,16 +103,16 @@ def file_mode(st: os.stat_result) -> str:
     return "100755" if st.st_mode & stat.S_IXUSR else "100644"
 
 
-def tree_file_entry(root: Path, rel: str, cache: HashCache) -> dict[str, Any]:
+def tree_file_entry(root: Path, rel: str, cache: HashCache) -> SourceFile:
     """Path, mode, size and SHA-256 of one source file (a symlink hashes its target text)."""
     full = resolve_inside(root, rel, "file")
     st = os.lstat(full)
     if stat.S_ISLNK(st.st_mode):
         target = os.readlink(full).encode(errors="surrogateescape")
-        return {"path": rel, "mode": "120000", "size": len(target),
-                "sha256": sha256_bytes(target)}
+        return SourceFile(path=rel, mode="120000", size=len(target),
+                          sha256=sha256_bytes(target))
     hashed = cache.hash(full)
-    return {"path": rel, "mode": file_mode(st), "size": hashed.size, "sha256": hashed.sha256}
+    return SourceFile(path=rel, mode=file_mode(st), size=hashed.size, sha256=hashed.sha256)
 
 
 def _walk(root: Path, exclude: Sequence[str] = ()) -> list[str]:
@@ -147,32 +156,34 @@ def scan_tree(root: Path, include: Sequence[str], exclude: Sequence[str],
     return scan
 
 
-def fingerprint(files: Iterable[dict[str, Any]]) -> str:
+def fingerprint(files: Iterable[SourceFile | Mapping[str, Any]]) -> str:
     """``sha256:<hex>`` over the sorted (path, mode, content hash) list."""
     h = hashlib.sha256()
-    for entry in sorted(files, key=lambda e: str(e["path"])):
-        h.update(f"{entry['path']}\0{entry['mode']}\0{entry['sha256']}\n".encode())
+    entries = [f if isinstance(f, SourceFile) else SourceFile.model_validate(dict(f))
+               for f in files]
+    for entry in sorted(entries, key=lambda e: e.path):
+        h.update(f"{entry.path}\0{entry.mode}\0{entry.sha256}\n".encode())
     return "sha256:" + h.hexdigest()
 
 
 def hash_libraries(root: Path, patterns: Sequence[str], cache: HashCache = DEFAULT_CACHE,
-                   strict: bool = True) -> list[dict[str, Any]]:
+                   strict: bool = True) -> list[LibraryFile]:
     """Size and SHA-256 of every file the patterns name (``strict``: each must match)."""
     out = []
     for path in expand_patterns(root, patterns, "library pattern", strict):
         hashed = cache.hash(path)
-        out.append({"path": entry_name(root, path), "size": hashed.size,
-                    "sha256": hashed.sha256})
-    return sorted(out, key=lambda e: str(e["path"]))
+        out.append(LibraryFile(path=entry_name(root, path), size=hashed.size,
+                               sha256=hashed.sha256))
+    return sorted(out, key=lambda e: e.path)
 
 
 def model_file_entry(path: Path, name: str, sampled: bool,
-                     cache: HashCache = DEFAULT_CACHE) -> dict[str, Any]:
+                     cache: HashCache = DEFAULT_CACHE) -> ModelFile:
     if sampled:
-        return {"path": name, "size": path.stat().st_size,
-                "sampled_sha256": sampled_sha256(path)}
+        return ModelFile(path=name, size=path.stat().st_size,
+                         sampled_sha256=sampled_sha256(path))
     hashed = cache.hash(path)
-    return {"path": name, "size": hashed.size, "sha256": hashed.sha256}
+    return ModelFile(path=name, size=hashed.size, sha256=hashed.sha256)
 
 
 def _model_files(path: Path) -> list[Path]:
@@ -184,7 +195,7 @@ def _model_files(path: Path) -> list[Path]:
 
 
 def hash_model(root: Path, given: str, sampled: bool,
-               cache: HashCache = DEFAULT_CACHE) -> dict[str, Any]:
+               cache: HashCache = DEFAULT_CACHE) -> ModelEntry:
     """One ``--model`` entry: a file, or every file under a directory."""
     path = Path(given) if os.path.isabs(given) else root / given
     name = entry_name(root, path)
@@ -193,20 +204,11 @@ def hash_model(root: Path, given: str, sampled: bool,
     for file in _model_files(path):
         file_name = f"{name}/{file.relative_to(path).as_posix()}" if is_dir else name
         files.append(model_file_entry(file, file_name, sampled, cache))
-    entry: dict[str, Any] = {
-        "path": name,
-        "kind": "directory" if is_dir else "file",
-        "hash_mode": "sampled" if sampled else "full",
-        "files": files,
-    }
+    entry = ModelEntry(path=name, kind="directory" if is_dir else "file",
+                       hash_mode="sampled" if sampled else "full", files=files)
     if sampled:
-        entry["sample"] = {"chunks": SAMPLE_CHUNKS, "chunk_bytes": SAMPLE_CHUNK_BYTES}
+        entry.sample = {"chunks": SAMPLE_CHUNKS, "chunk_bytes": SAMPLE_CHUNK_BYTES}
     return entry
-
-
-def content_digest(manifest: dict[str, Any]) -> str:
-    """The digest a manifest should carry: over everything except ``digest`` itself."""
-    return digest_json({k: v for k, v in manifest.items() if k != "digest"})
 
 
 def build_manifest(root: Path | str, options: BuildOptions | None = None, *,
@@ -222,31 +224,30 @@ def build_manifest(root: Path | str, options: BuildOptions | None = None, *,
     if not root.is_dir():
         raise UsageError(f"root {str(root)!r} is not a directory")
     opts = options or BuildOptions()
-    params = opts.to_params()
+    params = ManifestParams.model_validate(opts.to_params())
     skip = {entry_name(root, Path(p)) for p in ignore}
-    scan = scan_tree(root, params["include"], params["exclude"], listing, skip, cache)
+    scan = scan_tree(root, params.include, params.exclude, listing, skip, cache)
     if scan.refused:
         more = f" (and {len(scan.refused) - 1} more)" if len(scan.refused) > 1 else ""
         raise PathEscape(next(iter(scan.refused.values())) + more)
-    manifest: dict[str, Any] = {
+    source = ManifestSource(
+        listing="git" if scan.listing == "git" else "walk",
+        git=gitinfo.git_state(root, ignore) if scan.listing == "git" else None,
+        fingerprint=fingerprint(scan.files), file_count=len(scan.files), files=scan.files)
+    manifest = Manifest.model_validate({
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "abgate_version": __version__,
         "params": params,
-        "source": {
-            "listing": scan.listing,
-            "git": gitinfo.git_state(root, ignore) if scan.listing == "git" else None,
-            "fingerprint": fingerprint(scan.files),
-            "file_count": len(scan.files),
-            "files": scan.files,
-        },
+        "source": source,
         "libraries": hash_libraries(root, opts.libs, cache),
         "models": [hash_model(root, m, opts.sampled_model_hash, cache) for m in opts.models],
         "environment": environment_snapshot(opts.env_vars),
-    }
-    manifest["digest"] = content_digest(manifest)
-    return manifest
+        "digest": "",
+    })
+    manifest.digest = manifest.content_digest()
+    return manifest.to_dict()
 
 
 def write_manifest(manifest: dict[str, Any], path: Path | str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from abgate.errors import UsageError
 from abgate.identity import DEFAULT_CACHE, HashCache
 from abgate.provenance.libmaps import MappedLib, WorkerMapping
+from abgate.provenance.manifest_model import Manifest
 from abgate.provenance.paths import resolve_entry
 
 __all__ = ["DifferedLib", "ManifestLib", "ProcessMatch", "manifest_libs", "match_processes",
@@ -41,19 +42,19 @@ class ManifestLib:
         return os.path.basename(self.path)
 
 
-def manifest_libs(manifest: Mapping[str, Any], root: Path) -> list[ManifestLib]:
+def manifest_libs(manifest: Manifest | Mapping[str, Any], root: Path) -> list[ManifestLib]:
     """The manifest's ``libraries``, resolved under ``root`` (absolute entries as is)."""
     out = []
-    for e in manifest.get("libraries") or []:
+    for e in Manifest.of(manifest).libraries:
         try:
-            where = resolve_entry(root, str(e["path"]), "library")
+            where = resolve_entry(root, e.path, "library")
         except UsageError:
-            where = root / str(e["path"])
-        out.append(ManifestLib(str(e["path"]), os.path.realpath(where), str(e["sha256"])))
+            where = root / e.path
+        out.append(ManifestLib(e.path, os.path.realpath(where), e.sha256))
     return out
 
 
-def rehash_libraries(manifest: Mapping[str, Any], root: Path,
+def rehash_libraries(manifest: Manifest | Mapping[str, Any], root: Path,
                      cache: HashCache = DEFAULT_CACHE) -> list[str]:
     """One line per manifest library that is gone or whose SHA-256 changed since."""
     out = []
@@ -136,7 +137,7 @@ def _match_one(worker: WorkerMapping, libs: Sequence[ManifestLib]) -> ProcessMat
                         () if worker.error else missing, tuple(unnamed), worker.error)
 
 
-def match_processes(manifest: Mapping[str, Any], root: Path,
+def match_processes(manifest: Manifest | Mapping[str, Any], root: Path,
                     mappings: Sequence[WorkerMapping]) -> list[ProcessMatch]:
     """Each process's mapped libraries against the manifest's (see the module doc)."""
     libs = manifest_libs(manifest, root)

@@ -16,7 +16,7 @@ mapped libraries after it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,14 @@ from abgate.provenance import (
     check_request,
     environment_snapshot,
     load_contract,
-    load_manifest,
 )
 from abgate.provenance.gitinfo import git_state
 from abgate.provenance.libmaps import snapshot_pids
+from abgate.provenance.loading import read_manifest
 from abgate.provenance.manifest_libs import match_processes, rehash_libraries
+from abgate.provenance.manifest_model import Manifest
 from abgate.records.documents import Loadable
-from abgate.records.sections import Provenance
+from abgate.records.sections import GitState, Provenance, Section
 from abgate.redact import redact_argv
 from abgate.runner.session import EngineSession, PreparedEngine
 
@@ -50,42 +51,65 @@ class ProvenanceOptions:
     allow_source_change: bool = False
 
 
-def manifest_freshness(manifest: dict[str, Any], path: str) -> dict[str, Any]:
+class ManifestFreshness(Section):
+    """Whether a ``--manifest`` describes the checkout abgate runs from, as recorded
+    under ``provenance.manifest.freshness`` (:func:`manifest_freshness`): ``reason``
+    when the git state could not be compared, the two commits when it was."""
+
+    checked: bool
+    stale: bool
+    reason: str | None = None
+    manifest_commit: str | None = None
+    current_commit: str | None = None
+    differences: list[str]
+    libraries_rehashed: int
+    library_differences: list[str]
+
+    @property
+    def compared_git(self) -> bool:
+        return "manifest_commit" in self.model_fields_set
+
+
+def manifest_freshness(manifest: Manifest | Mapping[str, Any], path: str) -> ManifestFreshness:
     """Whether ``manifest`` describes the checkout abgate runs from: its git tree, dirty
     flag and diff hash against this one's (the manifest file itself ignored), and every
     library it lists hashed again (git-ignored build outputs too: a rebuilt one is a
     difference, ``library PATH: sha256 OLD -> NEW``)."""
+    manifest = Manifest.of(manifest)
     libs = rehash_libraries(manifest, Path.cwd())
-    lib_fields = {"libraries_rehashed": len(manifest.get("libraries") or []),
-                  "library_differences": libs}
-    want = (manifest.get("source") or {}).get("git")
-    here = git_state(Path.cwd(), ignore=[Path(path)])
-    if not isinstance(want, dict) or here is None:
-        why = ("the manifest records no git state" if not isinstance(want, dict)
+    rehashed = len(manifest.libraries)
+    want, recorded = manifest.source.git, manifest.source.git_state
+    found = git_state(Path.cwd(), ignore=[Path(path)])
+    if want is None or recorded is None or found is None:
+        why = ("the manifest records no git state" if want is None
                else "abgate runs outside a git checkout")
-        return {"checked": bool(lib_fields["libraries_rehashed"]), "stale": bool(libs),
-                "reason": why, "differences": libs, **lib_fields}
-    diffs = [f"{k} {want.get(k)!r} -> {here.get(k)!r}" for k in ("tree", "dirty", "diff_sha256")
-             if want.get(k) != here.get(k)]
-    return {"checked": True, "stale": bool(diffs or libs), "manifest_commit": want.get("commit"),
-            "current_commit": here.get("commit"), "differences": diffs + libs, **lib_fields}
+        return ManifestFreshness(checked=bool(rehashed), stale=bool(libs), reason=why,
+                                 differences=libs, libraries_rehashed=rehashed,
+                                 library_differences=libs)
+    diffs = [f"{k} {want.get(k)!r} -> {found.get(k)!r}"
+             for k in ("tree", "dirty", "diff_sha256") if want.get(k) != found.get(k)]
+    return ManifestFreshness(checked=True, stale=bool(diffs or libs),
+                             manifest_commit=recorded.commit,
+                             current_commit=GitState.model_validate(found).commit,
+                             differences=diffs + libs, libraries_rehashed=rehashed,
+                             library_differences=libs)
 
 
 # The freshness found at the start, by manifest path: the record states what was checked
 # before the load, not a tree the run's own output has since made dirty.
-_FRESHNESS: dict[str, dict[str, Any]] = {}
+_FRESHNESS: dict[str, ManifestFreshness] = {}
 
 
-def _check_manifest(opts: ProvenanceOptions) -> dict[str, Any] | None:
+def _check_manifest(opts: ProvenanceOptions) -> ManifestFreshness | None:
     if opts.manifest is None:
         return None
-    fresh = manifest_freshness(load_manifest(opts.manifest), opts.manifest)
+    fresh = manifest_freshness(read_manifest(opts.manifest), opts.manifest)
     _FRESHNESS[opts.manifest] = fresh
-    if fresh["stale"] and not opts.allow_stale_manifest:
-        where = (f"made at commit {str(fresh['manifest_commit'])[:12]}, this checkout is at "
-                 f"{str(fresh['current_commit'])[:12]} " if "manifest_commit" in fresh else "")
+    if fresh.stale and not opts.allow_stale_manifest:
+        where = (f"made at commit {str(fresh.manifest_commit)[:12]}, this checkout is at "
+                 f"{str(fresh.current_commit)[:12]} " if fresh.compared_git else "")
         raise UsageError(f"--manifest {opts.manifest}: stale: {where}"
-                         f"({'; '.join(fresh['differences'])}); rebuild it with 'abgate "
+                         f"({'; '.join(fresh.differences)}); rebuild it with 'abgate "
                          "manifest build', or pass --allow-stale-manifest to record it as stale")
     return fresh
 
@@ -147,17 +171,17 @@ def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
         "libraries": [{**m.to_dict(), "cmdline": redact_argv(m.cmdline)} for m in mappings],
     }
     if opts.manifest is not None:
-        manifest = load_manifest(opts.manifest)
+        manifest = read_manifest(opts.manifest)
         fresh = _FRESHNESS.get(opts.manifest) or manifest_freshness(manifest, opts.manifest)
         prov["manifest"] = {"path": str(Path(opts.manifest).resolve()),
-                            "digest": manifest.get("digest"), "stale": fresh["stale"],
-                            "freshness": fresh,
+                            "digest": manifest.digest, "stale": fresh.stale,
+                            "freshness": fresh.to_dict(),
                             "processes": [m.to_dict() for m in
                                           match_processes(manifest, Path.cwd(), mappings)]}
     if outcome is not None:
-        info = session.info
-        outcome.record("effective", check_effective(outcome.contract, info["name"],
-                                                    info["effective_config"]))
+        info = session.described
+        outcome.record("effective", check_effective(outcome.contract, info.name,
+                                                    info.effective_config))
         outcome.record("libraries", check_libraries(outcome.contract, mappings, Path.cwd()))
         prov["contract"] = {"path": str(Path(opts.contract or "").resolve()),
                             **outcome.to_dict()}
