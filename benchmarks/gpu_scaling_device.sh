@@ -6,9 +6,10 @@
 #   bash benchmarks/gpu_scaling_device.sh ITEMS MAX_TOKENS [REPLICAS]
 # Results: $OUT/scaling/ (cpu.txt, scaling.json, scaling.txt).
 set -uo pipefail
-. "${VLLM_STAGE:-/root/vllm-stage}/on-device-vllm.sh" || exit 3
+# without vLLM's tree: pydantic and Ray's jsonschema from gpu_stage_extra.sh's wheels, abgate from src/
+if [[ -d ${VLLM_SITE:-/tmp/site}/vllm ]]; then . "${VLLM_STAGE:-/root/vllm-stage}/on-device-vllm.sh" || exit 3; fi
 . /root/ray-stage/on-device-ray.sh || exit 3
-export PYTHONPATH=/tmp/site-lcpp:$PYTHONPATH
+export PYTHONPATH=/tmp/site-lcpp:$PWD/src:$PYTHONPATH
 res=$OUT/scaling && mkdir -p "$res"
 { lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Core|Socket|NUMA node|L3'; uptime; } | tee "$res/cpu.txt"
 timeout 560 python3 benchmarks/cluster_scaling.py --replicas "${3:-1,2,4}" --threads 4 --items "${1:?items}" \

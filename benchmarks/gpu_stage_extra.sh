@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_stage_extra.sh .device-mN
 # The call with the SHA256SUMS (the last) joins the pieces, checks them, puts the model in /root/models
 # and installs llama-cpp-python + diskcache into /tmp/site-lcpp (then: PYTHONPATH=/tmp/site-lcpp:...).
+# Any other wheel in the folders (cp312: pydantic and the like, jsonschema for Ray, when vLLM's tree is
+# not staged) is installed there too.
 # Made here by: split -n 4 of the GGUF, split -n 2 of the wheel, sha256sum of both (see the session's notes).
 set -euo pipefail
 dir=${1:?a .device-mN folder}
@@ -24,7 +26,7 @@ if [[ -f $dir/SHA256SUMS ]]; then
   cp -f /root/models/SmolLM2-135M-Instruct.Q4_1.gguf . && sha256sum -c SHA256SUMS
   rm -f SmolLM2-135M-Instruct.Q4_1.gguf m.? lw.?
   python3 -m pip install -q --no-index --no-deps --target /tmp/site-lcpp \
-    llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl diskcache-*.whl
+    llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl diskcache-*.whl $(ls ./*.whl | grep -v -e llama_cpp -e diskcache)
   PYTHONPATH=/tmp/site-lcpp python3 -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__)"
 fi
 ls -la /root/stage /root/ray-stage /root/models
