@@ -62,6 +62,15 @@ def gpus() -> list[dict[str, Any]]:
         return []
 
 
+def gpu_uuids() -> dict[str, str]:
+    """NVML index (as a string, as Ray's GPU ids are) -> the GPU's UUID; empty without NVML."""
+    try:
+        with nvml() as (nv, handles):
+            return {str(i): str(nv.nvmlDeviceGetUUID(h)) for i, h in enumerate(handles)}
+    except NvmlUnavailable:
+        return {}
+
+
 def host_info() -> dict[str, Any]:
     return {
         "hostname": platform.node(),

@@ -56,13 +56,14 @@ class Replica:
         import ray
 
         ctx = ray.get_runtime_context()
-        gpus = host.gpus()
+        gpus, ids = host.gpus(), [str(g) for g in ray.get_gpu_ids()]
+        uuids = host.gpu_uuids()  # the replica's own GPUs (Ray's ids: indices, or UUIDs)
         pids = sorted({os.getpid(), *(p for s in self.sessions.values() for p in s.processes)})
         return {"index": self.index, "node_id": ctx.get_node_id(),
                 "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
                 "actor_id": ctx.get_actor_id(), "cpu_model": host.cpu_model(),
-                "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "gpu_uuids": [str(g.get("uuid")) for g in gpus if g.get("uuid")],
+                "gpu_ids": ids,
+                "gpu_uuids": [uuids.get(i, i) for i in ids if i in uuids or i.startswith("GPU-")],
                 "gpu_model": sorted({str(g.get("name")) for g in gpus}),
                 "driver": sorted({str(g.get("driver")) for g in gpus if g.get("driver")}),
                 **self.engine_facts(), "process_tree": process_tree(pids),
@@ -72,7 +73,7 @@ class Replica:
         """Close every engine; their cleanup evidence and the GPU memory after."""
         self.stack.close()
         return {"cleanup": {arm: s.engine.cleanup_evidence for arm, s in self.sessions.items()},
-                "gpu_memory_after": [{k: g.get(k) for k in ("uuid", "memory_used")}
+                "gpu_memory_after": [{k: g.get(k) for k in ("index", "memory_used")}
                                      for g in host.gpus()]}
 
 
