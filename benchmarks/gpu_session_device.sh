@@ -22,7 +22,7 @@ spid=$!
 for _ in $(seq 150); do curl -sf http://127.0.0.1:8011/v1/models >/dev/null && break; sleep 1; done
 echo "server ready after $SECONDS s (pid $spid)"
 OUT=$sl timeout 330 python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
-  --model smol --concurrency 32 --num-prompts 320 --output-len 128 --repeats 3 \
+  --model smol --tokenizer /root/m/smol --concurrency 32 --num-prompts 320 --output-len 128 --repeats 3 \
   --data "$data" --json "$OUT/served_load.json" >"$sl/driver.log" 2>&1
 echo "served_load rc=$?"; tail -c 2500 "$sl/driver.log"
 kill -TERM -- -"$spid" 2>/dev/null; for _ in $(seq 30); do kill -0 "$spid" 2>/dev/null || break; sleep 1; done

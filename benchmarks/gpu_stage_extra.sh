@@ -22,9 +22,11 @@ done
 if [[ -f $dir/SHA256SUMS ]]; then
   cd /root/stage
   cat m.0 m.1 m.2 m.3 >/root/models/SmolLM2-135M-Instruct.Q4_1.gguf
-  cat lw.0 lw.1 >llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl
+  if [[ -f lw.0 ]]; then cat lw.0 lw.1 >llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl; fi
   cp -f /root/models/SmolLM2-135M-Instruct.Q4_1.gguf . && sha256sum -c SHA256SUMS
   rm -f SmolLM2-135M-Instruct.Q4_1.gguf m.? lw.?
+  # without the llama-cpp-python pieces (a vLLM-only session): the model and the data only
+  [[ -f llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl ]] || { ls -la /root/stage /root/models; exit 0; }
   python3 -m pip install -q --no-index --no-deps --target /tmp/site-lcpp \
     llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl diskcache-*.whl $(ls ./*.whl | grep -v -e llama_cpp -e diskcache)
   PYTHONPATH=/tmp/site-lcpp python3 -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__)"

@@ -50,6 +50,8 @@ def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> d
            "--num-prompts", str(a.num_prompts), "--max-concurrency", str(a.concurrency),
            "--request-rate", "inf", "--ignore-eos", "--seed", str(a.seed),
            "--save-result", "--result-dir", str(out), "--result-filename", "vllm.json"]
+    if a.tokenizer:  # the served name is no hub id (nothing can be fetched on the device)
+        cmd += ["--tokenizer", a.tokenizer]
     subprocess.run(cmd, check=True)
     r = json.loads((out / "vllm.json").read_text())
     return {"ttft_ms": r["mean_ttft_ms"], "tpot_ms": r["mean_tpot_ms"],
@@ -66,6 +68,7 @@ def main() -> None:
     p.add_argument("--url", required=True)
     p.add_argument("--vllm", default=None, help="the vllm CLI; without it abgate only")
     p.add_argument("--model", default=None)
+    p.add_argument("--tokenizer", default=None, help="vllm bench serve's --tokenizer")
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--num-prompts", type=int, default=320)
     p.add_argument("--output-len", type=int, default=128)

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from abgate.baseline import check_baseline, record_baseline
+from abgate.baseline.report import CheckReport
 from abgate.baseline.upgrade import upgrade_baseline
 from abgate.bench import BenchConfig, limits
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import group
+from abgate.cli.cluster_out import Cluster, ClusterOpt, cluster_spec_of, print_cluster_check
 from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.compare.drift import parse_allow
@@ -24,6 +27,7 @@ from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.records.bench_sections import Divergence
 from abgate.records.facts import CLASSES
+from abgate.runner.documents import write_record
 from abgate.runner.provenance import ProvenanceOptions
 
 _CLASSES = ", ".join(CLASSES)
@@ -96,17 +100,55 @@ def check_command(
         "use, a profiler's KV-cache block counts, load averages): listed apart otherwise."),
     contract: eo.Contract = None,
     json_out: Path = typer.Option(None, "--json", help="Write the check report here."),
+    cluster: Cluster = None,
+    cluster_opt: ClusterOpt = None,
 ) -> None:
     """Re-run the recorded cases on this build. Exit 0 only when every check passes; a
-    speed difference the runs' own noise cannot resolve is inconclusive, not a failure."""
+    speed difference the runs' own noise cannot resolve is inconclusive, not a failure.
+    With --cluster: on every replica, passed only when each one passes."""
     if not 0 <= tolerance <= 1:
         raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
+    fleet = cluster_spec_of(cluster, cluster_opt)
+    options = {"engine_args": parse_pairs(engine_arg, "--engine-arg"), "tolerance": tolerance,
+               "repeats": repeats, "allow_diff": parse_allow(allow_diff),
+               "strict_volatile": strict_volatile,
+               "provenance": ProvenanceOptions(contract=contract)}
+    if fleet is not None:
+        _check_cluster(baseline, fleet, options, json_out)
     with reporter(f"baseline check {baseline.name}") as rep:
-        report = check_baseline(baseline, engine_args=parse_pairs(engine_arg, "--engine-arg"),
-                                tolerance=tolerance, repeats=repeats,
-                                allow_diff=parse_allow(allow_diff),
-                                strict_volatile=strict_volatile,
-                                provenance=ProvenanceOptions(contract=contract), progress=rep)
+        report = check_baseline(baseline, progress=rep, **options)
+    _print_check(report)
+    _not_certified(limits.BASELINE)
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    raise typer.Exit(0 if report.passed else 1)
+
+
+@baseline_app.command("upgrade")
+def upgrade_command(
+    baseline: Path = typer.Argument(..., help="Baseline directory."),
+    accept_unsealed: bool = typer.Option(
+        False, help="Seal a baseline recorded before seals as it is now (nothing can "
+        "verify its content; its sha256 before the upgrade is recorded)."),
+) -> None:
+    """Re-seal a baseline written by an older abgate under today's rules, after verifying
+    its old seal over the content as it is; one whose seal does not verify is refused."""
+    typer.echo(upgrade_baseline(baseline, accept_unsealed=accept_unsealed).summary())
+
+
+def _check_cluster(baseline: Path, fleet: Any, options: dict[str, Any],
+                   json_out: Path | None) -> None:
+    from abgate.fleet.baseline import check_on_cluster
+
+    doc = check_on_cluster(baseline, fleet, **options)
+    print_cluster_check(doc)
+    _not_certified(limits.BASELINE)
+    if json_out is not None:
+        write_record(json_out, doc)
+    raise typer.Exit(0 if doc.passed else 1)
+
+
+def _print_check(report: CheckReport) -> None:
     verdict = "PASS" if report.passed else "FAIL"
     if report.passed and report.speed_inconclusive:
         verdict += " (speed inconclusive)"
@@ -140,22 +182,6 @@ def check_command(
         typer.echo(f"probe {p.name}: recorded {'pass' if p.recorded else 'fail'}, now "
                    f"{'pass' if p.current else 'fail'} ({p.reason})"
                    + ("" if p.ok else "  <- regression"))
-    _not_certified(limits.BASELINE)
-    if json_out is not None:
-        json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    raise typer.Exit(0 if report.passed else 1)
-
-
-@baseline_app.command("upgrade")
-def upgrade_command(
-    baseline: Path = typer.Argument(..., help="Baseline directory."),
-    accept_unsealed: bool = typer.Option(
-        False, help="Seal a baseline recorded before seals as it is now (nothing can "
-        "verify its content; its sha256 before the upgrade is recorded)."),
-) -> None:
-    """Re-seal a baseline written by an older abgate under today's rules, after verifying
-    its old seal over the content as it is; one whose seal does not verify is refused."""
-    typer.echo(upgrade_baseline(baseline, accept_unsealed=accept_unsealed).summary())
 
 
 def _where(div: Divergence | None) -> str:

@@ -17,8 +17,10 @@ from abgate.bench.prompts import input_lens, parse_shas
 from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
+from abgate.cli.cluster_out import Cluster, ClusterOpt, cluster_spec_of, print_cluster_bench
 from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.load_cmd import run_load_bench
+from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
 from abgate.records.sections import Distribution
@@ -193,11 +195,17 @@ def bench_command(
     contract: eo.Contract = None,
     manifest: eo.Manifest = None,
     allow_stale_manifest: eo.AllowStaleManifest = False,
+    cluster: Cluster = None,
+    cluster_opt: ClusterOpt = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
     """Measure prefill, TTFT, steady decode and TPOT on fixed-length prompts."""
     shape = parse_load(load, burstiness=burstiness, max_concurrency=max_concurrency,
                        num_prompts=num_prompts, seed=load_seed)
+    fleet = cluster_spec_of(cluster, cluster_opt)
+    if fleet is not None and not shape.closed:
+        raise UsageError("--cluster with --load: a served load bench drives one endpoint; "
+                         "run it once per server")
     if not shape.closed:
         run_load_bench(shape, flags.spec(), data=load_data, output_len=output_len, out=out,
                        force=force)
@@ -214,10 +222,15 @@ def bench_command(
     prepared = prepare_bench(config)
     if out is None:
         out = Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
+    prov = ProvenanceOptions(contract, manifest, allow_stale_manifest)
+    if fleet is not None:
+        from abgate.fleet.bench import bench_on_cluster
+
+        doc = bench_on_cluster(prepared, out, fleet, force=force, provenance=prov)
+        print_cluster_bench(doc, str(out))
+        raise typer.Exit(0 if doc.status == "complete" else 1)
     with reporter(f"bench {out.name}") as rep:
-        outcome = execute_bench(prepared, out, force=force, progress=rep,
-                                provenance=ProvenanceOptions(contract, manifest,
-                                                             allow_stale_manifest))
+        outcome = execute_bench(prepared, out, force=force, progress=rep, provenance=prov)
     print_bench(outcome.out_dir, outcome.status, outcome.summary, flags.engine_name)
     index_finished(outcome.out_dir)
     if outcome.status == "interrupted":

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from abgate.errors import UsageError
+from abgate.errors import AbgateError, UsageError
 from abgate.fleet.matching import MATCHED
 
 Placement = Literal["pack", "spread"]
@@ -131,3 +131,47 @@ def start_reaper() -> tuple[Any, list[int]]:
 
     pids = [c.pid for c in psutil.Process().children()]
     return start(os.getpid(), pids), pids
+
+
+def placed(ray: Any, spec: ClusterSpec) -> Any:
+    """A placement group of one bundle per replica (``spec``'s CPUs, GPUs and custom
+    resources), ready; an AbgateError naming the shortfall when the cluster has no
+    room within ``placement_timeout_s``."""
+    from ray.util.placement_group import placement_group
+
+    bundle: dict[str, float] = {"CPU": spec.num_cpus, **spec.resources}
+    if spec.num_gpus:
+        bundle["GPU"] = spec.num_gpus
+    pg = placement_group([dict(bundle) for _ in range(spec.replicas)],
+                         strategy="PACK" if spec.placement == "pack" else "SPREAD")
+    ready, _ = ray.wait([pg.ready()], timeout=spec.placement_timeout_s)
+    if not ready:
+        removed(pg)
+        raise AbgateError(f"the cluster has no room for {spec.replicas} replica(s) of "
+                          f"{bundle} within {spec.placement_timeout_s:g} s "
+                          f"(free: {ray.available_resources()}); fewer replicas, "
+                          "smaller bundles or more nodes")
+    return pg
+
+
+def in_bundle(spec: ClusterSpec, pg: Any, index: int) -> dict[str, Any]:
+    """``actor.options(...)`` for replica ``index``: its bundle's resources, in it."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {"num_cpus": spec.num_cpus, "num_gpus": spec.num_gpus or None,
+            "resources": spec.resources or None,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=index)}
+
+
+def removed(pg: Any) -> None:
+    """The placement group goes with its run: left behind, its bundles keep the
+    cluster's resources from the next one (seen: the next A/B's replicas never
+    placed, the wait ending only at its timeout)."""
+    import contextlib
+
+    from ray.util.placement_group import remove_placement_group
+
+    if pg is not None:
+        with contextlib.suppress(Exception):
+            remove_placement_group(pg)

@@ -16,8 +16,7 @@ from typing import Any
 
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
-from abgate.errors import AbgateError
-from abgate.fleet.cluster import ClusterSpec, connected
+from abgate.fleet.cluster import ClusterSpec, connected, in_bundle, placed, removed
 from abgate.fleet.dispatch import (
     Dispatch,
     DispatchLog,
@@ -110,32 +109,30 @@ class Fleet:
                                        "earlier": earlier_sessions(runner.doc.fleet)}
 
     def start(self) -> list[Any]:
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
+        """The replicas, loading their engines. Replicas given a fraction of a GPU start
+        one after another: vLLM sizes its KV cache from the GPU memory free while it
+        profiles, and two engines profiling at once on one GPU each count the other's
+        memory (seen on the H200: "No available memory for the cache blocks" with two
+        replicas of 0.5 GPU and both arms each)."""
         s = self.spec
-        bundle: dict[str, float] = {"CPU": s.num_cpus, **s.resources}
-        if s.num_gpus:
-            bundle["GPU"] = s.num_gpus
-        self.pg = pg = placement_group([dict(bundle) for _ in range(s.replicas)],
-                                       strategy="PACK" if s.placement == "pack" else "SPREAD")
-        ready, _ = self.ray.wait([pg.ready()], timeout=self.spec.placement_timeout_s)
-        if not ready:
-            raise AbgateError(f"the cluster has no room for {s.replicas} replica(s) of "
-                              f"{bundle} within {self.spec.placement_timeout_s:g} s "
-                              f"(free: {self.ray.available_resources()}); fewer replicas, "
-                              "smaller bundles or more nodes")
+        self.pg = pg = placed(self.ray, s)
         actor = self.ray.remote(max_restarts=0, max_task_retries=0)(Replica)
         prepared = {arm: self.runner.checked.prepared[arm].engine for arm in self.arms}
         warm = [(arm, self.runner.recorders[arm].request(i, sd))
                 for i, sd in self.runner.keys()[: self.runner.exp.schedule.warmup]
                 for arm in self.arms]
-        return [actor.options(num_cpus=s.num_cpus, num_gpus=s.num_gpus or None,
-                              resources=s.resources or None,
-                              scheduling_strategy=PlacementGroupSchedulingStrategy(
-                                  pg, placement_group_bundle_index=i)
-                              ).remote(i, prepared, warm)
-                for i in range(s.replicas)]
+        replicas: list[Any] = []
+        try:
+            for i in range(s.replicas):
+                replicas.append(actor.options(**in_bundle(s, pg, i)).remote(i, prepared, warm))
+                if 0 < s.num_gpus < 1:  # replicas sharing a GPU load one after another
+                    self.ray.get(replicas[-1].__ray_ready__.remote(), timeout=900)
+        except BaseException:
+            for r in replicas:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(r)
+            raise
+        return replicas
 
     def run(self) -> None:
         try:
@@ -160,15 +157,8 @@ class Fleet:
             self.save()
 
     def remove_pg(self) -> None:
-        """The placement group goes with the A/B: left behind, its bundles keep the
-        cluster's resources from the next fleet (seen: the next A/B's replicas never
-        placed, the wait ending only at its timeout)."""
-        from ray.util.placement_group import remove_placement_group
-
-        if self.pg is not None:
-            with contextlib.suppress(Exception):
-                remove_placement_group(self.pg)
-            self.pg = None
+        removed(self.pg)
+        self.pg = None
 
     def save(self) -> None:
         self.runner.doc.fleet = self.record

@@ -17,9 +17,7 @@ MATCHED = ("cpu_model", "gpu_model", "driver", "engines", "engine_config", "libr
 
 def check_matched(facts: list[dict[str, Any]], allowed: tuple[str, ...]) -> list[str]:
     """The declared differences found (for the record); an undeclared one is refused."""
-    found = [key for key in MATCHED[:-1] if len({repr(f.get(key)) for f in facts}) > 1]
-    if library_differences(facts):
-        found.append("libraries")
+    found = differences(facts)
     refused = [k for k in found if k not in allowed]
     if refused:
         raise UsageError(f"the replicas' hosts differ in {', '.join(refused)}; a pair on "
@@ -27,6 +25,12 @@ def check_matched(facts: list[dict[str, Any]], allowed: tuple[str, ...]) -> list
                          "interval: declare it with [cluster] allow_host_differences = "
                          f"{refused!r}, or use alike nodes")
     return found
+
+
+def differences(facts: list[dict[str, Any]]) -> list[str]:
+    """The :data:`MATCHED` keys in which the replicas' facts differ."""
+    found = [key for key in MATCHED[:-1] if len({repr(f.get(key)) for f in facts}) > 1]
+    return found + (["libraries"] if library_differences(facts) else [])
 
 
 def library_differences(facts: list[dict[str, Any]]) -> list[str]:

@@ -53,21 +53,9 @@ class Replica:
 
     def facts(self) -> dict[str, Any]:
         """Where this replica runs and what it runs on: the matching keys and the record."""
-        import ray
-
-        ctx = ray.get_runtime_context()
-        gpus, ids = host.gpus(), [str(g) for g in ray.get_gpu_ids()]
-        uuids = host.gpu_uuids()  # the replica's own GPUs (Ray's ids: indices, or UUIDs)
         pids = sorted({os.getpid(), *(p for s in self.sessions.values() for p in s.processes)})
-        return {"index": self.index, "node_id": ctx.get_node_id(),
-                "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
-                "actor_id": ctx.get_actor_id(), "cpu_model": host.cpu_model(),
-                "gpu_ids": ids,
-                "gpu_uuids": [uuids.get(i, i) for i in ids if i in uuids or i.startswith("GPU-")],
-                "gpu_model": sorted({str(g.get("name")) for g in gpus}),
-                "driver": sorted({str(g.get("driver")) for g in gpus if g.get("driver")}),
-                **self.engine_facts(), "process_tree": process_tree(pids),
-                "libraries": libraries(pids)}
+        return {**host_facts(self.index), **self.engine_facts(),
+                "process_tree": process_tree(pids), "libraries": libraries(pids)}
 
     def close(self) -> dict[str, Any]:
         """Close every engine; their cleanup evidence and the GPU memory after."""
@@ -75,6 +63,23 @@ class Replica:
         return {"cleanup": {arm: s.engine.cleanup_evidence for arm, s in self.sessions.items()},
                 "gpu_memory_after": [{k: g.get(k) for k in ("index", "memory_used")}
                                      for g in host.gpus()]}
+
+
+def host_facts(index: int) -> dict[str, Any]:
+    """The host facts of the Ray worker this runs in: node, address, CPU, the GPUs Ray
+    gave it (their UUIDs from NVML), driver."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    gpus, ids = host.gpus(), [str(g) for g in ray.get_gpu_ids()]
+    uuids = host.gpu_uuids()  # the replica's own GPUs (Ray's ids: indices, or UUIDs)
+    return {"index": index, "node_id": ctx.get_node_id(),
+            "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
+            "actor_id": ctx.get_actor_id(), "cpu_model": host.cpu_model(),
+            "gpu_ids": ids,
+            "gpu_uuids": [uuids.get(i, i) for i in ids if i in uuids or i.startswith("GPU-")],
+            "gpu_model": sorted({str(g.get("name")) for g in gpus}),
+            "driver": sorted({str(g.get("driver")) for g in gpus if g.get("driver")})}
 
 
 def config_digest(config: Any) -> str:
@@ -104,11 +109,25 @@ def libraries(pids: list[int]) -> dict[str, str]:
     """The engine libraries mapped in this replica's processes: basename -> SHA-256 (the
     sorted SHA-256s, comma-joined, when files of one basename differ: e.g. two wheels'
     vendored copies; keeping whichever was seen first made alike replicas differ, seen
-    with 4 replicas on the 16-core machine)."""
+    with 4 replicas on the 16-core machine). Unreadable ones (no hash) and those a JIT
+    compiler built in the process (:func:`jit_built`) are left out."""
     from abgate.provenance.libmaps import snapshot_pids
 
     found: dict[str, set[str]] = {}
     for worker in snapshot_pids(pids):
         for lib in worker.libs:
+            if lib.sha256 is None or jit_built(lib.path):
+                continue
             found.setdefault(lib.basename, set()).add(str(lib.sha256))
     return {name: ",".join(sorted(hashes)) for name, hashes in found.items()}
+
+
+# Where JIT compilers put the shared objects they build in each process (Triton's launchers
+# and cuda_utils, TorchInductor's kernels): their bytes differ between alike replicas (seen:
+# two vLLM replicas on one H200 refused as "differing in libraries" by
+# __triton_launcher*.so), so they say nothing of the host.
+_JIT_DIRS = ("/.triton/", "/triton/cache/", "/torchinductor_", "/.cache/vllm/")
+
+
+def jit_built(path: str) -> bool:
+    return any(d in path for d in _JIT_DIRS)

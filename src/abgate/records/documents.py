@@ -47,7 +47,8 @@ Status = Literal["running", "complete", "failed", "interrupted"]
 # Each document's schema version; a reader refuses a newer one than it knows.
 SCHEMA_VERSIONS: dict[str, int] = {
     "run": 2, "ab-arm": 2, "ab": 2, "bench": 2, "baseline": 2,
-    "summary": 1, "bench-summary": 1, "probes": 1, "ab-bench": 1, "ab-report": 1}
+    "summary": 1, "bench-summary": 1, "probes": 1, "ab-bench": 1, "ab-report": 1,
+    "cluster-bench": 1, "cluster-check": 1}
 # name -> {version: step}: the step turns a document of that version into the next one.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
 MIGRATIONS: dict[str, dict[int, Migration]] = {  # records/engine.py; docs/records.md

@@ -22,14 +22,17 @@ from abgate.errors import AbgateError, UsageError
 from abgate.runner.documents import read_record
 from abgate.safefs import is_link, link_refusal, open_fd, refuse_link
 
-# Every name abgate writes in an output directory (and in an A/B's arms/<arm>/).
+# Every name abgate writes in an output directory (and in an A/B's arms/<arm>/, a cluster
+# bench's replicas/<i>/).
 OWNED_FILES = frozenset({
     "run.json", "samples.jsonl", "summary.json", "run.log", "ab.json", "comparison.json",
     "agreement.jsonl", "probes.json", "bench.json", "baseline.json", "report.md",
     "report.html", "report.json", "manifest.json", "attachments.jsonl", "decisions.jsonl",
-    LOCK_FILE,
+    "cluster.json", LOCK_FILE,
     ".abgate-write-test", "signed-files.json", "signed-files.json.sig",
     "load.json", "load_samples.jsonl"})  # a served load bench (bench.load_run)
+# Directories of runs abgate writes inside its own: an A/B's arms, a cluster bench's replicas.
+NESTED = ("arms", "replicas")
 OWNED_PATTERNS = ("server-*.log", "engine-*.log", "weights-diff-*.json", "*.tmp",
                   "*.jsonl.torn")  # a torn last line cut off (abgate.jsonl_append)
 
@@ -44,7 +47,7 @@ def foreign_entries(out: Path) -> Iterator[Path]:
         if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
             yield entry
         elif entry.is_dir():
-            if entry.name != "arms":
+            if entry.name not in NESTED:
                 yield entry
                 continue
             for arm in sorted(entry.iterdir()):
@@ -67,9 +70,10 @@ def refuse_links(out: Path) -> None:
     abgate writes and deletes) is a one-line UsageError naming it; writes nothing."""
     if not out.is_dir():
         return
-    arms = out / "arms"
-    places = [out] + ([] if is_link(arms) or not arms.is_dir() else
-                      [arms, *(a for a in sorted(arms.iterdir()) if a.is_dir())])
+    places = [out]
+    for nested in (out / name for name in NESTED):
+        if not is_link(nested) and nested.is_dir():
+            places += [nested, *(a for a in sorted(nested.iterdir()) if a.is_dir())]
     for place in places:
         for entry in sorted(place.iterdir()):
             if entry.is_symlink():

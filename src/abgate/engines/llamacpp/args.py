@@ -43,9 +43,12 @@ _SPECS = [
     ArgSpec("no_perf", bool, "disable llama.cpp's internal timers"),
     # abgate's own switches for this engine (not passed to Llama):
     ArgSpec("prefix_cache", bool, "reuse the KV cache across requests sharing a prefix"),
+    ArgSpec("use_extra_bufts", bool, "llama.cpp's extra weight buffer types (AMX, CPU "
+            "repacks); unset: off where the CPU advertises AMX (see extra_bufts)",
+            nullable=True),
 ]
 ARG_SPECS: Mapping[str, ArgSpec] = {s.name: s for s in _SPECS}
-ADAPTER_ONLY = {"prefix_cache"}
+ADAPTER_ONLY = {"prefix_cache", "use_extra_bufts"}
 
 
 def default_threads() -> int:
@@ -53,3 +56,22 @@ def default_threads() -> int:
 
 
 DEFAULTS: Mapping[str, Any] = {"n_ctx": 4096, "seed": 0, "prefix_cache": False}
+
+
+def amx_advertised(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU advertises AMX tiles (``amx_tile`` among its flags)."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
+
+
+def extra_bufts(value: bool | None) -> bool:
+    """llama.cpp's ``use_extra_bufts`` for a load: as given, else off on a CPU that
+    advertises AMX. Seen (2026-12-03, a Firecracker VM on an AMX Xeon, llama-cpp-python
+    0.3.36 built natively): the AMX weight buffer's first matmul dies of a general
+    protection fault (SIGSEGV: the whole process, a Ray worker included), although the
+    kernel grants the AMX permission; with the extra buffers off the same build decodes.
+    ``--engine-arg use_extra_bufts=true`` turns them back on where AMX works."""
+    return (not amx_advertised()) if value is None else bool(value)

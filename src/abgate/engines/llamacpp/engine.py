@@ -10,10 +10,12 @@ would make TTFT depend on request order.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from abgate.engines.llamacpp.args import (  # noqa: F401  (the engine module's A
     DEFAULTS,
     GGML_NAMES,
     default_threads,
+    extra_bufts,
 )
 from abgate.engines.llamacpp.state import DEFAULT_BUDGET_BYTES, PromptStates
 from abgate.engines.llamacpp.weights import tensor_types
@@ -46,6 +49,32 @@ from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
 
 NAME = "llamacpp"
+
+_PARAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def model_params(**fields: Any) -> Iterator[None]:
+    """``Llama()`` builds its model params from ``llama_model_default_params()`` and
+    exposes no keyword for some fields (``use_extra_bufts``): for the block, the
+    defaults it gets carry ``fields``."""
+    import llama_cpp.llama_cpp as lc
+
+    original = lc.llama_model_default_params
+
+    def defaults() -> Any:
+        params = original()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    with _PARAMS_LOCK:
+        lc.llama_model_default_params = defaults
+        try:
+            yield
+        finally:
+            lc.llama_model_default_params = original
+
 
 def _valid_gguf(path: Path, what: str) -> dict[str, Any]:
     """The whole GGUF header read with abgate's own reader (a truncated file or a
@@ -112,10 +141,12 @@ class LlamaCppEngine(Engine):
         self._lc = llama_cpp
         merged = {**DEFAULTS, "n_threads": default_threads(), **args}
         self._prefix_cache = bool(merged.pop("prefix_cache"))
+        self._extra_bufts = extra_bufts(merged.pop("use_extra_bufts", None))
         self.requested = dict(merged)
         self.model_path = model_path
         try:
-            self._llm = llama_cpp.Llama(model_path=model_path, verbose=False, **merged)
+            with model_params(use_extra_bufts=self._extra_bufts):
+                self._llm = llama_cpp.Llama(model_path=model_path, verbose=False, **merged)
         except (ValueError, RuntimeError) as exc:
             raise AbgateError(f"llama.cpp could not load {model_path}: {exc}") from None
         llm = self._llm
@@ -178,6 +209,7 @@ class LlamaCppEngine(Engine):
             "type_v": GGML_NAMES.get(int(cp.type_v), int(cp.type_v)),
             "n_gpu_layers": int(mp.n_gpu_layers),
             "load_mode": int(mp.load_mode),
+            "use_extra_bufts": bool(mp.use_extra_bufts),
             "offload_kqv": bool(cp.offload_kqv),
             "seed": int(self.requested.get("seed", 0)),
             "prefix_cache": self._prefix_cache,

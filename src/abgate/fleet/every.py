@@ -1,0 +1,79 @@
+"""One job on every replica of a cluster, at once: ``bench --cluster`` and ``baseline
+check --cluster`` (``fleet.bench``, ``fleet.baseline``).
+
+Each replica is a Ray actor in its own placement-group bundle (``[cluster]``'s CPUs,
+GPUs, resources and placement, as the A/B's replicas). It runs the job — a plain
+function of abgate's, loading its own engine — and returns the job's value; nothing is
+written on the replica's node but the job's own temporary directory. A replica whose
+actor or node dies, or whose job fails, is recorded with the error; the others still
+report. Every actor is killed and the placement group removed on every way out."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from abgate.fleet.cluster import ClusterSpec, connected, in_bundle, placed, removed
+from abgate.fleet.replica import host_facts
+
+
+@dataclass(frozen=True)
+class ReplicaJob:
+    """One replica's part: where it ran, and the job's value or why there is none."""
+
+    index: int
+    facts: dict[str, Any]  # fleet.replica.host_facts; empty when the actor never answered
+    value: Any = None
+    error: str | None = None
+
+
+class Worker:
+    """Wrapped by ``ray.remote`` below: one per bundle."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def facts(self) -> dict[str, Any]:
+        return host_facts(self.index)
+
+    def run(self, job: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        return job(*args)
+
+
+def on_every_replica(spec: ClusterSpec, job: Callable[..., Any], args: tuple[Any, ...],
+                     timeout_s: float | None = None) -> list[ReplicaJob]:
+    """``job(*args)`` on each of ``spec.replicas`` replicas, concurrently."""
+    with connected(spec) as ray:
+        pg = placed(ray, spec)
+        actor = ray.remote(max_restarts=0, max_task_retries=0)(Worker)
+        workers = [actor.options(**in_bundle(spec, pg, i)).remote(i)
+                   for i in range(spec.replicas)]
+        try:
+            facts = [_get(ray, w.facts.remote(), 300) for w in workers]
+            runs = [w.run.remote(job, args) for w in workers]
+            return [_job(ray, i, fact, ref, timeout_s)
+                    for i, (fact, ref) in enumerate(zip(facts, runs, strict=True))]
+        finally:
+            for w in workers:
+                with contextlib.suppress(Exception):
+                    ray.kill(w)
+            removed(pg)
+
+
+def _get(ray: Any, ref: Any, timeout_s: float | None) -> Any:
+    try:
+        return ray.get(ref, timeout=timeout_s), None
+    except Exception as exc:  # the job's own error (RayTaskError), a lost actor or node
+        cause = getattr(exc, "cause", None) or exc
+        return None, f"{type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}"
+
+
+def _job(ray: Any, index: int, fact: tuple[Any, str | None], ref: Any,
+         timeout_s: float | None) -> ReplicaJob:
+    facts, lost = fact
+    if lost is not None:
+        return ReplicaJob(index, {"index": index}, None, lost)
+    value, error = _get(ray, ref, timeout_s)
+    return ReplicaJob(index, facts, value, error)
