@@ -109,10 +109,10 @@ def check_command(
     if not 0 <= tolerance <= 1:
         raise UsageError(f"--tolerance must be within [0, 1] (1 ignores speed), got {tolerance}")
     fleet = cluster_spec_of(cluster, cluster_opt)
-    options = {"engine_args": parse_pairs(engine_arg, "--engine-arg"), "tolerance": tolerance,
-               "repeats": repeats, "allow_diff": parse_allow(allow_diff),
-               "strict_volatile": strict_volatile,
-               "provenance": ProvenanceOptions(contract=contract)}
+    options: dict[str, Any] = {
+        "engine_args": parse_pairs(engine_arg, "--engine-arg"), "tolerance": tolerance,
+        "repeats": repeats, "allow_diff": parse_allow(allow_diff),
+        "strict_volatile": strict_volatile, "provenance": ProvenanceOptions(contract=contract)}
     if fleet is not None:
         _check_cluster(baseline, fleet, options, json_out)
     with reporter(f"baseline check {baseline.name}") as rep:
