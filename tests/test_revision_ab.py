@@ -41,7 +41,7 @@ build = "{BUILD}"
 suite = "synthetic"
 difficulty = "trivial"
 limit = {N_ITEMS}
-max_tokens = 24
+max_tokens = 16
 engine = "openai"
 engine_args = {{ n_ctx = 1024, n_threads = {n}, n_threads_batch = {n} }}
 engine_options = {{ launch = "{LAUNCH}" }}
