@@ -2,7 +2,8 @@
 parses against the real CLI (options, arguments and their types), and the chain of
 them that needs no other data, model or server is executed in a fresh directory laid
 out like a checkout (``examples/`` and ``../shared`` where the README expects them). Its
-A/B of the shipped example is the engine tier's one end-to-end run of that example."""
+first run is the acceptance run, and its A/B of the shipped example the engine tier's one
+end-to-end run of that example."""
 
 from __future__ import annotations
 
@@ -87,6 +88,40 @@ EXIT = {"abgate ab examples/smollm2-kv-q8.toml -o runs/kv": 3,  # 3 items decide
         "abgate compare runs/kv:f16 runs/kv:q8": 3}  # and so the same statistics again
 
 
+def _check_the_acceptance_run(out: Path, stderr: str) -> None:
+    """The README's first run is the acceptance run (was test_run_cli's
+    test_acceptance_run_writes_8_samples, the same command): 4 GSM8K items x 2 seeds, 8
+    samples, each (item, seed) once, the record's and samples' shape, greedy seeds giving
+    one output per item, the summary, and plain progress lines (stderr and run.log). What
+    the model answers is this CPU's; the record's shape is not."""
+    samples = read_lines(out / "samples.jsonl")
+    assert len(samples) == 8
+    assert len({(s["item_id"], s["seed"]) for s in samples}) == 8
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "complete" and run["schema_version"] == 2
+    assert run["spec"]["model"]["sha256"] and len(run["spec"]["item_ids"]) == 4
+    assert run["spec"]["suite"]["data_sha256"] and run["spec"]["seeds"] == [0, 1]
+    assert run["engine"]["name"] == "llamacpp" and run["engine"]["effective"]["n_ctx"]
+    assert run["host"]["cores_logical"] >= 1 and run["abgate_version"]
+    for s in samples:
+        assert s["output"]["token_ids"] and s["prompt"]["sha256"] and s["finish_reason"] in (
+            "stop", "length")
+        assert s["timing"]["ttft_s"] > 0 and s["extracted"] is not None
+        assert s["correct"] == (s["extracted"]["value"] == s["reference"])
+    by_item: dict[object, set[str]] = {}
+    for s in samples:  # greedy: both seeds give the same tokens in one process
+        by_item.setdefault(s["item_id"], set()).add(s["output"]["sha256"])
+    assert all(len(shas) == 1 for shas in by_item.values()), by_item
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n"] == 8 and summary["quality"]["n"] == 8
+    assert summary["speed"]["steady_decode_tps"]["n"] > 0
+    progress = [x for x in stderr.splitlines() if x.startswith("abgate: run R: ")]
+    assert progress[0] == "abgate: run R: 0/8 done, starting"
+    assert progress[-1].startswith("abgate: run R: 8/8 (100%), ") and "tok/s" in progress[-1]
+    assert "ETA" in progress[1] and progress[-1].removeprefix("abgate: ") in (
+        out / "run.log").read_text()
+
+
 def _check_the_example_ab(out: Path, stderr: str) -> None:
     """The shipped example's A/B on the real engine (was test_ab_run's
     test_example_ab_small, the same run): its schedule, each arm's effective KV type,
@@ -146,6 +181,7 @@ def test_readme_examples_run_as_written(tmp_path: Path, gsm8k_path: Path) -> Non
         r = abgate(*args, env=env, cwd=work)
         assert r.returncode == EXIT.get(line, 0), (line, r.stdout[-2000:], r.stderr[-2000:])
         outputs[line] = r
+    _check_the_acceptance_run(work / "runs" / "R", outputs[EXECUTED[0]].stderr)
     _check_the_example_ab(work / "runs" / "kv",
                           outputs["abgate ab examples/smollm2-kv-q8.toml -o runs/kv"].stderr)
     assert len(json.loads((work / "runs/R/run.json").read_text())["spec"]["item_ids"]) == 4
