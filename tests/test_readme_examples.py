@@ -80,7 +80,8 @@ EXECUTED = [
     "abgate history steady_decode_tps --model SmolLM2 --html history.html",
 ]
 SHRINK = {"abgate ab examples/smollm2-kv-q8.toml -o runs/kv":
-          ["--limit", "3", "--max-tokens", "16", "--warmup", "1"]}
+          ["--limit", "3", "--max-tokens", "16", "--warmup", "1"],
+          EXECUTED[0]: ["--max-tokens", "24"]}  # the last --max-tokens is the one
 BENCH = ("input_len = [256]\noutput_len = 64\nrepeats = 3\n",
          "input_len = [64]\noutput_len = 8\nrepeats = 2\n")
 PROBES = "\n[evidence]\nprobe_len = 128\n"  # the default is 512
