@@ -1,8 +1,7 @@
-"""``abgate ab`` end to end: the shipped example on the real engine (which gates a change
-trips, the accuracies and the tokens are figures of this CPU's SIMD paths and thread
-count, so it asserts decisions and relations that hold on any host); the workflow
-(resume after SIGKILL, a changed experiment refused, a broken arm rejected by a quality
-gate) on the fake engine. Two identical arms: tests/fast/test_fake_workflows.py
+"""``abgate ab`` end to end, the workflow on the fake engine: resume after SIGKILL, a
+changed experiment refused, a broken arm rejected by a quality gate. The shipped example
+on the real engine is run once, by the README's chain: tests/test_readme_examples.py
+(``_check_the_example_ab``). Two identical arms: tests/fast/test_fake_workflows.py
 ``test_ab_a_a_is_exact`` (exit 3, the same outputs)."""
 
 from __future__ import annotations
@@ -13,12 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import REPO, abgate, read_lines, toml_engine_args, wait_until
+from tests.conftest import abgate, read_lines, wait_until
 from tests.support.fake import cli
 
-EXAMPLE = REPO / "examples" / "smollm2-kv-q8.toml"
 # The gates that judge quality (any of them may be the one a broken arm trips).
 QUALITY_GATES = {"accuracy", "invalid_rate", "truncated_rate", "error_rate", "repetition"}
 AA = """
@@ -38,46 +34,6 @@ warmup = 1
 
 def measured(path: Path) -> list[dict[str, object]]:
     return [s for s in read_lines(path) if not s["warmup"]]
-
-
-def example(tmp_path: Path) -> Path:
-    """The shipped example, with ABGATE_TEST_THREADS (if set) in its shared engine args."""
-    text = EXAMPLE.read_text()
-    shared = "engine_args = { n_ctx = 1024 }"
-    assert text.count(shared) == 1
-    copy = tmp_path / EXAMPLE.name
-    copy.write_text(text.replace(shared, f"engine_args = {toml_engine_args({'n_ctx': 1024})}"))
-    return copy
-
-
-@pytest.mark.engine
-def test_example_ab_small(tmp_path: Path) -> None:
-    out = tmp_path / "AB"
-    r = abgate("ab", str(example(tmp_path)), "-o", str(out), "--limit", "3", "--max-tokens",
-               "32", "--warmup", "1")
-    assert r.returncode == 3, r.stderr  # 3 items cannot decide anything: INCONCLUSIVE
-    ab = json.loads((out / "ab.json").read_text())
-    assert ab["status"] == "complete" and ab["schedule"]["mode"] == "interleave"
-    executed = ab["schedule"]["executed"]
-    assert [e.split(":")[0] for e in executed] == ["f16", "q8", "q8", "f16", "f16", "q8"]
-    for arm, type_k in (("q8", "q8_0"), ("f16", "f16")):  # the arm's effective facet
-        run = json.loads((out / "arms" / arm / "run.json").read_text())
-        assert run["engine"]["effective"]["type_k"] == type_k
-    for arm in ("f16", "q8"):
-        lines = read_lines(out / "arms" / arm / "samples.jsonl")
-        assert sum(1 for s in lines if s["warmup"]) == 1 and len(lines) == 4
-        assert json.loads((out / "arms" / arm / "run.json").read_text())["kind"] == "ab-arm"
-    a = measured(out / "arms" / "f16" / "samples.jsonl")
-    b = measured(out / "arms" / "q8" / "samples.jsonl")
-    assert [s["prompt"]["sha256"] for s in a] == [s["prompt"]["sha256"] for s in b]
-    comp = json.loads((out / "comparison.json").read_text())
-    assert comp["decision"] == "INCONCLUSIVE" and comp["exit_code"] == 3
-    assert comp["comparisons"]["q8"]["comparison"]["n_pairs"] == 3
-    # progress on a non-terminal stderr: the samples, then the scoring pass
-    lines = r.stderr.splitlines()
-    assert any(x.startswith("abgate: ab AB: 6/6 (100%), ") for x in lines), r.stderr
-    assert any(x.startswith("abgate: ab AB scoring q8 against f16: 3/3 (100%), ")
-               for x in lines), r.stderr
 
 
 def test_ab_resumes_after_sigkill(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tests.conftest import abgate, engine_threads, thread_flags
 
 pytestmark = pytest.mark.engine
 
-RECORD = ["baseline", "record", "--input-len", "32,64", "--output-len", "24", "--repeats", "2",
+RECORD = ["baseline", "record", "--input-len", "32,64", "--output-len", "12", "--repeats", "2",
           "--warmup", "1", "--probe-len", "128", "--engine-arg", "n_ctx=512", *thread_flags()]
 
 
@@ -37,8 +37,8 @@ def test_record_holds_references_and_the_check_reproduces(recorded: Path,
     doc = json.loads((recorded / "baseline.json").read_text())
     assert doc["kind"] == "baseline" and len(doc["cases"]) == 2
     for case in doc["cases"]:
-        assert len(case["output_token_ids"]) == 24 and len(case["output_sha256"]) == 64
-        assert len(case["prompt_sha256"]) == 64 and len(case["top_k"]) == 24
+        assert len(case["output_token_ids"]) == 12 and len(case["output_sha256"]) == 64
+        assert len(case["prompt_sha256"]) == 64 and len(case["top_k"]) == 12
         assert all(len(t) == 5 for t in case["top_k"])
         # greedy: the chosen token is the engine's top-1
         assert [t[0] for t in case["top_k"]] == case["output_token_ids"]

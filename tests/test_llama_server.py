@@ -38,8 +38,8 @@ baseline = "f16"
 engine = "openai"
 suite = "synthetic"
 difficulty = "trivial"
-limit = 8
-max_tokens = 32
+limit = 4
+max_tokens = 16
 engine_args = {llama_server_args()}
 engine_options = {{ launch = "{llama_server_launch()}", ready_timeout = 120.0 }}
 [schedule]

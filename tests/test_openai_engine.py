@@ -351,7 +351,7 @@ def served(model_path: str, *extra: str) -> list[str]:
 def _same_greedy_answers_as_embedded_with_concurrency(
         tmp_path: Path, gsm8k_path: Path, model_path: str) -> None:
     base = ["run", "--suite", "gsm8k", "--data", str(gsm8k_path), "--limit", "3",
-            "--max-tokens", "40"]
+            "--max-tokens", "24"]
     r = abgate(*base, *COMMON_ARGS, "-o", str(tmp_path / "E"))
     assert r.returncode == 0, r.stderr
     r = abgate(*base, *served(model_path, "--concurrency", "2"), "-o", str(tmp_path / "S"))

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import abgate as abgate_pkg
 from abgate.compare.gates import FAIL, PASS
 from tests.conftest import abgate, requested_threads
 from tests.support.engine_repo import BUILD, LAUNCH, git, make_engine_repo
@@ -21,6 +22,9 @@ from tests.support.junit import junit_cases
 pytestmark = pytest.mark.engine
 
 N_ITEMS = 32  # the policy's min_items is 30
+# A planted regression is REJECTED from 8 items: pre-merge with min_items = 8 (its gates
+# the same), so that two A/Bs of 32 items are not spent on showing what 8 show.
+REJECT_ITEMS = 8
 QUALITY = ("accuracy", "invalid_rate", "truncated_rate", "error_rate", "repetition",
            "lossless_outputs", "lossless_kld", "identical_outputs", "length_change",
            "mean_kld", "top1_agreement")
@@ -41,7 +45,7 @@ build = "{BUILD}"
 suite = "synthetic"
 difficulty = "trivial"
 limit = {N_ITEMS}
-max_tokens = 24
+max_tokens = 16
 engine = "openai"
 engine_args = {{ n_ctx = 1024, n_threads = {n}, n_threads_batch = {n} }}
 engine_options = {{ launch = "{LAUNCH}" }}
@@ -60,12 +64,22 @@ probes = false
     return path
 
 
+def small_pre_merge(tmp: Path) -> Path:
+    """The shipped pre-merge policy deciding from REJECT_ITEMS items."""
+    text = (Path(abgate_pkg.__file__).parent / "policies" / "pre-merge.toml").read_text()
+    assert text.count("\n[speed]") == 1 and "min_items" not in text
+    path = tmp / "pre-merge-small.toml"
+    path.write_text(text.replace("\n[speed]", f"\nmin_items = {REJECT_ITEMS}\n\n[speed]", 1))
+    return path
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("rev")
     revs = make_engine_repo(tmp / "engine")
     return {"tmp": tmp, "revs": revs, "file": experiment(tmp, tmp / "engine"),
-            "env": {"ABGATE_CACHE": str(tmp / "cache")}}
+            "env": {"ABGATE_CACHE": str(tmp / "cache")},
+            "reject": ("--policy", str(small_pre_merge(tmp)), "--limit", str(REJECT_ITEMS))}
 
 
 def run_rev(setup: dict[str, Any], head: str, name: str, *extra: str,
@@ -80,6 +94,12 @@ def run_rev(setup: dict[str, Any], head: str, name: str, *extra: str,
 
 def gates(comp: dict[str, Any]) -> dict[str, str]:
     return {g["name"]: g["outcome"] for g in comp["comparisons"]["head"]["verdict"]["gates"]}
+
+
+def decided_from_the_small_policy(comp: dict[str, Any]) -> None:
+    head = comp["comparisons"]["head"]
+    assert head["verdict"]["policy"]["min_items"] == REJECT_ITEMS
+    assert head["comparison"]["n_items"] == REJECT_ITEMS
 
 
 def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
@@ -132,9 +152,10 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
 
 
 def test_a_planted_sampling_bug_is_rejected_on_quality(setup: dict[str, Any]) -> None:
-    r, out, comp = run_rev(setup, "regression", "regression")
+    r, out, comp = run_rev(setup, "regression", "regression", *setup["reject"])
     assert r.returncode == 1, (r.stdout, r.stderr[-3000:])
     assert comp["decision"] == "REJECT"
+    decided_from_the_small_policy(comp)
     failed = {g for g, o in gates(comp).items() if o == FAIL}
     assert failed and failed <= set(QUALITY), gates(comp)
     assert "repetition" in failed  # repeat_penalty 0.5: degenerate loops
@@ -145,8 +166,9 @@ def test_a_planted_sampling_bug_is_rejected_on_quality(setup: dict[str, Any]) ->
 
 
 def test_a_planted_slowdown_is_rejected_on_speed(setup: dict[str, Any]) -> None:
-    r, out, comp = run_rev(setup, setup["revs"]["slowdown"], "slowdown")
+    r, out, comp = run_rev(setup, setup["revs"]["slowdown"], "slowdown", *setup["reject"])
     assert r.returncode == 1, (r.stdout, r.stderr[-3000:])
+    decided_from_the_small_policy(comp)
     outcome = gates(comp)
     assert outcome["speed"] == FAIL, outcome
     assert all(outcome[g] == PASS for g in QUALITY if g in outcome), outcome

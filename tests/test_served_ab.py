@@ -89,8 +89,8 @@ def check_ab(out: Path, returncode: int, arms: dict[str, str | None]) -> dict[st
 @pytest.mark.engine
 def test_served_example_ab_matched_prompts_and_cleanup(tmp_path: Path) -> None:
     out = tmp_path / "AB"
-    r = abgate("ab", str(served_example(tmp_path)), "-o", str(out), "--limit", "8",
-               "--max-tokens", "32", "--warmup", "1")
+    r = abgate("ab", str(served_example(tmp_path)), "-o", str(out), "--limit", "4",
+               "--max-tokens", "16", "--warmup", "1")
     assert r.returncode in (0, 2, 3), r.stderr
     ab = check_ab(out, r.returncode, {"f16": "client-rendered", "q8": "client-rendered"})
     eff = {a: json.loads((out / "arms" / a / "run.json").read_text())["engine"]["effective"]

@@ -36,6 +36,7 @@ def agreement_row(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return typed_row(*args, **kwargs).model_dump(mode="json")
 
 
+SERVED_ITEMS = 6
 QUESTION = ({"role": "user", "content": "Tom has 3 apples and buys 4 more. How many apples "
                                         "does he have? Explain step by step."},)
 
@@ -98,9 +99,11 @@ def _llama_server_scores_agree_with_the_embedded_engine(
 
 def _served_ab_rejects_broken_rope_on_top_k_agreement(tmp_path: Path,
                                                            gsm8k_path: Path) -> None:
-    """Three llama-server arms on 30 zero-shot GSM8K items: f16 KV, q8_0 KV + flash
-    attention, a wrong RoPE base. Accuracy is at the model's floor; the KL bound decides."""
-    (tmp_path / "policy.toml").write_text("[speed]\nmax_slowdown = 0.9\n")
+    """Three llama-server arms on 6 zero-shot GSM8K items of 16 tokens, under a policy
+    that decides from 6 items: f16 KV, q8_0 KV + flash attention, a wrong RoPE base.
+    Accuracy is at the model's floor; the KL bound decides."""
+    (tmp_path / "policy.toml").write_text(f"min_items = {SERVED_ITEMS}\n"
+                                          "[speed]\nmax_slowdown = 0.9\n")
     exp = tmp_path / "exp.toml"
     exp.write_text(f"""
 name = "served-agreement"
@@ -110,8 +113,8 @@ policy = "{tmp_path / 'policy.toml'}"
 engine = "openai"
 suite = "gsm8k"
 data = "{gsm8k_path}"
-limit = 30
-max_tokens = 24
+limit = {SERVED_ITEMS}
+max_tokens = 16
 engine_args = {llama_server_args()}
 engine_options = {{ launch = "{llama_server_launch()}", ready_timeout = 120.0 }}
 [schedule]
@@ -119,7 +122,7 @@ mode = "interleave"
 warmup = 0
 [evidence]
 probes = false
-agreement_tokens = 24
+agreement_tokens = 16
 [arms.f16]
 [arms.q8]
 engine_args = {{ flash-attn = "on", cache-type-k = "q8_0", cache-type-v = "q8_0" }}
@@ -137,7 +140,7 @@ engine_args = {{ rope-freq-base = 1.0 }}
     for c in (rope, q8):
         agreement = c["comparison"]["agreement"]
         assert agreement["method"] == "top_k" and agreement["approximate"]
-        assert agreement["k"] == SCORE_K and agreement["n_items"] == 30
+        assert agreement["k"] == SCORE_K and agreement["n_items"] == SERVED_ITEMS
         assert agreement["source"] == "baseline_output_retokenized"  # no IDs from the server
         assert agreement["n_nonfinite_kl"] == 0
     assert (rope["comparison"]["agreement"]["mean_kld"]["estimate"]

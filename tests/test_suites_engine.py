@@ -44,7 +44,7 @@ data = "{qa}"
 max_tokens = 16
 """)
     out = tmp_path / "out"
-    r = abgate("ab", str(exp), "-o", str(out), "--warmup", "1", "--max-tokens", "48")
+    r = abgate("ab", str(exp), "-o", str(out), "--warmup", "1", "--max-tokens", "24")
     assert r.returncode == 3, r.stdout + r.stderr  # 4 items a suite cannot decide
     verdict = json.loads((out / "suites.json").read_text())["verdict"]
     assert verdict["decision"] == "INCONCLUSIVE"

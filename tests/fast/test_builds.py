@@ -58,7 +58,7 @@ def test_each_revision_runs_its_own_code(repo: tuple[Path, dict[str, str]],
     assert len({b.directory for b in (bad, slow, noop, base)}) == 4
     assert run_in(bad.python, "import tinyengine; print(tinyengine.sampling({}))"
                   ) == "{'repeat_penalty': 0.5}"
-    assert run_in(slow.python, "import tinyengine; print(tinyengine.SLEEP_S)") == "0.1"
+    assert run_in(slow.python, "import tinyengine; print(tinyengine.SLEEP_S)") == "0.03"
     assert noop.manifest.artifacts_digest != base.manifest.artifacts_digest
 
 

@@ -1,7 +1,8 @@
 """A real engine repository for revision A/Bs: a small git repository holding a Python
 engine package on llama-cpp-python, with a base commit and three changes of it: a
 no-op (a comment), a planted sampling regression (repeat_penalty 0.5: degenerate
-repetition) and a planted slowdown (100 ms per decoded token)."""
+repetition) and a planted slowdown (30 ms per decoded token: several times a decode step
+of SmolLM2 on one thread)."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def make_engine_repo(repo: Path) -> dict[str, str]:
         "    return kwargs\n", '    return {**kwargs, "repeat_penalty": 0.5}\n'),
         "sampling bug: repeat_penalty 0.5")
     git(repo, "checkout", "-q", "-b", "slowdown", revs["base"])
-    revs["slowdown"] = commit(repo, ENGINE.replace("SLEEP_S = 0.0 ", "SLEEP_S = 0.1 "),
+    revs["slowdown"] = commit(repo, ENGINE.replace("SLEEP_S = 0.0 ", "SLEEP_S = 0.03 "),
                               "slowdown")
     git(repo, "checkout", "-q", "main")
     return revs
