@@ -62,8 +62,15 @@ def test_every_llamacpp_arg_exists_in_llama_signature() -> None:
     from llama_cpp import Llama
 
     params = set(inspect.signature(Llama.__init__).parameters)
-    adapter_only = {"prefix_cache"}
-    assert set(llamacpp.ARG_SPECS) - adapter_only <= params
+    from abgate.engines.llamacpp.args import ADAPTER_ONLY
+
+    # abgate's own switches, and use_extra_bufts: a model param Llama() takes no keyword
+    # for (set on the defaults it reads, engine.model_params)
+    assert ADAPTER_ONLY == {"prefix_cache", "use_extra_bufts"}
+    assert set(llamacpp.ARG_SPECS) - ADAPTER_ONLY <= params
+    import llama_cpp
+
+    assert hasattr(llama_cpp.llama_model_default_params(), "use_extra_bufts")
 
 
 def test_secrets_are_redacted() -> None:

@@ -23,6 +23,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.integrity import FIELD, verify_file
 from abgate.provenance.gitinfo import git_state
+from abgate.records.cluster import ClusterBenchDocument
 from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import (
     BODIES,
@@ -55,7 +56,8 @@ DOCUMENT_FILES: dict[str, tuple[type[Document] | type[Result], ...]] = {
     "run.json": (RunRecord, BenchRecord), "ab.json": (AbRecord,),
     "baseline.json": (BaselineRecord,), "summary.json": (Summary, BenchSummary),
     "probes.json": (ProbesDocument,), "bench.json": (AbBenchDocument,),
-    "comparison.json": (ComparisonDoc,)}  # typed in records/comparison.py
+    "comparison.json": (ComparisonDoc,),  # typed in records/comparison.py
+    "cluster.json": (ClusterBenchDocument,)}  # bench --cluster (records/cluster.py)
 LINE_FILES = {  # JSON Lines, appended line by line
     "samples.jsonl": "runner.records.SampleWriter; each line a records.samples.Sample (a "
                      "bench's: a bench.samples.BenchSample or bench.probes.ProbeLine, read "
