@@ -66,7 +66,7 @@ def test_every_llamacpp_arg_exists_in_llama_signature() -> None:
 
     # abgate's own switches, and use_extra_bufts: a model param Llama() takes no keyword
     # for (set on the defaults it reads, engine.model_params)
-    assert ADAPTER_ONLY == {"prefix_cache", "use_extra_bufts"}
+    assert {"prefix_cache", "use_extra_bufts"} == ADAPTER_ONLY
     assert set(llamacpp.ARG_SPECS) - ADAPTER_ONLY <= params
     import llama_cpp
 
