@@ -14,7 +14,7 @@ from rich.table import Table
 from abgate.bench.load import parse_load
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
-from abgate.bench.session import BenchConfig, execute_bench, prepare_bench
+from abgate.bench.session import BenchConfig, PreparedBench, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
 from abgate.cli.app import app
 from abgate.cli.cluster_out import Cluster, ClusterOpt, cluster_spec_of, print_cluster_bench
@@ -224,14 +224,20 @@ def bench_command(
         out = Path("runs") / time.strftime("bench-%Y%m%d-%H%M%S")
     prov = ProvenanceOptions(contract, manifest, allow_stale_manifest)
     if fleet is not None:
-        from abgate.fleet.bench import bench_on_cluster
-
-        doc = bench_on_cluster(prepared, out, fleet, force=force, provenance=prov)
-        print_cluster_bench(doc, str(out))
-        raise typer.Exit(0 if doc.status == "complete" else 1)
+        _bench_cluster(prepared, out, fleet, force, prov)
     with reporter(f"bench {out.name}") as rep:
         outcome = execute_bench(prepared, out, force=force, progress=rep, provenance=prov)
     print_bench(outcome.out_dir, outcome.status, outcome.summary, flags.engine_name)
     index_finished(outcome.out_dir)
     if outcome.status == "interrupted":
         raise typer.Exit(130)
+
+
+def _bench_cluster(prepared: PreparedBench, out: Path, fleet: Any, force: bool,
+                   prov: ProvenanceOptions) -> None:
+    """``--cluster``: the bench on every replica (``fleet.bench``); exits."""
+    from abgate.fleet.bench import bench_on_cluster
+
+    doc = bench_on_cluster(prepared, out, fleet, force=force, provenance=prov)
+    print_cluster_bench(doc, str(out))
+    raise typer.Exit(0 if doc.status == "complete" else 1)
