@@ -9,7 +9,7 @@ the verdict, reports, JUnit and Markdown) for the no-op and for the regression. 
 the repository root::
 
     PYTHONPATH=src python benchmarks/gate_wall_time.py [--limit 32] [--threads 1]
-        [--max-tokens 24] [--sequential] [--json out.json]
+        [--max-tokens 24] [--sequential] [--heads noop,regression] [--json out.json]
 
 It prints one line per gate: the head, the verdict, the exit code, the wall time, and
 how long the cached-build check took (the "cached, nothing built" lines).
@@ -89,6 +89,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--sequential", action="store_true",
                     help="also gate the no-op with sequential stopping")
+    ap.add_argument("--heads", default="noop,regression",
+                    help="the heads gated at the fixed N (comma-separated)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gate-wall-") as t:
         tmp = Path(t)
@@ -101,7 +103,7 @@ def main() -> None:
         warm = time.monotonic() - start
         file = experiment(tmp, tmp / "engine", a.limit, a.threads, a.max_tokens)
         rows = [gate(file, revs["base"], revs[h], tmp / h, env)
-                for h in ("noop", "regression")]
+                for h in a.heads.split(",") if h]
         if a.sequential:  # issue 34 item 5: a no-op stopped early
             rows.append(gate(file, revs["base"], revs["noop"], tmp / "noop-seq", env,
                              "--sequential", "--max-items", str(a.limit)))

@@ -27,6 +27,9 @@ ApiKeyEnv = Annotated[str | None, typer.Option(
     help="openai engine: env var holding the API key.")]
 ReadyTimeout = Annotated[float | None, typer.Option(
     help="--launch: seconds to wait for the server.")]
+Python = Annotated[str | None, typer.Option(
+    help="Run the in-process engine in this Python interpreter, in a process of its own "
+    "(e.g. a revision's venv: its engine library, this abgate).")]
 EngineName = Annotated[str | None, typer.Option(help="Engine name (default: llamacpp).")]
 Model = Annotated[str | None, typer.Option(
     help="Model (llamacpp: PATH.gguf; default SmolLM2-135M).")]
@@ -49,7 +52,8 @@ DEFAULT_ENGINE = "llamacpp"
 # CLI parameter name -> key in engine_options; unset ones are left out.
 ENGINE_OPTIONS = {"endpoint": "endpoints", "launch": "launch", "concurrency": "concurrency",
                   "api": "api", "request_timeout": "request_timeout",
-                  "api_key_env": "api_key_env", "ready_timeout": "ready_timeout"}
+                  "api_key_env": "api_key_env", "ready_timeout": "ready_timeout",
+                  "python": "python"}
 
 # the group: parameter name -> (its Typer annotation, its default)
 GROUP: dict[str, tuple[Any, Any]] = {
@@ -57,7 +61,7 @@ GROUP: dict[str, tuple[Any, Any]] = {
     "engine_arg": (EngineArg, None), "env": (Env, None), "endpoint": (Endpoint, None),
     "launch": (Launch, None), "concurrency": (Concurrency, None), "api": (Api, None),
     "request_timeout": (RequestTimeout, None), "api_key_env": (ApiKeyEnv, None),
-    "ready_timeout": (ReadyTimeout, None)}
+    "ready_timeout": (ReadyTimeout, None), "python": (Python, None)}
 
 
 def engine_options(params: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +87,7 @@ class EngineFlags:
     request_timeout: float | None = None
     api_key_env: str | None = None
     ready_timeout: float | None = None
+    python: str | None = None
 
     @property
     def engine_name(self) -> str:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abgate.engines import engine_class
+from abgate.engines import engine_class, hosted
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine
 from abgate.engines.shared.multicast import applied_env as applied_env  # re-exported
@@ -105,7 +105,8 @@ def prepare_engine(spec: EngineSpec) -> PreparedEngine:
     cls = engine_class(spec.engine)
     resolved = validate_args(spec.engine, spec.args, cls.arg_specs)
     cls.check_args(resolved)  # the engine's cross-argument checks, still before load
-    cls.check_options(spec.options)
+    hosted.check_interpreter(spec.options, cls)  # engine_options.python: another interpreter
+    cls.check_options(hosted.engine_options(spec.options))
     model = cls.resolve_model(spec.model)
     identity, files = identify_model(model)
     return PreparedEngine(spec, cls, model, resolved, identity,
@@ -172,11 +173,13 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
 
     The model is checked before the load, right after it and when the work is done
     (:mod:`abgate.model_check`): a file changed since it was identified stops here."""
-    p.engine_cls.check_packages()  # a missing package is one line, not an ImportError
+    python = hosted.interpreter(p.spec.options)
+    if python is None:  # (a hosted engine's packages are checked in its host)
+        p.engine_cls.check_packages()  # a missing package is one line, not an ImportError
     check_model(p, "before the load")
     with applied_env(p.spec.env):
         try:
-            engine = p.engine_cls.load(p.model, p.resolved_args, p.spec.options or None, run_dir)
+            engine = _load(p, python, run_dir)
         except BaseException as exc:  # a launched server that never became ready: its
             if doc is not None:       # stop was verified (or not): say so in the record
                 _failed_start_cleanup(doc, exc)
@@ -194,6 +197,14 @@ def loaded(p: PreparedEngine, run_dir: Path | None = None,
             engine.close()
         if doc is not None:
             doc.cleanup = engine.cleanup_evidence
+
+
+def _load(p: PreparedEngine, python: str | None, run_dir: Path | None) -> Engine:
+    """The engine loaded here, or in a host process of ``python`` (engines/hosted.py)."""
+    options = hosted.engine_options(p.spec.options) or None
+    if python is None:
+        return p.engine_cls.load(p.model, p.resolved_args, options, run_dir)
+    return hosted.start(python, p.name, p.model, p.resolved_args, options, run_dir)
 
 
 def check_model(p: PreparedEngine, when: str) -> None:

@@ -74,7 +74,7 @@ def _libc_prctl() -> Any:
 _PRCTL = _libc_prctl()
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # in the child between fork and exec: SIGTERM when abgate dies
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
 
@@ -129,7 +129,7 @@ class ManagedServer:
                 stderr=subprocess.STDOUT, start_new_session=True,
                 env=server_env({**os.environ, MARKER_ENV: self.marker}),
                 preexec_fn=(_set_supervisor_pdeathsig if self.supervised
-                            else _set_pdeathsig if _PRCTL is not None else None))
+                            else die_with_parent if _PRCTL is not None else None))
         except OSError as exc:
             self._log.close()
             raise UsageError(f"--launch: cannot start {self.argv[0]!r}: {exc.strerror}") from None
