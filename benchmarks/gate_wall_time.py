@@ -9,7 +9,8 @@ the verdict, reports, JUnit and Markdown) for the no-op and for the regression. 
 the repository root::
 
     PYTHONPATH=src python benchmarks/gate_wall_time.py [--limit 32] [--threads 1]
-        [--max-tokens 24] [--sequential] [--heads noop,regression] [--json out.json]
+        [--max-tokens 24] [--sequential] [--heads noop,regression]
+        [--sequential-first] [--json out.json]
 
 It prints one line per gate: the head, the verdict, the exit code, the wall time, and
 how long the cached-build check took (the "cached, nothing built" lines).
@@ -91,6 +92,8 @@ def main() -> None:
                     help="also gate the no-op with sequential stopping")
     ap.add_argument("--heads", default="noop,regression",
                     help="the heads gated at the fixed N (comma-separated)")
+    ap.add_argument("--sequential-first", action="store_true",
+                    help="gate the no-op sequentially before the fixed-N gates")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gate-wall-") as t:
         tmp = Path(t)
@@ -102,11 +105,15 @@ def main() -> None:
             build_revision(tmp / "engine", revs[rev], BUILD)
         warm = time.monotonic() - start
         file = experiment(tmp, tmp / "engine", a.limit, a.threads, a.max_tokens)
-        rows = [gate(file, revs["base"], revs[h], tmp / h, env)
-                for h in a.heads.split(",") if h]
-        if a.sequential:  # issue 34 item 5: a no-op stopped early
-            rows.append(gate(file, revs["base"], revs["noop"], tmp / "noop-seq", env,
-                             "--sequential", "--max-items", str(a.limit)))
+        def fixed() -> list[dict[str, object]]:
+            return [gate(file, revs["base"], revs[h], tmp / h, env)
+                    for h in a.heads.split(",") if h]
+
+        def sequential() -> list[dict[str, object]]:  # issue 34 item 5: stopped early
+            return [gate(file, revs["base"], revs["noop"], tmp / "noop-seq", env,
+                         "--sequential", "--max-items", str(a.limit))] if a.sequential else []
+
+        rows = sequential() + fixed() if a.sequential_first else fixed() + sequential()
     load = os.getloadavg()
     result = {"limit": a.limit, "threads": a.threads, "max_tokens": a.max_tokens,
               "cpus": os.cpu_count(), "loadavg_after": [round(x, 1) for x in load],

@@ -52,7 +52,11 @@ ARMS = {"same": ("A/A (identical arm, swapped by a coin per item)", "neither"),
         "rope": ("RoPE base 1.0 (broken)", "REJECT"),
         "threads2": ("2 threads vs 1 (a real slowdown on this loaded 2-core host)",
                      "REJECT"),
-        "~threads2": ("1 thread vs 2 (the same pairs reversed: a real speedup)", "ACCEPT")}
+        "~threads2": ("1 thread vs 2 (the same pairs reversed: a real speedup)", "ACCEPT"),
+        # a revision A/B of a no-op commit (benchmarks/gate_wall_time.py, arms base/head):
+        # swapped by a coin per item as the identical arm is, so only REJECT is false
+        "head": ("no-op revision (arms swapped by a coin per item)", "ACCEPT")}
+SWAPPED = ("same", "head")
 
 
 def read_jsonl(path: Path) -> list[Record]:
@@ -119,8 +123,8 @@ def fixed_verdict(a: Sequence[Record], b: Sequence[Record], rows: Sequence[Recor
                   policy: Policy, n_boot: int) -> str:
     comparison = compare_samples(a, b, n_boot=n_boot, confidence=policy.speed.confidence)
     if rows:
-        comparison["agreement"] = summarize_agreement(rows,
-                                                      confidence=policy.speed.confidence)
+        comparison = comparison.model_copy(update={"agreement": summarize_agreement(
+            rows, confidence=policy.speed.confidence)})
     return decide(comparison, policy).decision
 
 
@@ -135,7 +139,7 @@ def trial(data: Recorded, policy: Policy, args: argparse.Namespace,
     order = [f"d{i:05d}" for i in range(args.max_items)]
     seq = sequential_section(a, b, order, policy, max_items=args.max_items,
                              agreement=rows or None)
-    speed = next(g for g in seq["gates"] if g["name"] == "speed")
+    speed = next(g for g in seq.gates if g.name == "speed")
     n = args.fixed_n
     fixed = fixed_verdict(prefix(a, n), prefix(b, n), prefix(rows, n), policy, args.n_boot)
     peek, peek_at = "INCONCLUSIVE", n
@@ -145,8 +149,8 @@ def trial(data: Recorded, policy: Policy, args: argparse.Namespace,
         if peek != "INCONCLUSIVE":
             peek_at = look
             break
-    return {"seq": seq["decision"], "seq_n": seq["n_items"], "seq_speed": speed["outcome"],
-            "seq_by": ",".join(seq["decided_by"]),
+    return {"seq": seq.decision, "seq_n": seq.n_items, "seq_speed": speed.outcome,
+            "seq_by": ",".join(seq.decided_by),
             "fixed": fixed, "peek": peek, "peek_n": peek_at}
 
 
@@ -230,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for policy in policies + ([zero_margin(policies[0])] if args.zero_margin
                                   and arm == "same" else []):
             rng = np.random.default_rng(args.seed)
-            results = [trial(data, policy, args, rng, swap=arm == "same")
+            results = [trial(data, policy, args, rng, swap=arm in SWAPPED)
                        for _ in range(args.trials)]
             label, expected = ARMS.get(arm, (arm, "?"))
             report["rows"].append({"arm": arm, "label": label, "expected": expected,
