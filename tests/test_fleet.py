@@ -215,3 +215,39 @@ def test_sequential_looks_on_the_merged_stream_as_on_one_machine(
             [s["key"] for s in _samples(tmp_path / "fleet", arm)]
     assert fleet.comparison.comparisons["b"].verdict.decision == \
         one.comparison.comparisons["b"].verdict.decision
+
+
+def _rows(out: Path, arm: str, name: str) -> list[dict[str, Any]]:
+    path = out / "arms" / arm / name
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_agreement_and_probes_run_on_a_replica_as_on_one_machine(
+        cluster: Any, tmp_path: Path) -> None:
+    """The distribution-agreement pass and the health probes of a fleet A/B run on one
+    replica (both arms resident there) through the replica's own engines: the same rows,
+    the same probe results and the same verdict as on one machine."""
+    path = experiment(tmp_path / "e.toml", "perturb = 0.05", limit=12, agreement=True,
+                      extra="probes = true\n")
+    exp = load_experiment(path)
+    one = run_experiment(exp, tmp_path / "one")
+    fleet = run_experiment(exp, tmp_path / "fleet",
+                           schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
+    assert fleet.outcome.status == "complete"
+    rows = {name: {r["key"]: (r["tokens"], r["kl"], r["top1_cand"])
+                   for r in _rows(tmp_path / name, "b", "agreement.jsonl")}
+            for name in ("one", "fleet")}
+    assert rows["one"] == rows["fleet"] and len(rows["one"]) == 12
+    assert any(k for _, kl, _ in rows["fleet"].values() for k in kl if k)  # perturbed
+    for arm in ("a", "b"):
+        probes = {name: [(p["name"], p.get("passed"), p.get("output_text"))
+                         for p in json.loads((tmp_path / name / "arms" / arm /
+                                              "probes.json").read_text())["probes"]]
+                  for name in ("one", "fleet")}
+        assert probes["one"] == probes["fleet"] and probes["one"], probes
+    rec = json.loads((tmp_path / "fleet" / "ab.json").read_text())
+    assert rec["fleet"]["evidence_replica"] == 0
+    assert rec["scoring"]["b"]["n_sequences"] == 12
+    gates = {name: {g.name: g.outcome for g in r.comparison.comparisons["b"].verdict.gates}
+             for name, r in (("one", one), ("fleet", fleet))}
+    assert gates["one"]["mean_kld"] == gates["fleet"]["mean_kld"] and "mean_kld" in gates["one"]

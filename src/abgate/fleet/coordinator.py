@@ -14,6 +14,7 @@ import logging
 from collections.abc import Hashable
 from typing import Any
 
+from abgate.ab.phases import gather_evidence
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
 from abgate.fleet.cluster import ClusterSpec, connected, in_bundle, placed, removed
@@ -26,7 +27,9 @@ from abgate.fleet.dispatch import (
     earlier_sessions,
 )
 from abgate.fleet.matching import arm_order, check_matched, check_schedule
+from abgate.fleet.remote_engine import ReplicaEngine
 from abgate.fleet.replica import Replica
+from abgate.runner.session import EngineSession
 
 __all__ = ["Fleet", "FleetSchedule", "RayPool", "arm_order", "fleet_strategy"]
 log = logging.getLogger("abgate.fleet")
@@ -150,11 +153,28 @@ class Fleet:
             Dispatch(self.runner, pool, self.ledger, item_timeout_s=self.spec.item_timeout_s,
                      on_loss=self.save).run(
                 list(range(len(replicas))))
+            self.evidence(replicas)
         finally:
             self.record["dispatch_wall_s"] = round(self.ledger.wall_s, 6)
             self.close(replicas)
             self.remove_pg()
             self.save()
+
+    def evidence(self, replicas: list[Any]) -> None:
+        """The distribution-agreement pass and the probes, as on one machine, on the first
+        replica still alive (both arms resident there: the scores of a pair never mix
+        hardware); its index is recorded as ``evidence_replica``."""
+        ev = self.runner.exp.evidence
+        if not (ev.agreement or ev.probes):
+            return
+        lost = {int(x["replica"]) for x in self.ledger.lost}
+        index = next(i for i in range(len(replicas)) if i not in lost)
+        prepared = self.runner.checked.prepared
+        sessions = {arm: EngineSession(prepared[arm].engine,
+                                       ReplicaEngine(self.ray, replicas[index], arm))
+                    for arm in self.arms}
+        self.record["evidence_replica"] = index
+        gather_evidence(self.runner, sessions)
 
     def remove_pg(self) -> None:
         removed(self.pg)

@@ -19,6 +19,9 @@ from abgate.records import facts
 from abgate.runner.session import EngineSession, PreparedEngine, loaded
 
 Work = list[tuple[str, GenerationRequest]]
+# the engine members the coordinator may call on an arm (fleet.remote_engine)
+CALLS = frozenset({"generate", "tokenize", "render_prompt", "describe", "score", "processes",
+                   "detokenize", "topk_trace"})
 
 
 class Replica:
@@ -41,6 +44,16 @@ class Replica:
     def run_item(self, work: Work) -> list[tuple[str, GenerationResult]]:
         """Both arms of one (item, seed), in the given order."""
         return [(arm, self.generate(arm, request)) for arm, request in work]
+
+    def call(self, arm: str, op: str, args: tuple[Any, ...]) -> Any:
+        """One engine member of ``arm`` under its env (``fleet.remote_engine``)."""
+        session = self.sessions[arm]
+        with session.env():
+            if op == "prompts_restored":
+                return session.engine.prompts_restored
+            if op not in CALLS:
+                raise ValueError(f"replica: no engine member {op!r}")
+            return getattr(session.engine, op)(*args)
 
     def engine_facts(self) -> dict[str, Any]:
         """Each arm's engine as loaded here: name and version, the effective
