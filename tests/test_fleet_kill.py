@@ -1,5 +1,6 @@
 """(c) of issue 33: a SIGKILLed ``abgate ab --cluster local:2`` leaves no process behind,
-and (item 4) ``--resume`` of that A/B, whose cluster is gone, completes on a new one.
+and (item 4) ``--resume`` of that A/B, whose cluster is gone, completes on a new one; a
+SIGKILLed ``abgate bench --cluster local:2`` leaves none either.
 
 In a module of its own: next to tests/test_fleet.py's module-scoped 2-node cluster (alive
 while that module runs) the replicas of this test's own local cluster never started within
@@ -82,3 +83,47 @@ def _alive(pids: list[int]) -> list[int]:
         except psutil.Error:
             continue
     return out
+
+
+def test_a_sigkilled_bench_coordinator_leaves_no_process(tmp_path: Path) -> None:
+    """``abgate bench --cluster local:2`` killed with SIGKILL while both replicas' engines
+    hang in a request: the workers, their engines and the local cluster are all gone,
+    and nothing of the bench reached ``-o`` (the replicas write on their nodes)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = tmp_path / "bench"
+    proc = subprocess.Popen([sys.executable, "-m", "abgate", "bench", "--engine", "fake",
+                             "--engine-arg", "hang_at=1", "--engine-arg", "hang_s=30",
+                             "--input-len", "32", "--output-len", "8", "--warmup", "0",
+                             "--repeats", "2", "--peak-bw", "10", "--cluster", "local:2",
+                             "-o", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        workers = _wait_for_workers(proc.pid, 2)
+        kids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert set(workers) <= set(kids)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _alive(kids):
+        time.sleep(0.5)
+    assert _alive(kids) == []
+    assert not (out / "cluster.json").exists()
+
+
+def _wait_for_workers(root: int, n: int) -> list[int]:
+    """The pids of ``n`` replica workers (Ray titles an actor's process ``ray::Worker``)
+    once each runs its job, under ``root``."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        found = []
+        for c in psutil.Process(root).children(recursive=True):
+            try:
+                if "ray::Worker.run" in " ".join(c.cmdline()):
+                    found.append(c.pid)
+            except psutil.Error:
+                continue
+        if len(found) >= n:
+            return found
+        time.sleep(0.5)
+    raise AssertionError("the replica workers never started their bench")
