@@ -162,6 +162,41 @@ def measure(url: str, concurrency: int, tokens: int, batch: int, tag: str) -> di
             "connections": connections}
 
 
+def measure_load(url: str, concurrency: int, tokens: int, batch: int, tag: str,
+                 out_root: Path, warmup: int = 0) -> dict[str, Any]:
+    """As :func:`measure`, through ``bench --load concurrency:C``'s generator
+    (``bench.load_run``: its own samples file, its own clock origin)."""
+    import httpx
+
+    from abgate.bench.load import parse_load
+    from abgate.bench.load_run import LoadJob, read_samples, run_load
+
+    spec = parse_load(f"concurrency:{concurrency}", num_prompts=batch)
+    prompts = [f"{tag}-{i}" for i in range(batch)]
+    job = LoadJob(url, None, prompts, "client_ceiling", list(range(batch)), spec,
+                  output_len=tokens, warmup=warmup)
+    out = out_root / tag
+    before = httpx.get(url + "/sent", timeout=60).json()
+    cpu0 = time.process_time()
+    rec = run_load(job, out, force=True)
+    cpu = time.process_time() - cpu0
+    doc = httpx.get(url + "/sent", timeout=60).json()
+    t0, reqs = rec["t0_perf_counter"], read_samples(out)
+    lags = [t0 + c - s for i, r in enumerate(reqs)
+            for c, s in zip(r.t_chunks, doc["sent"][prompts[i]], strict=True)]
+    m, lag = rec["metrics"], np.asarray(lags) * 1e3
+    n_tok = m["total_output_tokens"]
+    return {"concurrency": concurrency, "requests": batch, "tokens": n_tok,
+            "wall_s": m["duration_s"], "tok_s": m["output_throughput"],
+            "cpu_us_per_token": cpu / n_tok * 1e6,
+            "server_cpu_us_per_token": (doc["cpu_s"] - before["cpu_s"]) / n_tok * 1e6,
+            "lag_ms": {"median": float(np.median(lag)), "p99": float(np.percentile(lag, 99)),
+                       "max": float(lag.max()), "min": float(lag.min())},
+            "negative_lags": int((lag < 0).sum()), "out_of_order": 0,
+            "connections": doc["connections"] - before["connections"] - 1,
+            "ttft_ms_mean": m["ttft_ms"]["mean"], "tpot_ms_mean": m["tpot_ms"]["mean"]}
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     def mid(get: Any) -> dict[str, float]:
         xs = [get(r) for r in runs]
@@ -190,6 +225,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--itl-ms", type=float, default=0.0,
                     help="pace each stream at one token per this many ms (default: flat out)")
+    ap.add_argument("--client", choices=("engine", "load"), default="engine",
+                    help="the openai engine's generate (default) or bench --load's generator")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.serve:
@@ -203,11 +240,17 @@ def main() -> None:
                 raise SystemExit("the server did not start")
             time.sleep(0.05)
         url = f"http://127.0.0.1:{port_file.read_text()}"
-        rows = []
+        rows, tmp = [], Path(tempfile.mkdtemp(prefix="ceiling-load-"))
+
+        def one(c: int, batch: int, tag: str) -> dict[str, Any]:
+            if a.client == "load":
+                return measure_load(url, c, a.tokens, batch, tag, tmp)
+            return measure(url, c, a.tokens, batch, tag)
+
         for c in (int(x) for x in a.concurrency.split(",")):
             batch = max(a.min_requests, 4 * c)
-            measure(url, c, a.tokens, min(batch, 64), f"warm{c}")  # connections, imports
-            runs = [measure(url, c, a.tokens, batch, f"c{c}r{k}") for k in range(a.repeats)]
+            one(c, min(batch, 64), f"warm{c}")  # connections, imports
+            runs = [one(c, batch, f"c{c}r{k}") for k in range(a.repeats)]
             rows.append(summarize(runs))
             s = rows[-1]
             print(f"c={c:>3} {s['requests']:>4} req x {a.tokens} tok: "
@@ -224,7 +267,8 @@ def main() -> None:
     if a.json:
         host = {"cpus": os.cpu_count(), "load_1min": os.getloadavg()[0],
                 "python": sys.version.split()[0]}
-        a.json.write_text(json.dumps({"host": host, "tokens_per_request": a.tokens,
+        a.json.write_text(json.dumps({"host": host, "client": a.client,
+                                      "tokens_per_request": a.tokens,
                                       "itl_ms": a.itl_ms, "rows": rows}, indent=2) + "\n")
 
 
