@@ -5,6 +5,9 @@ and samples written off the event loop."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -162,3 +165,24 @@ def test_a_failed_warm_up_stops_the_bench_in_one_line(server: _Server, tmp_path:
 def test_negative_warm_up_is_a_usage_error(server: _Server, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="--warmup -1"):
         run_load(_job(server, warmup=-1), tmp_path)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    return subprocess.run([sys.executable, "-m", "abgate", "bench", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+def test_cli_warmup_flag_reaches_the_load_bench(server: _Server, tmp_path: Path) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(3)))
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    common = ["--engine", "openai", "--endpoint", url, "--load", "concurrency:2",
+              "--num-prompts", "3", "--load-data", str(prompts), "--output-len", "4"]
+    ok = _cli(*common, "--warmup", "2", "-o", str(tmp_path / "run"))
+    assert ok.returncode == 0, ok.stderr
+    rec = json.loads((tmp_path / "run" / "load.json").read_text())
+    assert rec["warmup_requests"] == 2 and len(server.bodies) == 5
+    bad = _cli(*common, "--warmup", "-1", "-o", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--warmup -1" in bad.stderr
