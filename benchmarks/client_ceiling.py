@@ -44,6 +44,7 @@ import numpy as np
 # -- the server -------------------------------------------------------------------------
 
 SENT: dict[str, list[float]] = {}
+ARRIVED: dict[str, list[float]] = {}  # when each request's body had been read
 CONNECTIONS = [0]
 ITL_S = [0.0]  # the server's pause between two tokens of a stream (0: none)
 
@@ -59,7 +60,7 @@ async def _serve_one(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> N
             if method == "GET":
                 doc: Any = {"data": [{"id": "ceiling", "owned_by": "vllm"}]} \
                     if path == "/v1/models" else \
-                    {"sent": SENT, "connections": CONNECTIONS[0],
+                    {"sent": SENT, "arrived": ARRIVED, "connections": CONNECTIONS[0],
                      "cpu_s": time.process_time()} if path == "/sent" else {}
                 body = json.dumps(doc).encode()
                 w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -75,7 +76,9 @@ async def _serve_one(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> N
 
 async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
     n = int(body["max_tokens"])
-    rid = str(body["messages"][0]["content"]) if "messages" in body else str(body["prompt"])
+    chat = "messages" in body
+    rid = str(body["messages"][0]["content"]) if chat else str(body["prompt"])
+    ARRIVED.setdefault(rid, []).append(time.perf_counter())
     times = SENT.setdefault(rid, [])
     w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")
@@ -84,6 +87,9 @@ async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
         payload = b"data: " + data + b"\n\n"
         return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
+    if not chat:  # /v1/completions as vLLM streams it: the text, the finish reason on the last
+        await _complete(w, n, times, chunk)
+        return
     pre = [chunk(json.dumps({"choices": [{"index": 0, "token_ids": [100 + i],
                                           "delta": {"content": f"t{i} "},
                                           "finish_reason": None}]}).encode())
@@ -100,6 +106,23 @@ async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
                                            "finish_reason": "length"}]}).encode()))
     w.write(chunk(json.dumps({"choices": [], "usage": {"prompt_tokens": 3,
                                                        "completion_tokens": n}}).encode()))
+    w.write(chunk(b"[DONE]") + b"0\r\n\r\n")
+    await w.drain()
+
+
+async def _complete(w: asyncio.StreamWriter, n: int, times: list[float], chunk: Any) -> None:
+    for i in range(n):
+        doc = {"id": "cmpl-ceiling", "object": "text_completion", "model": "ceiling",
+               "choices": [{"index": 0, "text": f" t{i}", "logprobs": None,
+                            "finish_reason": "length" if i == n - 1 else None,
+                            "stop_reason": None}], "usage": None}
+        if ITL_S[0]:
+            await asyncio.sleep(ITL_S[0])
+        times.append(time.perf_counter())
+        w.write(chunk(json.dumps(doc).encode()))
+        await w.drain()
+    w.write(chunk(json.dumps({"id": "cmpl-ceiling", "choices": [], "usage": {
+        "prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}}).encode()))
     w.write(chunk(b"[DONE]") + b"0\r\n\r\n")
     await w.drain()
 
