@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from abgate.compare.views import views
 from abgate.records.documents import AbRecord
 from abgate.records.side_documents import AbBenchDocument
 from abgate.report import render
@@ -16,7 +15,6 @@ from abgate.report.fmt import NA
 from abgate.report.views import (
     ArmSetting,
     BenchCaseView,
-    OutlierView,
     RecordedPolicy,
     WeightsDiff,
 )
@@ -41,9 +39,6 @@ def test_policy_view_keeps_values_and_empties_non_objects() -> None:
 
 
 def test_list_views_keep_only_objects_and_defaults_fill_missing_fields() -> None:
-    assert views(OutlierView, None) == [] and views(OutlierView, {"item_id": "x"}) == []
-    [row] = views(OutlierView, ["junk", {"item_id": "item-1", "correct": None}])
-    assert (row.item_id, row.seed, row.why, row.correct) == ("item-1", NA, "", None)
     assert BenchCaseView.model_validate({"input_len": 8}).label == f"8/{NA}"
     assert BenchCaseView.model_validate({"speed": [1]}).speed.ttft_s.median is None
     assert ArmSetting.model_validate({}).limit == NA

@@ -251,8 +251,38 @@ class Distribution(Section):
     cv: float | None = None
 
 
+class HealthCounts(Section):
+    """``quality.counts`` (``scoring.health.health_counts``): the counts behind the rates,
+    the suspicious characters apart (None where a sample predates the field)."""
+
+    n_live: int | None = None
+    n_scored: int | None = None
+    n_correct: int | None = None
+    n_invalid: int | None = None
+    n_truncated: int | None = None
+    n_natural_stop: int | None = None
+    replacement_chars: int | None = None
+    n_with_replacement_chars: int | None = None
+    nul_chars: int | None = None
+    n_with_nul_chars: int | None = None
+    other_control_chars: int | None = None
+
+
+class Outlier(Section):
+    """One of ``quality.outliers`` (``scoring.health.find_outliers``): a sample a reviewer
+    should look at, and why."""
+
+    item_id: str | None = None
+    seed: int | None = None
+    output_tokens: int | None = None
+    seq_rep_4: Number | None = None
+    correct: bool | None = None
+    why: str | None = None
+
+
 class QualitySummary(Section):
-    """``summary.json``'s ``quality`` (``scoring.health.aggregate_health``)."""
+    """``summary.json``'s ``quality`` (``scoring.health.aggregate_health``), its fields
+    in the order it is written."""
 
     n: int | None = None
     n_error: int | None = None
@@ -261,4 +291,16 @@ class QualitySummary(Section):
     mean_seq_rep_4: float | None = None
     mean_output_tokens: float | None = None
     n_items: int | None = None
-    counts: dict[str, Any] | None = None
+    counts: HealthCounts | None = None
+    n_scored: int | None = None
+    error_rate: Number | None = None
+    invalid_rate: Number | None = None
+    invalid_reasons: dict[str, int] | None = None
+    truncated_rate: Number | None = None
+    natural_stop_rate: Number | None = None
+    empty_rate: Number | None = None
+    replacement_char_rate: Number | None = None
+    control_char_rate: Number | None = None
+    median_seq_rep_4: Number | None = None
+    median_output_tokens: Number | None = None
+    outliers: list[Outlier] | None = None

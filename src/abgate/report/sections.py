@@ -241,14 +241,14 @@ def _stats(data: AbData, arm: str) -> Summary:
 
 def _quality_row(data: AbData, arm: str) -> tuple[str, ...]:
     stats = _stats(data, arm)
-    q, rates = stats.quality, stats.quality.to_dict()
+    q = stats.quality
     acc, se = as_float(q.accuracy), as_float(q.accuracy_se)
     se_text = NA if se is None else f"{100 * se:.1f}"
     accuracy = NA if acc is None else f"{100 * acc:.1f}% ± {se_text}"
     accuracy += f" ({of_total(data, arm, 'n_correct', 'n_scored')})"
 
     def with_count(key: str) -> str:
-        return f"{rate(rates.get(key + '_rate'))} ({of_total(data, arm, 'n_' + key)})"
+        return f"{rate(getattr(q, key + '_rate', None))} ({of_total(data, arm, 'n_' + key)})"
 
     return (arm_label(data, arm), str(stats.n),
             _na(q.n_items), accuracy, with_count("invalid"),

@@ -1,5 +1,5 @@
 """Typed views of the free-form objects inside the records, read by attribute: the
-recorded policy's limits, a summary's outliers, a bench case, a weights diff.
+recorded policy's limits, a bench case, a weights diff.
 
 Built on ``compare.views`` (a view never refuses what it reads: the renderers format
 any value kept as written, or print ``n/a``).
@@ -49,17 +49,6 @@ class ArmSetting(View):
     seeds: Any = None
     temperature: Any = None
     max_tokens: Any = None
-
-
-class OutlierView(View):
-    """One of ``summary.json``'s ``quality.outliers`` (``scoring.health.OutlierView``)."""
-
-    item_id: Any = NA
-    seed: Any = NA
-    output_tokens: Any = None
-    seq_rep_4: Any = None
-    correct: Any = None
-    why: Any = ""
 
 
 class Median(View):
