@@ -11,6 +11,7 @@ from typing import Any
 from abgate.bench import limits
 from abgate.compare.drift import Drift
 from abgate.records.bench_sections import Divergence, Part, RepeatAgreement
+from abgate.records.load_snapshots import HostLoadCheck
 from abgate.records.sections import Number, Provenance
 
 
@@ -63,7 +64,7 @@ class CheckReport:
     passed: bool = True
     cases: list[CheckRow] = field(default_factory=list)
     probes: list[ProbeCheck] = field(default_factory=list)
-    host_load: dict[str, Any] = field(default_factory=dict)
+    host_load: HostLoadCheck | None = None
     configuration: Drift = field(default_factory=lambda: Drift(()))  # against the record
     provenance: Provenance | None = None  # the load's, as the check recorded it
     cleanup: dict[str, Any] | None = None
@@ -76,7 +77,8 @@ class CheckReport:
         return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
                 "configuration": self.configuration.to_dict(),
                 "cases": [c.to_dict() for c in self.cases],
-                "probes": [p.to_dict() for p in self.probes], "host_load": self.host_load,
+                "probes": [p.to_dict() for p in self.probes],
+                "host_load": self.host_load.to_dict() if self.host_load else {},
                 "provenance": self.provenance.to_dict() if self.provenance else {},
                 "cleanup": self.cleanup,
                 "not_certified": list(limits.BASELINE)}

@@ -29,6 +29,7 @@ from abgate.records.engine import (
     given_config,
     to_v2,
 )
+from abgate.records.load_snapshots import AbHostLoad, BaselineHostLoad
 from abgate.records.sections import (
     ArmDifferences,
     EngineRecord,
@@ -280,7 +281,7 @@ class AbRecord(RecordHeader):
     scoring: dict[str, ScoringCost] = {}
     sequential: AbSequential | None = None
     # abgate.host_load snapshots at the start and end of the interleaved run or each block
-    host_load: dict[str, Any] | None = None
+    host_load: AbHostLoad | None = None
     # a fleet A/B (abgate.fleet): the cluster, each replica's facts, losses, cleanup
     fleet: dict[str, Any] | None = None
     # a revision A/B (abgate.ab.revisions): the repository, revisions and each arm's build
@@ -318,7 +319,7 @@ class BaselineRecord(SpecRecord):
     upgrades: list[dict[str, Any]] | None = None  # abgate baseline upgrade: what it verified
     cases: list[BaselineCase] = []
     probes: list[ProbeRecord] = []
-    host_load: dict[str, Any] | None = None
+    host_load: BaselineHostLoad | None = None
 
     def seal(self) -> None:
         """Set ``integrity``: the seal over this record as it will be written
