@@ -149,6 +149,25 @@ def replaced(obj: T, where: str, /, **changes: Any) -> T:
         raise usage_error(exc, type(obj), where) from None
 
 
+@dataclass(frozen=True)
+class FirstError:
+    """A pydantic error's first problem, for a reader with messages of its own: where
+    (``a.b[0].c``), pydantic's error type, the value it refused and the context."""
+
+    path: str
+    type: str
+    value: Any
+    expected: str | None  # a literal's choices, as pydantic words them
+
+
+def first_error(exc: ValidationError) -> FirstError:
+    """The first problem of ``exc``, located as a dotted key path with list indices."""
+    err = exc.errors(include_url=False)[0]
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+    return FirstError(path.lstrip("."), err["type"], err.get("input"),
+                      (err.get("ctx") or {}).get("expected"))
+
+
 def usage_error(exc: ValidationError, kind: Any, where: str, *, doc: TomlDoc | None = None,
                 at: Sequence[str] = (), style: Style = KEYS) -> UsageError:
     """The one-line UsageError for ``exc`` (its first error), raised while validating a

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from abgate.engines.args import parse_pairs
 from abgate.errors import AbgateError, UsageError
-from abgate.provenance.loading import load_manifest
+from abgate.provenance.loading import read_manifest
 from abgate.safejson import MAX_DEPTH, MAX_DIGITS, BadJson, parse
 from tests.support.fake import Result, cli, fake_run
 
@@ -183,7 +183,7 @@ def test_hostile_manifest_is_one_line(tmp_path: Path, text: str) -> None:
     path = tmp_path / "manifest.json"
     path.write_text(text)
     with pytest.raises(AbgateError) as err:
-        load_manifest(path)
+        read_manifest(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
