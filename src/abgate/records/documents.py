@@ -35,6 +35,7 @@ from abgate.records.sections import (
     EngineRecord,
     GitState,
     HostInfo,
+    Number,
     Provenance,
     Resume,
     Section,
@@ -43,6 +44,7 @@ from abgate.records.sections import (
 )
 
 LOAD_FORMAT = "load_format"  # an engine arg; "dummy": random weights (vLLM, transformers)
+SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k")
 Kind = Literal["run", "ab-arm", "ab", "bench", "baseline"]
 Status = Literal["running", "complete", "failed", "interrupted"]
 # Each document's schema version; a reader refuses a newer one than it knows.
@@ -185,12 +187,35 @@ class AbSequential(Section):
 
 
 class ExperimentArm(Section):
-    """One arm of a recorded experiment (``RunConfig.to_dict``): the engine part
-    named, its other keys kept as they are (``ab.experiment.RunConfig`` types them)."""
+    """One arm of a recorded experiment (``RunConfig.to_dict``), its fields in the order
+    it writes them (``runner.spec.RunConfig`` checks them strictly when a record is read
+    back into a config); a field an older record lacks is None."""
 
     engine: str | None = None
     model: str | None = None
     engine_args: dict[str, Any] | None = None
+    engine_options: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    suite: str | None = None
+    data: str | None = None
+    difficulty: str | None = None
+    synthetic_seed: int | None = None
+    limit: int | None = None
+    sample: int | None = None
+    sample_seed: int | None = None
+    seeds: list[int] | None = None
+    max_tokens: int | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
+    top_k: int | None = None
+    shots: int | None = None
+    shots_file: str | None = None
+    system: str | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling fields recorded (``max_tokens``, ``temperature``, ``top_p``,
+        ``top_k``), in that order."""
+        return {k: getattr(self, k) for k in SAMPLING_FIELDS if k in self.model_fields_set}
 
 
 class ExperimentSchedule(Section):
