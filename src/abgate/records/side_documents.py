@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from abgate.records.bench_sections import BenchProbes, BenchSummaryCase
+from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, ModelBytes
 from abgate.records.documents import Document, Status
 from abgate.records.sections import Distribution, QualitySummary
 
@@ -60,7 +60,7 @@ class BenchSummary(Document):
     repeats: int | None = None
     prompt_seed: int | None = None
     resources: dict[str, Any] | None = None
-    model_bytes: dict[str, Any] | None = None
+    model_bytes: ModelBytes | None = None
     peak_bandwidth: dict[str, Any] | None = None
     not_certified: list[str] | None = None
 
