@@ -31,6 +31,7 @@ from abgate.fleet.dispatch import (
 )
 from abgate.fleet.matching import check_matched, check_schedule
 from abgate.fleet.replica import Replica
+from abgate.records.fleet import FleetRecord
 from abgate.runner.session import PreparedEngine
 
 
@@ -108,7 +109,7 @@ class EndpointFleet:
                                   "earlier": earlier_sessions(state.doc.fleet)}
 
         def save() -> None:
-            state.doc.fleet = record
+            state.doc.fleet = FleetRecord.model_validate(record)
             state.save()
 
         warm = [(arm, state.recorders[arm].request(i, sd))

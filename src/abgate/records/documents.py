@@ -29,6 +29,7 @@ from abgate.records.engine import (
     given_config,
     to_v2,
 )
+from abgate.records.fleet import FleetRecord
 from abgate.records.load_snapshots import AbHostLoad, BaselineHostLoad
 from abgate.records.sections import (
     ArmDifferences,
@@ -308,7 +309,7 @@ class AbRecord(RecordHeader):
     # abgate.host_load snapshots at the start and end of the interleaved run or each block
     host_load: AbHostLoad | None = None
     # a fleet A/B (abgate.fleet): the cluster, each replica's facts, losses, cleanup
-    fleet: dict[str, Any] | None = None
+    fleet: FleetRecord | None = None
     # a revision A/B (abgate.ab.revisions): the repository, revisions and each arm's build
     source: SourceRecord | None = None
 
