@@ -173,11 +173,11 @@ def test_add_is_idempotent_and_moves_and_deletions_are_reported(tmp_path: Path) 
         again = add(db, moved / path.name)
         assert again.action == "moved" and again.other_path == str(copied.resolve())
         assert len(db.records()) == 1
-        assert db.records()[0]["moved_from"] == str(copied.resolve())
+        assert db.records()[0].moved_from == str(copied.resolve())
         (moved / path.name).unlink()
         states = check(db)
         assert [c.state for c in states] == ["missing"]
-        assert db.records()[0]["missing_since"] is not None  # marked, not dropped
+        assert db.records()[0].missing_since is not None  # marked, not dropped
     r = cli("ledger", "ls", "--ledger", str(tmp_path / "ledger.sqlite"))
     assert r.returncode == 0 and "MISSING" in r.stdout
     r = cli("ledger", "check", "--ledger", str(tmp_path / "ledger.sqlite"))
