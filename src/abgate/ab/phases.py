@@ -165,7 +165,7 @@ def bench_cases(state: RunState, sessions: dict[str, EngineSession]) -> None:
     for arm, cs in results.items():
         write_record(state.arm_dir(arm) / "bench.json", AbBenchDocument.new(
             plan=vars(plan) | {"input_len": list(plan.input_len)},
-            cases=[c.to_dict(samples=True) for c in cs]))
+            cases=[c.bench_case() for c in cs]))
 
 
 def gather_evidence(state: RunState, sessions: dict[str, EngineSession]) -> None:

@@ -10,7 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, ModelBytes
+from abgate.records.bench_sections import (
+    BenchProbes,
+    BenchSummaryCase,
+    CaseFigures,
+    ModelBytes,
+)
 from abgate.records.documents import Document, Status
 from abgate.records.sections import Distribution, QualitySummary
 
@@ -37,13 +42,20 @@ class ProbesDocument(Document):
     error: str | None = None
 
 
+class AbBenchCase(CaseFigures):
+    """One case of an arm's ``bench.json``: its figures, then every request's line (a
+    ``bench.samples.BenchSample`` as written; as read, its JSON object)."""
+
+    samples: list[Any] | None = None
+
+
 class AbBenchDocument(Document):
     """An A/B arm's ``bench.json``: the fixed-length speed cases it ran."""
 
     NAME = "ab-bench"
     kind: Literal["ab-bench"] = "ab-bench"
     plan: dict[str, Any]
-    cases: list[dict[str, Any]]
+    cases: list[AbBenchCase]
 
 
 class BenchSummary(Document):

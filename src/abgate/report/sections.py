@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from abgate.compare.views import views
 from abgate.records.documents import AbRecord
 from abgate.records.sections import Distribution, HostInfo, QualitySummary, Section
-from abgate.records.side_documents import AbBenchDocument
+from abgate.records.side_documents import AbBenchCase, AbBenchDocument
 from abgate.report.blocks import Block, Bullets, Heading, Para, Quote, Table
 from abgate.report.contract import ContractView
 from abgate.report.fmt import (
@@ -28,7 +27,7 @@ from abgate.report.fmt import (
 from abgate.report.load import AbData
 from abgate.report.review import of_total
 from abgate.report.untrusted import user
-from abgate.report.views import BenchCaseView, Gpu, WeightsDiff
+from abgate.report.views import Gpu, WeightsDiff
 from abgate.runner.summary import Summary
 from abgate.weights.tables import OUTLIER_REL_L2, kind_ranges, layer_projection_table
 
@@ -283,9 +282,9 @@ def arm_tables(data: AbData) -> list[Block]:
     ]
 
 
-def _bench_cases(bench: AbBenchDocument) -> dict[str, BenchCaseView]:
+def _bench_cases(bench: AbBenchDocument) -> dict[str, AbBenchCase]:
     """An arm's bench cases by label."""
-    return {case.label: case for case in views(BenchCaseView, bench.cases)}
+    return {case.label: case for case in bench.cases}
 
 
 def bench_section(data: AbData) -> list[Block]:
@@ -303,8 +302,11 @@ def bench_section(data: AbData) -> list[Block]:
     for label in labels:
         row = [label]
         for a in arms:
-            speed = (per_arm[a].get(label) or BenchCaseView()).speed
-            row += [num(speed.steady_decode_tps.median, ".2f"), ms(speed.ttft_s.median)]
+            case = per_arm[a].get(label)
+            speed = case.speed if case is not None else None
+            decode = speed.steady_decode_tps.median if speed is not None else None
+            ttft = speed.of("ttft_s").median if speed is not None else None
+            row += [num(decode, ".2f"), ms(ttft)]
         rows.append(tuple(row))
     return [Heading(2, "Bench (fixed-length prompts)", "bench"),
             Para("Medians over the measured repeats of each case, from each arm's "

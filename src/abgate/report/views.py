@@ -1,5 +1,5 @@
 """Typed views of the free-form objects inside the records, read by attribute: the
-recorded policy's limits, a bench case, a weights diff.
+recorded policy's limits, a weights diff.
 
 Built on ``compare.views`` (a view never refuses what it reads: the renderers format
 any value kept as written, or print ``n/a``).
@@ -49,27 +49,6 @@ class ArmSetting(View):
     seeds: Any = None
     temperature: Any = None
     max_tokens: Any = None
-
-
-class Median(View):
-    median: Any = None
-
-
-class BenchSpeed(View):
-    steady_decode_tps: Median = Field(default_factory=Median)
-    ttft_s: Median = Field(default_factory=Median)
-
-
-class BenchCaseView(View):
-    """One case of an arm's ``bench.json`` (the bench's own free object)."""
-
-    input_len: Any = NA
-    output_len: Any = NA
-    speed: BenchSpeed = Field(default_factory=BenchSpeed)
-
-    @property
-    def label(self) -> str:
-        return f"{self.input_len}/{self.output_len}"
 
 
 class CheckpointRef(View):
