@@ -159,7 +159,7 @@ def _provenance(data: AbData) -> list[str]:
             continue
         parts = []
         if prov.manifest is not None:
-            parts.append(f"manifest digest `{short(prov.manifest.get('digest'), 19)}`")
+            parts.append(f"manifest digest `{short(prov.manifest.digest, 19)}`")
         if prov.contract is not None:
             parts.append("contract " + ("passed" if prov.contract.passed else "**violated**"))
         if prov.libraries is not None:
