@@ -15,6 +15,7 @@ from abgate.records.bench_sections import (
     BenchSummaryCase,
     CaseFigures,
     ModelBytes,
+    ProbeRecord,
 )
 from abgate.records.documents import Document, Status
 from abgate.records.sections import Distribution, QualitySummary
@@ -38,7 +39,7 @@ class ProbesDocument(Document):
     engine cannot run them)."""
 
     NAME = "probes"
-    probes: list[dict[str, Any]]
+    probes: list[ProbeRecord]
     error: str | None = None
 
 
