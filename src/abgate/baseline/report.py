@@ -59,6 +59,21 @@ class ProbeCheck(Part):
     ok: bool
 
 
+class CheckReportDoc(Part):
+    """``abgate baseline check --json``: the report as written (an unmeasured host load
+    and an unrecorded provenance are empty objects)."""
+
+    passed: bool
+    speed_inconclusive: bool
+    configuration: dict[str, Any]  # compare.drift.Drift's JSON
+    cases: list[CheckRow]
+    probes: list[ProbeCheck]
+    host_load: HostLoadCheck
+    provenance: Provenance
+    cleanup: dict[str, Any] | None
+    not_certified: list[str]
+
+
 @dataclass
 class CheckReport:
     passed: bool = True
@@ -73,12 +88,14 @@ class CheckReport:
     def speed_inconclusive(self) -> bool:
         return any(c.speed.outcome == "inconclusive" for c in self.cases)
 
+    def document(self) -> CheckReportDoc:
+        """The ``--json`` report, its keys in the order abgate has always written them."""
+        return CheckReportDoc(passed=self.passed, speed_inconclusive=self.speed_inconclusive,
+                              configuration=self.configuration.to_dict(),
+                              cases=self.cases, probes=self.probes,
+                              host_load=self.host_load or HostLoadCheck(),
+                              provenance=self.provenance or Provenance(),
+                              cleanup=self.cleanup, not_certified=list(limits.BASELINE))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
-                "configuration": self.configuration.to_dict(),
-                "cases": [c.to_dict() for c in self.cases],
-                "probes": [p.to_dict() for p in self.probes],
-                "host_load": self.host_load.to_dict() if self.host_load else {},
-                "provenance": self.provenance.to_dict() if self.provenance else {},
-                "cleanup": self.cleanup,
-                "not_certified": list(limits.BASELINE)}
+        return self.document().to_dict()
