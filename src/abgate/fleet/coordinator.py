@@ -162,7 +162,7 @@ class Fleet:
 
     def record(self) -> FleetRecord:
         """``ab.json``'s ``fleet`` as it stands (``records.fleet``)."""
-        return FleetRecord(cluster=self.spec.to_dict(), replicas=self.facts,
+        return FleetRecord(cluster=self.spec.record(), replicas=self.facts,
                            lost=self.ledger.lost, items_by_replica=self.ledger.items_by_replica,
                            earlier=self.earlier, **self.found)
 

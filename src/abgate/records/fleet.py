@@ -11,7 +11,22 @@ from typing import Any
 
 from abgate.records.sections import Number, Section
 
-__all__ = ["FleetLoss", "FleetRecord", "FleetSession"]
+__all__ = ["ClusterRecord", "FleetLoss", "FleetRecord", "FleetSession"]
+
+
+class ClusterRecord(Section):
+    """The cluster a fleet ran on, as recorded (``fleet.cluster.ClusterSpec.record``):
+    where the replicas run and what each one gets."""
+
+    address: str | None = None
+    replicas: int | None = None
+    num_cpus: Number | None = None
+    num_gpus: Number | None = None
+    resources: dict[str, Number] | None = None
+    placement: str | None = None
+    allow_host_differences: list[str] | None = None
+    item_timeout_s: Number | None = None
+    placement_timeout_s: Number | None = None
 
 
 class FleetLoss(Section):
@@ -27,7 +42,7 @@ class FleetSession(Section):
     """One fleet session: the cluster (Ray) or the endpoints, the replicas' facts
     (``fleet.replica`` host and engine facts), the losses and the items per replica."""
 
-    cluster: dict[str, Any] | None = None
+    cluster: ClusterRecord | None = None
     endpoints: list[str] | None = None
     replicas: list[dict[str, Any]] | None = None
     lost: list[FleetLoss] | None = None
