@@ -139,7 +139,7 @@ def history_command(
                     min_change=min_change)
     if as_json:
         typer.echo(json.dumps({"metric": h.metric, "min_change": h.min_change, "series": [
-            {"key": s.key, "points": [vars(p) for p in s.points]} for s in h.series]},
+            {"key": s.key._asdict(), "points": [vars(p) for p in s.points]} for s in h.series]},
             indent=2))
     else:
         console = Console(width=220, emoji=False, highlight=False)
