@@ -46,6 +46,10 @@ FOREIGN: dict[str, str] = {
     "compare/policy.py": "policy TOML files",
     "redact.py": "any object being redacted",
     "signing.py": "ssh-keygen and signed-files.json",
+    "bench/roofline.py": "a GGUF header's metadata and tensor sizes, an engine's effective "
+                         "config (its own keys)",
+    "bench/fidelity.py": "an engine's own timing counters (llama.cpp's engine_timings)",
+    "fleet/cluster.py": "the [cluster] table (the user's TOML, --cluster-opt pairs)",
 }
 CLI = "cli/"
 
