@@ -176,7 +176,7 @@ def setup(data: AbData) -> list[Block]:
     started, ended = ab.started_at, ab.ended_at
     elapsed = ended - started if ended is not None else None
     mode = sched.mode
-    policy = data.analysis.policy  # the policy's own description (compare.policy)
+    policy = data.policy  # the policy's own description (compare.policy)
     boot = data.arm_comparison(data.candidates[0]).bootstrap if data.candidates else None
     items = [
         "Arms: " + ", ".join(arm_label(data, a) for a in data.ordered) + ".",
@@ -187,8 +187,8 @@ def setup(data: AbData) -> list[Block]:
         f"{len(sched.executed)} measured requests executed.",
         f"Host: {_host_text(ab.host)}.",
         f"Code: {_code_text(ab)}",
-        f"Policy: `{user(policy.get('name', NA))}` ({user(policy.get('source', NA))}, sha256 "
-        f"{short(policy.get('sha256'))}): {user(policy.get('description', NA))}.",
+        f"Policy: `{user(policy.name)}` ({user(policy.source)}, sha256 "
+        f"{short(policy.sha256)}): {user(policy.description)}.",
     ]
     if (applied := defaults_applied(ab)) is not None:
         items.append(applied)

@@ -28,7 +28,13 @@ class QualityLimits(View):
 
 
 class RecordedPolicy(View):
-    """The limits the report draws and cites, from the policy in ``comparison.json``."""
+    """The policy in ``comparison.json``: its name, file and description, and the limits
+    the report draws and cites."""
+
+    name: Any = NA
+    source: Any = NA
+    sha256: Any = None
+    description: Any = NA
 
     speed: SpeedLimits = Field(default_factory=SpeedLimits)
     quality: QualityLimits = Field(default_factory=QualityLimits)
