@@ -23,6 +23,7 @@ from abgate.records.samples import (
     sample_key,
 )
 from abgate.runner import records as rec
+from abgate.schema import first_error
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
@@ -41,9 +42,8 @@ def load_samples(path: Path) -> list[Sample]:
         try:
             out.append(Sample.model_validate(line))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise UsageError(f"{path}:{n}: {where}: {first['msg']}") from None
+            first = first_error(exc)
+            raise UsageError(f"{path}:{n}: {first.dotted}: {first.message}") from None
     return out
 
 
