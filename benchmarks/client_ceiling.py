@@ -44,6 +44,7 @@ import numpy as np
 # -- the server -------------------------------------------------------------------------
 
 SENT: dict[str, list[float]] = {}
+ARRIVED: dict[str, list[float]] = {}  # when each request's body had been read
 CONNECTIONS = [0]
 ITL_S = [0.0]  # the server's pause between two tokens of a stream (0: none)
 
@@ -59,7 +60,7 @@ async def _serve_one(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> N
             if method == "GET":
                 doc: Any = {"data": [{"id": "ceiling", "owned_by": "vllm"}]} \
                     if path == "/v1/models" else \
-                    {"sent": SENT, "connections": CONNECTIONS[0],
+                    {"sent": SENT, "arrived": ARRIVED, "connections": CONNECTIONS[0],
                      "cpu_s": time.process_time()} if path == "/sent" else {}
                 body = json.dumps(doc).encode()
                 w.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -75,7 +76,9 @@ async def _serve_one(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> N
 
 async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
     n = int(body["max_tokens"])
-    rid = str(body["messages"][0]["content"]) if "messages" in body else str(body["prompt"])
+    chat = "messages" in body
+    rid = str(body["messages"][0]["content"]) if chat else str(body["prompt"])
+    ARRIVED.setdefault(rid, []).append(time.perf_counter())
     times = SENT.setdefault(rid, [])
     w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Transfer-Encoding: chunked\r\n\r\n")
@@ -84,6 +87,9 @@ async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
         payload = b"data: " + data + b"\n\n"
         return f"{len(payload):x}\r\n".encode() + payload + b"\r\n"
 
+    if not chat:  # /v1/completions as vLLM streams it: the text, the finish reason on the last
+        await _complete(w, n, times, chunk)
+        return
     pre = [chunk(json.dumps({"choices": [{"index": 0, "token_ids": [100 + i],
                                           "delta": {"content": f"t{i} "},
                                           "finish_reason": None}]}).encode())
@@ -100,6 +106,23 @@ async def _stream(w: asyncio.StreamWriter, body: dict[str, Any]) -> None:
                                            "finish_reason": "length"}]}).encode()))
     w.write(chunk(json.dumps({"choices": [], "usage": {"prompt_tokens": 3,
                                                        "completion_tokens": n}}).encode()))
+    w.write(chunk(b"[DONE]") + b"0\r\n\r\n")
+    await w.drain()
+
+
+async def _complete(w: asyncio.StreamWriter, n: int, times: list[float], chunk: Any) -> None:
+    for i in range(n):
+        doc = {"id": "cmpl-ceiling", "object": "text_completion", "model": "ceiling",
+               "choices": [{"index": 0, "text": f" t{i}", "logprobs": None,
+                            "finish_reason": "length" if i == n - 1 else None,
+                            "stop_reason": None}], "usage": None}
+        if ITL_S[0]:
+            await asyncio.sleep(ITL_S[0])
+        times.append(time.perf_counter())
+        w.write(chunk(json.dumps(doc).encode()))
+        await w.drain()
+    w.write(chunk(json.dumps({"id": "cmpl-ceiling", "choices": [], "usage": {
+        "prompt_tokens": 3, "completion_tokens": n, "total_tokens": n + 3}}).encode()))
     w.write(chunk(b"[DONE]") + b"0\r\n\r\n")
     await w.drain()
 
@@ -162,6 +185,41 @@ def measure(url: str, concurrency: int, tokens: int, batch: int, tag: str) -> di
             "connections": connections}
 
 
+def measure_load(url: str, concurrency: int, tokens: int, batch: int, tag: str,
+                 out_root: Path, warmup: int = 0) -> dict[str, Any]:
+    """As :func:`measure`, through ``bench --load concurrency:C``'s generator
+    (``bench.load_run``: its own samples file, its own clock origin)."""
+    import httpx
+
+    from abgate.bench.load import parse_load
+    from abgate.bench.load_run import LoadJob, read_samples, run_load
+
+    spec = parse_load(f"concurrency:{concurrency}", num_prompts=batch)
+    prompts = [f"{tag}-{i}" for i in range(batch)]
+    job = LoadJob(url, None, prompts, "client_ceiling", list(range(batch)), spec,
+                  output_len=tokens, warmup=warmup)
+    out = out_root / tag
+    before = httpx.get(url + "/sent", timeout=60).json()
+    cpu0 = time.process_time()
+    rec = run_load(job, out, force=True)
+    cpu = time.process_time() - cpu0
+    doc = httpx.get(url + "/sent", timeout=60).json()
+    t0, reqs = rec["t0_perf_counter"], read_samples(out)
+    lags = [t0 + c - s for i, r in enumerate(reqs)
+            for c, s in zip(r.t_chunks, doc["sent"][prompts[i]], strict=True)]
+    m, lag = rec["metrics"], np.asarray(lags) * 1e3
+    n_tok = m["total_output_tokens"]
+    return {"concurrency": concurrency, "requests": batch, "tokens": n_tok,
+            "wall_s": m["duration_s"], "tok_s": m["output_throughput"],
+            "cpu_us_per_token": cpu / n_tok * 1e6,
+            "server_cpu_us_per_token": (doc["cpu_s"] - before["cpu_s"]) / n_tok * 1e6,
+            "lag_ms": {"median": float(np.median(lag)), "p99": float(np.percentile(lag, 99)),
+                       "max": float(lag.max()), "min": float(lag.min())},
+            "negative_lags": int((lag < 0).sum()), "out_of_order": 0,
+            "connections": doc["connections"] - before["connections"] - 1,
+            "ttft_ms_mean": m["ttft_ms"]["mean"], "tpot_ms_mean": m["tpot_ms"]["mean"]}
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     def mid(get: Any) -> dict[str, float]:
         xs = [get(r) for r in runs]
@@ -190,6 +248,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--itl-ms", type=float, default=0.0,
                     help="pace each stream at one token per this many ms (default: flat out)")
+    ap.add_argument("--client", choices=("engine", "load"), default="engine",
+                    help="the openai engine's generate (default) or bench --load's generator")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     if a.serve:
@@ -203,11 +263,17 @@ def main() -> None:
                 raise SystemExit("the server did not start")
             time.sleep(0.05)
         url = f"http://127.0.0.1:{port_file.read_text()}"
-        rows = []
+        rows, tmp = [], Path(tempfile.mkdtemp(prefix="ceiling-load-"))
+
+        def one(c: int, batch: int, tag: str) -> dict[str, Any]:
+            if a.client == "load":
+                return measure_load(url, c, a.tokens, batch, tag, tmp)
+            return measure(url, c, a.tokens, batch, tag)
+
         for c in (int(x) for x in a.concurrency.split(",")):
             batch = max(a.min_requests, 4 * c)
-            measure(url, c, a.tokens, min(batch, 64), f"warm{c}")  # connections, imports
-            runs = [measure(url, c, a.tokens, batch, f"c{c}r{k}") for k in range(a.repeats)]
+            one(c, min(batch, 64), f"warm{c}")  # connections, imports
+            runs = [one(c, batch, f"c{c}r{k}") for k in range(a.repeats)]
             rows.append(summarize(runs))
             s = rows[-1]
             print(f"c={c:>3} {s['requests']:>4} req x {a.tokens} tok: "
@@ -224,7 +290,8 @@ def main() -> None:
     if a.json:
         host = {"cpus": os.cpu_count(), "load_1min": os.getloadavg()[0],
                 "python": sys.version.split()[0]}
-        a.json.write_text(json.dumps({"host": host, "tokens_per_request": a.tokens,
+        a.json.write_text(json.dumps({"host": host, "client": a.client,
+                                      "tokens_per_request": a.tokens,
                                       "itl_ms": a.itl_ms, "rows": rows}, indent=2) + "\n")
 
 

@@ -6,8 +6,9 @@
 # 1. seeds (or weights, its old name): benchmarks/gpu_seed_rows.sh, issue 37's three rows: vLLM fp8
 #    (online) vs bf16 weights read from the running engine, the manifest matched against a real
 #    EngineCore's mapped libraries, per-rank precision facts, the Llama-3-8B-shaped dummy's diff;
-# 2. `vllm serve` of the bf16 SmolLM2, then benchmarks/served_load.py at concurrency 32 (abgate's
-#    generator, then `vllm bench serve`, 3 repeats), the server stopped and the port and GPU memory checked.
+# 2. `vllm serve` of the bf16 SmolLM2, then benchmarks/served_load.py at concurrency 32 (a server
+#    warm-up pass, then per repeat abgate's generator and `vllm bench serve` in alternating order,
+#    3 repeats), the server stopped and the port and GPU memory checked.
 # Results under $OUT (seed-rows/, served-load/, served_load.json, cleanup.txt).
 set -uo pipefail
 data=${1:?data file} step=${2:?seeds or load}
@@ -15,15 +16,21 @@ if [[ $step == seeds || $step == weights ]]; then bash "$(dirname "$0")/gpu_seed
 if [[ $step == dummy ]]; then bash "$(dirname "$0")/gpu_seed_rows.sh" "$data" dummy; exit; fi
 . "${VLLM_STAGE:-/root/vllm-stage}/on-device-vllm.sh"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# load mode's sizes (environment): NUM_PROMPTS (320), REPEATS (3), WARMUPS (requests each client
+# sends before its clock starts; default the concurrency), CONCURRENCY (32), LOAD_TIMEOUT (330 s)
+np=${NUM_PROMPTS:-320} reps=${REPEATS:-3} conc=${CONCURRENCY:-32} lt=${LOAD_TIMEOUT:-330}
+warm=${WARMUPS:-$conc}
+[[ -d /root/m/smol ]] || vllm_convert_smol || exit
+python3 -c "import abgate" 2>/dev/null || vllm_install_checkout || exit
 sl=$OUT/served-load && mkdir -p "$sl"
 setsid vllm serve /root/m/smol --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \
   --max-model-len 2048 >"$sl/server.log" 2>&1 </dev/null &
 spid=$!
 for _ in $(seq 150); do curl -sf http://127.0.0.1:8011/v1/models >/dev/null && break; sleep 1; done
 echo "server ready after $SECONDS s (pid $spid)"
-OUT=$sl timeout 330 python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
-  --model smol --tokenizer /root/m/smol --concurrency 32 --num-prompts 320 --output-len 128 --repeats 3 \
-  --data "$data" --json "$OUT/served_load.json" >"$sl/driver.log" 2>&1
+OUT=$sl timeout "$lt" python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
+  --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
+  --repeats "$reps" --warmups "$warm" --data "$data" --json "$OUT/served_load.json" >"$sl/driver.log" 2>&1
 echo "served_load rc=$?"; tail -c 2500 "$sl/driver.log"
 kill -TERM -- -"$spid" 2>/dev/null; for _ in $(seq 30); do kill -0 "$spid" 2>/dev/null || break; sleep 1; done
 kill -KILL -- -"$spid" 2>/dev/null

@@ -1,20 +1,25 @@
 """abgate's served load shape against ``vllm bench serve`` on one server (issue 33, item 7).
 
-For each repeat: abgate's ``bench --load concurrency:C`` generator (``bench.load_run``)
-and then ``vllm bench serve`` (``--backend openai`` to ``/v1/completions``, request
-rate inf, ``--max-concurrency C``, the same prompts in a ``--dataset-name custom`` JSON
-Lines file with the chat template skipped, ``--ignore-eos``, the same output length),
-both against the server at ``--url``. Written to ``$OUT/served_load.json`` (or
-``--json``): per repeat both sides' mean TTFT, mean TPOT and output throughput, and
-the ratios abgate / vLLM with their median, min and max over the repeats. Goal: every
-ratio within 2% of 1.
+First one untimed pass of every prompt through abgate's generator (the server's
+CUDA graphs, caches and prefix cache warmed before anything is measured; both sides
+then find the same prompts cached). Then per repeat, in alternating order (abgate first
+in even repeats, vLLM first in odd ones): abgate's ``bench --load concurrency:C``
+generator (``bench.load_run``, ``--warmups`` requests before its clock starts) and
+``vllm bench serve`` (``--backend openai`` to ``/v1/completions``, request rate inf,
+``--max-concurrency C``, the same prompts in a ``--dataset-name custom`` JSON Lines
+file with the chat template skipped, ``--ignore-eos``, ``--temperature 0`` as abgate
+sends, ``--num-warmups`` the same), both against the server at ``--url``. Written to
+``$OUT/served_load.json`` (or ``--json``): per repeat both sides' mean TTFT, mean TPOT,
+output throughput and median ITL, and the ratios abgate / vLLM with their median, min
+and max over the repeats. Goal: every ratio within 2% of 1.
 
 Without ``--vllm`` only abgate's side runs (a smoke test, e.g. against
 llama_cpp.server or llama-server here)::
 
     PYTHONPATH=src python benchmarks/served_load.py --url http://127.0.0.1:8000 \\
         [--vllm vllm] [--model M] [--concurrency 32] [--num-prompts 320] \\
-        [--output-len 128] [--repeats 3] [--data /work/shared/data/gsm8k/test.jsonl]
+        [--output-len 128] [--repeats 3] [--warmups 32] \\
+        [--data /work/shared/data/gsm8k/test.jsonl]
 """
 
 from __future__ import annotations
@@ -35,10 +40,11 @@ from abgate.bench.load_run import LoadJob, load_prompts, run_load
 def _abgate(a: argparse.Namespace, prompts: list[str], idx: list[int], src: str,
             out: Path) -> dict[str, float]:
     spec = parse_load(f"concurrency:{a.concurrency}", num_prompts=a.num_prompts, seed=a.seed)
-    job = LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len)
+    job = LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len,
+                  warmup=a.warmups)
     m = run_load(job, out, force=True)["metrics"]
     return {"ttft_ms": m["ttft_ms"]["mean"], "tpot_ms": m["tpot_ms"]["mean"],
-            "output_throughput": m["output_throughput"]}
+            "output_throughput": m["output_throughput"], "itl_median_ms": m["itl_ms"]["median"]}
 
 
 def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> dict[str, float]:
@@ -49,13 +55,29 @@ def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> d
            "--custom-output-len", str(a.output_len), "--skip-chat-template",
            "--num-prompts", str(a.num_prompts), "--max-concurrency", str(a.concurrency),
            "--request-rate", "inf", "--ignore-eos", "--seed", str(a.seed),
+           "--temperature", "0", "--num-warmups", str(a.warmups),
            "--save-result", "--result-dir", str(out), "--result-filename", "vllm.json"]
     if a.tokenizer:  # the served name is no hub id (nothing can be fetched on the device)
         cmd += ["--tokenizer", a.tokenizer]
     subprocess.run(cmd, check=True)
     r = json.loads((out / "vllm.json").read_text())
     return {"ttft_ms": r["mean_ttft_ms"], "tpot_ms": r["mean_tpot_ms"],
-            "output_throughput": r["output_throughput"]}
+            "output_throughput": r["output_throughput"], "itl_median_ms": r["median_itl_ms"]}
+
+
+def _repeat(a: argparse.Namespace, r: int, prompts: list[str], idx: list[int], src: str,
+            work: Path, pf: Path, model: str) -> dict[str, Any]:
+    """One repeat: both sides, abgate first when ``r`` is even, vLLM first when odd."""
+    row: dict[str, Any] = {"repeat": r, "first": "vllm" if a.vllm and r % 2 else "abgate"}
+    if row["first"] == "vllm":
+        row["vllm"] = _vllm(a, pf, work / f"vllm-{r}", model)
+    row["abgate"] = _abgate(a, prompts, idx, src, work / f"abgate-{r}")
+    if a.vllm and "vllm" not in row:
+        row["vllm"] = _vllm(a, pf, work / f"vllm-{r}", model)
+    if a.vllm:
+        row["ratio"] = {k: row["abgate"][k] / row["vllm"][k] for k in row["vllm"]}
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def _served_model(url: str) -> str:
@@ -73,28 +95,30 @@ def main() -> None:
     p.add_argument("--num-prompts", type=int, default=320)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmups", type=int, default=None,
+                   help="requests each side sends before its clock starts (default: C)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default="/work/shared/data/gsm8k/test.jsonl")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     a.url = a.url.rstrip("/")
+    if a.warmups is None:
+        a.warmups = a.concurrency
+    if a.warmups < 0 or a.repeats < 1 or a.concurrency < 1:
+        raise SystemExit("--warmups must be >= 0, --repeats and --concurrency >= 1")
     model = a.model or _served_model(a.url)
     prompts, src, idx = load_prompts(a.data, a.num_prompts, a.seed)
     work = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="served-load-"))
     work.mkdir(parents=True, exist_ok=True)
     pf = work / "prompts.jsonl"
     pf.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in prompts))
-    runs: list[dict[str, Any]] = []
-    for r in range(a.repeats):
-        row: dict[str, Any] = {"abgate": _abgate(a, prompts, idx, src, work / f"abgate-{r}")}
-        if a.vllm:
-            row["vllm"] = _vllm(a, pf, work / f"vllm-{r}", model)
-            row["ratio"] = {k: row["abgate"][k] / row["vllm"][k] for k in row["vllm"]}
-        runs.append(row)
-        print(json.dumps(row), flush=True)
+    warm = _abgate(a, prompts, idx, src, work / "server-warmup")  # untimed: the server's
+    print(json.dumps({"server_warmup": warm}), flush=True)
+    runs = [_repeat(a, r, prompts, idx, src, work, pf, model) for r in range(a.repeats)]
     result: dict[str, Any] = {"url": a.url, "model": model, "concurrency": a.concurrency,
                               "num_prompts": a.num_prompts, "output_len": a.output_len,
-                              "prompts": src, "runs": runs}
+                              "warmups": a.warmups, "prompts": src, "server_warmup": warm,
+                              "runs": runs}
     if a.vllm:
         result["ratios"] = {k: {"median": statistics.median(x["ratio"][k] for x in runs),
                                 "min": min(x["ratio"][k] for x in runs),

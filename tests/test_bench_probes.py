@@ -28,6 +28,7 @@ from abgate.engines.base import FinishReason, GenerationResult
 from abgate.engines.fake import FakeEngine
 from abgate.errors import AbgateError, UsageError
 from abgate.gguf_file import read_gguf
+from abgate.records.sections import CapabilitiesRecord, EngineRecord
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,13 @@ def test_gguf_header_gives_the_roofline_its_figures(model_path: str, tmp_path: P
     other.write_bytes(b"NOPE" + bytes(100))
     with pytest.raises(AbgateError, match="not a GGUF"):
         read_gguf(other)
-    assert model_bytes_for({"model": str(other)}).source.startswith("file size")
+    assert model_bytes_for(_described(str(other))).source.startswith("file size")
+
+
+def _described(model: str) -> EngineRecord:
+    """``describe()`` of an engine that loaded ``model`` and declares no figures."""
+    return EngineRecord(name="x", model=model, effective_config={},
+                        capabilities=CapabilitiesRecord())
 
 
 def test_model_bytes_from_gguf(model_path: str) -> None:
@@ -115,9 +122,9 @@ def test_model_bytes_from_gguf(model_path: str) -> None:
     assert mb.kv_bytes_per_position == 30 * 3 * 64 * 2 * 2
     assert gguf_model_bytes(model_path, "q8_0", "q8_0").kv_bytes_per_position == pytest.approx(
         30 * 3 * 64 * 2 * 34 / 32)
-    declared = model_bytes_for({"model": model_path, "effective_config": {}}, 123)
+    declared = model_bytes_for(_described(model_path), 123)
     assert declared.weights_bytes == 123 and declared.source == "declared"
-    assert model_bytes_for({"model": "not-a-file"}).weights_bytes is None
+    assert model_bytes_for(_described("not-a-file")).weights_bytes is None
 
 
 def test_roofline_math() -> None:

@@ -73,9 +73,10 @@ def test_contract_that_holds(contract_path: Path) -> None:
                                             {"OMP_NUM_THREADS": "2", "PATH": "/bin"}))
     outcome.record("effective", check_effective(contract, "llama-cpp", EFFECTIVE))
     outcome.raise_if_violated()
-    record = outcome.to_dict()
-    assert record["passed"] is True and record["checked"] == ["request", "effective"]
-    assert record["contract"]["sha256"] and json.dumps(record)
+    record = outcome.recorded(str(contract_path))
+    assert record.passed is True and record.checked == ["request", "effective"]
+    assert record.contract is not None and (record.contract.model_extra or {})["sha256"]
+    assert json.dumps(record.to_dict())
 
 
 def test_request_violations_fail_fast(contract_path: Path) -> None:
@@ -94,7 +95,7 @@ def test_request_violations_fail_fast(contract_path: Path) -> None:
     text = str(err)
     assert "5 clauses" in text and "settings.n_ctx: expected 2048, got 4096" in text
     assert "hf_secret" not in text and "hf_secret" not in json.dumps(
-        [v.to_dict() for v in violations])
+        [v.finding().to_dict() for v in violations])
 
 
 def test_request_checks_only_what_request_shows(contract_path: Path) -> None:
@@ -121,7 +122,7 @@ def test_effective_violations_after_load(contract_path: Path) -> None:
     with pytest.raises(ContractViolation) as info:
         outcome.raise_if_violated()
     assert len(info.value.violations) == 3
-    assert outcome.to_dict()["violations"][0]["stage"] == "effective"
+    assert outcome.recorded("c.toml").violations[0].stage == "effective"
 
 
 def test_values_compare_type_strictly() -> None:

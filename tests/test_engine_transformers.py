@@ -31,6 +31,7 @@ from abgate.engines.base import Engine, GenerationRequest, SamplingParams
 from abgate.engines.transformers import engine as hf
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import request_timing
+from abgate.records.sections import EngineRecord
 from tests.conftest import abgate, read_lines
 
 pytestmark = [pytest.mark.engine, pytest.mark.extras]  # every test here loads a real engine
@@ -117,7 +118,7 @@ def _is_an_engine_and_describes_itself(engine: hf.TransformersEngine, tiny: Path
     assert eff["weights"] == "checkpoint"
     # the roofline takes the engine's in-memory figures (untied: the embedding table
     # is not read in full per token; K+V of 2 layers x 2 heads x 16 dims in fp32)
-    mb = model_bytes_for(info.to_dict())
+    mb = model_bytes_for(EngineRecord.model_validate(info.to_dict()))
     assert mb.source == "engine (in-memory tensors)"
     assert mb.weights_bytes == eff["weight_bytes"] - eff["embedding_bytes"]
     assert mb.kv_bytes_per_position == 2 * 2 * 2 * 16 * 4

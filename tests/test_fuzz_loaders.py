@@ -29,7 +29,7 @@ from abgate.engines.args import parse_pairs, validate_args
 from abgate.engines.llamacpp.engine import ARG_SPECS
 from abgate.integrity import record_text, seal
 from abgate.provenance.contract_toml import load_contract
-from abgate.provenance.loading import load_manifest
+from abgate.provenance.loading import read_manifest
 from abgate.provenance.manifest import build_manifest, write_manifest
 from abgate.records.documents import RunRecord
 from abgate.report.load import load_ab
@@ -111,7 +111,7 @@ def test_manifest(manifest_bytes: bytes, data: st.DataObject, tmp_path: Path) ->
     else:
         raw = json.dumps(data.draw(broken_doc(json.loads(manifest_bytes), JSON_VALUES))).encode()
     path = fresh(tmp_path, "manifest.json", raw)
-    check_clean(lambda: load_manifest(path), path)
+    check_clean(lambda: read_manifest(path), path)
 
 
 # -- records: run.json, samples.jsonl, ab.json ----------------------------------------
@@ -281,8 +281,8 @@ FOUND: dict[str, tuple[str, bytes, Any]] = {
                                    load_experiment),
     "contract key with a newline": ("c.toml", b'[env]\nrequired = { "A\\nB" = false }\n',
                                     load_contract),
-    "manifest NaN": ("m.json", b'{"schema": NaN}', load_manifest),
-    "manifest libraries null": ("m.json", b'{"schema": "abgate.manifest"}', load_manifest),
+    "manifest NaN": ("m.json", b'{"schema": NaN}', read_manifest),
+    "manifest libraries null": ("m.json", b'{"schema": "abgate.manifest"}', read_manifest),
     "gsm8k bad utf-8": ("d.jsonl", b"\xc3\n", gsm8k.load),
     "gsm8k deep JSON": ("d.jsonl", b"[" * 100000 + b"\n", gsm8k.load),
     "record bad utf-8": ("run.json", b'{"a": "\xed\xa0\x80"}', read_record),

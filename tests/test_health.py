@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from abgate.records.samples import Sample, SampleHealthRecord
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import (
     aggregate_health,
@@ -107,16 +108,18 @@ def test_empty_and_bad_characters() -> None:
 
 
 def test_counts_keep_replacement_nul_and_other_controls_apart() -> None:
-    rows = [{"item_id": "a", "seed": 0, **_health(text).to_dict()} for text in
+    rows = [Sample(item_id="a", seed=0, health=_health(text)) for text in
             ("a\ufffd\x00\x00 The answer is 42.", "The answer is 42.\x07", "no answer")]
-    counts = aggregate_health(rows)["counts"]
-    assert isinstance(counts, dict)
-    assert counts["replacement_chars"] == 1 and counts["n_with_replacement_chars"] == 1
-    assert counts["nul_chars"] == 2 and counts["n_with_nul_chars"] == 1
-    assert counts["other_control_chars"] == 1  # the BEL; the NULs are counted apart
-    assert (counts["n_correct"], counts["n_scored"], counts["n_invalid"]) == (2, 3, 1)
-    old = [{k: v for k, v in row.items() if k != "nul_chars"} for row in rows]
-    assert aggregate_health(old)["counts"]["nul_chars"] is None  # type: ignore[index]
+    counts = aggregate_health(rows).counts
+    assert counts is not None
+    assert counts.replacement_chars == 1 and counts.n_with_replacement_chars == 1
+    assert counts.nul_chars == 2 and counts.n_with_nul_chars == 1
+    assert counts.other_control_chars == 1  # the BEL; the NULs are counted apart
+    assert (counts.n_correct, counts.n_scored, counts.n_invalid) == (2, 3, 1)
+    old = [Sample(item_id="a", seed=0, health=SampleHealthRecord.model_validate(
+        {k: v for k, v in row.health.to_dict().items() if k != "nul_chars"})) for row in rows]
+    old_counts = aggregate_health(old).counts
+    assert old_counts is not None and old_counts.nul_chars is None
 
 
 def test_repetition_prefers_token_ids() -> None:
@@ -191,15 +194,10 @@ def test_clustered_accuracy_edges() -> None:
 # ---------------------------------------------------------------- outliers + aggregate
 
 
-def _row(item: int, seed: int, tokens: int, rep: float, correct: bool | None, **kw: Any) -> Any:
-    return {
-        "item_id": f"gsm8k-{item}",
-        "seed": seed,
-        "output_tokens": tokens,
-        "seq_rep_4": rep,
-        "correct": correct,
-        **kw,
-    }
+def _row(item: int, seed: int, tokens: int, rep: float, correct: bool | None,
+         **kw: Any) -> Sample:
+    return Sample(item_id=f"gsm8k-{item}", seed=seed, health=SampleHealthRecord(
+        output_tokens=tokens, seq_rep_4=rep, correct=correct, **kw))
 
 
 def test_outliers_flag_long_and_repetitive_samples() -> None:
@@ -222,10 +220,10 @@ def test_outlier_needs_absolute_excess() -> None:
     assert len(find_outliers(rows, min_excess_tokens=10)) == 1
 
 
-def _sample_row(item: int, seed: int, text: str, finish: str, reference: int) -> dict[str, Any]:
+def _sample_row(item: int, seed: int, text: str, finish: str, reference: int) -> Sample:
     extraction: Extraction = extract_integer(text)
     health = sample_health(text, None, len(text.split()), finish, extraction, reference)
-    return {"item_id": str(item), "seed": seed, **health.to_dict()}
+    return Sample(item_id=str(item), seed=seed, health=health)
 
 
 def test_aggregate_health() -> None:
@@ -238,19 +236,19 @@ def test_aggregate_health() -> None:
         _sample_row(3, 1, "", "stop", 3),
     ]
     agg = aggregate_health(rows)
-    assert (agg["n"], agg["n_error"], agg["n_scored"], agg["n_items"]) == (6, 1, 5, 3)
-    assert agg["accuracy"] == pytest.approx(2 / 5)  # the error is not a wrong answer
+    assert (agg.n, agg.n_error, agg.n_scored, agg.n_items) == (6, 1, 5, 3)
+    assert agg.accuracy == pytest.approx(2 / 5)  # the error is not a wrong answer
     expected_se = _miller_se([True, False, True, False, False], ["1", "1", "2", "2", "3"])
-    assert agg["accuracy_se"] == pytest.approx(expected_se)
-    assert agg["invalid_reasons"] == {"no_answer": 1, "non_integral": 1}
-    assert agg["invalid_rate"] == pytest.approx(2 / 5)
-    assert agg["truncated_rate"] == pytest.approx(1 / 5)
-    assert agg["natural_stop_rate"] == pytest.approx(4 / 5)
-    assert agg["empty_rate"] == pytest.approx(1 / 5)
-    assert agg["error_rate"] == pytest.approx(1 / 6)
-    assert agg["median_output_tokens"] == 4.0
-    assert agg["outliers"] == []
-    json.dumps(agg, allow_nan=False)
+    assert agg.accuracy_se == pytest.approx(expected_se)
+    assert agg.invalid_reasons == {"no_answer": 1, "non_integral": 1}
+    assert agg.invalid_rate == pytest.approx(2 / 5)
+    assert agg.truncated_rate == pytest.approx(1 / 5)
+    assert agg.natural_stop_rate == pytest.approx(4 / 5)
+    assert agg.empty_rate == pytest.approx(1 / 5)
+    assert agg.error_rate == pytest.approx(1 / 6)
+    assert agg.median_output_tokens == 4.0
+    assert agg.outliers == []
+    json.dumps(agg.to_dict(), allow_nan=False)
 
 
 def test_aggregate_reports_the_long_correct_output() -> None:
@@ -258,15 +256,15 @@ def test_aggregate_reports_the_long_correct_output() -> None:
     loop = "I will check again. " * 80 + "The answer is 4"
     rows.append(_sample_row(4, 1, loop, "stop", 4))
     agg = aggregate_health(rows)
-    outliers = agg["outliers"]
-    assert isinstance(outliers, list) and len(outliers) == 1
-    assert outliers[0]["item_id"] == "4" and outliers[0]["seed"] == 1
-    assert outliers[0]["correct"] is True and outliers[0]["seq_rep_4"] > 0.9
-    assert agg["accuracy"] == 1.0
+    outliers = agg.outliers
+    assert outliers is not None and len(outliers) == 1
+    assert outliers[0].item_id == "4" and outliers[0].seed == 1
+    assert outliers[0].correct is True and (outliers[0].seq_rep_4 or 0) > 0.9
+    assert agg.accuracy == 1.0
 
 
 def test_aggregate_of_nothing_is_json_safe() -> None:
     agg = aggregate_health([])
-    assert agg["n"] == 0 and agg["accuracy"] is None and agg["accuracy_se"] is None
-    assert agg["invalid_rate"] is None and agg["outliers"] == []
-    json.dumps(agg, allow_nan=False)
+    assert agg.n == 0 and agg.accuracy is None and agg.accuracy_se is None
+    assert agg.invalid_rate is None and agg.outliers == []
+    json.dumps(agg.to_dict(), allow_nan=False)

@@ -59,21 +59,21 @@ def test_lmeval_samples_rescored_with_lm_evals_metric_beside(run: str) -> None:
     path = samples_file(run)
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     found = lmeval.samples(path)
-    assert [s["key"] for s in found] == [f"gsm8k_local-{i}#0" for i in range(5)]
+    assert [s.key for s in found] == [f"gsm8k_local-{i}#0" for i in range(5)]
     assert len(lines) == 2 * len(found)  # strict-match and flexible-extract per document
     for sample in found:
-        raw = [x for x in lines if f"gsm8k_local-{x['doc_id']}#0" == sample["key"]]
+        raw = [x for x in lines if f"gsm8k_local-{x['doc_id']}#0" == sample.key]
         text = raw[0]["resps"][0][0]
-        assert sample["output"]["text"] == text
+        assert sample.output.text == text
         ref = reference_answer(raw[0]["doc"]["answer"])
-        assert sample["reference"] == ref
-        assert sample["correct"] == (extract_integer(text).value == ref)
-        kept = sample["lm_eval"]["metrics"]
+        assert sample.reference == ref
+        assert sample.correct == (extract_integer(text).value == ref)
+        kept = (sample.model_extra or {})["lm_eval"]["metrics"]
         assert set(kept) == {"strict-match", "flexible-extract"}
         for x in raw:
             assert kept[x["filter"]]["exact_match"] == x["exact_match"]
             assert kept[x["filter"]]["filtered_resp"] == x["filtered_resps"][0]
-        assert all(v is None for v in sample["timing"].values())
+        assert all(v is None for v in sample.timing.values())
     # lm-eval's own aggregate, recomputed beside abgate's re-scored accuracy
     unit = lmeval.entry(path).units[0]
     own = results_file(run)["results"]["gsm8k_local"]  # type: ignore[index]
@@ -81,7 +81,7 @@ def test_lmeval_samples_rescored_with_lm_evals_metric_beside(run: str) -> None:
         assert unit.metrics[f"lm_eval:exact_match,{flt}"]["value"] == pytest.approx(
             own[f"exact_match,{flt}"])  # type: ignore[index]
     assert unit.metrics["accuracy"]["value"] == pytest.approx(
-        sum(bool(s["correct"]) for s in found) / len(found))
+        sum(bool(s.correct) for s in found) / len(found))
     assert unit.model == "smollm2-135m" and unit.engine == "lm-eval:local-completions"
 
 
@@ -91,8 +91,8 @@ def test_two_lmeval_runs_get_a_paired_verdict_with_the_sequential_warning() -> N
     assert comparison["n_pairs"] == 5 and comparison["n_items"] == 5
     acc = comparison["quality"]["accuracy"]
     a, b = lmeval.samples(samples_file("a")), lmeval.samples(samples_file("b"))
-    assert acc["a"]["estimate"] == pytest.approx(sum(bool(s["correct"]) for s in a) / 5)
-    assert acc["b"]["estimate"] == pytest.approx(sum(bool(s["correct"]) for s in b) / 5)
+    assert acc["a"]["estimate"] == pytest.approx(sum(bool(s.correct) for s in a) / 5)
+    assert acc["b"]["estimate"] == pytest.approx(sum(bool(s.correct) for s in b) / 5)
     assert result["decision"] == "INCONCLUSIVE"  # 5 items < min_items
     assert result["interleaved"].startswith("no")
     assert result["warning"].startswith("NOT INTERLEAVED")
@@ -133,14 +133,14 @@ def test_vllm_bench_import_per_request_speed(tmp_path: Path) -> None:
     path = tmp_path / "openai-infqps-concurrency1.json"
     path.write_text(json.dumps(_vllm_result()))
     found = vllm_bench.samples(path)
-    assert [s["key"] for s in found] == [f"req-{i:05d}#0" for i in range(4)]
-    t = found[0]["timing"]
+    assert [s.key for s in found] == [f"req-{i:05d}#0" for i in range(4)]
+    t = found[0].timing
     assert t["ttft_s"] == pytest.approx(0.02)
     assert t["steady_decode_tps"] == pytest.approx(7 / 0.07)
     assert t["tpot_ms"] == pytest.approx(10.0)
     assert t["prefill_tps"] == pytest.approx(32 / 0.02)
     assert t["e2e_s"] == pytest.approx(0.09) and t["output_tps"] == pytest.approx(8 / 0.09)
-    assert found[3]["finish_reason"] == "error" and found[3]["timing"]["ttft_s"] is None
+    assert found[3].finish_reason == "error" and found[3].timing["ttft_s"] is None
     unit = read_entry(path).units[0]
     assert unit.metrics["steady_decode_tps"]["value"] == pytest.approx(100.0)
     assert unit.metrics["error_rate"]["value"] == pytest.approx(0.25)
@@ -173,11 +173,11 @@ def test_add_is_idempotent_and_moves_and_deletions_are_reported(tmp_path: Path) 
         again = add(db, moved / path.name)
         assert again.action == "moved" and again.other_path == str(copied.resolve())
         assert len(db.records()) == 1
-        assert db.records()[0]["moved_from"] == str(copied.resolve())
+        assert db.records()[0].moved_from == str(copied.resolve())
         (moved / path.name).unlink()
         states = check(db)
         assert [c.state for c in states] == ["missing"]
-        assert db.records()[0]["missing_since"] is not None  # marked, not dropped
+        assert db.records()[0].missing_since is not None  # marked, not dropped
     r = cli("ledger", "ls", "--ledger", str(tmp_path / "ledger.sqlite"))
     assert r.returncode == 0 and "MISSING" in r.stdout
     r = cli("ledger", "check", "--ledger", str(tmp_path / "ledger.sqlite"))

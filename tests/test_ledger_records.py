@@ -54,25 +54,25 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_finished_commands_were_indexed(recorded: dict[str, Path]) -> None:
     with opened(recorded["ledger"]) as db:
         records = db.records()
-        assert [r["kind"] for r in records] == ["run", "run", "run", "ab", "bench", "baseline"]
-        assert {r["path"] for r in records} == {
+        assert [r.kind for r in records] == ["run", "run", "run", "ab", "bench", "baseline"]
+        assert {r.path for r in records} == {
             str(recorded[k].resolve())
             for k in ("run0", "run1", "run2", "ab", "bench", "baseline")}
         ab = records[3]
         for bench_like in records[4:]:
-            (case,) = db.units_of(bench_like["id"])
+            (case,) = db.units_of(bench_like.id)
             assert case.name == "in16/out4" and case.metrics["steady_decode_tps"]["value"]
         comparison = json.loads((recorded["ab"] / "comparison.json").read_text())
-        assert ab["decision"] == comparison["decision"]
-        assert ab["verdicts"] == {"baseline": "A", "arms": {
+        assert ab.decision == comparison["decision"]
+        assert ab.verdicts == {"baseline": "A", "arms": {
             "B": comparison["comparisons"]["B"]["verdict"]["decision"]}}
-        units = db.units_of(ab["id"])
+        units = db.units_of(ab.id)
         assert [u.name for u in units] == ["A", "B"]
         assert units[0].config_digest != units[1].config_digest  # tpot_ms differs
-        run_unit = db.units_of(records[0]["id"])[0]
+        run_unit = db.units_of(records[0].id)[0]
         assert run_unit.config_digest == units[0].config_digest  # same engine config
         assert run_unit.engine == "fake" and run_unit.model_sha256
-        assert records[0]["git_commit"] and records[0]["host"]
+        assert records[0].git_commit and records[0].host
     # re-adding what the commands indexed changes nothing
     r = cli("ledger", "add", str(recorded["run0"]), str(recorded["ab"]),
                "--ledger", str(recorded["ledger"]))
@@ -106,7 +106,7 @@ def test_compare_two_arms_reproduces_the_ab_comparison(recorded: dict[str, Path]
     for a_ref, b_ref in ((f"{ab}:A", f"{ab}:B"), (None, None)):
         if a_ref is None:  # the same through the ledger id
             with opened(recorded["ledger"]) as db:
-                rid = db.by_path(str(ab.resolve()))[0]["id"][:12]
+                rid = db.by_path(str(ab.resolve()))[0].id[:12]
             a_ref, b_ref = f"@{rid}:A", f"@{rid}:B"
         out = tmp_path / "cmp.json"
         r = cli("compare", a_ref, b_ref, "-o", str(out), "--ledger",

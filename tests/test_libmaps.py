@@ -103,7 +103,7 @@ def test_snapshot_records_mapped_libs_of_real_children(libs: dict[str, Path],
     assert mapped[str(libs["fresh"])].sha256 == sha256_file(libs["fresh"])
     assert len(mapped) == len(worker.libs)  # deduplicated
     assert any(os.path.basename(p).startswith("libc") for p in mapped)
-    assert worker.to_dict()["libs"]
+    assert worker.record(worker.cmdline).libs
 
 
 def test_required_lib_mapped_everywhere_passes(libs: dict[str, Path],

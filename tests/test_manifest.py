@@ -17,7 +17,7 @@ from abgate.cli.app import app
 from abgate.errors import UsageError
 from abgate.identity import canonical_json
 from abgate.provenance.environment import environment_snapshot, selected_env
-from abgate.provenance.loading import ManifestError, load_manifest
+from abgate.provenance.loading import ManifestError, read_manifest
 from abgate.provenance.manifest import (
     BuildOptions,
     build_manifest,
@@ -116,7 +116,8 @@ def test_cli_build_and_verify_exit_codes(repo: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["manifest", "build", "--root", str(repo), "--lib",
                               "build/*.so", "-o", str(out)])
     assert res.exit_code == 0, res.output
-    assert load_manifest(out)["source"]["git"]["dirty"] is False  # own file not counted
+    git = read_manifest(out).source.git_state
+    assert git is not None and git.dirty is False  # own file not counted
     res = runner.invoke(app, ["manifest", "verify", str(out), "--root", str(repo)])
     assert res.exit_code == 0, res.output
     assert "everything matches" in res.output
@@ -153,7 +154,7 @@ def test_truncated_manifest_is_rejected(repo: Path, tmp_path: Path) -> None:
     text = path.read_text()
     path.write_text(text[: len(text) // 2])
     with pytest.raises(ManifestError, match="truncated"):
-        load_manifest(path)
+        read_manifest(path)
     res = runner.invoke(app, ["manifest", "verify", str(path), "--root", str(repo)])
     assert res.exit_code == 2
     assert "truncated" in res.output
@@ -177,7 +178,7 @@ def test_incomplete_or_unknown_manifest_rejected(repo: Path, tmp_path: Path, mut
     path = tmp_path / "m.json"
     path.write_text(json.dumps(m))
     with pytest.raises(ManifestError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        load_manifest(path)
+        read_manifest(path)
 
 
 def test_self_inconsistent_manifest_rejected(repo: Path, tmp_path: Path) -> None:
@@ -187,7 +188,7 @@ def test_self_inconsistent_manifest_rejected(repo: Path, tmp_path: Path) -> None
     path = tmp_path / "m.json"
     write_manifest(m, path)
     with pytest.raises(ManifestError, match="self-inconsistent"):
-        load_manifest(path)
+        read_manifest(path)
 
 
 @pytest.mark.parametrize("bad", ["../outside.txt", "/etc/passwd", "src/../../x"])
@@ -199,7 +200,7 @@ def test_manifest_paths_escaping_root_refused(repo: Path, tmp_path: Path, bad: s
     path = tmp_path / "m.json"
     write_manifest(m, path)
     with pytest.raises(PathEscape):
-        load_manifest(path)
+        read_manifest(path)
     res = runner.invoke(app, ["manifest", "verify", str(path), "--root", str(repo)])
     assert res.exit_code == 2 and "root" in res.output
 

@@ -91,7 +91,7 @@ def test_this_process_matched_a_copy_differed_and_the_rest_unnamed(tmp_path: Pat
         (match,) = match_processes(manifest, tmp_path, here)
         assert match.pid == os.getpid() and match.unnamed
         if state == "matched":
-            assert match.matched == (str(lib),) and not match.differed and not match.not_mapped
+            assert match.matched == [str(lib)] and not match.differed and not match.not_mapped
         else:
             (bad,) = match.differed
             assert not match.matched and "another copy" in bad.why

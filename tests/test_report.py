@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from abgate.records.side_documents import AbBenchDocument
+from abgate.records.bench_sections import SpeedDistributions
+from abgate.records.sections import Distribution
+from abgate.records.side_documents import AbBenchCase, AbBenchDocument
 from abgate.report import render, write_reports
 from abgate.runner.documents import write_record
 from tests.conftest import abgate
@@ -226,8 +228,10 @@ def test_bench_results_are_rendered_side_by_side(ab_dir: Path, tmp_path: Path) -
     out = tmp_path / "ab"
     shutil.copytree(ab_dir, out)
     for arm, tps in (("base", 40.0), ("fast", 44.0)):
-        case = {"input_len": 512, "output_len": 128,
-                "speed": {"steady_decode_tps": {"median": tps}, "ttft_s": {"median": 0.25}}}
+        case = AbBenchCase(input_len=512, output_len=128, prompt_sha256="0" * 64,
+                           speed=SpeedDistributions(
+                               steady_decode_tps=Distribution(median=tps),
+                               ttft_s=Distribution(median=0.25)))
         write_record(out / "arms" / arm / "bench.json", AbBenchDocument.new(
             plan={"input_len": [512], "output_len": 128}, cases=[case]))
     md = render(out, "md")

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from abgate.compare.views import views
+from abgate.records.bench_sections import SpeedDistributions
 from abgate.records.documents import AbRecord
-from abgate.records.side_documents import AbBenchDocument
+from abgate.records.sections import Distribution
+from abgate.records.side_documents import AbBenchCase, AbBenchDocument
 from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (
     ArmSetting,
-    BenchCaseView,
-    OutlierView,
     RecordedPolicy,
     WeightsDiff,
 )
@@ -41,11 +40,6 @@ def test_policy_view_keeps_values_and_empties_non_objects() -> None:
 
 
 def test_list_views_keep_only_objects_and_defaults_fill_missing_fields() -> None:
-    assert views(OutlierView, None) == [] and views(OutlierView, {"item_id": "x"}) == []
-    [row] = views(OutlierView, ["junk", {"item_id": "item-1", "correct": None}])
-    assert (row.item_id, row.seed, row.why, row.correct) == ("item-1", NA, "", None)
-    assert BenchCaseView.model_validate({"input_len": 8}).label == f"8/{NA}"
-    assert BenchCaseView.model_validate({"speed": [1]}).speed.ttft_s.median is None
     assert ArmSetting.model_validate({}).limit == NA
     assert ArmSetting.model_validate({"limit": None}).limit is None
 
@@ -72,7 +66,8 @@ def test_malformed_weights_diff_and_bench_case_render_as_not_available(
                                                          "summary": "?"}))
     write_record(out / "arms" / "base" / "bench.json", AbBenchDocument.new(
         plan={"input_len": [512], "output_len": 128},
-        cases=[{"input_len": 512, "output_len": 128, "speed": None}]))
+        cases=[AbBenchCase(input_len=512, output_len=128, prompt_sha256="0" * 64,
+                           speed=SpeedDistributions(steady_decode_tps=Distribution()))]))
     md = render(out, "md")
     assert "## Weights: weights-diff-x.json (not this A/B's)" in md  # no model: marked
     assert f"Not shown: model sha256 {NA}, {NA} is no arm's model" in md

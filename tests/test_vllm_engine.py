@@ -418,17 +418,23 @@ def test_model_bytes_count_parameters_on_the_meta_device() -> None:
 def test_gpu_engines_never_get_the_cpu_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
     from abgate.bench import session
     from abgate.bench.roofline import measure_gpu_bandwidth, runs_on_gpu
+    from abgate.records.sections import CapabilitiesRecord, EngineRecord
 
-    assert runs_on_gpu({"name": "vllm", "effective_config": {}})
-    assert runs_on_gpu({"name": "transformers", "effective_config": {"device": "cuda:0"}})
-    assert not runs_on_gpu({"name": "llamacpp", "effective_config": {}})
+    def described(name: str, **effective: object) -> EngineRecord:
+        return EngineRecord(name=name, effective_config=effective,
+                            capabilities=CapabilitiesRecord())
+
+    assert runs_on_gpu(described("vllm"))
+    assert runs_on_gpu(described("transformers", device="cuda:0"))
+    assert not runs_on_gpu(described("llamacpp"))
     monkeypatch.setattr(session, "measure_peak_bandwidth",
                         lambda *a: pytest.fail("the CPU probe ran for a GPU engine"))
     monkeypatch.setattr(session, "measure_gpu_bandwidth",
                         lambda: {"gbps": None, "source": "unknown: no CUDA device"})
-    got = session.peak_bandwidth(session.BenchConfig(engine="vllm"), {"name": "vllm"})
+    got = session.peak_bandwidth(session.BenchConfig(engine="vllm"), described("vllm"))
     assert got["gbps"] is None and got["source"].startswith("unknown")
-    declared = session.peak_bandwidth(session.BenchConfig(peak_bw_gbps=4800.0), {"name": "vllm"})
+    declared = session.peak_bandwidth(session.BenchConfig(peak_bw_gbps=4800.0),
+                                      described("vllm"))
     assert declared == {"gbps": 4800.0, "source": "declared (--peak-bw)"}
     try:
         import torch

@@ -86,12 +86,22 @@ def scan(text: str, *, max_depth: int = MAX_DEPTH, max_digits: int | None = MAX_
         raise BadJson(f"JSON nested deeper than {max_depth} levels")
 
 
+def _surely_within(text: str, max_depth: int, max_digits: int | None) -> bool:
+    """Whether ``text`` cannot break either limit, without the scan (a served stream's
+    chunks, thousands a second, are all like this): it opens no more brackets than
+    ``max_depth`` in all (strings included), and is too short to hold a number longer
+    than ``max_digits``."""
+    return ((max_digits is None or len(text) <= max_digits)
+            and text.count("[") + text.count("{") <= max_depth)
+
+
 def parse(text: str, *, max_depth: int = MAX_DEPTH, max_digits: int | None = MAX_DIGITS,
           parse_int: Callable[[str], Any] | None = None,
           parse_constant: Callable[[str], Any] | None = None) -> Any:
     """The value of one JSON text, or :class:`BadJson` (``max_digits=None`` with a
     ``parse_int`` of its own reads integers of any length)."""
-    scan(text, max_depth=max_depth, max_digits=max_digits)
+    if not _surely_within(text, max_depth, max_digits):
+        scan(text, max_depth=max_depth, max_digits=max_digits)
     try:
         return json.loads(text, parse_int=parse_int, parse_constant=parse_constant)
     except json.JSONDecodeError as exc:

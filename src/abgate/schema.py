@@ -149,6 +149,30 @@ def replaced(obj: T, where: str, /, **changes: Any) -> T:
         raise usage_error(exc, type(obj), where) from None
 
 
+@dataclass(frozen=True)
+class FirstError:
+    """A pydantic error's first problem, for a reader with messages of its own: where
+    (``a.b[0].c``), pydantic's error type, the value it refused and the context."""
+
+    path: str  # a.b[0].c
+    type: str
+    value: Any
+    expected: str | None  # a literal's choices, as pydantic words them
+    message: str  # pydantic's own words
+    dotted: str  # a.b.0.c ("" at the top level)
+
+
+def first_error(exc: ValidationError) -> FirstError:
+    """The first problem of ``exc``, located as a key path with list indices (``path``)
+    and as pydantic's dotted location (``dotted``), with pydantic's message."""
+    err = exc.errors(include_url=False)[0]
+    loc = err["loc"]
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+    return FirstError(path.lstrip("."), err["type"], err.get("input"),
+                      (err.get("ctx") or {}).get("expected"), err["msg"],
+                      ".".join(str(p) for p in loc))
+
+
 def usage_error(exc: ValidationError, kind: Any, where: str, *, doc: TomlDoc | None = None,
                 at: Sequence[str] = (), style: Style = KEYS) -> UsageError:
     """The one-line UsageError for ``exc`` (its first error), raised while validating a

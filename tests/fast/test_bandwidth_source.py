@@ -10,8 +10,15 @@ import pytest
 
 from abgate.bench import session
 from abgate.bench.resources import engine_resources, holds_gpu_memory
+from abgate.records.sections import CapabilitiesRecord, EngineRecord
 
-SERVED = {"name": "openai", "effective_config": {"server_kind": "vllm"}}
+
+def described(name: str, **effective: Any) -> EngineRecord:
+    return EngineRecord(name=name, effective_config=effective,
+                        capabilities=CapabilitiesRecord())
+
+
+SERVED = described("openai", server_kind="vllm")
 
 
 def _probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -36,7 +43,7 @@ def test_a_launched_server_on_a_gpu_gets_the_gpu_probe(monkeypatch: pytest.Monke
     assert holds_gpu_memory(res)
     assert session.peak_bandwidth(session.BenchConfig(), SERVED, res)["gbps"] == 4000.0
     assert ran == ["gpu child"]  # abgate's own process opens no CUDA context for a server
-    vllm = {"name": "vllm", "effective_config": {}}  # in this process: probed here
+    vllm = described("vllm")  # in this process: probed here
     assert session.peak_bandwidth(session.BenchConfig(), vllm, res)["gbps"] == 4100.0
     assert ran == ["gpu child", "gpu"]
 

@@ -84,9 +84,10 @@ def test_a_concurrent_batch_keys_its_requests_and_carries_the_batch(tmp_path: Pa
             writer.append(s)
     lines = read_bench_lines(tmp_path / rec.SAMPLES_FILE)
     assert lines == seen and list(json.loads(_dumped(seen[0])))[-1] == "batch"
-    case = result.cases[0].to_dict(samples=True)
-    assert case["concurrency"] == 2 and case["throughput_tps"]["n"] == 2
-    assert case["samples"] == [s.to_dict() for s in seen]
+    case = result.cases[0].bench_case()
+    assert case.concurrency == 2 and case.throughput_tps is not None
+    assert case.throughput_tps.n == 2 and case.samples == seen
+    assert case.to_dict()["samples"] == [s.to_dict() for s in seen]
 
 
 def test_the_line_is_frozen_and_names_every_key() -> None:

@@ -20,6 +20,7 @@ from abgate.ab.workflow import run_experiment
 from abgate.fleet.dispatch import Dispatch, DispatchLog
 from abgate.fleet.endpoints import ThreadPool
 from abgate.fleet.replica import Replica
+from abgate.records.fleet import FleetRecord
 from abgate.runner.session import PreparedEngine
 from tests.support.fake import experiment
 
@@ -47,8 +48,8 @@ class TwoThreads:
             with futures.ThreadPoolExecutor(2) as ex:
                 Dispatch(state, ThreadPool(ex, replicas), self.ledger, poll_s=0.2,
                          item_timeout_s=1.0).run([0, 1])
-            state.doc.fleet = {"replicas": [{}, {}], "lost": self.ledger.lost,
-                               "items_by_replica": self.ledger.items_by_replica}
+            state.doc.fleet = FleetRecord(replicas=[{}, {}], lost=self.ledger.lost,
+                                          items_by_replica=self.ledger.items_by_replica)
             state.save()
 
 
@@ -70,7 +71,7 @@ def test_a_hung_replica_is_given_up_on_and_its_item_runs_once_elsewhere(
         assert keys == _keys(tmp_path / "one", arm)  # every key once, in key order
         assert set(Counter(keys).values()) == {1}
     (loss,) = schedule.ledger.lost
-    assert loss["replica"] == 1 and "item timeout" in loss["error"]
+    assert loss.replica == 1 and "item timeout" in str(loss.error)
     by = schedule.ledger.items_by_replica
     assert len(by.get("1", [])) <= 1 and len(by["0"]) + len(by.get("1", [])) == 8
     notes = res.comparison.comparisons["b"].verdict.notes

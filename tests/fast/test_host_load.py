@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from abgate.compare import compare_samples, decide, load_policy
+from abgate.records.load_snapshots import CpuTicks, GpuProcess, HostSnapshot
 from tests.support.compare import make_arm
 from tests.support.fake import cli, experiment
 
@@ -39,23 +40,24 @@ def test_snapshots_and_their_summary() -> None:
     import abgate.host_load
 
     start, end = abgate.host_load.snapshot("start"), abgate.host_load.snapshot("end")
-    assert start["label"] == "start" and start["cpus"] == os.cpu_count()
-    assert isinstance(start["busy_processes"], list)
-    assert all(b["pid"] != os.getpid() for b in start["busy_processes"])
+    assert start.label == "start" and start.cpus == os.cpu_count()
+    assert isinstance(start.busy_processes, list)
+    assert all(b.pid != os.getpid() for b in start.busy_processes)
     found = abgate.host_load.summarize([start, end])
-    assert found is not None and found["snapshots"] == 2 and isinstance(found["text"], str)
-    quiet = {"load_1min": 0.3, "cpus": 16, "cpu_ticks": {"total": 1000, "steal": 0},
-             "gpu_processes": [], "busy_processes": []}
-    later = {**quiet, "cpu_ticks": {"total": 2000, "steal": 10}}
+    assert found is not None and found.snapshots == 2 and isinstance(found.text, str)
+    quiet = HostSnapshot(load_1min=0.3, cpus=16, cpu_ticks=CpuTicks(total=1000, steal=0),
+                         gpu_processes=[], busy_processes=[])
+    later = quiet.model_copy(update={"cpu_ticks": CpuTicks(total=2000, steal=10)})
     q = abgate.host_load.summarize([quiet, later])
-    assert q is not None and not q["elevated"]
-    assert q["text"] == "load 0.3 on 16 cores, steal 1.0%, 0 other GPU process(es)"
-    busy = abgate.host_load.summarize([{**quiet, "load_1min": 20.0},
-                                {**later, "cpu_ticks": {"total": 2000, "steal": 200},
-                                 "gpu_processes": [{"gpu": 0, "pid": 99}]}])
-    assert busy is not None and busy["elevated"]
-    assert busy["reasons"] == ["load 20.0 above 16 cores", "CPU steal 20%",
-                               "1 other GPU process(es) (pid 99)"]
+    assert q is not None and not q.elevated
+    assert q.text == "load 0.3 on 16 cores, steal 1.0%, 0 other GPU process(es)"
+    busy = abgate.host_load.summarize([
+        quiet.model_copy(update={"load_1min": 20.0}),
+        later.model_copy(update={"cpu_ticks": CpuTicks(total=2000, steal=200),
+                                 "gpu_processes": [GpuProcess(gpu=0, pid=99)]})])
+    assert busy is not None and busy.elevated
+    assert busy.reasons == ["load 20.0 above 16 cores", "CPU steal 20%",
+                            "1 other GPU process(es) (pid 99)"]
     assert abgate.host_load.summarize([]) is None
 
 

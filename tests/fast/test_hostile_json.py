@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from abgate.engines.args import parse_pairs
 from abgate.errors import AbgateError, UsageError
-from abgate.provenance.loading import load_manifest
+from abgate.provenance.loading import read_manifest
 from abgate.safejson import MAX_DEPTH, MAX_DIGITS, BadJson, parse
 from tests.support.fake import Result, cli, fake_run
 
@@ -183,7 +183,7 @@ def test_hostile_manifest_is_one_line(tmp_path: Path, text: str) -> None:
     path = tmp_path / "manifest.json"
     path.write_text(text)
     with pytest.raises(AbgateError) as err:
-        load_manifest(path)
+        read_manifest(path)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
@@ -268,3 +268,19 @@ def test_digit_limit_is_exact_and_names_the_line(digits: int) -> None:
 def test_brackets_inside_strings_are_not_nesting() -> None:
     text = json.dumps({"a": "[" * 5000, "b": '\\"[' * 300, "c": [1, [2, {"d": "]]]"}]]})
     assert parse(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text,limits", [
+    ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), {}),  # short, yet one level too deep
+    ("[[[[1]]]]", {"max_depth": 3}),
+    ("[" + "9" * 12 + "]", {"max_digits": 10}),  # short, yet a number too long
+])
+def test_short_texts_meet_the_same_limits(text: str, limits: dict[str, int]) -> None:
+    with pytest.raises(BadJson):
+        parse(text, **limits)
+
+
+def test_a_stream_chunk_within_the_limits_parses_as_json_does() -> None:
+    chunk = json.dumps({"choices": [{"index": 0, "text": " [{", "token_ids": [260]}],
+                        "usage": None})
+    assert parse(chunk) == json.loads(chunk)

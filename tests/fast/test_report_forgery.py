@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tests.support.report as report_kit
-from abgate.ledger.history import History, HistoryPoint, Series
+from abgate.ledger.history import History, HistoryPoint, Series, SeriesKey
 from abgate.ledger.history_report import render as render_history
 from abgate.report import build_doc, render, render_data
 from abgate.report.html import render_html
@@ -179,8 +179,8 @@ def test_ledger_history_page_shows_record_text_as_text() -> None:
     point = HistoryPoint(record_id="r" * 12, unit="tok/s", path="/x", kind="run", started_at=0.0,
                   git_commit="c" * 40, git_dirty=False, status="complete", missing=False,
                   value=10.0, se=1.0, n=4, evidence="**e** \x1b[2J")
-    key = {"engine": "llamacpp", "model": "<img src=x onerror=alert(1)>\u202e",
-           "config_digest": "d" * 64, "suite": "**s**", "workload_digest": "w" * 64}
+    key = SeriesKey(engine="llamacpp", model="<img src=x onerror=alert(1)>\u202e",
+                    config_digest="d" * 64, suite="**s**", workload_digest="w" * 64)
     html = render_history(History("steady_decode_tps", [Series(key, [point])], 0.02))
     assert html_problems(html) == []
     assert "model <code>&lt;img src=x onerror=alert(1)&gt;&lt;U+202E&gt;</code>" in html

@@ -53,7 +53,7 @@ def _ledger(tmp_path: Path, kind: str) -> list[str]:
     if not (tmp_path / "ledger.sqlite").exists():
         return []
     with opened(tmp_path / "ledger.sqlite") as db:
-        return [str(r["path"]) for r in db.records(kind)]
+        return [str(r.path) for r in db.records(kind)]
 
 
 def _ab(tmp_path: Path) -> tuple[Path, Path]:

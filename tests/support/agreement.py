@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from abgate.records.bench_sections import ProbeRecord
 from abgate.records.documents import AbRecord, ScoringCost
 from abgate.records.side_documents import ProbesDocument
 from abgate.runner.documents import read_record, write_record
@@ -84,7 +85,7 @@ def write_probes(ab_dir: Path, arm: str, results: Mapping[str, bool]) -> Path:
     path = ab_dir / "arms" / arm / "probes.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_record(path, ProbesDocument.new(probes=[
-        {"name": name, "passed": passed, "reason": "ok" if passed else f"{name}: wrong answer"}
+        ProbeRecord(name=name, passed=passed, reason="ok" if passed else f"{name}: wrong answer")
         for name, passed in results.items()]))
     return path
 

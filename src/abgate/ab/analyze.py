@@ -154,7 +154,7 @@ def arm_extras(out: Path, ab: AbRecord, arm: str, base: str,
                                 *_identical_outputs(ab, arm, samples[base], samples[arm]),
                                 *fleet_notes(ab.fleet)],
         # what the host was doing while the arms ran: whether "busy" is measured
-        "host_load": summarize((ab.host_load or {}).get("snapshots") or []),
+        "host_load": summarize(ab.host_load.snapshots if ab.host_load is not None else []),
     }
     probes = _probes(out, arm, base)
     if probes is not None:

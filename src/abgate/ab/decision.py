@@ -29,6 +29,7 @@ from abgate.redact import redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import read_document, read_record
 from abgate.safejson import BadJson, parse
+from abgate.schema import first_error
 
 DECISIONS_FILE = "decisions.jsonl"
 DECISIONS = ("keep-default-on", "make-opt-in", "revert")
@@ -114,7 +115,7 @@ def record_decision(out: Path, decision: str, why: str, by: str | None = None,
             "source": arms_source(out),
             "decided_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")})
     except ValidationError as exc:  # a writer's bug, never a bad line on disk
-        raise UsageError(f"decision record: {exc.errors()[0]['msg']}") from None
+        raise UsageError(f"decision record: {first_error(exc).message}") from None
     line = json.dumps(doc.model_dump(), sort_keys=True, ensure_ascii=False) + "\n"
     with exclusive(out):  # one writer; a torn last line is cut (kept in .torn) first
         append_line(out / DECISIONS_FILE, line.encode("utf-8"))

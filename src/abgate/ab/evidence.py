@@ -255,8 +255,7 @@ def probes_pass(out: Path, arm: str, session: EngineSession, probe_len: int) -> 
     with session.env():
         try:
             probes = default_probes(session.engine.tokenize, needle_len=probe_len)
-            results = [r.to_dict() for r in run_probes(session.engine, probes,
-                                                       _n_ctx(session))]
+            results = run_probes(session.engine, probes, _n_ctx(session))
         except AbgateError as exc:  # e.g. the retrieval probe does not fit the context
             write_record(path, ProbesDocument.new(probes=[], error=str(exc)))
             return

@@ -6,27 +6,30 @@ is the last part (``ledger.finish``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
+from abgate.errors import AbgateError
+from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import AbRecord
 from abgate.report import refresh_reports
 from abgate.runner.complete import checked_complete
-from abgate.runner.documents import read_record
+from abgate.runner.documents import read_document, read_record
 from abgate.runner.spec import prepare
 
 
 def comparison_current(out: Path, status: str) -> bool:
     """Whether ``comparison.json`` holds a verdict analysed at ``status``."""
-    try:
-        doc = json.loads((out / COMPARISON_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    path = out / COMPARISON_FILE
+    if not path.is_file():
         return False
-    return (isinstance(doc, dict) and isinstance(doc.get("exit_code"), int)
-            and not isinstance(doc.get("exit_code"), bool) and doc.get("ab_status") == status)
+    try:
+        doc = read_document(path, ComparisonDoc)
+    except (OSError, AbgateError):  # damaged or cut short: analysed again
+        return False
+    return doc.exit_code is not None and doc.ab_status == status
 
 
 def finish_ab(out: Path) -> list[str]:

@@ -16,6 +16,7 @@ from abgate.errors import AbgateError
 from abgate.model_check import ModelChanged
 from abgate.provenance import ContractViolation
 from abgate.records.engine import LoadedEngine
+from abgate.records.load_snapshots import AbHostLoad
 from abgate.records.samples import WARMUP_PREFIX, Sample, ids_sha256, sample_key
 from abgate.records.side_documents import AbBenchDocument
 from abgate.runner.documents import write_record
@@ -134,9 +135,9 @@ def arm_named(arm: str) -> Iterator[None]:
 
 def host_load_snapshot(state: RunState, label: str) -> None:
     """A host-load snapshot (``abgate.host_load``) into ``ab.json``."""
-    found = state.doc.host_load or {"snapshots": []}
-    found["snapshots"] = [*found.get("snapshots", []), host_load.snapshot(label)]
-    state.doc.host_load = found
+    found = state.doc.host_load or AbHostLoad()
+    state.doc.host_load = found.model_copy(
+        update={"snapshots": [*found.snapshots, host_load.snapshot(label)]})
 
 
 def bench_done(state: RunState) -> bool:
@@ -164,7 +165,7 @@ def bench_cases(state: RunState, sessions: dict[str, EngineSession]) -> None:
     for arm, cs in results.items():
         write_record(state.arm_dir(arm) / "bench.json", AbBenchDocument.new(
             plan=vars(plan) | {"input_len": list(plan.input_len)},
-            cases=[c.to_dict(samples=True) for c in cs]))
+            cases=[c.bench_case() for c in cs]))
 
 
 def gather_evidence(state: RunState, sessions: dict[str, EngineSession]) -> None:

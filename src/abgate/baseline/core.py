@@ -24,6 +24,7 @@ from abgate.integrity import verify_file
 from abgate.progress import Reporter
 from abgate.records.bench_sections import BaselineCase, RequestRef
 from abgate.records.documents import BaselineRecord, LoadFacts
+from abgate.records.load_snapshots import BaselineHostLoad, HostLoadCheck, HostSnapshot
 from abgate.records.sections import HostInfo
 from abgate.runner.documents import new_spec_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
@@ -154,11 +155,11 @@ def check_readable(path: Path, doc: BaselineRecord) -> BenchConfig:
     return c
 
 
-def _host_load(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def _host_load(before: HostSnapshot, after: HostSnapshot) -> BaselineHostLoad:
     """The host's load at the start and end of the cases (``abgate.host_load``): context
     for a speed comparison (a host that got busier between record and check runs slower
     for that alone)."""
-    return {"before": before, "after": after, "summary": summarize([before, after])}
+    return BaselineHostLoad(before=before, after=after, summary=summarize([before, after]))
 
 
 def _compare_case(engine: Engine, ref: BaselineCase, cur: BaselineCase,
@@ -242,8 +243,8 @@ def _check_cases(engine: Engine, c: BenchConfig, doc: BaselineRecord, tolerance:
                  report: CheckReport, progress: Reporter | None = None) -> None:
     load_before = snapshot("start")
     current, samples = _cases(engine, c, progress)
-    report.host_load = {"recorded": doc.host_load,
-                        "current": _host_load(load_before, snapshot("end"))}
+    report.host_load = HostLoadCheck(recorded=doc.host_load,
+                                     current=_host_load(load_before, snapshot("end")))
     for ref, cur, case_samples in zip(doc.cases, current, samples, strict=True):
         row = _compare_case(engine, ref, cur, case_samples, _speed_row(ref, cur, tolerance))
         report.cases.append(row)

@@ -11,6 +11,7 @@ from typing import Any
 from abgate.bench import limits
 from abgate.compare.drift import Drift
 from abgate.records.bench_sections import Divergence, Part, RepeatAgreement
+from abgate.records.load_snapshots import HostLoadCheck
 from abgate.records.sections import Number, Provenance
 
 
@@ -58,12 +59,27 @@ class ProbeCheck(Part):
     ok: bool
 
 
+class CheckReportDoc(Part):
+    """``abgate baseline check --json``: the report as written (an unmeasured host load
+    and an unrecorded provenance are empty objects)."""
+
+    passed: bool
+    speed_inconclusive: bool
+    configuration: dict[str, Any]  # compare.drift.Drift's JSON
+    cases: list[CheckRow]
+    probes: list[ProbeCheck]
+    host_load: HostLoadCheck
+    provenance: Provenance
+    cleanup: dict[str, Any] | None
+    not_certified: list[str]
+
+
 @dataclass
 class CheckReport:
     passed: bool = True
     cases: list[CheckRow] = field(default_factory=list)
     probes: list[ProbeCheck] = field(default_factory=list)
-    host_load: dict[str, Any] = field(default_factory=dict)
+    host_load: HostLoadCheck | None = None
     configuration: Drift = field(default_factory=lambda: Drift(()))  # against the record
     provenance: Provenance | None = None  # the load's, as the check recorded it
     cleanup: dict[str, Any] | None = None
@@ -72,11 +88,14 @@ class CheckReport:
     def speed_inconclusive(self) -> bool:
         return any(c.speed.outcome == "inconclusive" for c in self.cases)
 
+    def document(self) -> CheckReportDoc:
+        """The ``--json`` report, its keys in the order abgate has always written them."""
+        return CheckReportDoc(passed=self.passed, speed_inconclusive=self.speed_inconclusive,
+                              configuration=self.configuration.to_dict(),
+                              cases=self.cases, probes=self.probes,
+                              host_load=self.host_load or HostLoadCheck(),
+                              provenance=self.provenance or Provenance(),
+                              cleanup=self.cleanup, not_certified=list(limits.BASELINE))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "speed_inconclusive": self.speed_inconclusive,
-                "configuration": self.configuration.to_dict(),
-                "cases": [c.to_dict() for c in self.cases],
-                "probes": [p.to_dict() for p in self.probes], "host_load": self.host_load,
-                "provenance": self.provenance.to_dict() if self.provenance else {},
-                "cleanup": self.cleanup,
-                "not_certified": list(limits.BASELINE)}
+        return self.document().to_dict()

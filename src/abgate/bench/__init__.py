@@ -25,7 +25,7 @@ from abgate.bench.probes import (
     run_probes,
 )
 from abgate.bench.prompts import fixed_length_prompt, parse_input_lens, prompt_sha256
-from abgate.bench.roofline import ModelBytes, measure_peak_bandwidth, model_bytes_for, roofline
+from abgate.bench.roofline import measure_peak_bandwidth, model_bytes_for, roofline
 from abgate.bench.run import (
     BenchCase,
     BenchPlan,
@@ -38,6 +38,7 @@ from abgate.bench.run import (
 )
 from abgate.bench.samples import BenchSample, read_bench_lines
 from abgate.bench.session import BenchConfig, BenchOutcome, execute_bench, prepare_bench
+from abgate.records.bench_sections import ModelBytes
 
 __all__ = [
     "BenchCase", "BenchConfig", "BenchOutcome", "BenchPlan", "BenchResult", "BenchSample",

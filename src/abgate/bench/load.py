@@ -116,8 +116,15 @@ class RequestTimes:
     ok: bool
     t_send: float  # seconds after the benchmark start
     t_chunks: tuple[float, ...]  # each output chunk's arrival, seconds after the start
-    t_end: float
+    t_end: float  # the stream read to its end ([DONE])
     output_tokens: int
+    # the last chunk carrying a choice (None in samples written before it was kept):
+    # where a request's latency ends, as in ``vllm bench serve``
+    t_last: float | None = None
+
+    @property
+    def latency_end(self) -> float:
+        return self.t_end if self.t_last is None else self.t_last
 
 
 def _dist(values: Sequence[float]) -> dict[str, float | None]:
@@ -130,7 +137,8 @@ def _dist(values: Sequence[float]) -> dict[str, float | None]:
 
 def serve_metrics(reqs: Sequence[RequestTimes], duration_s: float) -> dict[str, Any]:
     """The figures of ``vllm bench serve`` from raw samples (successful requests only),
-    times in ms: TTFT = first chunk - send; E2EL = end - send; TPOT per request =
+    times in ms: TTFT = first output chunk - send; E2EL = the last chunk carrying a
+    choice (output or the finish reason; not the usage chunk or [DONE]) - send; TPOT =
     (E2EL - TTFT) / (output_tokens - 1), for requests of more than one output token;
     ITL = the gaps between consecutive chunks of every request, pooled; output
     throughput = total output tokens / duration; request throughput = completed /
@@ -138,7 +146,7 @@ def serve_metrics(reqs: Sequence[RequestTimes], duration_s: float) -> dict[str, 
     interpolation, numpy's default)."""
     done = [r for r in reqs if r.ok and r.t_chunks]
     ttft = [(r.t_chunks[0] - r.t_send) * 1e3 for r in done]
-    e2el = [(r.t_end - r.t_send) * 1e3 for r in done]
+    e2el = [(r.latency_end - r.t_send) * 1e3 for r in done]
     tpot = [(e - t) / (r.output_tokens - 1)
             for r, t, e in zip(done, ttft, e2el, strict=True) if r.output_tokens > 1]
     itl = [(b - a) * 1e3 for r in done for a, b in zip(r.t_chunks, r.t_chunks[1:], strict=False)]

@@ -15,6 +15,7 @@ import contextlib
 import json
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from abgate.engines.openai.stream import (
     identify,
     sampling_body,
     stream_once,
+    tls_context,
 )
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import append_line
@@ -51,6 +53,7 @@ class LoadJob:
     output_len: int = 128
     api: str = "completions"  # completions (as vllm bench serve's default) or chat
     headers: tuple[tuple[str, str], ...] = ()
+    warmup: int = 0  # requests sent (and not measured) before the clock starts
 
 
 def _body(job: LoadJob, prompt: str, model: str, dialect: Dialect) -> dict[str, Any]:
@@ -61,8 +64,9 @@ def _body(job: LoadJob, prompt: str, model: str, dialect: Dialect) -> dict[str, 
     else:
         body["prompt"] = prompt
     body |= sampling_body(params, dialect)
-    return body | {"stream": True, "stream_options": {"include_usage": True},
-                   **dialect.extra}
+    # no dialect.extra (vLLM's return_token_ids): token IDs are not used here, and
+    # they would lengthen every chunk the server writes and the client parses
+    return body | {"stream": True, "stream_options": {"include_usage": True}}
 
 
 def _discover(job: LoadJob) -> tuple[str, Dialect]:
@@ -81,12 +85,13 @@ def _discover(job: LoadJob) -> tuple[str, Dialect]:
     return model, identify(models, title) if served else DIALECTS["unknown"]
 
 
-async def _one(job: LoadJob, client: httpx.AsyncClient, i: int, body: dict[str, Any],
+async def _one(job: LoadJob, clients: _Clients, i: int, body: dict[str, Any],
                due: float, t0: float, gate: asyncio.Semaphore | None,
-               out: Path) -> RequestTimes:
+               writer: _Writer) -> RequestTimes:
     await asyncio.sleep(max(0.0, t0 + due - time.perf_counter()))
     if gate is not None:
         await gate.acquire()
+    client = clients.take()
     try:
         path = "/v1/chat/completions" if job.api == "chat" else "/v1/completions"
         error = None
@@ -94,33 +99,116 @@ async def _one(job: LoadJob, client: httpx.AsyncClient, i: int, body: dict[str, 
             st = await stream_once(client, job.url + path, body, job.api)
             chunks = tuple(t - t0 for t in st.chunk_times)
             send, end = st.t_submit - t0, time.perf_counter() - t0
+            last = None if st.t_last_choice is None else st.t_last_choice - t0
             usage = (st.usage or {}).get("completion_tokens")
             n_out = int(usage) if isinstance(usage, int) else len(chunks)
         except RequestFailed as exc:
-            error, chunks, n_out = str(exc), (), 0
+            error, chunks, n_out, last = str(exc), (), 0, None
             send = end = time.perf_counter() - t0
     finally:
+        clients.give(client)
         if gate is not None:
             gate.release()
-    times = RequestTimes(error is None, send, chunks, end, n_out)
+    times = RequestTimes(error is None, send, chunks, end, n_out, last)
     line = {"index": i, "due_s": due, "ok": times.ok, "t_send_s": send, "t_end_s": end,
-            "t_chunks_s": list(chunks), "output_tokens": n_out, "error": error}
-    append_line(out / SAMPLES, (json.dumps(line) + "\n").encode())
+            "t_last_s": last, "t_chunks_s": list(chunks), "output_tokens": n_out,
+            "error": error}
+    writer.append((json.dumps(line) + "\n").encode())
     return times
 
 
+class _Writer:
+    """Appends and fsyncs each finished request's line on a thread of its own, in the
+    order given: an fsync (milliseconds on some disks) on the event loop would stall
+    every open stream, stamping their chunks late and delaying the next sends."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-samples")
+        self.pending: list[Future[None]] = []
+
+    def append(self, data: bytes) -> None:
+        self.pending.append(self.pool.submit(append_line, self.path, data))
+
+    def close(self) -> None:
+        """Wait for every line (raising the first write error), then stop the thread."""
+        try:
+            for f in self.pending:
+                f.result()
+        finally:
+            self.pool.shutdown(wait=True)
+
+
+class _Clients:
+    """An HTTP client of one connection for each request in flight, taken for a
+    request and given back after it. One shared client would do, but httpx's pool
+    walks all its connections (for each, all of them again) on every request and
+    response; at 32 streams and thousands of chunks a second that is client CPU
+    taken from stamping chunks."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
+        self.free: list[httpx.AsyncClient] = []
+        self.made: list[httpx.AsyncClient] = []
+
+    def take(self) -> httpx.AsyncClient:
+        if self.free:
+            return self.free.pop()
+        client = httpx.AsyncClient(headers=self.headers, timeout=600.0, verify=tls_context(),
+                                   limits=httpx.Limits(max_connections=1,
+                                                       max_keepalive_connections=1))
+        self.made.append(client)
+        return client
+
+    def give(self, client: httpx.AsyncClient) -> None:
+        self.free.append(client)
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.made))
+
+
 async def _run(job: LoadJob, model: str, dialect: Dialect, schedule: Sequence[float],
-               out: Path) -> tuple[list[RequestTimes], float]:
+               out: Path) -> tuple[list[RequestTimes], float, float]:
     cap = job.spec.in_flight_cap
     gate = asyncio.Semaphore(cap) if cap is not None else None
-    limits = httpx.Limits(max_connections=max(cap or len(job.prompts), 1) + 4)
-    async with httpx.AsyncClient(headers=dict(job.headers), timeout=600.0,
-                                 limits=limits) as client:
-        t0 = time.perf_counter()
-        reqs = await asyncio.gather(*(
-            _one(job, client, i, _body(job, p, model, dialect), due, t0, gate, out)
-            for i, (p, due) in enumerate(zip(job.prompts, schedule, strict=True))))
-        return list(reqs), time.perf_counter() - t0
+    clients = _Clients(dict(job.headers))
+    try:
+        await _warm_up(job, clients, model, dialect, cap)
+        writer = _Writer(out / SAMPLES)
+        try:
+            t0 = time.perf_counter()
+            reqs = await asyncio.gather(*(
+                _one(job, clients, i, _body(job, p, model, dialect), due, t0, gate, writer)
+                for i, (p, due) in enumerate(zip(job.prompts, schedule, strict=True))))
+            duration = time.perf_counter() - t0
+        finally:
+            writer.close()
+    finally:
+        await clients.aclose()
+    return list(reqs), t0, duration
+
+
+async def _warm_up(job: LoadJob, clients: _Clients, model: str, dialect: Dialect,
+                   cap: int | None) -> None:
+    """``job.warmup`` requests (the prompts in turn), at most ``cap`` in flight, before
+    the clock starts: the server's first batches and the client's connections are then
+    behind it. Nothing of them is recorded; one that fails stops the bench."""
+    gate = asyncio.Semaphore(cap or job.warmup or 1)
+    path = "/v1/chat/completions" if job.api == "chat" else "/v1/completions"
+
+    async def one(i: int) -> None:
+        async with gate:
+            body = _body(job, job.prompts[i % len(job.prompts)], model, dialect)
+            client = clients.take()
+            try:
+                await stream_once(client, job.url + path, body, job.api)
+            except RequestFailed as exc:
+                raise AbgateError(f"{redact_url(job.url)}: warm-up request {i} failed "
+                                  f"({exc})") from None
+            finally:
+                clients.give(client)
+
+    await asyncio.gather(*(one(i) for i in range(job.warmup)))
 
 
 def run_load(job: LoadJob, out: Path, *, force: bool = False) -> dict[str, Any]:
@@ -128,6 +216,8 @@ def run_load(job: LoadJob, out: Path, *, force: bool = False) -> dict[str, Any]:
     return the record."""
     if job.api not in ("completions", "chat"):
         raise UsageError(f"--api {job.api!r}: expected completions or chat")
+    if job.warmup < 0:
+        raise UsageError(f"--warmup {job.warmup}: expected >= 0")
     if ((out / RECORD).exists() or (out / SAMPLES).exists()) and not force:
         raise UsageError(f"{out}: holds a load bench already (give --force to overwrite)")
     model, dialect = _discover(job)
@@ -135,10 +225,11 @@ def run_load(job: LoadJob, out: Path, *, force: bool = False) -> dict[str, Any]:
     if (out / SAMPLES).exists():
         safefs.truncate(out / SAMPLES, 0)
     schedule = arrival_schedule(job.spec)
-    reqs, duration = asyncio.run(_run(job, model, dialect, schedule, out))
+    reqs, t0, duration = asyncio.run(_run(job, model, dialect, schedule, out))
     record = {"kind": "load_bench", "server": redact_url(job.url), "model": model,
               "dialect": dialect.kind, "api": job.api, "output_len": job.output_len,
               "load": job.spec.to_dict(), "schedule_s": schedule,
+              "warmup_requests": job.warmup, "t0_perf_counter": t0,
               "prompts": {"source": job.prompt_source, "indices": list(job.prompt_indices)},
               "max_in_flight_observed": max_in_flight(reqs),
               "metrics": serve_metrics(reqs, duration)}
@@ -151,7 +242,7 @@ def read_samples(out: Path) -> list[RequestTimes]:
     rows = [json.loads(line) for line in (out / SAMPLES).read_text().splitlines() if line]
     rows.sort(key=lambda r: r["index"])
     return [RequestTimes(r["ok"], r["t_send_s"], tuple(r["t_chunks_s"]), r["t_end_s"],
-                         r["output_tokens"]) for r in rows]
+                         r["output_tokens"], r.get("t_last_s")) for r in rows]
 
 
 def load_prompts(data: str | None, num_prompts: int, seed: int) -> tuple[list[str], str, list[int]]:

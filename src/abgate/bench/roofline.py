@@ -31,39 +31,19 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from abgate.gguf_file import read_gguf
-from abgate.records.bench_sections import Roofline
+from abgate.records.bench_sections import ModelBytes, Roofline
+from abgate.records.sections import EngineRecord
 from abgate.safejson import parse
 
 # Bytes per element of KV-cache types (block formats: block bytes / 32 elements).
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32,
              "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
-
-
-@dataclass(frozen=True)
-class ModelBytes:
-    """Bytes read per decoded token, and where the figure came from."""
-
-    weights_bytes: int | None
-    source: str  # "engine (in-memory tensors)", "gguf tensors", "declared",
-    # "file size (upper bound)" or "unknown"
-    embedding_bytes: int | None = None
-    tied_embedding: bool | None = None
-    kv_bytes_per_position: float | None = None  # all layers, K + V
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def kv_bytes_per_token(self, mean_context: float) -> float | None:
-        if self.kv_bytes_per_position is None:
-            return None
-        return self.kv_bytes_per_position * mean_context
 
 
 def _kv_per_position(meta: dict[str, Any], type_k: str, type_v: str) -> float | None:
@@ -111,12 +91,13 @@ def engine_model_bytes(eff: dict[str, Any]) -> ModelBytes | None:
                       float(kv) if isinstance(kv, int | float) else None)
 
 
-def model_bytes_for(describe: dict[str, Any], declared: int | None = None) -> ModelBytes:
-    """From the engine's ``describe()`` as JSON: the engine's own in-memory figures when it
-    declares them, else the GGUF figures when the model is a GGUF file; ``declared``
-    weights bytes when given (KV still from the engine or the file if readable)."""
-    model = describe.get("model") or ""
-    eff = describe.get("effective_config", {})
+def model_bytes_for(describe: EngineRecord | None, declared: int | None = None) -> ModelBytes:
+    """From the engine's ``describe()`` (None: not loaded): the engine's own in-memory
+    figures when it declares them, else the GGUF figures when the model is a GGUF file;
+    ``declared`` weights bytes when given (KV still from the engine or the file if
+    readable)."""
+    model = (describe.model if describe is not None else None) or ""
+    eff = describe.effective_config if describe is not None else {}
     found = ModelBytes(None, "unknown")
     from_engine = engine_model_bytes(eff)
     if from_engine is not None:
@@ -204,12 +185,13 @@ def measure_gpu_bandwidth_in_child(timeout_s: float = 180.0) -> dict[str, Any]:
     return {**got, "process": "a child process (abgate itself opens no CUDA context)"}
 
 
-def runs_on_gpu(describe: dict[str, Any]) -> bool:
+def runs_on_gpu(describe: EngineRecord | None) -> bool:
     """Whether an engine's ``describe()`` says it runs on a GPU (vLLM; transformers on
     CUDA), so that its roofline needs the GPU's bandwidth, never the CPU's."""
-    eff = describe.get("effective_config") or {}
-    device = str(eff.get("device") or "")
-    return describe.get("name") == "vllm" or device.startswith("cuda")
+    if describe is None:
+        return False
+    device = str(describe.effective_config.get("device") or "")
+    return describe.name == "vllm" or device.startswith("cuda")
 
 
 def roofline(mb: ModelBytes, decode_tps: float | None, mean_context: float | None,

@@ -34,6 +34,7 @@ from abgate.metrics import distribution, inter_token_latencies, request_timing
 from abgate.records.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
 from abgate.records.samples import ids_sha256
 from abgate.records.sections import Distribution
+from abgate.records.side_documents import AbBenchCase
 from abgate.runner.summary import SPEED_FIELDS
 
 OnSample = Callable[[BenchSample], None]
@@ -80,13 +81,11 @@ class CaseResult:
                      n_warmup=len(self.samples) - len(self.measured),
                      **case_summary(self.measured), **more)
 
-    def to_dict(self, samples: bool = True) -> dict[str, Any]:
-        """The figures as JSON, with every request's line (an A/B arm's ``bench.json``)
-        when ``samples``."""
-        d = self.figures(CaseFigures).to_dict()
-        if samples:
-            d["samples"] = [s.to_dict() for s in self.samples]
-        return d
+    def bench_case(self, samples: bool = True) -> AbBenchCase:
+        """The figures, with every request's line when ``samples`` (an A/B arm's
+        ``bench.json`` case)."""
+        return (self.figures(AbBenchCase, samples=list(self.samples)) if samples
+                else self.figures(AbBenchCase))
 
 
 @dataclass
@@ -100,7 +99,7 @@ class BenchResult:
     def to_dict(self, samples: bool = True) -> dict[str, Any]:
         return {"n_ctx": self.n_ctx, "warmup": self.warmup, "repeats": self.repeats,
                 "prompt_seed": self.prompt_seed,
-                "cases": [c.to_dict(samples) for c in self.cases]}
+                "cases": [c.bench_case(samples).to_dict() for c in self.cases]}
 
 
 def context_length(engine: Engine) -> int | None:

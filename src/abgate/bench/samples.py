@@ -23,6 +23,7 @@ from abgate.errors import AbgateError, UsageError
 from abgate.metrics import RequestTiming
 from abgate.records.sections import Distribution, Number, Section
 from abgate.runner import records as rec
+from abgate.schema import first_error
 
 
 class BenchPart(Section):
@@ -109,7 +110,6 @@ def read_bench_lines(path: Path) -> list[BenchSample | ProbeLine]:
         try:
             out.append(_LINE.validate_python(line))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "kind"
-            raise UsageError(f"{path}:{n}: {where}: {first['msg']}") from None
+            first = first_error(exc)
+            raise UsageError(f"{path}:{n}: {first.dotted or 'kind'}: {first.message}") from None
     return out

@@ -36,7 +36,6 @@ from abgate.bench.probes import (
 )
 from abgate.bench.resources import engine_resources, holds_gpu_memory
 from abgate.bench.roofline import (
-    ModelBytes,
     measure_gpu_bandwidth,
     measure_gpu_bandwidth_in_child,
     measure_peak_bandwidth,
@@ -58,8 +57,15 @@ from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
 from abgate.progress import Reporter
 from abgate.provenance import ContractOutcome
-from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, CaseFigures, Roofline
+from abgate.records.bench_sections import (
+    BenchProbes,
+    BenchSummaryCase,
+    CaseFigures,
+    ModelBytes,
+    Roofline,
+)
 from abgate.records.documents import BenchRecord, LoadFacts
+from abgate.records.sections import EngineRecord
 from abgate.records.side_documents import BenchSummary
 from abgate.runner import records as rec
 from abgate.runner.documents import new_spec_record, write_record
@@ -297,7 +303,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
         check_model(session.prepared, "while it was loaded")  # in the record's status
 
 
-def peak_bandwidth(c: BenchConfig, engine: dict[str, Any],
+def peak_bandwidth(c: BenchConfig, engine: EngineRecord | None,
                    resources: dict[str, Any] | None = None) -> dict[str, Any]:
     """The declared peak, else a probe of the memory the engine decodes from: the GPU's
     for an engine on a GPU (in-process, or a launched server whose processes NVML saw
@@ -333,9 +339,8 @@ def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
     mb = ModelBytes(None, "unknown")
     if doc.status == "complete":
         described = doc.engine.described()  # describe() as the engine gave it
-        engine = described.to_dict() if described is not None else {}
-        mb = model_bytes_for(engine, c.weights_bytes)
-        bandwidth = peak_bandwidth(c, engine, resources)
+        mb = model_bytes_for(described, c.weights_bytes)
+        bandwidth = peak_bandwidth(c, described, resources)
         cases = [case.model_copy(update={"roofline": case_roofline(
             case, mb, bandwidth.get("gbps"))}) for case in cases]
     return BenchSummary.new(
@@ -343,5 +348,5 @@ def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
         probes=None if not c.probes else BenchProbes(
             n=len(probes), n_passed=sum(r.passed for r in probes), results=list(probes)),
         n_ctx=plan.n_ctx, warmup=c.warmup, repeats=c.repeats, prompt_seed=c.prompt_seed,
-        resources=resources, model_bytes=mb.to_dict(), peak_bandwidth=bandwidth,
+        resources=resources, model_bytes=mb, peak_bandwidth=bandwidth,
         not_certified=list(limits.BENCH))

@@ -169,7 +169,8 @@ def bench_command(
     prompt_file: str = typer.Option(None, help="Your own prompt: token IDs as JSON, or text "
                                     "(each --input-len N takes its first N tokens)."),
     output_len: int = typer.Option(128, help="Decoded tokens per request (EOS ignored)."),
-    warmup: int = typer.Option(1, help="Warm-up requests per length (recorded, excluded)."),
+    warmup: int = typer.Option(1, help="Warm-up requests per length (recorded, excluded); "
+                               "with --load: sent before the clock starts (not recorded)."),
     repeats: int = typer.Option(3, help="Measured requests per length."),
     prompt_seed: int = typer.Option(0, help="Seed of the filler text."),
     expect_prompt_sha: str = typer.Option(
@@ -208,7 +209,7 @@ def bench_command(
                          "run it once per server")
     if not shape.closed:
         run_load_bench(shape, flags.spec(), data=load_data, output_len=output_len, out=out,
-                       force=force)
+                       force=force, warmup=warmup)
         return
     config = BenchConfig(
         **flags.spec(),

@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,6 +18,7 @@ from abgate.cli.render import markup, shown
 from abgate.compare.drift import parse_allow
 from abgate.errors import UsageError
 from abgate.ledger.compare import compare, resolve
+from abgate.ledger.entries import LedgerRecord
 from abgate.ledger.history import DEFAULT_MIN_CHANGE, history
 from abgate.ledger.history_report import HEADER, render, row
 from abgate.ledger.index import add, check, index_quietly, read_entry
@@ -40,11 +40,11 @@ def index_finished(out: Path) -> None:
                    err=True)
 
 
-def _decision(record: dict[str, Any]) -> str:
+def _decision(record: LedgerRecord) -> str:
     """The machine's decision, and the engineer's beside it when one is recorded."""
-    human = (record.get("verdicts") or {}).get("human") or {}
-    text = str(record.get("decision") or "-")
-    return f"{text}; decided {human['decision']}" if human.get("decision") else text
+    text = str(record.decision or "-")
+    human = record.human_decision
+    return f"{text}; decided {human}" if human else text
 
 
 def _when(ts: float | None) -> str:
@@ -80,13 +80,13 @@ def ls_command(kind: str = typer.Option(None, help="Only this kind (run, ab, ben
         for col in ("id", "kind", "started (UTC)", "commit", "status", "decision", "path"):
             table.add_column(col, overflow="fold")
         for r in records:
-            missing = not Path(r["path"]).exists()
+            missing = not Path(r.path).exists()
             if missing:
-                db.mark_missing(r["id"], True)
-            commit = (r["git_commit"] or "-")[:10] + ("+dirty" if r["git_dirty"] else "")
-            table.add_row(r["id"][:12], r["kind"], _when(r["started_at"]), commit,
-                          "MISSING" if missing else (r["status"] or "-"),
-                          _decision(r), markup(r["path"]))
+                db.mark_missing(r.id, True)
+            commit = (r.git_commit or "-")[:10] + ("+dirty" if r.git_dirty else "")
+            table.add_row(r.id[:12], r.kind, _when(r.started_at), commit,
+                          "MISSING" if missing else (r.status or "-"),
+                          _decision(r), markup(r.path))
     Console(width=200, emoji=False, highlight=False).print(table)
 
 
@@ -97,8 +97,8 @@ def check_command(ledger: Path = LedgerOpt) -> None:
         results = check(db)
     bad = [c for c in results if c.state != "ok"]
     for c in results:
-        typer.echo(shown(f"{c.state.upper():10} {c.record['kind']:10} {c.record['id'][:12]}  "
-                         f"{c.record['path']}" + (f"  ({c.detail})" if c.detail else "")))
+        typer.echo(shown(f"{c.state.upper():10} {c.record.kind:10} {c.record.id[:12]}  "
+                         f"{c.record.path}" + (f"  ({c.detail})" if c.detail else "")))
     typer.echo(f"{len(results) - len(bad)} ok, {len(bad)} not")
     raise typer.Exit(1 if bad else 0)
 
@@ -109,8 +109,8 @@ def forget_command(record: str = typer.Argument(..., help="Record id (or a uniqu
     """Remove one record from the ledger (the directory itself is not touched)."""
     with opened(ledger_path(ledger)) as db:
         found = db.find(record)
-        db.forget(found["id"])
-    typer.echo(f"forgot {found['kind']} {found['id'][:12]} {found['path']}")
+        db.forget(found.id)
+    typer.echo(f"forgot {found.kind} {found.id[:12]} {found.path}")
 
 
 @app.command("history")
@@ -139,7 +139,7 @@ def history_command(
                     min_change=min_change)
     if as_json:
         typer.echo(json.dumps({"metric": h.metric, "min_change": h.min_change, "series": [
-            {"key": s.key, "points": [vars(p) for p in s.points]} for s in h.series]},
+            {"key": s.key._asdict(), "points": [vars(p) for p in s.points]} for s in h.series]},
             indent=2))
     else:
         console = Console(width=220, emoji=False, highlight=False)

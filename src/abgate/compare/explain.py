@@ -15,12 +15,12 @@ change does not move the speed measurably here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from abgate.compare.gates import INCONCLUSIVE, UNMEASURED
 from abgate.compare.policy import Policy
 from abgate.records.comparison import Comparison
+from abgate.records.load_snapshots import HostLoadFinding
 from abgate.records.result import Gate
 
 __all__ = ["BUSY_SPREAD", "explain_inconclusive", "speed_spread"]
@@ -71,16 +71,16 @@ def _speed_clause(gate: Gate, comparison: Comparison, policy: Policy) -> str:
     return f"speed {seen} is not yet resolved"
 
 
-def _host_clause(load: Mapping[str, Any] | None) -> str:
+def _host_clause(load: HostLoadFinding | None) -> str:
     """Why the spread is wide, as far as the host's load was measured: "busy" only when
     the measurement (``abgate.host_load``) says the load was elevated."""
     if load is None:
         return ("host load was not measured, so its interval is too wide to decide (rerun "
                 "with more items, or on a quieter host)")
-    if load.get("elevated"):
-        return (f"the host was busy ({load.get('text')}), so its interval is too wide to "
+    if load.elevated:
+        return (f"the host was busy ({load.text}), so its interval is too wide to "
                 "decide (rerun on a quieter host, or with more items)")
-    return (f"host load was not elevated ({load.get('text')}), so its interval is too wide "
+    return (f"host load was not elevated ({load.text}), so its interval is too wide "
             "to decide (rerun with more items)")
 
 

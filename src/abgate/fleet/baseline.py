@@ -52,7 +52,7 @@ def check_on_cluster(base_dir: Path, spec: ClusterSpec, **options: Any) -> Clust
     replicas = [_replica(job) for job in jobs]
     return ClusterCheckDocument.new(
         baseline=str(base_dir), passed=all(r.passed for r in replicas),
-        cluster=spec.to_dict(), replicas=replicas,
+        cluster=spec.record(), replicas=replicas,
         host_differences=differences([j.facts for j in jobs if j.error is None]))
 
 

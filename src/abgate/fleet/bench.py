@@ -71,7 +71,7 @@ def bench_on_cluster(p: PreparedBench, out: Path, spec: ClusterSpec, *, force: b
             status="failed" if bad else "complete",
             error="; ".join(f"replica {r.index}: {r.status}: {r.error or '-'}" for r in bad)
             or None,
-            cluster=spec.to_dict(), replicas=replicas,
+            cluster=spec.record(), replicas=replicas,
             host_differences=differences([j.facts for j in jobs if j.error is None]),
             cases=cases(summaries))
         write_record(out / CLUSTER_FILE, doc)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from abgate.errors import AbgateError, UsageError
 from abgate.fleet.matching import MATCHED
+from abgate.records.fleet import ClusterRecord
 
 Placement = Literal["pack", "spread"]
 KEYS = {"replicas", "num_cpus", "num_gpus", "resources", "placement",
@@ -30,13 +31,14 @@ class ClusterSpec:
     item_timeout_s: float | None = None  # an item in flight longer: its replica is lost
     placement_timeout_s: float = 300.0  # the replicas' bundles placed within this
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "replicas": self.replicas, "num_cpus": self.num_cpus,
-                "num_gpus": self.num_gpus, "resources": dict(self.resources),
-                "placement": self.placement,
-                "allow_host_differences": list(self.allow_host_differences),
-                "item_timeout_s": self.item_timeout_s,
-                "placement_timeout_s": self.placement_timeout_s}
+    def record(self) -> ClusterRecord:
+        """As a fleet's records hold it (``records.fleet.ClusterRecord``)."""
+        return ClusterRecord(address=self.address, replicas=self.replicas,
+                             num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                             resources=dict(self.resources), placement=self.placement,
+                             allow_host_differences=list(self.allow_host_differences),
+                             item_timeout_s=self.item_timeout_s,
+                             placement_timeout_s=self.placement_timeout_s)
 
 
 def check_address(address: str) -> str:

@@ -29,6 +29,7 @@ from abgate.fleet.dispatch import (
 from abgate.fleet.matching import arm_order, check_matched, check_schedule
 from abgate.fleet.remote_engine import ReplicaEngine
 from abgate.fleet.replica import Replica
+from abgate.records.fleet import FleetRecord
 from abgate.runner.session import EngineSession
 
 __all__ = ["Fleet", "FleetSchedule", "RayPool", "arm_order", "fleet_strategy"]
@@ -106,10 +107,9 @@ class Fleet:
         self.arms = list(runner.exp.arms)
         self.ledger = DispatchLog()
         self.pg: Any = None
-        self.record: dict[str, Any] = {"cluster": spec.to_dict(), "replicas": [],
-                                       "lost": self.ledger.lost,
-                                       "items_by_replica": self.ledger.items_by_replica,
-                                       "earlier": earlier_sessions(runner.doc.fleet)}
+        self.earlier = earlier_sessions(runner.doc.fleet)
+        self.facts: list[dict[str, Any]] = []  # each replica's (fleet.replica.host_facts)
+        self.found: dict[str, Any] = {}  # host differences, wall time, actors after close
 
     def start(self) -> list[Any]:
         """The replicas, loading their engines. Replicas given a fraction of a GPU start
@@ -145,9 +145,9 @@ class Fleet:
             raise
         try:
             facts = self.ray.get([r.facts.remote() for r in replicas], timeout=900)
-            self.record["replicas"] = facts
-            self.record["host_differences"] = check_matched(facts,
-                                                            self.spec.allow_host_differences)
+            self.facts = facts
+            self.found["host_differences"] = check_matched(facts,
+                                                           self.spec.allow_host_differences)
             self.save()
             pool = RayPool(self.ray, replicas, [str(f["node_id"]) for f in facts])
             Dispatch(self.runner, pool, self.ledger, item_timeout_s=self.spec.item_timeout_s,
@@ -155,7 +155,7 @@ class Fleet:
                 list(range(len(replicas))))
             self.evidence(replicas)
         finally:
-            self.record["dispatch_wall_s"] = round(self.ledger.wall_s, 6)
+            self.found["dispatch_wall_s"] = round(self.ledger.wall_s, 6)
             self.close(replicas)
             self.remove_pg()
             self.save()
@@ -167,25 +167,31 @@ class Fleet:
         ev = self.runner.exp.evidence
         if not (ev.agreement or ev.probes):
             return
-        lost = {int(x["replica"]) for x in self.ledger.lost}
+        lost = {x.replica for x in self.ledger.lost}
         index = next(i for i in range(len(replicas)) if i not in lost)
         prepared = self.runner.checked.prepared
         sessions = {arm: EngineSession(prepared[arm].engine,
                                        ReplicaEngine(self.ray, replicas[index], arm))
                     for arm in self.arms}
-        self.record["evidence_replica"] = index
+        self.found["evidence_replica"] = index
         gather_evidence(self.runner, sessions)
 
     def remove_pg(self) -> None:
         removed(self.pg)
         self.pg = None
 
+    def record(self) -> FleetRecord:
+        """``ab.json``'s ``fleet`` as it stands (``records.fleet``)."""
+        return FleetRecord(cluster=self.spec.record(), replicas=self.facts,
+                           lost=self.ledger.lost, items_by_replica=self.ledger.items_by_replica,
+                           earlier=self.earlier, **self.found)
+
     def save(self) -> None:
-        self.runner.doc.fleet = self.record
+        self.runner.doc.fleet = self.record()
         self.runner.save()
 
     def close(self, replicas: list[Any]) -> None:
-        lost = {int(x["replica"]) for x in self.ledger.lost}
+        lost = {x.replica for x in self.ledger.lost}
         closing = {i: r.close.remote() for i, r in enumerate(replicas) if i not in lost}
         for i in range(len(replicas)):
             try:
@@ -194,12 +200,12 @@ class Fleet:
             except Exception as exc:  # lost while closing
                 evidence = {"error": type(exc).__name__}
             evidence["busy_s"] = round(self.ledger.busy.get(i, 0.0), 6)
-            if i < len(self.record["replicas"]):
-                self.record["replicas"][i]["closed"] = evidence
+            if i < len(self.facts):
+                self.facts[i]["closed"] = evidence
         for r in replicas:
             self.ray.kill(r)
-        ids = [str(f.get("actor_id")) for f in self.record["replicas"] if f.get("actor_id")]
-        self.record["actors_after_close"] = actors_left(ids) if not self.spec.address.startswith(
+        ids = [str(f.get("actor_id")) for f in self.facts if f.get("actor_id")]
+        self.found["actors_after_close"] = actors_left(ids) if not self.spec.address.startswith(
             "local") else {"checked": False, "error": "a local cluster has no state API (no "
                            "dashboard): its processes are reaped (fleet.reaper)"}
 

@@ -25,6 +25,7 @@ from abgate.engines.base import GenerationRequest, GenerationResult
 from abgate.errors import AbgateError
 from abgate.fleet.matching import arm_order
 from abgate.records import documents as docs
+from abgate.records.fleet import FleetLoss, FleetRecord, FleetSession
 from abgate.records.samples import sample_key
 
 log = logging.getLogger("abgate.fleet")
@@ -54,7 +55,7 @@ class Pool(Protocol):
 class DispatchLog:
     """What the record keeps of the dispatch: losses, items per replica, busy time."""
 
-    lost: list[dict[str, Any]] = field(default_factory=list)
+    lost: list[FleetLoss] = field(default_factory=list)
     items_by_replica: dict[str, list[str]] = field(default_factory=dict)
     busy: dict[int, float] = field(default_factory=dict)
     wall_s: float = 0.0  # the loop's own wall time, first submit to last write
@@ -67,14 +68,12 @@ class Flight:
     started: float
 
 
-def earlier_sessions(previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+def earlier_sessions(previous: FleetRecord | None) -> list[FleetSession]:
     """A resumed fleet A/B's earlier sessions (each its replicas, items and losses),
     to keep in the new session's record: their replicas are other clusters."""
-    if not previous:
+    if previous is None:
         return []
-    kept = {k: previous[k] for k in ("cluster", "endpoints", "replicas", "lost",
-                                     "items_by_replica") if k in previous}
-    return [*previous.get("earlier", []), kept]
+    return [*(previous.earlier or []), previous.session()]
 
 
 class Dispatch:
@@ -167,9 +166,9 @@ class Dispatch:
         item, seed = flight.key
         at = sample_key(item.id, seed)
         log.warning("replica %d lost at %s: %s", flight.index, at, why)
-        self.ledger.lost.append({"replica": flight.index, "at": at,
-                                 "error": why.splitlines()[0][:300] if why else "lost",
-                                 "time": time.time()})
+        self.ledger.lost.append(FleetLoss(replica=flight.index, at=at,
+                                          error=why.splitlines()[0][:300] if why else "lost",
+                                          time=time.time()))
         alive.discard(flight.index)
         idle.discard(flight.index)
         queue.appendleft(flight.key)  # nothing of it was written: it runs once, elsewhere

@@ -31,6 +31,7 @@ from abgate.fleet.dispatch import (
 )
 from abgate.fleet.matching import check_matched, check_schedule
 from abgate.fleet.replica import Replica
+from abgate.records.fleet import FleetRecord
 from abgate.runner.session import PreparedEngine
 
 
@@ -103,12 +104,14 @@ class EndpointFleet:
     def run(self, state: RunState, sessions: ArmSessions) -> None:
         check_schedule(state.exp)
         ledger = DispatchLog()
-        record: dict[str, Any] = {"endpoints": self.urls, "replicas": [], "lost": ledger.lost,
-                                  "items_by_replica": ledger.items_by_replica,
-                                  "earlier": earlier_sessions(state.doc.fleet)}
+        earlier = earlier_sessions(state.doc.fleet)
+        facts: list[dict[str, Any]] = []  # each replica's engine facts
+        found: dict[str, Any] = {}  # the host differences, the dispatch's wall time
 
         def save() -> None:
-            state.doc.fleet = record
+            state.doc.fleet = FleetRecord(endpoints=self.urls, replicas=facts, lost=ledger.lost,
+                                          items_by_replica=ledger.items_by_replica,
+                                          earlier=earlier, **found)
             state.save()
 
         warm = [(arm, state.recorders[arm].request(i, sd))
@@ -116,19 +119,18 @@ class EndpointFleet:
         with ExitStack() as stack:
             replicas = [self.replica(stack, state, i, url, warm)
                         for i, url in enumerate(self.urls)]
-            record["replicas"] = [{"index": i, "endpoint": url, **r.engine_facts()}
-                                  for i, (url, r) in enumerate(zip(self.urls, replicas,
-                                                                   strict=True))]
-            record["host_differences"] = check_matched(record["replicas"], self.allowed)
+            facts.extend({"index": i, "endpoint": url, **r.engine_facts()}
+                         for i, (url, r) in enumerate(zip(self.urls, replicas, strict=True)))
+            found["host_differences"] = check_matched(facts, self.allowed)
             save()
             try:
                 with futures.ThreadPoolExecutor(len(replicas), "abgate-endpoint") as ex:
                     Dispatch(state, ThreadPool(ex, replicas), ledger, on_loss=save).run(
                         list(range(len(replicas))))
             finally:
-                record["dispatch_wall_s"] = round(ledger.wall_s, 6)
-                for i in range(len(replicas)):
-                    record["replicas"][i]["busy_s"] = round(ledger.busy.get(i, 0.0), 6)
+                found["dispatch_wall_s"] = round(ledger.wall_s, 6)
+                for i, replica_facts in enumerate(facts):
+                    replica_facts["busy_s"] = round(ledger.busy.get(i, 0.0), 6)
                 save()
 
     def replica(self, stack: ExitStack, state: RunState, index: int, url: str,

@@ -90,7 +90,7 @@ def _resolve(text: str, ledger: Ledger | None) -> Ref:
         if ledger is None:
             raise UsageError(f"{text}: a ledger id needs the ledger")
         record = ledger.find(head[1:])
-        path = Path(record["path"])
+        path = Path(record.path)
         if not path.exists():
             raise UsageError(f"{text}: recorded at {path}, which is missing (moved or "
                              "deleted; see abgate ledger check)")

@@ -62,6 +62,37 @@ class Entry(BaseModel):
     units: list[Unit] = Field(default_factory=list)
 
 
+
+class LedgerRecord(BaseModel):
+    """One row of the ledger's ``records`` table (``ledger.store``): an :class:`Entry`'s
+    fields without its units, and the ledger's own bookkeeping."""
+
+    id: str
+    kind: str
+    path: str
+    status: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    git_commit: str | None = None
+    git_tree: str | None = None
+    git_dirty: bool | None = None
+    git_diff_sha256: str | None = None
+    host: str | None = None
+    abgate_version: str | None = None
+    decision: str | None = None
+    verdicts: dict[str, Any] = Field(default_factory=dict)
+    added_at: float | None = None
+    updated_at: float | None = None
+    moved_from: str | None = None
+    missing_since: float | None = None
+
+    @property
+    def human_decision(self) -> str | None:
+        """The engineer's decision recorded beside the machine's (``abgate decide``)."""
+        human = self.verdicts.get("human")
+        found = human.get("decision") if isinstance(human, Mapping) else None
+        return str(found) if found else None
+
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -33,6 +33,17 @@ from abgate.runner.summary import SPEED_FIELDS
 Z = 1.96
 DEFAULT_MIN_CHANGE = 0.02
 SERIES_KEYS = ("engine", "model", "config_digest", "workload_digest", "suite")
+
+
+class SeriesKey(NamedTuple):
+    """What one series holds equal (:data:`SERIES_KEYS`): the engine, model, effective
+    configuration, workload and suite."""
+
+    engine: str | None
+    model: str | None
+    config_digest: str | None
+    workload_digest: str | None
+    suite: str | None
 
 
 class MetricValue(BaseModel):
@@ -62,8 +73,9 @@ class UnitRow(BaseModel):
     suite: str | None = None
     metrics: dict[str, MetricValue] = {}
 
-    def series_key(self) -> tuple[Any, ...]:
-        return (self.engine, self.model, self.config_digest, self.workload_digest, self.suite)
+    def series_key(self) -> SeriesKey:
+        return SeriesKey(self.engine, self.model, self.config_digest, self.workload_digest,
+                         self.suite)
 
 
 @dataclass
@@ -86,14 +98,14 @@ class HistoryPoint:
 
 @dataclass
 class Series:
-    key: dict[str, Any]
+    key: SeriesKey
     points: list[HistoryPoint] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         k = self.key
-        return (f"{k['engine']} · {short(k['model'])} · config {short(k['config_digest'])} "
-                f"· {k['suite']} {short(k['workload_digest'])}")
+        return (f"{k.engine} · {short(k.model)} · config {short(k.config_digest)} "
+                f"· {k.suite} {short(k.workload_digest)}")
 
 
 @dataclass
@@ -160,13 +172,13 @@ def history(ledger: Ledger, metric: str, *, model: str | None = None,
         names = sorted({m for r in rows for m in r.metrics})
         raise UsageError(f"no matching run records metric {metric!r}; recorded: "
                          + ", ".join(names))
-    by_key: dict[tuple[Any, ...], Series] = {}
+    by_key: dict[SeriesKey, Series] = {}
     for r in rows:
         m = r.metrics.get(metric)
         if m is None:
             continue
         key = r.series_key()
-        series = by_key.setdefault(key, Series(dict(zip(SERIES_KEYS, key, strict=True))))
+        series = by_key.setdefault(key, Series(key))
         series.points.append(HistoryPoint(
             record_id=r.record_id, unit=r.name, path=r.path, kind=r.kind,
             started_at=r.started_at, git_commit=r.git_commit, git_dirty=r.git_dirty,

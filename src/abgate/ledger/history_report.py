@@ -82,12 +82,12 @@ def render(h: History) -> str:
               else "NO STEP FLAGGED")
     doc.add(Heading(1, doc.title), Para(RULE.format(band=h.min_change)))
     for k, series in enumerate(h.series):
-        key = {name: user(value) for name, value in series.key.items()}  # from the records
+        key = series.key  # from the records: shown through user()
         doc.add(Heading(2, user(series.label), f"series-{k}"),
-                Para(f"engine `{key['engine']}`, model `{key['model']}`, config "
-                     f"`{user(short(series.key['config_digest'], 16))}`, suite "
-                     f"`{key['suite']}`, workload "
-                     f"`{user(short(series.key['workload_digest'], 16))}`"),
+                Para(f"engine `{user(key.engine)}`, model `{user(key.model)}`, config "
+                     f"`{user(short(key.config_digest, 16))}`, suite "
+                     f"`{user(key.suite)}`, workload "
+                     f"`{user(short(key.workload_digest, 16))}`"),
                 plot(series, k, h.metric),
                 Table(HEADER, tuple(row(p) for p in series.points),
                       text_cols=frozenset({0, 1, 2, 3, 7, 8})))

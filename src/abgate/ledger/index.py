@@ -21,6 +21,7 @@ from abgate.identity import json_sha256
 from abgate.integrity import verify_file
 from abgate.ledger.entries import (
     Entry,
+    LedgerRecord,
     Unit,
     config_digest,
     distribution_metrics,
@@ -178,12 +179,12 @@ def add(ledger: Ledger, path: Path, entry: Entry | None = None) -> Added:
     if old is None:
         ledger.put(entry)
         return Added("new", entry)
-    if old["path"] != entry.path:
-        if Path(old["path"]).exists():
-            return Added("copy", entry, old["path"])
-        ledger.put(entry, moved_from=old["path"])
-        return Added("moved", entry, old["path"])
-    same = all(old.get(k) == v for k, v in entry.model_dump(exclude={"units"}).items()) \
+    if old.path != entry.path:
+        if Path(old.path).exists():
+            return Added("copy", entry, old.path)
+        ledger.put(entry, moved_from=old.path)
+        return Added("moved", entry, old.path)
+    same = all(getattr(old, k) == v for k, v in entry.model_dump(exclude={"units"}).items()) \
         and ledger.units_of(entry.id) == entry.units
     ledger.put(entry)
     return Added("unchanged" if same else "updated", entry)
@@ -191,7 +192,7 @@ def add(ledger: Ledger, path: Path, entry: Entry | None = None) -> Added:
 
 @dataclass(frozen=True)
 class CheckedEntry:
-    record: dict[str, Any]
+    record: LedgerRecord
     state: str  # ok | missing | changed (the path now holds another record) | unreadable
     detail: str = ""
 
@@ -201,9 +202,9 @@ def check(ledger: Ledger) -> list[CheckedEntry]:
     marked (``missing_since``) and kept; they are never dropped silently."""
     out = []
     for record in ledger.records():
-        path = Path(record["path"])
+        path = Path(record.path)
         if not path.exists():
-            ledger.mark_missing(record["id"], True)
+            ledger.mark_missing(record.id, True)
             out.append(CheckedEntry(record, "missing", "moved or deleted"))
             continue
         try:
@@ -211,8 +212,8 @@ def check(ledger: Ledger) -> list[CheckedEntry]:
         except AbgateError as exc:
             out.append(CheckedEntry(record, "unreadable", str(exc)))
             continue
-        ledger.mark_missing(record["id"], False)
-        if current != record["id"]:
+        ledger.mark_missing(record.id, False)
+        if current != record.id:
             out.append(CheckedEntry(record, "changed", f"now holds record {current[:12]}"))
         else:
             out.append(CheckedEntry(record, "ok"))

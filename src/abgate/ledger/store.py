@@ -17,7 +17,7 @@ from typing import Any
 
 from abgate import safefs
 from abgate.errors import AbgateError
-from abgate.ledger.entries import Entry, Unit
+from abgate.ledger.entries import Entry, LedgerRecord, Unit
 from abgate.safejson import BadJson, parse
 
 SCHEMA_VERSION = 1
@@ -71,11 +71,11 @@ class Ledger:
     def close(self) -> None:
         self.db.close()
 
-    def get(self, record_id: str) -> dict[str, Any] | None:
+    def get(self, record_id: str) -> LedgerRecord | None:
         row = self.db.execute("SELECT * FROM records WHERE id = ?", (record_id,)).fetchone()
         return None if row is None else _record(row)
 
-    def find(self, ref: str) -> dict[str, Any]:
+    def find(self, ref: str) -> LedgerRecord:
         """A record by id or unique id prefix (at least 6 characters)."""
         rows = self.db.execute("SELECT * FROM records WHERE substr(id, 1, length(?)) = ?",
                                (ref, ref)).fetchall() if len(ref) >= 6 else []
@@ -84,7 +84,7 @@ class Ledger:
             raise AbgateError(f"ledger {self.path}: {what} record(s) with id {ref!r}")
         return _record(rows[0])
 
-    def by_path(self, path: str) -> list[dict[str, Any]]:
+    def by_path(self, path: str) -> list[LedgerRecord]:
         rows = self.db.execute("SELECT * FROM records WHERE path = ?", (path,)).fetchall()
         return [_record(r) for r in rows]
 
@@ -103,8 +103,8 @@ class Ledger:
                 "added_at, updated_at, moved_from, missing_since) VALUES "
                 f"({', '.join('?' * len(RECORD_FIELDS))}, ?, ?, ?, ?, NULL)",
                 (*values, json.dumps(entry.verdicts, sort_keys=True),
-                 old["added_at"] if old else now, now,
-                 moved_from if moved_from else (old or {}).get("moved_from")))
+                 old.added_at if old else now, now,
+                 moved_from if moved_from else (old.moved_from if old else None)))
             for unit in entry.units:
                 self.db.execute(
                     f"INSERT INTO units (record_id, {', '.join(UNIT_FIELDS)}, metrics) "
@@ -125,7 +125,7 @@ class Ledger:
         with self.db:
             self.db.execute("DELETE FROM records WHERE id = ?", (record_id,))
 
-    def records(self, kind: str | None = None) -> list[dict[str, Any]]:
+    def records(self, kind: str | None = None) -> list[LedgerRecord]:
         sql, args = "SELECT * FROM records", []
         if kind:
             sql, args = sql + " WHERE kind = ?", [kind]
@@ -182,12 +182,10 @@ def _cell(value: Any) -> Any:
     return parse(value)
 
 
-def _record(row: sqlite3.Row) -> dict[str, Any]:
+def _record(row: sqlite3.Row) -> LedgerRecord:
     d = dict(row)
-    d["verdicts"] = _cell(d.get("verdicts") or "{}")
-    if d.get("git_dirty") is not None:
-        d["git_dirty"] = bool(d["git_dirty"])
-    return d
+    d["verdicts"] = _cell(d["verdicts"] or "{}")
+    return LedgerRecord.model_validate(d)
 
 
 @contextmanager

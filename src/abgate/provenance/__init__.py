@@ -1,6 +1,6 @@
 """Provenance: what exactly was measured, and can it be shown to be the same again.
 
-* :func:`build_manifest` / :func:`load_manifest` / :func:`verify_manifest`: hashes of
+* :func:`build_manifest` / :func:`read_manifest` / :func:`verify_manifest`: hashes of
   the source tree, native libraries and model files, plus the environment, sealed by
   a digest over canonical JSON.
 * :func:`environment_snapshot`: the cheap environment part, for every run record.
@@ -33,7 +33,7 @@ from abgate.provenance.libmaps import (
     snapshot_pids,
     snapshot_tree,
 )
-from abgate.provenance.loading import ManifestError, load_manifest
+from abgate.provenance.loading import ManifestError, read_manifest
 from abgate.provenance.manifest import (
     SCHEMA_VERSION,
     BuildOptions,
@@ -66,7 +66,7 @@ __all__ = [
     "content_digest",
     "environment_snapshot",
     "load_contract",
-    "load_manifest",
+    "read_manifest",
     "required_from_manifest",
     "snapshot_pids",
     "snapshot_tree",

@@ -25,6 +25,7 @@ from abgate.provenance.libmaps import (
     required_from_paths,
 )
 from abgate.provenance.paths import expand_patterns
+from abgate.records.sections import ContractFinding, ContractName, ContractRecord
 from abgate.redact import REDACTED, is_secret_name
 
 __all__ = [
@@ -109,10 +110,11 @@ class Violation:
             text += f" ({_type_name(self.expected)} vs {_type_name(self.actual)})"
         return text + (f" — {self.note}" if self.note else "")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"clause": self.clause, "expected": _plain(self.expected),
-                "actual": _plain(self.actual), "stage": self.stage, "note": self.note,
-                "message": self.message()}
+    def finding(self) -> ContractFinding:
+        """As recorded under ``provenance.contract``."""
+        return ContractFinding(clause=self.clause, message=self.message(),
+                               expected=_plain(self.expected), actual=_plain(self.actual),
+                               stage=self.stage, note=self.note)
 
 
 class ContractViolation(AbgateError):
@@ -276,7 +278,11 @@ class ContractOutcome:
         if self.violations:
             raise ContractViolation(self.violations, self.contract)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"contract": self.contract.to_dict(), "checked": list(self.checked),
-                "passed": self.passed, "violations": [v.to_dict() for v in self.violations],
-                "exempted": [v.to_dict() for v in self.exempted]}
+    def recorded(self, path: str) -> ContractRecord:
+        """The outcome as recorded under ``provenance.contract`` (``path``: the contract
+        file's)."""
+        return ContractRecord(path=path, passed=self.passed,
+                              contract=ContractName.model_validate(self.contract.to_dict()),
+                              violations=[v.finding() for v in self.violations],
+                              exempted=[v.finding() for v in self.exempted],
+                              checked=list(self.checked))

@@ -24,6 +24,7 @@ from abgate.errors import UsageError
 from abgate.identity import DEFAULT_CACHE, HashCache
 from abgate.provenance.manifest_model import Manifest
 from abgate.provenance.paths import resolve_entry
+from abgate.records.sections import MappedLibRecord, MappedProcess
 
 _SO_NAME = re.compile(r"\.so($|\.)")
 _DELETED = " (deleted)"
@@ -63,17 +64,14 @@ class WorkerMapping:
         who = f"pid {self.pid} ({self.name})"
         return who if self.rank is None else f"rank {self.rank}, {who}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "name": self.name,
-            "cmdline": list(self.cmdline),
-            "role": self.role,
-            "rank": self.rank,
-            "error": self.error,
-            "libs": [{"path": m.path, "sha256": m.sha256, "size": m.size,
-                      "deleted": m.deleted} for m in self.libs],
-        }
+    def record(self, cmdline: Sequence[str]) -> MappedProcess:
+        """As recorded under ``provenance.libraries`` (``cmdline``: the command line as it
+        may be recorded, secrets redacted)."""
+        return MappedProcess(
+            libs=[MappedLibRecord(path=m.path, sha256=m.sha256, size=m.size, deleted=m.deleted)
+                  for m in self.libs],
+            pid=self.pid, name=self.name, cmdline=list(cmdline), role=self.role,
+            rank=self.rank, error=self.error)
 
 
 def parse_maps(text: str) -> list[tuple[str, bool]]:

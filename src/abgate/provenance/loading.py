@@ -15,40 +15,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from abgate.errors import UsageError, one_line
+from abgate.errors import UsageError
 from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, fingerprint
-from abgate.provenance.manifest_model import Manifest
+from abgate.provenance.manifest_model import Manifest, ModelEntry
 from abgate.provenance.paths import check_entry_path, check_relative
 from abgate.safejson import BadJson, parse
-
-_TOP = {"schema": str, "schema_version": int, "created_at": str, "params": dict,
-        "source": dict, "libraries": list, "models": list, "environment": dict,
-        "digest": str}
-_PARAMS = {"include": list, "exclude": list, "libs": list, "models": list,
-           "model_hash_mode": str, "env_vars": list}
-_SOURCE = {"listing": str, "git": (dict, type(None)), "fingerprint": str, "files": list}
-_TREE_FILE = {"path": str, "mode": str, "size": int, "sha256": str}
-_LIB_FILE = {"path": str, "size": int, "sha256": str}
-_MODEL = {"path": str, "kind": str, "hash_mode": str, "files": list}
-_MODEL_FILE = {"path": str, "size": int}
+from abgate.schema import first_error
 
 
 class ManifestError(UsageError):
     """A manifest that is refused before any comparison."""
-
-
-def _require(obj: Any, fields: dict[str, Any], where: str) -> dict[str, Any]:
-    if not isinstance(obj, dict):
-        raise ManifestError(f"incomplete manifest: {where or 'top level'} is not an object")
-    for key, kind in fields.items():
-        name = f"{where}.{key}" if where else key
-        if key not in obj:
-            raise ManifestError(f"incomplete manifest: required field {name!r} is missing")
-        value = obj[key]
-        if (isinstance(value, bool) and kind is int) or not isinstance(value, kind):
-            raise ManifestError(f"invalid manifest: field {name!r} has the wrong type "
-                                f"({type(value).__name__})")
-    return obj
 
 
 class _NonFinite(Exception):  # not a ValueError: the guarded parser lets it through
@@ -109,50 +85,46 @@ def _check_paths(paths: list[str], what: str, relative_only: bool) -> None:
         seen.add(rel)
 
 
-def _check_choice(value: Any, choices: tuple[str, ...], name: str) -> None:
-    if value not in choices:
-        raise ManifestError(f"invalid manifest: {name} is {value!r}, expected one of "
-                            + ", ".join(choices))
+def _refusal(exc: ValidationError) -> ManifestError:
+    """The one-line refusal of the model's first problem."""
+    err = first_error(exc)
+    name = err.path or "top level"
+    if err.type == "missing":
+        return ManifestError(f"incomplete manifest: required field {name!r} is missing")
+    if err.type == "literal_error":
+        return ManifestError(f"invalid manifest: {name} is {err.value!r}, expected one of "
+                             f"{err.expected}")
+    return ManifestError(f"invalid manifest: field {name!r} has the wrong type "
+                         f"({type(err.value).__name__})")
 
 
-def check_structure(data: Any) -> dict[str, Any]:
-    """Schema, required fields, types and path safety. Returns the manifest."""
+def check_structure(data: Any) -> Manifest:
+    """Schema, required fields, types (the model, validated strictly: nothing coerced, so
+    it dumps back to the object it read) and path safety. Returns the manifest."""
     _check_schema(data)
-    manifest = _require(data, _TOP, "")
-    params = _require(manifest["params"], _PARAMS, "params")
-    source = _require(manifest["source"], _SOURCE, "source")
-    _check_choice(source["listing"], ("git", "walk"), "source.listing")
-    _check_choice(params["model_hash_mode"], ("full", "sampled"), "params.model_hash_mode")
-    files = [_require(entry, _TREE_FILE, f"source.files[{i}]")
-             for i, entry in enumerate(source["files"])]
-    _check_paths([e["path"] for e in files], "source file", relative_only=True)
-    libraries = [_require(entry, _LIB_FILE, f"libraries[{i}]")
-                 for i, entry in enumerate(manifest["libraries"])]
-    _check_paths([e["path"] for e in libraries], "library", relative_only=False)
-    for i, model in enumerate(manifest["models"]):
+    try:
+        manifest = Manifest.of(data)
+    except ValidationError as exc:
+        raise _refusal(exc) from None
+    _check_paths([f.path for f in manifest.source.files], "source file", relative_only=True)
+    _check_paths([f.path for f in manifest.libraries], "library", relative_only=False)
+    for i, model in enumerate(manifest.models):
         _check_model(model, f"models[{i}]")
     return manifest
 
 
-def _check_model(data: Any, where: str) -> None:
-    model = _require(data, _MODEL, where)
-    mode = model["hash_mode"]
-    _check_choice(mode, ("full", "sampled"), f"{where}.hash_mode")
-    check_entry_path(model["path"], "model")
-    key = "sampled_sha256" if mode == "sampled" else "sha256"
-    files = [_require(entry, {**_MODEL_FILE, key: str}, f"{where}.files[{j}]")
-             for j, entry in enumerate(model["files"])]
-    _check_paths([e["path"] for e in files], "model file", relative_only=False)
-
-
-def _typed(data: dict[str, Any]) -> Manifest:
-    """The checked manifest as the model. The model requires no more than
-    :func:`check_structure` checks (``manifest_model``'s doc), so this refuses nothing the
-    checks accepted; were it to, that is still a one-line refusal, not a traceback."""
-    try:
-        return Manifest.of(data)
-    except ValidationError as exc:
-        raise ManifestError(f"invalid manifest: {one_line(exc)}") from None
+def _check_model(model: ModelEntry, where: str) -> None:
+    check_entry_path(model.path, "model")
+    key = "sampled_sha256" if model.hash_mode == "sampled" else "sha256"
+    for j, entry in enumerate(model.files):
+        name = f"{where}.files[{j}].{key}"
+        if key not in entry.model_fields_set:
+            raise ManifestError(f"incomplete manifest: required field {name!r} is missing")
+        value = getattr(entry, key)
+        if not isinstance(value, str):
+            raise ManifestError(f"invalid manifest: field {name!r} has the wrong type "
+                                f"({type(value).__name__})")
+    _check_paths([e.path for e in model.files], "model file", relative_only=False)
 
 
 def read_manifest(path: Path | str) -> Manifest:
@@ -165,13 +137,8 @@ def read_manifest(path: Path | str) -> Manifest:
     return manifest
 
 
-def load_manifest(path: Path | str) -> dict[str, Any]:
-    """:func:`read_manifest`, as the JSON object it read."""
-    return read_manifest(path).to_dict()
-
-
 def _checked(path: Path) -> Manifest:
-    manifest = _typed(check_structure(_parse(path)))
+    manifest = check_structure(_parse(path))
     if manifest.digest_matches:
         files = manifest.source.files
         if fingerprint(files) != manifest.source.fingerprint:

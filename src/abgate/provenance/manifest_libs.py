@@ -24,6 +24,7 @@ from abgate.identity import DEFAULT_CACHE, HashCache
 from abgate.provenance.libmaps import MappedLib, WorkerMapping
 from abgate.provenance.manifest_model import Manifest
 from abgate.provenance.paths import resolve_entry
+from abgate.records.sections import DifferedLib, ProcessMatch
 
 __all__ = ["DifferedLib", "ManifestLib", "ProcessMatch", "manifest_libs", "match_processes",
            "rehash_libraries"]
@@ -69,41 +70,6 @@ def rehash_libraries(manifest: Manifest | Mapping[str, Any], root: Path,
     return out
 
 
-@dataclass(frozen=True)
-class DifferedLib:
-    """A mapped library the manifest names by basename, but another copy or build."""
-
-    path: str
-    sha256: str | None
-    manifest_path: str
-    manifest_sha256: str
-    why: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
-
-
-@dataclass(frozen=True)
-class ProcessMatch:
-    """One engine process's mapped libraries against the manifest."""
-
-    pid: int
-    role: str
-    rank: str | None
-    matched: tuple[str, ...]
-    differed: tuple[DifferedLib, ...]
-    not_mapped: tuple[str, ...]
-    unnamed: tuple[str, ...]
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pid": self.pid, "role": self.role, "rank": self.rank,
-                "matched": list(self.matched),
-                "differed": [d.to_dict() for d in self.differed],
-                "not_mapped": list(self.not_mapped), "unnamed": list(self.unnamed),
-                "error": self.error}
-
-
 def _differed(lib: MappedLib, want: ManifestLib) -> DifferedLib:
     real = os.path.realpath(lib.path)
     if real != want.path:
@@ -112,7 +78,8 @@ def _differed(lib: MappedLib, want: ManifestLib) -> DifferedLib:
         why = "the mapped file was replaced or deleted after it was mapped"
     else:
         why = f"sha256 {str(lib.sha256)[:12]}, the manifest has {want.sha256[:12]}"
-    return DifferedLib(lib.path, lib.sha256, want.path, want.sha256, why)
+    return DifferedLib(path=lib.path, sha256=lib.sha256, manifest_path=want.path,
+                       manifest_sha256=want.sha256, why=why)
 
 
 def _match_one(worker: WorkerMapping, libs: Sequence[ManifestLib]) -> ProcessMatch:
@@ -133,8 +100,9 @@ def _match_one(worker: WorkerMapping, libs: Sequence[ManifestLib]) -> ProcessMat
             differed.append(_differed(mapped, want))
             seen.add(want.path)
     missing = tuple(lib.entry for lib in libs if lib.path not in seen)
-    return ProcessMatch(worker.pid, worker.role, worker.rank, tuple(matched), tuple(differed),
-                        () if worker.error else missing, tuple(unnamed), worker.error)
+    return ProcessMatch(pid=worker.pid, role=worker.role, rank=worker.rank, matched=matched,
+                        differed=differed, not_mapped=[] if worker.error else list(missing),
+                        unnamed=unnamed, error=worker.error)
 
 
 def match_processes(manifest: Manifest | Mapping[str, Any], root: Path,

@@ -6,12 +6,12 @@ the builder (:func:`abgate.provenance.manifest.build_manifest`), the reader
 The models are :class:`~abgate.records.sections.Section`\\ s (unknown keys kept,
 optional fields written only when set) and are validated strictly, so a manifest read
 and dumped again is the JSON object it was, key for key and value for value: its
-digest (:func:`content_digest`) is over that object. A field is typed as precisely as
-the reader checks it (``loading.check_structure``: the required fields and their types);
-the others (a list's items, the optional fields, the git facts) are typed ``Any`` or as
-plain JSON, as they are read, so that no manifest the reader accepts is refused by its
-model. ``schema`` is kept as an unknown key (the name shadows pydantic's own); the
-reader checks it before any model is made.
+digest (:func:`content_digest`) is over that object. The model is the reader's check
+of the required fields and their types (``loading.check_structure`` validates with it
+and words its first error); the others (a list's items, the optional fields, the git
+facts) are typed ``Any`` or as plain JSON, as they are read. ``schema`` is kept as an
+unknown key (the name shadows pydantic's own); the reader checks it before any model
+is made.
 """
 
 from __future__ import annotations

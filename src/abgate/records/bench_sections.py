@@ -14,11 +14,30 @@ per-repeat values, ...) are optional; writers always set them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ConfigDict, StrictBool, StrictInt, StrictStr
 
 from abgate.records.sections import Distribution, Number, Section
+
+
+@dataclass(frozen=True)
+class ModelBytes:
+    """Bytes read per decoded token, and where the figure came from (``bench.roofline``;
+    a bench summary's ``model_bytes``, every field written)."""
+
+    weights_bytes: int | None
+    source: str  # "engine (in-memory tensors)", "gguf tensors", "declared",
+    # "file size (upper bound)" or "unknown"
+    embedding_bytes: int | None = None
+    tied_embedding: bool | None = None
+    kv_bytes_per_position: float | None = None  # all layers, K + V
+
+    def kv_bytes_per_token(self, mean_context: float) -> float | None:
+        if self.kv_bytes_per_position is None:
+            return None
+        return self.kv_bytes_per_position * mean_context
 
 
 class Part(Section):

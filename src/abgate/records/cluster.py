@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from abgate.records.bench_sections import Part
 from abgate.records.documents import Document, Status
+from abgate.records.fleet import ClusterRecord
 
 # A bench's speed figures compared across replicas, and which way is better.
 METRICS: tuple[tuple[str, Literal["higher", "lower"]], ...] = (
@@ -64,7 +65,7 @@ class ClusterBenchDocument(Document):
     kind: Literal["cluster-bench"] = "cluster-bench"
     status: Status
     error: str | None = None
-    cluster: dict[str, Any]
+    cluster: ClusterRecord
     concurrent: bool = True  # the replicas ran at once
     replicas: list[ReplicaPart]
     host_differences: list[str]  # fleet.matching.MATCHED keys that differ: reported
@@ -84,6 +85,6 @@ class ClusterCheckDocument(Document):
     kind: Literal["cluster-check"] = "cluster-check"
     baseline: str
     passed: bool
-    cluster: dict[str, Any]
+    cluster: ClusterRecord
     replicas: list[ReplicaCheck]
     host_differences: list[str]

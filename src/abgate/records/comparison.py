@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import Field
 
 from abgate.records.agreement import Agreement
+from abgate.records.load_snapshots import HostLoadFinding
 from abgate.records.result import Bounds, Gate, Result
 
 # -- paired statistics (compare/paired.py, diagnostics.py) ----------------------------
@@ -234,7 +235,7 @@ class Comparison(Result):
     speed_only: str | None = None  # why quality gates do not apply (random weights)
     agreement: Agreement | None = None
     difference_warnings: tuple[str, ...] = ()
-    host_load: dict[str, Any] | None = None  # abgate.host_load.summarize over the A/B
+    host_load: HostLoadFinding | None = None  # abgate.host_load.summarize over the A/B
     probes: Probes | None = None
     sequential: Sequential | None = None
 

@@ -29,11 +29,14 @@ from abgate.records.engine import (
     given_config,
     to_v2,
 )
+from abgate.records.fleet import FleetRecord
+from abgate.records.load_snapshots import AbHostLoad, BaselineHostLoad
 from abgate.records.sections import (
     ArmDifferences,
     EngineRecord,
     GitState,
     HostInfo,
+    Number,
     Provenance,
     Resume,
     Section,
@@ -42,6 +45,7 @@ from abgate.records.sections import (
 )
 
 LOAD_FORMAT = "load_format"  # an engine arg; "dummy": random weights (vLLM, transformers)
+SAMPLING_FIELDS = ("max_tokens", "temperature", "top_p", "top_k")
 Kind = Literal["run", "ab-arm", "ab", "bench", "baseline"]
 Status = Literal["running", "complete", "failed", "interrupted"]
 # Each document's schema version; a reader refuses a newer one than it knows.
@@ -184,12 +188,35 @@ class AbSequential(Section):
 
 
 class ExperimentArm(Section):
-    """One arm of a recorded experiment (``RunConfig.to_dict``): the engine part
-    named, its other keys kept as they are (``ab.experiment.RunConfig`` types them)."""
+    """One arm of a recorded experiment (``RunConfig.to_dict``), its fields in the order
+    it writes them (``runner.spec.RunConfig`` checks them strictly when a record is read
+    back into a config); a field an older record lacks is None."""
 
     engine: str | None = None
     model: str | None = None
     engine_args: dict[str, Any] | None = None
+    engine_options: dict[str, Any] | None = None
+    env: dict[str, Any] | None = None
+    suite: str | None = None
+    data: str | None = None
+    difficulty: str | None = None
+    synthetic_seed: int | None = None
+    limit: int | None = None
+    sample: int | None = None
+    sample_seed: int | None = None
+    seeds: list[int] | None = None
+    max_tokens: int | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
+    top_k: int | None = None
+    shots: int | None = None
+    shots_file: str | None = None
+    system: str | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling fields recorded (``max_tokens``, ``temperature``, ``top_p``,
+        ``top_k``), in that order."""
+        return {k: getattr(self, k) for k in SAMPLING_FIELDS if k in self.model_fields_set}
 
 
 class ExperimentSchedule(Section):
@@ -280,9 +307,9 @@ class AbRecord(RecordHeader):
     scoring: dict[str, ScoringCost] = {}
     sequential: AbSequential | None = None
     # abgate.host_load snapshots at the start and end of the interleaved run or each block
-    host_load: dict[str, Any] | None = None
+    host_load: AbHostLoad | None = None
     # a fleet A/B (abgate.fleet): the cluster, each replica's facts, losses, cleanup
-    fleet: dict[str, Any] | None = None
+    fleet: FleetRecord | None = None
     # a revision A/B (abgate.ab.revisions): the repository, revisions and each arm's build
     source: SourceRecord | None = None
 
@@ -318,7 +345,7 @@ class BaselineRecord(SpecRecord):
     upgrades: list[dict[str, Any]] | None = None  # abgate baseline upgrade: what it verified
     cases: list[BaselineCase] = []
     probes: list[ProbeRecord] = []
-    host_load: dict[str, Any] | None = None
+    host_load: BaselineHostLoad | None = None
 
     def seal(self) -> None:
         """Set ``integrity``: the seal over this record as it will be written

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from abgate.errors import AbgateError
 from abgate.records.sections import Number, Section
+from abgate.schema import first_error
 
 WARMUP_PREFIX = "warmup:"  # a warm-up sample's key: the prefix, then the (item, seed) key
 
@@ -92,9 +93,8 @@ class Sample(Section):
         try:
             return cls.model_validate(sample)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(part) for part in first["loc"]) or "(line)"
-            raise AbgateError(f"{where}: {field}: {first['msg']}") from None
+            first = first_error(exc)
+            raise AbgateError(f"{where}: {first.dotted or '(line)'}: {first.message}") from None
 
     def health_value(self, name: str) -> Any:
         """A field of the sample's ``health`` as recorded, else what its finish reason

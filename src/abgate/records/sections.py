@@ -118,17 +118,32 @@ class Spec(Section):
 class MappedLibRecord(Section):
     path: str
     sha256: str | None = None
+    size: int | None = None
+    deleted: bool | None = None
 
 
 class MappedProcess(Section):
-    """One engine process's mapped libraries (``provenance.libmaps``)."""
+    """One engine process's mapped libraries (``provenance.libmaps.WorkerMapping.record``),
+    then what the process is."""
 
     libs: list[MappedLibRecord] = []
+    pid: int | None = None
+    name: str | None = None
+    cmdline: list[str] | None = None
+    role: str | None = None
+    rank: str | None = None
+    error: str | None = None
 
 
 class ContractFinding(Section):
+    """A contract clause that did not hold (``provenance.contract.Violation.finding``)."""
+
     clause: str | None = None
     message: str | None = None
+    expected: Any = None
+    actual: Any = None
+    stage: str | None = None
+    note: str | None = None
 
 
 class ContractName(Section):
@@ -146,13 +161,67 @@ class ContractRecord(Section):
     checked: list[Any] = []
 
 
+class DifferedLib(Section):
+    """A mapped library the manifest names by basename, but another copy or build."""
+
+    path: str
+    sha256: str | None = None
+    manifest_path: str
+    manifest_sha256: str
+    why: str
+
+
+class ProcessMatch(Section):
+    """One engine process's mapped libraries against the manifest
+    (``provenance.manifest_libs.match_processes``)."""
+
+    pid: int
+    role: str
+    rank: str | None = None
+    matched: list[str]
+    differed: list[DifferedLib]
+    not_mapped: list[str]
+    unnamed: list[str]
+    error: str | None = None
+
+
+class ManifestFreshness(Section):
+    """Whether a ``--manifest`` describes the checkout abgate runs from
+    (``runner.provenance.manifest_freshness``): ``reason`` when the git state could not
+    be compared, the two commits when it was."""
+
+    checked: bool
+    stale: bool
+    reason: str | None = None
+    manifest_commit: str | None = None
+    current_commit: str | None = None
+    differences: list[str]
+    libraries_rehashed: int
+    library_differences: list[str]
+
+    @property
+    def compared_git(self) -> bool:
+        return "manifest_commit" in self.model_fields_set
+
+
+class ManifestUse(Section):
+    """``provenance.manifest``: the ``--manifest`` a run was checked against, whether it
+    was fresh, and each engine process's libraries against it."""
+
+    path: str
+    digest: str
+    stale: bool
+    freshness: ManifestFreshness
+    processes: list[ProcessMatch]
+
+
 class Provenance(Section):
     """The environment as the engine saw it, its processes' mapped libraries, the
     manifest and the contract (``runner.provenance.record_after_load``)."""
 
     environment: dict[str, Any] | None = None
     libraries: list[MappedProcess] | None = None
-    manifest: dict[str, Any] | None = None
+    manifest: ManifestUse | None = None
     contract: ContractRecord | None = None
 
 
@@ -251,8 +320,38 @@ class Distribution(Section):
     cv: float | None = None
 
 
+class HealthCounts(Section):
+    """``quality.counts`` (``scoring.health.health_counts``): the counts behind the rates,
+    the suspicious characters apart (None where a sample predates the field)."""
+
+    n_live: int | None = None
+    n_scored: int | None = None
+    n_correct: int | None = None
+    n_invalid: int | None = None
+    n_truncated: int | None = None
+    n_natural_stop: int | None = None
+    replacement_chars: int | None = None
+    n_with_replacement_chars: int | None = None
+    nul_chars: int | None = None
+    n_with_nul_chars: int | None = None
+    other_control_chars: int | None = None
+
+
+class Outlier(Section):
+    """One of ``quality.outliers`` (``scoring.health.find_outliers``): a sample a reviewer
+    should look at, and why."""
+
+    item_id: str | None = None
+    seed: int | None = None
+    output_tokens: int | None = None
+    seq_rep_4: Number | None = None
+    correct: bool | None = None
+    why: str | None = None
+
+
 class QualitySummary(Section):
-    """``summary.json``'s ``quality`` (``scoring.health.aggregate_health``)."""
+    """``summary.json``'s ``quality`` (``scoring.health.aggregate_health``), its fields
+    in the order it is written."""
 
     n: int | None = None
     n_error: int | None = None
@@ -261,4 +360,16 @@ class QualitySummary(Section):
     mean_seq_rep_4: float | None = None
     mean_output_tokens: float | None = None
     n_items: int | None = None
-    counts: dict[str, Any] | None = None
+    counts: HealthCounts | None = None
+    n_scored: int | None = None
+    error_rate: Number | None = None
+    invalid_rate: Number | None = None
+    invalid_reasons: dict[str, int] | None = None
+    truncated_rate: Number | None = None
+    natural_stop_rate: Number | None = None
+    empty_rate: Number | None = None
+    replacement_char_rate: Number | None = None
+    control_char_rate: Number | None = None
+    median_seq_rep_4: Number | None = None
+    median_output_tokens: Number | None = None
+    outliers: list[Outlier] | None = None

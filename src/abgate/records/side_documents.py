@@ -10,7 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from abgate.records.bench_sections import BenchProbes, BenchSummaryCase
+from abgate.records.bench_sections import (
+    BenchProbes,
+    BenchSummaryCase,
+    CaseFigures,
+    ModelBytes,
+    ProbeRecord,
+)
 from abgate.records.documents import Document, Status
 from abgate.records.sections import Distribution, QualitySummary
 
@@ -33,8 +39,15 @@ class ProbesDocument(Document):
     engine cannot run them)."""
 
     NAME = "probes"
-    probes: list[dict[str, Any]]
+    probes: list[ProbeRecord]
     error: str | None = None
+
+
+class AbBenchCase(CaseFigures):
+    """One case of an arm's ``bench.json``: its figures, then every request's line (a
+    ``bench.samples.BenchSample`` as written; as read, its JSON object)."""
+
+    samples: list[Any] | None = None
 
 
 class AbBenchDocument(Document):
@@ -43,7 +56,7 @@ class AbBenchDocument(Document):
     NAME = "ab-bench"
     kind: Literal["ab-bench"] = "ab-bench"
     plan: dict[str, Any]
-    cases: list[dict[str, Any]]
+    cases: list[AbBenchCase]
 
 
 class BenchSummary(Document):
@@ -60,7 +73,7 @@ class BenchSummary(Document):
     repeats: int | None = None
     prompt_seed: int | None = None
     resources: dict[str, Any] | None = None
-    model_bytes: dict[str, Any] | None = None
+    model_bytes: ModelBytes | None = None
     peak_bandwidth: dict[str, Any] | None = None
     not_certified: list[str] | None = None
 

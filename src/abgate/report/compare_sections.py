@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from abgate.compare.mde import REACH_FACTOR
-from abgate.compare.views import views
 from abgate.records.comparison import ArmAccuracy, ChangeRow, Comparison
 from abgate.records.result import Gate
 from abgate.report.agreement_sections import agreement_blocks, at_floor, nats, probes_blocks
@@ -17,7 +16,6 @@ from abgate.report.fmt import NA, as_float, interval, num, pct, pt, signed_pct
 from abgate.report.load import AbData
 from abgate.report.sections import arm_label
 from abgate.report.untrusted import user
-from abgate.report.views import OutlierView
 
 SPEED_ROWS = (("steady_decode_tps", "Steady decode tok/s"), ("prefill_tps", "Prefill tok/s"),
               ("ttft_s", "TTFT ms (lower is better)"))
@@ -224,11 +222,13 @@ def _correct(value: Any) -> str:
 def outliers(data: AbData) -> list[Block]:
     rows, notes = [], []
     for arm in data.ordered:
-        found = views(OutlierView, data.arms[arm].quality("outliers"))
+        stats = data.arms[arm].stats
+        found = (stats.quality.outliers if stats is not None else None) or []
         for o in found[:MAX_OUTLIERS]:
-            rows.append((arm_label(data, arm), f"`{user(f'{o.item_id}#{o.seed}')}`",
+            key = f"{NA if o.item_id is None else o.item_id}#{NA if o.seed is None else o.seed}"
+            rows.append((arm_label(data, arm), f"`{user(key)}`",
                          num(o.output_tokens, ".0f"), num(o.seq_rep_4, ".3f"),
-                         _correct(o.correct), user(o.why)))
+                         _correct(o.correct), user(o.why or "")))
         if len(found) > MAX_OUTLIERS:
             notes.append(f"`{arm}`: {len(found) - MAX_OUTLIERS} more outliers in its "
                          "summary.json.")

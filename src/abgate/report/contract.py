@@ -17,6 +17,7 @@ from pathlib import PurePath
 from typing import Any
 
 from abgate.records import facts
+from abgate.records.documents import ExperimentArm
 from abgate.records.engine import LoadedEngine
 from abgate.records.sections import ModelRef, PromptSpec, Spec
 from abgate.report.fmt import NA, short, value_text
@@ -48,16 +49,15 @@ def _spec(data: AbData, arm: str) -> Spec:
     return record.spec if record is not None else Spec()
 
 
-def _config(data: AbData, arm: str) -> dict[str, Any]:
-    """The arm's configuration as the experiment recorded it (the config's own free
-    object: ``runner.spec.RunConfig.to_dict``)."""
-    config = data.record.experiment.arms.get(arm)
-    return config.to_dict() if config is not None else {}
+def _config(data: AbData, arm: str) -> ExperimentArm:
+    """The arm's configuration as the experiment recorded it (an empty one when the
+    experiment has no such arm)."""
+    return data.arm_config(arm)
 
 
-def _model(spec: Spec, config: Mapping[str, Any], engine: LoadedEngine | None) -> str:
+def _model(spec: Spec, config: ExperimentArm, engine: LoadedEngine | None) -> str:
     model = spec.model or ModelRef()
-    path = model.path or (engine.model if engine else None) or config.get("model")
+    path = model.path or (engine.model if engine else None) or config.model
     if not isinstance(path, str):
         return NA
     name = PurePath(path).name or path
@@ -65,10 +65,10 @@ def _model(spec: Spec, config: Mapping[str, Any], engine: LoadedEngine | None) -
     return f"`{shown}` (sha256 {short(model.sha256)})" if model.sha256 else f"`{shown}`"
 
 
-def _items(spec: Spec, config: Mapping[str, Any]) -> str:
+def _items(spec: Spec, config: ExperimentArm) -> str:
     ids = spec.item_ids
     if ids is None:
-        limit = config.get("limit")
+        limit = config.limit
         return f"first {limit} items" if limit is not None else NA
     digest = hashlib.sha256("\n".join(map(str, ids)).encode()).hexdigest()
     available = spec.suite.n_available if spec.suite else None
@@ -77,27 +77,26 @@ def _items(spec: Spec, config: Mapping[str, Any]) -> str:
     return f"{len(ids)}{of}{span}; id list sha256 {digest[:12]}"
 
 
-def _suite(spec: Spec, config: Mapping[str, Any]) -> str:
+def _suite(spec: Spec, config: ExperimentArm) -> str:
     suite = spec.suite
     if suite is None:
-        return value_text(config.get("suite", NA))
+        return value_text(config.suite if "suite" in config.model_fields_set else NA)
     text = f"{user(suite.name or NA)} ({user(suite.source or NA)})"
     if suite.data_sha256 is not None:
         text += f", data sha256 {short(suite.data_sha256)}"
     return text
 
 
-def _sampling(spec: Spec, config: Mapping[str, Any]) -> str:
+def _sampling(spec: Spec, config: ExperimentArm) -> str:
     sampling = spec.sampling
     if sampling is None:
-        keys = ("max_tokens", "temperature", "top_p", "top_k")
-        sampling = {k: config[k] for k in keys if k in config}
+        sampling = config.sampling()
     return ", ".join(f"{user(k)}={value_text(v)}" for k, v in sampling.items()) or NA
 
 
-def _prompt(spec: Spec, config: Mapping[str, Any]) -> str:
-    prompt = spec.prompt or PromptSpec.model_validate(
-        {k: config.get(k) for k in ("shots", "shots_file", "system")})
+def _prompt(spec: Spec, config: ExperimentArm) -> str:
+    prompt = spec.prompt or PromptSpec(shots=config.shots, shots_file=config.shots_file,
+                                       system=config.system)
     parts = []
     if prompt.version is not None:
         parts.append(f"template {user(prompt.version)}")
@@ -118,9 +117,9 @@ def _sha(text: Any) -> str:
 def _facets(data: AbData, arm: str) -> dict[str, str]:
     spec, config = _spec(data, arm), _config(data, arm)
     engine = data.record.engines.get(arm)
-    name = spec.engine or config.get("engine") or (engine.name if engine else None) or NA
+    name = spec.engine or config.engine or (engine.name if engine else None) or NA
     version = engine.version if engine else None
-    seeds = spec.seeds if spec.seeds is not None else config.get("seeds")
+    seeds = spec.seeds if spec.seeds is not None else config.seeds
     return {
         "model": _model(spec, config, engine),
         "engine": user(f"{name} {version}" if version else name),
@@ -139,10 +138,10 @@ def _settings(data: AbData, arm: str) -> dict[str, dict[str, Any]]:
     # codes); the effective configuration shows what the engine made of them.
     given = spec.model_fields_set  # a spec's own group, else the experiment's config
     groups = {
-        label: getattr(spec, key) if key in given else config.get(key)
+        label: getattr(spec if key in given else config, key)
         for label, key in (("engine option", "engine_options"), ("env", "env"))}
     groups = {"engine arg": record.engine.given if record is not None
-              else config.get("engine_args"), **groups}
+              else config.engine_args, **groups}
     return {group: dict(values) if isinstance(values, Mapping) else {}
             for group, values in groups.items()}
 

@@ -124,11 +124,12 @@ def _host(data: AbData) -> str:
 
 def _suite(data: AbData) -> str:
     spec = data.arms[data.baseline].spec or Spec()
-    config = ArmSetting.model_validate(data.arm_config(data.baseline))
+    config = data.arm_config(data.baseline)
     suite_ref = spec.suite or SuiteRef()
     suite = suite_ref.name or config.suite or NA
     ids = spec.item_ids
-    n_items = len(ids) if ids is not None else config.limit
+    n_items = len(ids) if ids is not None else (
+        config.limit if "limit" in config.model_fields_set else NA)  # absent: not known
     available = suite_ref.n_available
     of = f" of {available}" if available is not None else ""
     seeds = spec.seeds if spec.seeds is not None else config.seeds

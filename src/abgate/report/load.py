@@ -36,6 +36,7 @@ from abgate.runner.documents import read_document, read_record
 from abgate.runner.samples import load_samples
 from abgate.runner.summary import Summary, summarize
 from abgate.safejson import read_json
+from abgate.schema import first_error
 
 AB_FILE, COMPARISON_FILE, BENCH_FILE = "ab.json", "comparison.json", "bench.json"
 SPEED_KEYS = ("steady_decode_tps", "prefill_tps", "ttft_s")
@@ -175,8 +176,8 @@ def load_ab(out: Path) -> AbData:
 
 
 def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    return f"{'.'.join(str(p) for p in err['loc']) or 'document'}: {err['msg']}"
+    err = first_error(exc)
+    return f"{err.dotted or 'document'}: {err.message}"
 
 
 def paired_points(data: AbData, arm: str) -> list[tuple[Point, Point]]:

@@ -4,10 +4,9 @@ invalid, truncated, natural stops, U+FFFD, NUL and other control characters apar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from abgate.records.sections import ArmDifferences, GitState, OptOut, Provenance
+from abgate.records.sections import ArmDifferences, GitState, HealthCounts, OptOut, Provenance
 from abgate.report.blocks import Block, Bullets, Heading, Para, Table
 from abgate.report.fmt import NA, short
 from abgate.report.load import AbData
@@ -20,16 +19,17 @@ def _count(value: Any) -> str:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else NA
 
 
-def counts(data: AbData, arm: str) -> Mapping[str, Any]:
-    """The arm's output-health counts (``scoring.health``'s table of named counts)."""
+def counts(data: AbData, arm: str) -> HealthCounts:
+    """The arm's output-health counts (``scoring.health.health_counts``)."""
     stats = data.arms[arm].stats
-    return stats.quality.counts or {} if stats is not None else {}
+    found = stats.quality.counts if stats is not None else None
+    return found if found is not None else HealthCounts()
 
 
 def of_total(data: AbData, arm: str, key: str, total: str = "n_live") -> str:
     """``n/N`` from an arm's counts."""
     c = counts(data, arm)
-    return f"{_count(c.get(key))}/{_count(c.get(total))}"
+    return f"{_count(getattr(c, key, None))}/{_count(getattr(c, total, None))}"
 
 
 def _difference_rows(entry: ArmDifferences) -> list[tuple[str, ...]]:
@@ -138,10 +138,11 @@ def source_section(data: AbData) -> list[Block]:
                   text_cols=frozenset(range(5)))]
 
 
-def _chars(c: Mapping[str, Any], chars: str, samples: str | None) -> str:
-    text = _count(c.get(chars))
-    if samples is not None and c.get(samples) is not None:
-        text += f" in {_count(c.get(samples))} sample(s)"
+def _chars(c: HealthCounts, chars: str, samples: str | None) -> str:
+    text = _count(getattr(c, chars, None))
+    found = getattr(c, samples, None) if samples is not None else None
+    if found is not None:
+        text += f" in {_count(found)} sample(s)"
     return text
 
 
@@ -156,7 +157,7 @@ def health_counts_section(data: AbData) -> list[Block]:
                      _chars(c, "nul_chars", "n_with_nul_chars"),
                      _chars(c, "other_control_chars", None)))
     notes = []
-    if any(counts(data, a).get("nul_chars") is None for a in data.ordered):
+    if any(counts(data, a).nul_chars is None for a in data.ordered):
         notes.append("NUL counts are n/a for samples recorded before abgate counted them.")
     return [Para("Counts behind the rates (engine errors excluded): correct of scored, "
                  "invalid, truncated and natural stops of answered samples; U+FFFD "

@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
-from abgate.compare.views import views
 from abgate.records.documents import AbRecord
 from abgate.records.sections import Distribution, HostInfo, QualitySummary, Section
-from abgate.records.side_documents import AbBenchDocument
+from abgate.records.side_documents import AbBenchCase, AbBenchDocument
 from abgate.report.blocks import Block, Bullets, Heading, Para, Quote, Table
 from abgate.report.contract import ContractView
 from abgate.report.fmt import (
@@ -28,7 +27,7 @@ from abgate.report.fmt import (
 from abgate.report.load import AbData
 from abgate.report.review import of_total
 from abgate.report.untrusted import user
-from abgate.report.views import BenchCaseView, Gpu, WeightsDiff
+from abgate.report.views import Gpu, WeightsDiff
 from abgate.runner.summary import Summary
 from abgate.weights.tables import OUTLIER_REL_L2, kind_ranges, layer_projection_table
 
@@ -160,7 +159,7 @@ def _provenance(data: AbData) -> list[str]:
             continue
         parts = []
         if prov.manifest is not None:
-            parts.append(f"manifest digest `{short(prov.manifest.get('digest'), 19)}`")
+            parts.append(f"manifest digest `{short(prov.manifest.digest, 19)}`")
         if prov.contract is not None:
             parts.append("contract " + ("passed" if prov.contract.passed else "**violated**"))
         if prov.libraries is not None:
@@ -177,7 +176,7 @@ def setup(data: AbData) -> list[Block]:
     started, ended = ab.started_at, ab.ended_at
     elapsed = ended - started if ended is not None else None
     mode = sched.mode
-    policy = data.analysis.policy  # the policy's own description (compare.policy)
+    policy = data.policy  # the policy's own description (compare.policy)
     boot = data.arm_comparison(data.candidates[0]).bootstrap if data.candidates else None
     items = [
         "Arms: " + ", ".join(arm_label(data, a) for a in data.ordered) + ".",
@@ -188,8 +187,8 @@ def setup(data: AbData) -> list[Block]:
         f"{len(sched.executed)} measured requests executed.",
         f"Host: {_host_text(ab.host)}.",
         f"Code: {_code_text(ab)}",
-        f"Policy: `{user(policy.get('name', NA))}` ({user(policy.get('source', NA))}, sha256 "
-        f"{short(policy.get('sha256'))}): {user(policy.get('description', NA))}.",
+        f"Policy: `{user(policy.name)}` ({user(policy.source)}, sha256 "
+        f"{short(policy.sha256)}): {user(policy.description)}.",
     ]
     if (applied := defaults_applied(ab)) is not None:
         items.append(applied)
@@ -241,14 +240,14 @@ def _stats(data: AbData, arm: str) -> Summary:
 
 def _quality_row(data: AbData, arm: str) -> tuple[str, ...]:
     stats = _stats(data, arm)
-    q, rates = stats.quality, stats.quality.to_dict()
+    q = stats.quality
     acc, se = as_float(q.accuracy), as_float(q.accuracy_se)
     se_text = NA if se is None else f"{100 * se:.1f}"
     accuracy = NA if acc is None else f"{100 * acc:.1f}% ± {se_text}"
     accuracy += f" ({of_total(data, arm, 'n_correct', 'n_scored')})"
 
     def with_count(key: str) -> str:
-        return f"{rate(rates.get(key + '_rate'))} ({of_total(data, arm, 'n_' + key)})"
+        return f"{rate(getattr(q, key + '_rate', None))} ({of_total(data, arm, 'n_' + key)})"
 
     return (arm_label(data, arm), str(stats.n),
             _na(q.n_items), accuracy, with_count("invalid"),
@@ -283,9 +282,9 @@ def arm_tables(data: AbData) -> list[Block]:
     ]
 
 
-def _bench_cases(bench: AbBenchDocument) -> dict[str, BenchCaseView]:
+def _bench_cases(bench: AbBenchDocument) -> dict[str, AbBenchCase]:
     """An arm's bench cases by label."""
-    return {case.label: case for case in views(BenchCaseView, bench.cases)}
+    return {case.label: case for case in bench.cases}
 
 
 def bench_section(data: AbData) -> list[Block]:
@@ -303,8 +302,11 @@ def bench_section(data: AbData) -> list[Block]:
     for label in labels:
         row = [label]
         for a in arms:
-            speed = (per_arm[a].get(label) or BenchCaseView()).speed
-            row += [num(speed.steady_decode_tps.median, ".2f"), ms(speed.ttft_s.median)]
+            case = per_arm[a].get(label)
+            speed = case.speed if case is not None else None
+            decode = speed.steady_decode_tps.median if speed is not None else None
+            ttft = speed.of("ttft_s").median if speed is not None else None
+            row += [num(decode, ".2f"), ms(ttft)]
         rows.append(tuple(row))
     return [Heading(2, "Bench (fixed-length prompts)", "bench"),
             Para("Medians over the measured repeats of each case, from each arm's "

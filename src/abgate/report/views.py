@@ -1,5 +1,5 @@
 """Typed views of the free-form objects inside the records, read by attribute: the
-recorded policy's limits, a summary's outliers, a bench case, a weights diff.
+recorded policy's limits, a weights diff.
 
 Built on ``compare.views`` (a view never refuses what it reads: the renderers format
 any value kept as written, or print ``n/a``).
@@ -28,7 +28,13 @@ class QualityLimits(View):
 
 
 class RecordedPolicy(View):
-    """The limits the report draws and cites, from the policy in ``comparison.json``."""
+    """The policy in ``comparison.json``: its name, file and description, and the limits
+    the report draws and cites."""
+
+    name: Any = NA
+    source: Any = NA
+    sha256: Any = None
+    description: Any = NA
 
     speed: SpeedLimits = Field(default_factory=SpeedLimits)
     quality: QualityLimits = Field(default_factory=QualityLimits)
@@ -49,38 +55,6 @@ class ArmSetting(View):
     seeds: Any = None
     temperature: Any = None
     max_tokens: Any = None
-
-
-class OutlierView(View):
-    """One of ``summary.json``'s ``quality.outliers`` (``scoring.health.OutlierView``)."""
-
-    item_id: Any = NA
-    seed: Any = NA
-    output_tokens: Any = None
-    seq_rep_4: Any = None
-    correct: Any = None
-    why: Any = ""
-
-
-class Median(View):
-    median: Any = None
-
-
-class BenchSpeed(View):
-    steady_decode_tps: Median = Field(default_factory=Median)
-    ttft_s: Median = Field(default_factory=Median)
-
-
-class BenchCaseView(View):
-    """One case of an arm's ``bench.json`` (the bench's own free object)."""
-
-    input_len: Any = NA
-    output_len: Any = NA
-    speed: BenchSpeed = Field(default_factory=BenchSpeed)
-
-    @property
-    def label(self) -> str:
-        return f"{self.input_len}/{self.output_len}"
 
 
 class CheckpointRef(View):

@@ -45,6 +45,7 @@ from abgate.records.sections import GitState, HostInfo
 from abgate.records.side_documents import AbBenchDocument, BenchSummary, ProbesDocument, Summary
 from abgate.redact import redact
 from abgate.runner import records as rec
+from abgate.schema import first_error
 
 M = TypeVar("M", bound=Document | Result)  # a document read_document reads
 
@@ -130,9 +131,8 @@ def new_spec_record(kind: Kind, p: Prepared, *, out: Path | None = None,
 
 
 def _one_line(path: Path, exc: ValidationError) -> AbgateError:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "<root>"
-    return AbgateError(f"{path}: {where}: {first['msg']}")
+    first = first_error(exc)
+    return AbgateError(f"{path}: {first.dotted or '<root>'}: {first.message}")
 
 
 def _check_version(path: Path, name: str, doc: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ from abgate.provenance.loading import read_manifest
 from abgate.provenance.manifest_libs import match_processes, rehash_libraries
 from abgate.provenance.manifest_model import Manifest
 from abgate.records.documents import Loadable
-from abgate.records.sections import GitState, Provenance, Section
+from abgate.records.sections import GitState, ManifestFreshness, ManifestUse, Provenance
 from abgate.redact import redact_argv
 from abgate.runner.session import EngineSession, PreparedEngine
 
@@ -49,25 +49,6 @@ class ProvenanceOptions:
     allow_stale_manifest: bool = False
     # on a resume: continue although the git checkout changed (recorded under resumes)
     allow_source_change: bool = False
-
-
-class ManifestFreshness(Section):
-    """Whether a ``--manifest`` describes the checkout abgate runs from, as recorded
-    under ``provenance.manifest.freshness`` (:func:`manifest_freshness`): ``reason``
-    when the git state could not be compared, the two commits when it was."""
-
-    checked: bool
-    stale: bool
-    reason: str | None = None
-    manifest_commit: str | None = None
-    current_commit: str | None = None
-    differences: list[str]
-    libraries_rehashed: int
-    library_differences: list[str]
-
-    @property
-    def compared_git(self) -> bool:
-        return "manifest_commit" in self.model_fields_set
 
 
 def manifest_freshness(manifest: Manifest | Mapping[str, Any], path: str) -> ManifestFreshness:
@@ -166,25 +147,21 @@ def record_after_load(opts: ProvenanceOptions, outcome: ContractOutcome | None,
     mappings = snapshot_pids(session.processes)
     with session.env():
         environment = environment_snapshot(session.prepared.spec.env)
-    prov: dict[str, Any] = {
-        "environment": environment,
-        "libraries": [{**m.to_dict(), "cmdline": redact_argv(m.cmdline)} for m in mappings],
-    }
+    prov = Provenance(environment=environment,
+                      libraries=[m.record(redact_argv(m.cmdline)) for m in mappings])
     if opts.manifest is not None:
         manifest = read_manifest(opts.manifest)
         fresh = _FRESHNESS.get(opts.manifest) or manifest_freshness(manifest, opts.manifest)
-        prov["manifest"] = {"path": str(Path(opts.manifest).resolve()),
-                            "digest": manifest.digest, "stale": fresh.stale,
-                            "freshness": fresh.to_dict(),
-                            "processes": [m.to_dict() for m in
-                                          match_processes(manifest, Path.cwd(), mappings)]}
+        prov.manifest = ManifestUse(path=str(Path(opts.manifest).resolve()),
+                                    digest=manifest.digest, stale=fresh.stale,
+                                    freshness=fresh,
+                                    processes=match_processes(manifest, Path.cwd(), mappings))
     if outcome is not None:
         info = session.described
         outcome.record("effective", check_effective(outcome.contract, info.name,
                                                     info.effective_config))
         outcome.record("libraries", check_libraries(outcome.contract, mappings, Path.cwd()))
-        prov["contract"] = {"path": str(Path(opts.contract or "").resolve()),
-                            **outcome.to_dict()}
-    doc.provenance = Provenance.model_validate(prov)
+        prov.contract = outcome.recorded(str(Path(opts.contract or "").resolve()))
+    doc.provenance = prov
     if outcome is not None:
         outcome.raise_if_violated()

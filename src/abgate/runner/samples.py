@@ -23,6 +23,7 @@ from abgate.records.samples import (
     sample_key,
 )
 from abgate.runner import records as rec
+from abgate.schema import first_error
 from abgate.scoring.extract import Extraction, extract_integer
 from abgate.scoring.health import sample_health
 from abgate.scoring.numbers import format_int
@@ -41,9 +42,8 @@ def load_samples(path: Path) -> list[Sample]:
         try:
             out.append(Sample.model_validate(line))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise UsageError(f"{path}:{n}: {where}: {first['msg']}") from None
+            first = first_error(exc)
+            raise UsageError(f"{path}:{n}: {first.dotted}: {first.message}") from None
     return out
 
 
@@ -117,6 +117,7 @@ def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
     repeating a key is refused in one line naming ``path:line``. Warm-up lines (an A/B
     re-warms on every resume) may repeat."""
     first_line: dict[str, int] = {}
+    samples = []
     for n, s in lines:
         where = f"{path}:{n}"
         for name, kind in REQUIRED.items():
@@ -124,10 +125,15 @@ def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 raise UsageError(f"{where}: not a sample of abgate's ({name!r} is missing or "
                                  f"not {kind.__name__}); the file was edited or damaged")
-        if s.get("warmup"):
+        try:
+            sample = Sample.of(s, where)
+        except AbgateError as exc:  # a field of the wrong type: edited or damaged
+            raise UsageError(str(exc)) from None
+        samples.append(sample)
+        if sample.warmup:
             continue
-        key = s["key"]
-        if key != sample_key(s["item_id"], s["seed"]) or key not in expected:
+        key = str(sample.key)
+        if key != sample_key(str(sample.item_id), int(sample.seed or 0)) or key not in expected:
             raise UsageError(f"{where}: sample {key[:80]!r} is not one of this run's "
                              "(item, seed) pairs (a line of another run?); the file was "
                              "edited or mixed")
@@ -135,7 +141,4 @@ def checked_samples(path: Path, lines: Sequence[tuple[int, dict[str, Any]]],
             raise UsageError(f"{where}: sample {key[:80]!r} is recorded twice (first at line "
                              f"{first_line[key]}); the file was edited or written twice")
         first_line[key] = n
-    try:
-        return [Sample.of(s, f"{path}:{n}") for n, s in lines]
-    except AbgateError as exc:  # a field of the wrong type: edited or damaged
-        raise UsageError(str(exc)) from None
+    return samples

@@ -11,6 +11,11 @@ from abgate.records.sections import GitState
 GIT_FACTS = ("commit", "dirty", "diff_sha256")
 
 
+def _facts(state: GitState | None) -> tuple[object, ...] | None:
+    """The facts a resume compares (:data:`GIT_FACTS`), None outside a checkout."""
+    return None if state is None else tuple(getattr(state, name) for name in GIT_FACTS)
+
+
 def check_same_source(out: Path, recorded: GitState | None,
                       now: GitState | dict[str, Any] | None, allow: bool = False) -> str | None:
     """A resume must run the source its run started with: a new commit, or a tree made
@@ -18,16 +23,14 @@ def check_same_source(out: Path, recorded: GitState | None,
     with ``allow`` (``--allow-source-change``) it is returned, to be recorded."""
     if isinstance(now, dict):
         now = GitState.model_validate(now)
-    before = None if recorded is None else recorded.model_dump(include=set(GIT_FACTS))
-    after = None if now is None else now.model_dump(include=set(GIT_FACTS))
-    if before == after:
+    if _facts(recorded) == _facts(now):
         return None
-    if before is None or after is None:
-        what = "it was not in a git checkout" if before is None else "it is no longer in one"
-    elif before["commit"] != after["commit"]:
-        what = f"commit {str(before['commit'])[:12]} then, {str(after['commit'])[:12]} now"
-    elif before["dirty"] != after["dirty"]:
-        what = "clean then, dirty now" if after["dirty"] else "dirty then, clean now"
+    if recorded is None or now is None:
+        what = "it was not in a git checkout" if recorded is None else "it is no longer in one"
+    elif recorded.commit != now.commit:
+        what = f"commit {str(recorded.commit)[:12]} then, {str(now.commit)[:12]} now"
+    elif recorded.dirty != now.dirty:
+        what = "clean then, dirty now" if now.dirty else "dirty then, clean now"
     else:
         what = "the uncommitted changes differ"
     if allow:

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from abgate.compare.pairing import SampleLike
 from abgate.metrics import distribution
 from abgate.records.documents import SCHEMA_VERSIONS
 from abgate.records.samples import Sample
-from abgate.records.sections import Distribution, QualitySummary
+from abgate.records.sections import Distribution
 from abgate.records.side_documents import Summary
 from abgate.scoring.health import aggregate_health
 
 SPEED_FIELDS = ("steady_decode_tps", "tpot_ms", "ttft_s", "prefill_tps", "e2e_s", "output_tps")
-__all__ = ["SPEED_FIELDS", "Summary", "health_rows", "summarize"]
-
-
-def health_rows(samples: Sequence[Sample]) -> list[dict[str, Any]]:
-    """Each sample's health as the row ``scoring.health.aggregate_health`` reads."""
-    return [{"item_id": s.item_id, "seed": s.seed, **s.health.to_dict()} for s in samples]
+__all__ = ["SPEED_FIELDS", "Summary", "summarize"]
 
 
 def summarize(samples: Sequence[SampleLike], status: str | None = None) -> Summary:
@@ -27,11 +21,11 @@ def summarize(samples: Sequence[SampleLike], status: str | None = None) -> Summa
     when given."""
     typed = [Sample.of(s) for s in samples]
     measured = [s for s in typed if not s.warmup]
-    quality = aggregate_health(health_rows(measured))
+    quality = aggregate_health(measured)
     speed = {f: distribution([s.timing[f] for s in measured]) for f in SPEED_FIELDS}
     extra = {"status": status} if status is not None else {}
     return Summary(schema_version=SCHEMA_VERSIONS["summary"], n=len(measured),
                    n_warmup=len(typed) - len(measured),
-                   quality=QualitySummary.model_validate(quality),
+                   quality=quality,
                    speed={k: Distribution.model_validate(v) for k, v in speed.items()},
                    **extra)

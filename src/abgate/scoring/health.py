@@ -24,11 +24,11 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
-from abgate.records.samples import SampleHealthRecord
+from abgate.records.samples import Sample, SampleHealthRecord
+from abgate.records.sections import HealthCounts, Outlier, QualitySummary
 from abgate.scoring.extract import Extraction
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 _ALLOWED_CONTROLS = frozenset("\t\n\r")
+_T = TypeVar("_T")
 
 
 def seq_rep_n(tokens: Sequence[Hashable], n: int = 4) -> float:
@@ -138,24 +139,13 @@ def clustered_accuracy(correct: Sequence[bool], clusters: Sequence[str]) -> tupl
     return mean, math.sqrt(sum(r * r for r in residuals.values())) / n
 
 
-@dataclass(frozen=True)
-class Outlier:
-    """One sample a reviewer should look at, and why."""
-
-    item_id: str
-    seed: int
-    output_tokens: int
-    seq_rep_4: float
-    correct: bool | None
-    why: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a flat, JSON-ready dict."""
-        return asdict(self)
+def _live(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples that are not engine errors (their health says so)."""
+    return [s for s in samples if not s.health.error]
 
 
 def find_outliers(
-    rows: Sequence[Mapping[str, Any]],
+    samples: Sequence[Sample],
     *,
     length_factor: float = 3.0,
     min_excess_tokens: int = 32,
@@ -167,16 +157,17 @@ def find_outliers(
     at least ``min_excess_tokens`` above it (so a 10-token sample in a run of
     3-token outputs is not news). "Repetitive" is ``seq_rep_4 >= rep_threshold``;
     GSM8K reference solutions stay below 0.16 (see ``docs/answer-extraction.md``).
-    Rows need ``item_id``, ``seed``, ``output_tokens``, ``seq_rep_4`` and
-    ``correct``; rows with a true ``error`` are skipped. Longest first.
+    Samples need ``item_id``, ``seed`` and a health with ``output_tokens``,
+    ``seq_rep_4`` and ``correct``; samples whose health says ``error`` are skipped.
+    Longest first.
     """
-    live = [row for row in rows if not row.get("error", False)]
+    live = _live(samples)
     if not live:
         return []
-    median = statistics.median(int(row["output_tokens"]) for row in live)
+    median = statistics.median(int(_need(s.health.output_tokens)) for s in live)
     found: list[Outlier] = []
-    for row in live:
-        tokens, rep = int(row["output_tokens"]), float(row["seq_rep_4"])
+    for s in live:
+        tokens, rep = int(_need(s.health.output_tokens)), float(_need(s.health.seq_rep_4))
         reasons = []
         if tokens > length_factor * median and tokens - median >= min_excess_tokens:
             ratio = f"{tokens / median:.1f}x" if median > 0 else "far above"
@@ -184,18 +175,19 @@ def find_outliers(
         if rep >= rep_threshold:
             reasons.append(f"seq-rep-4 {rep:.2f}")
         if reasons:
-            found.append(
-                Outlier(
-                    item_id=str(row["item_id"]),
-                    seed=int(row["seed"]),
-                    output_tokens=tokens,
-                    seq_rep_4=rep,
-                    correct=row.get("correct"),
-                    why="; ".join(reasons),
-                )
-            )
-    found.sort(key=lambda o: (-o.output_tokens, -o.seq_rep_4, o.item_id, o.seed))
+            found.append(Outlier(item_id=str(s.item_id), seed=int(_need(s.seed)),
+                                 output_tokens=tokens, seq_rep_4=rep,
+                                 correct=s.health.correct, why="; ".join(reasons)))
+    found.sort(key=lambda o: (-(o.output_tokens or 0), -(o.seq_rep_4 or 0.0),
+                              str(o.item_id), o.seed or 0))
     return found
+
+
+def _need(value: _T | None) -> _T:
+    """A field every health row has (a row without it is a writer's bug)."""
+    if value is None:
+        raise ValueError("a sample's health lacks a field it must have")
+    return value
 
 
 def _rate(count: int, total: int) -> float | None:
@@ -212,74 +204,71 @@ def _summary(values: Sequence[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), float(statistics.median(values))
 
 
-def _sum(rows: Sequence[Mapping[str, Any]], key: str) -> int | None:
-    """Total of an integer field; None when a row predates the field."""
-    values = [row.get(key) for row in rows]
+def _sum(values: Sequence[int | None]) -> int | None:
+    """Total of an integer field; None when a sample predates the field."""
     if any(v is None for v in values):
         return None
     return sum(int(v) for v in values if v is not None)
 
 
-def health_counts(live: Sequence[Mapping[str, Any]],
-                  scored: Sequence[Mapping[str, Any]]) -> dict[str, int | None]:
+def health_counts(live: Sequence[Sample], scored: Sequence[Sample]) -> HealthCounts:
     """The counts behind the rates, and the suspicious characters apart: U+FFFD, NUL
     and the other control characters (tab, newline and CR are not counted)."""
-    nul, control = _sum(live, "nul_chars"), _sum(live, "control_chars")
-    return {
-        "n_live": len(live),
-        "n_scored": len(scored),
-        "n_correct": sum(1 for r in scored if r.get("correct")),
-        "n_invalid": sum(1 for r in live if r.get("invalid")),
-        "n_truncated": sum(1 for r in live if r.get("truncated")),
-        "n_natural_stop": sum(1 for r in live if r.get("natural_stop")),
-        "replacement_chars": _sum(live, "replacement_chars"),
-        "n_with_replacement_chars": sum(1 for r in live if r.get("replacement_chars", 0) > 0),
-        "nul_chars": nul,
-        "n_with_nul_chars": (None if nul is None else
-                             sum(1 for r in live if r.get("nul_chars", 0) > 0)),
-        "other_control_chars": None if nul is None or control is None else control - nul,
-    }
+    hs = [s.health for s in live]
+    nul, control = _sum([h.nul_chars for h in hs]), _sum([h.control_chars for h in hs])
+    return HealthCounts(
+        n_live=len(live),
+        n_scored=len(scored),
+        n_correct=sum(1 for s in scored if s.health.correct),
+        n_invalid=sum(1 for h in hs if h.invalid),
+        n_truncated=sum(1 for h in hs if h.truncated),
+        n_natural_stop=sum(1 for h in hs if h.natural_stop),
+        replacement_chars=_sum([h.replacement_chars for h in hs]),
+        n_with_replacement_chars=sum(1 for h in hs if (h.replacement_chars or 0) > 0),
+        nul_chars=nul,
+        n_with_nul_chars=(None if nul is None else
+                          sum(1 for h in hs if (h.nul_chars or 0) > 0)),
+        other_control_chars=None if nul is None or control is None else control - nul,
+    )
 
 
-def aggregate_health(rows: Sequence[Mapping[str, Any]]) -> dict[str, object]:
-    """Per-run summary of per-sample health rows (SampleHealth fields + item_id, seed).
+def aggregate_health(samples: Sequence[Sample]) -> QualitySummary:
+    """Per-run summary of the samples' health (``summary.json``'s ``quality``).
 
     Error samples count in ``n`` and ``n_error`` only; every rate and summary is over
     the other samples, and accuracy over the scored ones (``correct`` not None).
     Statistics that cannot be computed (no samples, one item for the SE) are None.
     """
-    live = [row for row in rows if not row.get("error", False)]
-    scored = [row for row in live if row.get("correct") is not None]
+    live = _live(samples)
+    scored = [s for s in live if s.health.correct is not None]
     accuracy, se = clustered_accuracy(
-        [bool(row["correct"]) for row in scored], [str(row["item_id"]) for row in scored]
+        [bool(s.health.correct) for s in scored], [str(s.item_id) for s in scored]
     )
-    reps = [float(row["seq_rep_4"]) for row in live]
-    lengths = [float(row["output_tokens"]) for row in live]
-    mean_rep, median_rep = _summary(reps)
-    mean_len, median_len = _summary(lengths)
+    hs = [s.health for s in live]
+    mean_rep, median_rep = _summary([float(_need(h.seq_rep_4)) for h in hs])
+    mean_len, median_len = _summary([float(_need(h.output_tokens)) for h in hs])
     n_live = len(live)
-    reasons = Counter(str(row.get("invalid_reason")) for row in live if row.get("invalid"))
-    return {
-        "n": len(rows),
-        "n_scored": len(scored),
-        "n_error": len(rows) - n_live,
-        "n_items": len({str(row["item_id"]) for row in scored}),
-        "accuracy": _finite(accuracy),
-        "accuracy_se": _finite(se),
-        "error_rate": _rate(len(rows) - n_live, len(rows)),
-        "invalid_rate": _rate(sum(reasons.values()), n_live),
-        "invalid_reasons": dict(sorted(reasons.items())),
-        "truncated_rate": _rate(sum(1 for r in live if r.get("truncated")), n_live),
-        "natural_stop_rate": _rate(sum(1 for r in live if r.get("natural_stop")), n_live),
-        "empty_rate": _rate(sum(1 for r in live if r.get("empty")), n_live),
-        "replacement_char_rate": _rate(
-            sum(1 for r in live if r.get("replacement_chars", 0) > 0), n_live
-        ),
-        "control_char_rate": _rate(sum(1 for r in live if r.get("control_chars", 0) > 0), n_live),
-        "mean_seq_rep_4": mean_rep,
-        "median_seq_rep_4": median_rep,
-        "mean_output_tokens": mean_len,
-        "median_output_tokens": median_len,
-        "outliers": [outlier.to_dict() for outlier in find_outliers(live)],
-        "counts": health_counts(live, scored),
-    }
+    reasons = Counter(str(h.invalid_reason) for h in hs if h.invalid)
+    return QualitySummary(
+        n=len(samples),
+        n_error=len(samples) - n_live,
+        accuracy=_finite(accuracy),
+        accuracy_se=_finite(se),
+        mean_seq_rep_4=mean_rep,
+        mean_output_tokens=mean_len,
+        n_items=len({str(s.item_id) for s in scored}),
+        counts=health_counts(live, scored),
+        n_scored=len(scored),
+        error_rate=_rate(len(samples) - n_live, len(samples)),
+        invalid_rate=_rate(sum(reasons.values()), n_live),
+        invalid_reasons=dict(sorted(reasons.items())),
+        truncated_rate=_rate(sum(1 for h in hs if h.truncated), n_live),
+        natural_stop_rate=_rate(sum(1 for h in hs if h.natural_stop), n_live),
+        empty_rate=_rate(sum(1 for h in hs if h.empty), n_live),
+        replacement_char_rate=_rate(sum(1 for h in hs if (h.replacement_chars or 0) > 0),
+                                    n_live),
+        control_char_rate=_rate(sum(1 for h in hs if (h.control_chars or 0) > 0), n_live),
+        median_seq_rep_4=median_rep,
+        median_output_tokens=median_len,
+        outliers=find_outliers(live),
+    )

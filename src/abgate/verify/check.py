@@ -24,6 +24,7 @@ from abgate.integrity import verify_file
 from abgate.records.side_documents import DecisionRecord
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record
+from abgate.schema import first_error
 from abgate.signing import SIG_FILE, check_signature
 
 RECORD_FILES = ("run.json", "ab.json", "baseline.json")
@@ -80,7 +81,7 @@ def _decisions(path: Path, report: VerifyReport) -> None:
             DecisionRecord.model_validate_json(line)
         except ValidationError as exc:
             report.add(False, f"{path}:{i}: not a decision record "
-                              f"({exc.errors()[0]['msg']})")
+                              f"({first_error(exc).message})")
             return
     report.add(True, f"{path}: every line a decision record")
 

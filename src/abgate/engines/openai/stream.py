@@ -137,6 +137,9 @@ class StreamState:
     finish: str | None = None
     usage: dict[str, Any] | None = None
     done: bool = False
+    # the last chunk with a choice in it (output or the finish reason): where
+    # ``vllm bench serve`` ends a request's latency, before the usage chunk and [DONE]
+    t_last_choice: float | None = None
 
     @property
     def text(self) -> str:
@@ -163,6 +166,7 @@ def absorb(state: StreamState, chunk: Any, now: float, api: str) -> None:
     for choice in choices:
         if choice.get("index", 0) != 0:
             continue
+        state.t_last_choice = now
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
             raise _malformed("'delta' is not an object", chunk, started)
@@ -178,7 +182,9 @@ def absorb(state: StreamState, chunk: Any, now: float, api: str) -> None:
         if text:
             state.parts.append(text)
         if ids is not None:
-            state.token_ids = (state.token_ids or []) + ids
+            if state.token_ids is None:
+                state.token_ids = []
+            state.token_ids.extend(ids)
         if choice.get("finish_reason"):
             state.finish = str(choice["finish_reason"])
 

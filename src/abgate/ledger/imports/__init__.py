@@ -14,6 +14,7 @@ from typing import Any
 from abgate.errors import UsageError
 from abgate.ledger.entries import Entry
 from abgate.ledger.imports import lmeval, vllm_bench
+from abgate.records.samples import Sample
 from abgate.safejson import BadJson, parse, read_text
 
 
@@ -46,7 +47,7 @@ def read_import(path: Path) -> Entry:
     return lmeval.entry(path) if kind == "lm-eval" else vllm_bench.entry(path)
 
 
-def import_samples(path: Path) -> list[dict[str, Any]]:
+def import_samples(path: Path) -> list[Sample]:
     """An imported file's records as abgate samples (for ``abgate compare``)."""
     kind = detect(path)
     return lmeval.samples(path) if kind == "lm-eval" else vllm_bench.samples(path)

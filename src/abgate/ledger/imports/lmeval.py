@@ -30,6 +30,7 @@ from abgate.errors import UsageError
 from abgate.identity import digest_json, sha256_file
 from abgate.jsonl import json_objects
 from abgate.ledger.entries import Entry, Unit, metric, sample_metrics
+from abgate.records.samples import Sample, SampleExtraction
 from abgate.safejson import read_json
 from abgate.scoring.extract import extract_integer, reference_answer
 from abgate.scoring.health import sample_health
@@ -114,7 +115,7 @@ def _metric_names(line: Mapping[str, Any]) -> list[str]:
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
 
 
-def samples(path: Path) -> list[dict[str, Any]]:
+def samples(path: Path) -> list[Sample]:
     """One abgate sample per lm-eval document, in ``doc_id`` order."""
     task = task_name(path)
     by_doc: dict[Any, dict[str, Any]] = {}
@@ -134,8 +135,10 @@ def samples(path: Path) -> list[dict[str, Any]]:
                 "prompt": {"text": args.get("arg_0"), "sha256": line.get("prompt_hash")},
                 "output": {"text": text, "tokens": len(text.split()), "token_ids": None},
                 "finish_reason": "unknown", "error": None, "timing": dict(_TIMING),
-                "reference": reference, "extracted": extraction.to_dict(),
-                "correct": health.correct, "health": health.to_dict(),
+                "reference": reference,
+                "extracted": SampleExtraction(value=extraction.value, source=extraction.source,
+                                              reason=extraction.reason, span=extraction.span),
+                "correct": health.correct, "health": health,
                 "lm_eval": {"doc_hash": line.get("doc_hash"),
                             "target_hash": line.get("target_hash"),
                             "gen_kwargs": args.get("arg_1"), "metrics": {}},
@@ -147,18 +150,25 @@ def samples(path: Path) -> list[dict[str, Any]]:
         scores = {name: line.get(name) for name in _metric_names(line)}
         scores["filtered_resp"] = (line.get("filtered_resps") or [None])[0]
         sample["lm_eval"]["metrics"][str(line.get("filter") or "none")] = scores
-    return [by_doc[k] for k in sorted(by_doc, key=lambda d: (str(type(d)), d))]
+    return [Sample.model_validate(by_doc[k])
+            for k in sorted(by_doc, key=lambda d: (str(type(d)), d))]
 
 
-def _lm_eval_metrics(found: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _lm_eval(sample: Sample) -> dict[str, Any]:
+    """What the import keeps of lm-eval's own (``lm_eval``: hashes, gen kwargs, metrics)."""
+    found: dict[str, Any] = (sample.model_extra or {})["lm_eval"]
+    return found
+
+
+def _lm_eval_metrics(found: list[Sample]) -> dict[str, dict[str, Any]]:
     """lm-eval's own stored scores, ``lm_eval:<metric>,<filter>``, mean and SE over docs."""
     values: dict[str, list[tuple[float, str]]] = {}
     for s in found:
-        for flt, scores in s["lm_eval"]["metrics"].items():
+        for flt, scores in _lm_eval(s)["metrics"].items():
             for name, value in scores.items():
                 if isinstance(value, int | float) and not isinstance(value, bool):
                     values.setdefault(f"lm_eval:{name},{flt}", []).append(
-                        (float(value), s["item_id"]))
+                        (float(value), str(s.item_id)))
     out = {}
     for name, pairs in sorted(values.items()):
         mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
@@ -187,13 +197,13 @@ def entry(path: Path) -> Entry:
     model_args = config.get("model_args")
     model = results.get("model_name") or (model_args.get("model")
                                           if isinstance(model_args, dict) else None)
-    gen_kwargs = found[0]["lm_eval"]["gen_kwargs"]
+    gen_kwargs = _lm_eval(found[0])["gen_kwargs"]
     unit = Unit(
         name=task_name(path), engine=f"lm-eval:{config.get('model') or 'unknown'}",
         engine_version=results.get("lm_eval_version"), model=model,
         config_digest=digest_json({"model": config.get("model"), "model_args": model_args,
                                    "gen_kwargs": gen_kwargs}),
-        workload_digest=digest_json(sorted(str(s["lm_eval"]["doc_hash"]) for s in found)),
+        workload_digest=digest_json(sorted(str(_lm_eval(s)["doc_hash"]) for s in found)),
         suite=task_name(path), n=len(found),
         metrics={**sample_metrics(found), **_lm_eval_metrics(found)})
     git = results.get("git_hash")

@@ -27,6 +27,7 @@ from typing import Any
 from abgate.errors import UsageError
 from abgate.identity import digest_json, sha256_file
 from abgate.ledger.entries import Entry, Unit, sample_metrics
+from abgate.records.samples import Sample
 from abgate.safejson import read_json
 from abgate.scoring.extract import extract_integer
 from abgate.scoring.health import sample_health
@@ -107,7 +108,7 @@ def _at(doc: Mapping[str, Any], key: str, i: int) -> Any:
     return values[i] if isinstance(values, list) and i < len(values) else None
 
 
-def samples(path: Path) -> list[dict[str, Any]]:
+def samples(path: Path) -> list[Sample]:
     doc = _doc(path)
     out = []
     for i in range(len(doc["ttfts"])):
@@ -121,14 +122,14 @@ def samples(path: Path) -> list[dict[str, Any]]:
                          None if error else _num(_at(doc, "latencies", i)))
         health = sample_health(text, None, n_out, reason, extract_integer(text), None)
         item = f"req-{i:05d}"
-        out.append({
+        out.append(Sample.model_validate({
             "key": f"{item}#0", "item_id": item, "seed": 0, "warmup": False,
             "prompt": {"tokens": n_in, "sha256": None},
             "output": {"text": text, "tokens": n_out, "token_ids": None},
             "finish_reason": reason, "error": error, "timing": timing,
             "reference": None, "extracted": None, "correct": None,
-            "health": health.to_dict(),
-        })
+            "health": health,
+        }))
     return out
 
 

@@ -1,0 +1,112 @@
+"""Which client reports a served stream true to the server: abgate's ``bench --load``
+generator and ``vllm bench serve`` against the same paced loopback server
+(``client_ceiling.py``'s, streaming ``/v1/completions`` as vLLM does: one token of text
+per chunk, the finish reason on the last, then usage and ``[DONE]``), whose own clock
+is the ground truth.
+
+The server notes when each request's body has been read and when it writes each
+token (``perf_counter``, one clock for the host's processes). Per run the truth is
+TTFT = first token written - request read; TPOT = (last token - first token) /
+(tokens - 1); output tok/s = tokens / (last token written - first request read). Each
+client's own report (mean TTFT, mean TPOT, output throughput, as ``served_load.py``
+reads them) is divided by the truth: 1.0 is a client that adds nothing; above 1 for
+TTFT/TPOT (below for throughput) is the client's own lag. Clients alternate which goes
+first per repeat; no warm-up requests (their prompts would mix into the truth).
+
+    PYTHONPATH=src python benchmarks/client_truth.py --vllm vllm --tokenizer /root/m/smol \\
+        [--itl-ms 3] [--concurrency 32] [--num-prompts 320] [--output-len 128] [--repeats 2] \\
+        [--data DATA.jsonl] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from served_load import _abgate, _vllm  # noqa: E402
+
+from abgate.bench.load_run import load_prompts  # noqa: E402
+
+
+def _truth(before: dict[str, Any], after: dict[str, Any], prompts: list[str]) -> dict[str, float]:
+    ttft, tpot, first_in, last_out, tokens = [], [], [], [], 0
+    for p in prompts:
+        came = after["arrived"][p][len(before["arrived"].get(p, [])):]
+        sent = after["sent"][p][len(before["sent"].get(p, [])):]
+        if len(came) != 1:
+            raise SystemExit(f"prompt {p[:40]!r} came {len(came)} times in one run")
+        ttft.append((sent[0] - came[0]) * 1e3)
+        tpot.append((sent[-1] - sent[0]) / (len(sent) - 1) * 1e3)
+        first_in.append(came[0])
+        last_out.append(sent[-1])
+        tokens += len(sent)
+    return {"ttft_ms": statistics.fmean(ttft), "tpot_ms": statistics.fmean(tpot),
+            "output_throughput": tokens / (max(last_out) - min(first_in))}
+
+
+def _start_server(itl_ms: float) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = Path(tempfile.mkdtemp()) / "port"
+    here = Path(__file__).parent / "client_ceiling.py"
+    server = subprocess.Popen([sys.executable, str(here), "--serve", str(port_file),
+                               "--itl-ms", str(itl_ms)])
+    while not port_file.exists() or not port_file.read_text():
+        if server.poll() is not None:
+            raise SystemExit("the loopback server did not start")
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{port_file.read_text()}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--vllm", default=None, help="the vllm CLI; without it abgate only")
+    p.add_argument("--tokenizer", default=None, help="vllm bench serve's --tokenizer")
+    p.add_argument("--itl-ms", type=float, default=3.0)
+    p.add_argument("--concurrency", type=int, default=32)
+    p.add_argument("--num-prompts", type=int, default=320)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default="/work/shared/data/gsm8k/test.jsonl")
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args()
+    a.model, a.warmups = "ceiling", 0
+    server, a.url = _start_server(a.itl_ms)
+    work = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="client-truth-"))
+    work.mkdir(parents=True, exist_ok=True)
+    prompts, src, idx = load_prompts(a.data, a.num_prompts, a.seed)
+    pf = work / "prompts.jsonl"
+    pf.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in prompts))
+    rows: list[dict[str, Any]] = []
+    try:
+        for r in range(a.repeats):
+            sides = ["abgate", "vllm"] if a.vllm else ["abgate"]
+            for side in sides if r % 2 == 0 else sides[::-1]:
+                before = httpx.get(a.url + "/sent", timeout=60).json()
+                got = (_abgate(a, prompts, idx, src, work / f"abgate-{r}") if side == "abgate"
+                       else _vllm(a, pf, work / f"vllm-{r}", a.model))
+                truth = _truth(before, httpx.get(a.url + "/sent", timeout=60).json(), prompts)
+                rows.append({"repeat": r, "client": side, "reported": got, "truth": truth,
+                             "over_truth": {k: got[k] / truth[k] for k in truth}})
+                print(json.dumps(rows[-1]), flush=True)
+    finally:
+        server.kill()
+        server.wait()
+    doc = {"host": {"cpus": os.cpu_count(), "load_1min": os.getloadavg()[0]},
+           "itl_ms": a.itl_ms, "concurrency": a.concurrency, "num_prompts": a.num_prompts,
+           "output_len": a.output_len, "rows": rows}
+    (a.json or work / "client_truth.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
