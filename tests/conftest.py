@@ -93,6 +93,16 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if whole_module_engine else None
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``, with ``--dist loadgroup`` as pyproject.toml sets), the
+    engine tier runs on one worker, one test after another: its tests time real engines
+    on one thread each and must not share the host with each other; the fast tier is
+    spread over the other workers meanwhile."""
+    for item in items:
+        if item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.xdist_group("engine"))
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     n = os.environ.get(THREADS_ENV, "").strip()
     return f"{THREADS_ENV}: {n or 'unset (engines use their default thread count)'}"

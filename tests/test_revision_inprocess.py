@@ -3,7 +3,7 @@ library (tests/support/library_repo.py: llama-cpp-python's Python layer in a git
 repository) built into its own venv, and each arm's llama.cpp engine run by that venv's
 interpreter (``engine_options.python = "{build}/venv/bin/python"``,
 abgate/engines/hosted.py), so that the arm imports its revision's ``llama_cpp`` and maps
-its build's libraries. A no-op commit is ACCEPTED; a planted vocabulary-offset bug is
+its build's libraries. A no-op commit is ACCEPTED (12 items); a planted vocabulary-offset bug is
 REJECTED on the quality gates."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.test_revision_ab import QUALITY, REJECT_ITEMS, small_pre_merge
 
 pytestmark = pytest.mark.engine
 
-N_ITEMS = 32  # the pre-merge policy's min_items is 30
+N_ITEMS = 12  # with pre-merge at min_items = REJECT_ITEMS (8): the engine tier's budget
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,8 @@ def run_rev(setup: dict[str, Any], head: str, *extra: str) -> tuple[Any, Path, d
 
 def test_a_noop_commit_of_the_library_is_accepted_each_arm_in_its_build(
         setup: dict[str, Any]) -> None:
-    r, out, comp = run_rev(setup, setup["revs"]["noop"])
+    r, out, comp = run_rev(setup, setup["revs"]["noop"], "--policy",
+                           str(small_pre_merge(setup["tmp"])))
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
     assert comp["decision"] == "ACCEPT"
     ab = json.loads((out / "ab.json").read_text())
