@@ -2,8 +2,10 @@
 
 Requests leave at their seeded due times (``load.arrival_schedule``), at most the
 shape's in-flight cap open at once (an asyncio semaphore), each one streamed by the
-same ``stream_once`` the openai engine uses, so its timestamps are taken the same way.
-Every finished request is appended and fsynced to ``load_samples.jsonl``; ``load.json``
+same ``stream_once`` the openai engine uses, so its timestamps are taken the same way,
+each on an HTTP client of its own for as long as it is in flight. Every finished request
+is appended and fsynced to ``load_samples.jsonl`` (by a writer thread, off the event
+loop); ``--client-procs`` spreads the slots over processes (``load_procs``); ``load.json``
 holds the spec, the schedule, the prompts' source and indices, and the metrics,
 computed from the raw samples alone.
 """
