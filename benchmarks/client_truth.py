@@ -78,6 +78,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default="/work/shared/data/gsm8k/test.jsonl")
+    p.add_argument("--client-procs", default="1",
+                   help="abgate's client processes, comma-separated: one abgate run each")
     p.add_argument("--json", type=Path, default=None)
     a = p.parse_args()
     a.model, a.warmups = "ceiling", 0
@@ -90,11 +92,13 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     try:
         for r in range(a.repeats):
-            sides = ["abgate", "vllm"] if a.vllm else ["abgate"]
+            sides = [f"abgate:{n}" for n in a.client_procs.split(",")]
+            sides += ["vllm"] if a.vllm else []
             for side in sides if r % 2 == 0 else sides[::-1]:
                 before = httpx.get(a.url + "/sent", timeout=60).json()
-                got = (_abgate(a, prompts, idx, src, work / f"abgate-{r}") if side == "abgate"
-                       else _vllm(a, pf, work / f"vllm-{r}", a.model))
+                a.client_procs_n = int(side.partition(":")[2] or 1)
+                got = (_abgate(a, prompts, idx, src, work / f"{side}-{r}".replace(":", "-"))
+                       if side != "vllm" else _vllm(a, pf, work / f"vllm-{r}", a.model))
                 truth = _truth(before, httpx.get(a.url + "/sent", timeout=60).json(), prompts)
                 rows.append({"repeat": r, "client": side, "reported": got, "truth": truth,
                              "over_truth": {k: got[k] / truth[k] for k in truth}})

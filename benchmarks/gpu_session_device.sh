@@ -19,7 +19,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # load mode's sizes (environment): NUM_PROMPTS (320), REPEATS (3), WARMUPS (requests each client
 # sends before its clock starts; default the concurrency), CONCURRENCY (32), LOAD_TIMEOUT (330 s)
 np=${NUM_PROMPTS:-320} reps=${REPEATS:-3} conc=${CONCURRENCY:-32} lt=${LOAD_TIMEOUT:-330}
-warm=${WARMUPS:-$conc}
+warm=${WARMUPS:-$conc} cprocs=${CLIENT_PROCS:-1}  # CLIENT_PROCS: abgate's client processes
 [[ -d /root/m/smol ]] || vllm_convert_smol || exit
 python3 -c "import abgate" 2>/dev/null || vllm_install_checkout || exit
 sl=$OUT/served-load && mkdir -p "$sl"
@@ -30,7 +30,7 @@ for _ in $(seq 150); do curl -sf http://127.0.0.1:8011/v1/models >/dev/null && b
 echo "server ready after $SECONDS s (pid $spid)"
 OUT=$sl timeout "$lt" python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
   --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
-  --repeats "$reps" --warmups "$warm" --data "$data" --json "$OUT/served_load.json" >"$sl/driver.log" 2>&1
+  --repeats "$reps" --warmups "$warm" --client-procs "$cprocs" --data "$data" --json "$OUT/served_load.json" >"$sl/driver.log" 2>&1
 echo "served_load rc=$?"; tail -c 2500 "$sl/driver.log"
 kill -TERM -- -"$spid" 2>/dev/null; for _ in $(seq 30); do kill -0 "$spid" 2>/dev/null || break; sleep 1; done
 kill -KILL -- -"$spid" 2>/dev/null

@@ -41,7 +41,7 @@ def _abgate(a: argparse.Namespace, prompts: list[str], idx: list[int], src: str,
             out: Path) -> dict[str, float]:
     spec = parse_load(f"concurrency:{a.concurrency}", num_prompts=a.num_prompts, seed=a.seed)
     job = LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len,
-                  warmup=a.warmups)
+                  warmup=a.warmups, procs=getattr(a, "client_procs_n", a.client_procs))
     m = run_load(job, out, force=True)["metrics"]
     return {"ttft_ms": m["ttft_ms"]["mean"], "tpot_ms": m["tpot_ms"]["mean"],
             "output_throughput": m["output_throughput"], "itl_median_ms": m["itl_ms"]["median"]}
@@ -95,6 +95,8 @@ def main() -> None:
     p.add_argument("--num-prompts", type=int, default=320)
     p.add_argument("--output-len", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--client-procs", type=int, default=1,
+                   help="abgate's client processes (bench --load --client-procs)")
     p.add_argument("--warmups", type=int, default=None,
                    help="requests each side sends before its clock starts (default: C)")
     p.add_argument("--seed", type=int, default=0)

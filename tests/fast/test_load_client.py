@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,30 @@ def test_cli_warmup_flag_reaches_the_load_bench(server: _Server, tmp_path: Path)
     bad = _cli(*common, "--warmup", "-1", "-o", str(tmp_path / "bad"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--warmup -1" in bad.stderr
+
+
+def test_client_processes_share_the_slots_and_one_writer(server: _Server,
+                                                        tmp_path: Path) -> None:
+    job = replace(_job(server, n=10, c=4, warmup=2), procs=2)
+    rec = run_load(job, tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "load_samples.jsonl").read_text().splitlines()]
+    assert sorted(x["index"] for x in lines) == list(range(10))
+    assert {x["client_proc"] for x in lines} == {0, 1} and rec["client_procs"] == 2
+    assert len(server.bodies) == 12 and rec["metrics"]["completed"] == 10
+    assert 2 <= rec["max_in_flight_observed"] <= 4
+
+
+def test_client_processes_keep_poisson_due_times(server: _Server, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    spec = parse_load("poisson:20", num_prompts=6, seed=1)
+    job = LoadJob(url, None, [f"p{i}" for i in range(6)], "test", list(range(6)), spec,
+                  output_len=2, procs=2)
+    run_load(job, tmp_path)
+    for x in map(json.loads, (tmp_path / "load_samples.jsonl").read_text().splitlines()):
+        assert x["due_s"] <= x["t_send_s"] and x["client_proc"] == x["index"] % 2
+
+
+def test_more_client_processes_than_slots_is_a_usage_error(server: _Server,
+                                                          tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"--client-procs 3: expected 1 to 2"):
+        run_load(replace(_job(server, c=2), procs=3), tmp_path)

@@ -2,8 +2,10 @@
 
 Requests leave at their seeded due times (``load.arrival_schedule``), at most the
 shape's in-flight cap open at once (an asyncio semaphore), each one streamed by the
-same ``stream_once`` the openai engine uses, so its timestamps are taken the same way.
-Every finished request is appended and fsynced to ``load_samples.jsonl``; ``load.json``
+same ``stream_once`` the openai engine uses, so its timestamps are taken the same way,
+each on an HTTP client of its own for as long as it is in flight. Every finished request
+is appended and fsynced to ``load_samples.jsonl`` (by a writer thread, off the event
+loop); ``--client-procs`` spreads the slots over processes (``load_procs``); ``load.json``
 holds the spec, the schedule, the prompts' source and indices, and the metrics,
 computed from the raw samples alone.
 """
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -54,6 +56,7 @@ class LoadJob:
     api: str = "completions"  # completions (as vllm bench serve's default) or chat
     headers: tuple[tuple[str, str], ...] = ()
     warmup: int = 0  # requests sent (and not measured) before the clock starts
+    procs: int = 1  # client processes the in-flight slots are spread over (load_procs)
 
 
 def _body(job: LoadJob, prompt: str, model: str, dialect: Dialect) -> dict[str, Any]:
@@ -85,9 +88,15 @@ def _discover(job: LoadJob) -> tuple[str, Dialect]:
     return model, identify(models, title) if served else DIALECTS["unknown"]
 
 
+class LineSink(Protocol):
+    """Where a finished request's line goes (``_Writer``, or a client process's pipe)."""
+
+    def append(self, data: bytes) -> None: ...
+
+
 async def _one(job: LoadJob, clients: _Clients, i: int, body: dict[str, Any],
                due: float, t0: float, gate: asyncio.Semaphore | None,
-               writer: _Writer) -> RequestTimes:
+               writer: LineSink) -> RequestTimes:
     await asyncio.sleep(max(0.0, t0 + due - time.perf_counter()))
     if gate is not None:
         await gate.acquire()
@@ -218,6 +227,10 @@ def run_load(job: LoadJob, out: Path, *, force: bool = False) -> dict[str, Any]:
         raise UsageError(f"--api {job.api!r}: expected completions or chat")
     if job.warmup < 0:
         raise UsageError(f"--warmup {job.warmup}: expected >= 0")
+    cap = job.spec.in_flight_cap
+    if job.procs < 1 or (cap is not None and job.procs > cap):
+        want = ">= 1" if cap is None else f"1 to {cap} (the requests in flight)"
+        raise UsageError(f"--client-procs {job.procs}: expected {want}")
     if ((out / RECORD).exists() or (out / SAMPLES).exists()) and not force:
         raise UsageError(f"{out}: holds a load bench already (give --force to overwrite)")
     model, dialect = _discover(job)
@@ -225,11 +238,16 @@ def run_load(job: LoadJob, out: Path, *, force: bool = False) -> dict[str, Any]:
     if (out / SAMPLES).exists():
         safefs.truncate(out / SAMPLES, 0)
     schedule = arrival_schedule(job.spec)
-    reqs, t0, duration = asyncio.run(_run(job, model, dialect, schedule, out))
+    if job.procs > 1:
+        from abgate.bench.load_procs import run_procs
+        reqs, t0, duration = run_procs(job, model, dialect, schedule, out, job.procs)
+    else:
+        reqs, t0, duration = asyncio.run(_run(job, model, dialect, schedule, out))
     record = {"kind": "load_bench", "server": redact_url(job.url), "model": model,
               "dialect": dialect.kind, "api": job.api, "output_len": job.output_len,
               "load": job.spec.to_dict(), "schedule_s": schedule,
-              "warmup_requests": job.warmup, "t0_perf_counter": t0,
+              "warmup_requests": job.warmup, "client_procs": job.procs,
+              "t0_perf_counter": t0,
               "prompts": {"source": job.prompt_source, "indices": list(job.prompt_indices)},
               "max_in_flight_observed": max_in_flight(reqs),
               "metrics": serve_metrics(reqs, duration)}

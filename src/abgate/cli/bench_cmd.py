@@ -193,6 +193,8 @@ def bench_command(
     num_prompts: int = typer.Option(100, help="--load: requests sent."),
     load_seed: int = typer.Option(0, help="--load: seed of the prompts and arrivals."),
     load_data: str = typer.Option(None, help="--load: GSM8K data or a JSONL prompt file."),
+    client_procs: int = typer.Option(1, help="--load: client processes the requests in "
+                                     "flight are spread over."),
     contract: eo.Contract = None,
     manifest: eo.Manifest = None,
     allow_stale_manifest: eo.AllowStaleManifest = False,
@@ -209,7 +211,7 @@ def bench_command(
                          "run it once per server")
     if not shape.closed:
         run_load_bench(shape, flags.spec(), data=load_data, output_len=output_len, out=out,
-                       force=force, warmup=warmup)
+                       force=force, warmup=warmup, procs=client_procs)
         return
     config = BenchConfig(
         **flags.spec(),

@@ -14,7 +14,8 @@ from abgate.errors import UsageError
 
 
 def run_load_bench(spec: LoadSpec, engine: dict[str, Any], *, data: str | None,
-                   output_len: int, out: Path | None, force: bool, warmup: int = 1) -> None:
+                   output_len: int, out: Path | None, force: bool, warmup: int = 1,
+                   procs: int = 1) -> None:
     """Run an open-loop load bench against the one ``--endpoint`` of ``engine``."""
     opts = engine.get("engine_options") or {}
     endpoints = list(opts.get("endpoints") or ())
@@ -25,7 +26,7 @@ def run_load_bench(spec: LoadSpec, engine: dict[str, Any], *, data: str | None,
     job = LoadJob(url=endpoints[0].rstrip("/"), model=engine.get("model"), prompts=prompts,
                   prompt_source=source, prompt_indices=idx, spec=spec,
                   output_len=output_len, api=str(opts.get("api") or "completions"),
-                  warmup=warmup)
+                  warmup=warmup, procs=procs)
     out = out or Path("runs") / time.strftime("load-%Y%m%d-%H%M%S")
     rec = run_load(job, out, force=force)
     m = rec["metrics"]
