@@ -58,10 +58,10 @@ class Replica:
     def engine_facts(self) -> dict[str, Any]:
         """Each arm's engine as loaded here: name and version, the effective
         configuration's digest (matched across replicas)."""
-        return {"engines": {arm: {"version": s.info.get("version"),
-                                  "engine": s.info.get("name")}
+        return {"engines": {arm: {"version": s.described.version,
+                                  "engine": s.described.name}
                             for arm, s in self.sessions.items()},
-                "engine_config": {arm: config_digest(s.info.get("effective_config"))
+                "engine_config": {arm: config_digest(s.described.effective_config)
                                   for arm, s in self.sessions.items()}}
 
     def facts(self) -> dict[str, Any]:
