@@ -50,13 +50,14 @@ from abgate.records.comparison import (
     Ratio,
     SpeedMetric,
 )
+from abgate.records.policy import SPEED_METRICS
 from abgate.records.samples import Sample
 from abgate.scoring.health import clustered_accuracy
 
 __all__ = ["RATE_FIELDS", "SPEED_METRICS", "compare_samples", "finite"]
 
-# Speed metric -> +1 when higher is better (B/A > 1 is a speedup), -1 when lower is.
-SPEED_METRICS: dict[str, int] = {"steady_decode_tps": 1, "prefill_tps": 1, "ttft_s": -1}
+# SPEED_METRICS (records.policy): metric -> +1 when higher is better (B/A > 1 is a
+# speedup), -1 when lower is.
 # Health rates compared pair by pair (0/1 per sample, seq_rep_4 in [0, 1]).
 RATE_FIELDS = ("invalid", "truncated", "natural_stop", "seq_rep_4")
 

@@ -18,7 +18,7 @@ from abgate.compare.gates import FAIL, PASS
 from abgate.records.comparison import ArmResult, ComparisonDoc
 from abgate.records.documents import AbRecord
 from abgate.records.result import Gate
-from abgate.report.views import RecordedPolicy
+from abgate.report.fmt import NA
 from abgate.runner.documents import read_document, read_record
 
 # Extra lines under "Minimum detectable effect" (the verdict's own per-gate MDEs,
@@ -191,7 +191,7 @@ def summary_md(ab_dir: Path) -> str:
         out += _gates_table(result) + ["", "### What differed", ""]
         out += _differed(record, arm) + ["", "### Minimum detectable effect", ""]
         out += _mde(result, ab_dir) + [""]
-    out.append(f"Policy `{RecordedPolicy.model_validate(doc.policy).name}`; the records: "
+    out.append(f"Policy `{doc.policy.name if doc.policy else NA}`; the records: "
                f"`{ab_dir.name}/` (ab.json, "
                "comparison.json).")
     return "\n".join(out) + "\n"
