@@ -49,7 +49,7 @@ def junit_xml(doc: ComparisonDoc, name: str = "abgate ab") -> str:
     ``<failure>`` whose message is the verdict line, an inconclusive or unmeasured gate
     ``<skipped>`` (the verdict, INCONCLUSIVE, exits 3 all the same)."""
     root = ET.Element("testsuites", name=name)
-    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    tests = failures = skips = 0  # the totals, over every suite
     for arm, result in doc.comparisons.items():
         gates = result.verdict.gates
         failed = sum(g.outcome == FAIL for g in gates)
@@ -67,10 +67,9 @@ def junit_xml(doc: ComparisonDoc, name: str = "abgate ab") -> str:
             elif gate.outcome != PASS:
                 ET.SubElement(case, "skipped", message=f"{gate.outcome}: {gate.evidence}")
             ET.SubElement(case, "system-out").text = gate.evidence
-        totals = {"tests": totals["tests"] + len(gates),
-                  "failures": totals["failures"] + failed,
-                  "skipped": totals["skipped"] + skipped}
-    root.attrib.update({k: str(v) for k, v in totals.items()} | {"errors": "0"})
+        tests, failures, skips = tests + len(gates), failures + failed, skips + skipped
+    root.attrib.update({"tests": str(tests), "failures": str(failures),
+                        "skipped": str(skips), "errors": "0"})
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
