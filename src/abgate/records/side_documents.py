@@ -1,14 +1,15 @@
 """The JSON documents beside the records, typed: a run's (an A/B arm's)
 ``summary.json``, an arm's ``probes.json`` and ``bench.json``, a bench's
-``summary.json``, and a ``decisions.jsonl`` line. Each has its own schema version
-(:data:`abgate.records.documents.SCHEMA_VERSIONS`), written and read by
-:mod:`abgate.runner.documents`."""
+``summary.json``, a ``decisions.jsonl`` line and an ``attachments.jsonl`` line. Each
+has its own schema version (:data:`abgate.records.documents.SCHEMA_VERSIONS`), written
+and read by :mod:`abgate.runner.documents` (the two lines: ``ab.decision``,
+``provenance.attach``)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from abgate.records.bench_sections import (
     BenchProbes,
@@ -103,3 +104,26 @@ class DecisionRecord(BaseModel):
     relation: Literal["confirms", "overrides", "settles"]
     source: DecisionSource
     decided_at: str
+
+
+class AttachmentRecord(BaseModel):
+    """One line of a result directory's ``attachments.jsonl`` (``abgate attach``): the
+    commit the results were measured on, the commit they are attached to (same tree),
+    where the tested commit was read and when. Written with its keys sorted; a line
+    another abgate added keys to still reads (they are kept)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    schema_name: Literal["abgate.attachment"] = Field(default="abgate.attachment", alias="schema")
+    schema_version: int = 1
+    tested_commit: str
+    attached_commit: str
+    attached_rev: str | None = None
+    tree: str | None = None
+    tested_commit_from: str | None = None
+    attached_at: str | None = None
+
+    def line(self) -> dict[str, Any]:
+        """The JSON object written (``schema``, not the field's name)."""
+        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
+        return out
