@@ -59,7 +59,7 @@ def read_agreement(path: Path, repair: bool = False) -> list[AgreementRow]:
 
 def _generation_seconds(samples: Sequence[SampleLike]) -> float | None:
     times = [float(t) for s in map(Sample.of, samples)
-             if isinstance(t := s.timing.get("e2e_s"), int | float) and math.isfinite(t)]
+             if isinstance(t := s.timing.e2e_s, int | float) and math.isfinite(t)]
     return sum(times) if times else None
 
 

@@ -122,13 +122,15 @@ def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> Qual
 
 
 def _timing(sample: Sample, metric: str) -> float | None:
-    return float(sample.timing[metric]) if _why_unmeasured(sample, metric) is None else None
+    value = sample.timing.figure(metric)
+    return float(value) if value is not None and _why_unmeasured(sample, metric) is None \
+        else None
 
 
 def _why_unmeasured(sample: Sample, metric: str) -> str | None:
     """Why a sample's ``metric`` is no measurement (None when it is one): ``nan``,
     ``inf``, ``missing`` (absent, null, not a number) or ``not positive``."""
-    value = sample.timing.get(metric)
+    value = sample.timing.figure(metric)
     if not isinstance(value, int | float) or isinstance(value, bool):
         return "missing"
     try:

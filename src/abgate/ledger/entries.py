@@ -128,7 +128,7 @@ def sample_metrics(samples: Sequence[Sample | Mapping[str, Any]]
             out[name] = metric(mean, se, len(pairs))
     for field in SPEED_FIELDS:
         pairs = [(v, str(s.item_id)) for s in live
-                 if (v := _number(s.timing.get(field))) is not None and math.isfinite(v)]
+                 if (v := _number(s.timing.figure(field))) is not None and math.isfinite(v)]
         if pairs:
             mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
             out[field] = metric(mean, se, len(pairs))

@@ -125,7 +125,7 @@ def to_point(sample: Sample) -> Point:
         tokens=as_float(tokens if tokens is not None else sample.health.output_tokens),
         rep=as_float(sample.health.seq_rep_4),
         output_sha=sample.output_sha(),
-        speed={k: as_float(sample.timing.get(k)) for k in SPEED_KEYS},
+        speed={k: as_float(sample.timing.figure(k)) for k in SPEED_KEYS},
     )
 
 
