@@ -15,7 +15,9 @@ from abgate.records.bench_sections import (
     BenchProbes,
     BenchSummaryCase,
     CaseFigures,
+    EngineResources,
     ModelBytes,
+    PeakBandwidth,
     ProbeRecord,
 )
 from abgate.records.documents import Document, Status
@@ -62,7 +64,7 @@ class AbBenchDocument(Document):
 
 class BenchSummary(Document):
     """A bench's ``summary.json``: per-case distributions, probes, resources, bandwidth
-    (the host's and the engine's own objects, typed as JSON objects)."""
+    (the engine's process and memory, the peak the roofline is taken against)."""
 
     NAME = "bench-summary"
     kind: Literal["bench"] = "bench"
@@ -73,9 +75,9 @@ class BenchSummary(Document):
     warmup: int | None = None
     repeats: int | None = None
     prompt_seed: int | None = None
-    resources: dict[str, Any] | None = None
+    resources: EngineResources | None = None
     model_bytes: ModelBytes | None = None
-    peak_bandwidth: dict[str, Any] | None = None
+    peak_bandwidth: PeakBandwidth | None = None
     not_certified: list[str] | None = None
 
 
