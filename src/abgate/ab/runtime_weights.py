@@ -103,8 +103,8 @@ def identity(p: PreparedEngine, info: EngineRecord) -> dict[str, Any]:
     effective = {k: v for k, v in info.effective_config.items()
                  if facts.must_match(f"effective.{k}")}
     return {"engine": p.spec.engine, "model": Path(p.model).name,
-            "sha256": p.model_identity.get("sha256"),
-            "size_bytes": p.model_identity.get("size"),
+            "sha256": p.model_identity.sha256,
+            "size_bytes": p.model_identity.size,
             "engine_args": dict(p.resolved_args),
             "config_digest": digest_json(effective)}
 

@@ -34,7 +34,7 @@ from abgate.identity import identify_model
 from abgate.model_check import ModelStamp
 from abgate.records import facts
 from abgate.records.documents import Loadable, LoadFacts, RunRecord
-from abgate.records.sections import CapabilitiesRecord, EngineRecord
+from abgate.records.sections import CapabilitiesRecord, EngineRecord, ModelRef
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
 
 
@@ -61,7 +61,7 @@ class PreparedEngine:
     engine_cls: type[Engine]  # the registry's class: its classmethods check and load
     model: str
     resolved_args: dict[str, Any]
-    model_identity: dict[str, Any]
+    model_identity: ModelRef  # the spec's model, as identified
     # what hashing the model's files saw: every load checks they are still those bytes
     stamp: ModelStamp | None = field(default=None, compare=False, repr=False)
 
@@ -72,7 +72,7 @@ class PreparedEngine:
     def record(self) -> dict[str, Any]:
         """The engine part of a run spec (what the spec digest covers)."""
         return recorded_engine_part({
-            "engine": self.spec.engine, "model": self.model_identity,
+            "engine": self.spec.engine, "model": self.model_identity.to_dict(),
             "engine_args": self.spec.args, "engine_options": self.spec.options,
             "resolved_engine_args": self.resolved_args, "env": self.spec.env})
 
