@@ -1,9 +1,10 @@
 """The JSON documents beside the records, typed: a run's (an A/B arm's)
 ``summary.json``, an arm's ``probes.json`` and ``bench.json``, a bench's
-``summary.json``, a ``decisions.jsonl`` line and an ``attachments.jsonl`` line. Each
-has its own schema version (:data:`abgate.records.documents.SCHEMA_VERSIONS`), written
-and read by :mod:`abgate.runner.documents` (the two lines: ``ab.decision``,
-``provenance.attach``)."""
+``summary.json``, a ``decisions.jsonl`` line, an ``attachments.jsonl`` line and a
+writer lock's holder. Each has its own schema version
+(:data:`abgate.records.documents.SCHEMA_VERSIONS`), written and read by
+:mod:`abgate.runner.documents` (the two lines: ``ab.decision``, ``provenance.attach``;
+the lock: ``dirlock``, ``nestlock``)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,13 @@ class AttachmentRecord(BaseModel):
         """The JSON object written (``schema``, not the field's name)."""
         out: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
         return out
+
+
+class LockHolder(BaseModel):
+    """A directory's writer lock file (``.abgate.lock``, ``abgate.dirlock``): who holds
+    it, written by the holder and read by a writer it refuses (``abgate.nestlock``)."""
+
+    pid: int
+    command: str
+    since: float | None = None
+
