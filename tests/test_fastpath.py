@@ -201,7 +201,7 @@ def test_fast_path_policy_on_recorded_abs(tmp_path: Path) -> None:
     assert verdicts["fast"].verdict.decision == "ACCEPT"
     assert any("Reported, not deciding" in n for n in verdicts["fast"].verdict.notes)
     assert verdicts["loopy"].verdict.decision == "REJECT"
-    assert fast_path.policy["name"] == "fast-path"
+    assert fast_path.policy is not None and fast_path.policy.name == "fast-path"
 
 
 @pytest.mark.engine

@@ -58,7 +58,7 @@ def test_bench_runs_on_every_replica_with_one_writer(second_node: Any, tmp_path:
     assert res.returncode == 0, (res.stdout + res.stderr)
     doc = read_document(out / "cluster.json", ClusterBenchDocument)
     assert doc.status == "complete" and len(doc.replicas) == 2
-    assert {r.facts["node_id"] for r in doc.replicas} == {
+    assert {r.facts.node_id for r in doc.replicas} == {
         second_node.node_id, ray.get_runtime_context().get_node_id()}
     for r in doc.replicas:
         run = read_record(out / str(r.dir) / "run.json", model=BenchRecord)
@@ -86,7 +86,7 @@ def test_bench_names_the_slow_node(second_node: Any, tmp_path: Path) -> None:
     res = cli("bench", "--engine", "fake", *SMALL, "--peak-bw", "10", *TWO, "-o", str(out))
     assert res.returncode == 0, (res.stdout + res.stderr)
     doc = read_document(out / "cluster.json", ClusterBenchDocument)
-    slow = next(r.index for r in doc.replicas if r.facts["node_id"] == second_node.node_id)
+    slow = next(r.index for r in doc.replicas if r.facts.node_id == second_node.node_id)
     ttft = next(s for s in doc.cases[0].spread if s.metric == "ttft_s")
     assert ttft.slowest == slow and ttft.slowest_vs_median is not None
     assert ttft.slowest_vs_median > 1.1 and ttft.spread is not None and ttft.spread > 0.2
@@ -118,7 +118,7 @@ def test_baseline_check_on_every_replica(second_node: Any, tmp_path: Path) -> No
     ok = cli("baseline", "check", str(base), "--tolerance", "1", *TWO, "--json", str(report))
     assert ok.returncode == 0, (ok.stdout + ok.stderr)
     doc = read_document(report, ClusterCheckDocument)
-    assert doc.passed and len({r.facts["node_id"] for r in doc.replicas}) == 2
+    assert doc.passed and len({r.facts.node_id for r in doc.replicas}) == 2
     for r in doc.replicas:
         assert r.passed and r.report is not None
         assert all(c["tokens_match"] for c in r.report["cases"])

@@ -73,7 +73,7 @@ def test_lmeval_samples_rescored_with_lm_evals_metric_beside(run: str) -> None:
         for x in raw:
             assert kept[x["filter"]]["exact_match"] == x["exact_match"]
             assert kept[x["filter"]]["filtered_resp"] == x["filtered_resps"][0]
-        assert all(v is None for v in sample.timing.values())
+        assert all(getattr(sample.timing, f) is None for f in type(sample.timing).model_fields)
     # lm-eval's own aggregate, recomputed beside abgate's re-scored accuracy
     unit = lmeval.entry(path).units[0]
     own = results_file(run)["results"]["gsm8k_local"]  # type: ignore[index]
@@ -135,12 +135,12 @@ def test_vllm_bench_import_per_request_speed(tmp_path: Path) -> None:
     found = vllm_bench.samples(path)
     assert [s.key for s in found] == [f"req-{i:05d}#0" for i in range(4)]
     t = found[0].timing
-    assert t["ttft_s"] == pytest.approx(0.02)
-    assert t["steady_decode_tps"] == pytest.approx(7 / 0.07)
-    assert t["tpot_ms"] == pytest.approx(10.0)
-    assert t["prefill_tps"] == pytest.approx(32 / 0.02)
-    assert t["e2e_s"] == pytest.approx(0.09) and t["output_tps"] == pytest.approx(8 / 0.09)
-    assert found[3].finish_reason == "error" and found[3].timing["ttft_s"] is None
+    assert t.ttft_s == pytest.approx(0.02)
+    assert t.steady_decode_tps == pytest.approx(7 / 0.07)
+    assert t.tpot_ms == pytest.approx(10.0)
+    assert t.prefill_tps == pytest.approx(32 / 0.02)
+    assert t.e2e_s == pytest.approx(0.09) and t.output_tps == pytest.approx(8 / 0.09)
+    assert found[3].finish_reason == "error" and found[3].timing.ttft_s is None
     unit = read_entry(path).units[0]
     assert unit.metrics["steady_decode_tps"]["value"] == pytest.approx(100.0)
     assert unit.metrics["error_rate"]["value"] == pytest.approx(0.25)

@@ -64,7 +64,7 @@ def test_finished_commands_were_indexed(recorded: dict[str, Path]) -> None:
             assert case.name == "in16/out4" and case.metrics["steady_decode_tps"]["value"]
         comparison = json.loads((recorded["ab"] / "comparison.json").read_text())
         assert ab.decision == comparison["decision"]
-        assert ab.verdicts == {"baseline": "A", "arms": {
+        assert ab.verdicts.to_dict() == {"baseline": "A", "arms": {
             "B": comparison["comparisons"]["B"]["verdict"]["decision"]}}
         units = db.units_of(ab.id)
         assert [u.name for u in units] == ["A", "B"]

@@ -145,7 +145,7 @@ def test_transformers_reports_rank_facts_and_llamacpp_reports_none(
     tiny = build_tiny_model(tmp_path / "llama")
     with loaded(prepare_engine(EngineSpec("transformers", str(tiny),
                                           {"dtype": "bfloat16"}))) as session:
-        eff = session.info["effective_config"]
+        eff = session.described.effective_config
         n_params = len(list(session.engine._model.parameters()))
     (rank0,) = eff["ranks"]
     assert rank0["rank"] == 0 and rank0["weight_dtypes"] == {"bfloat16": n_params}
@@ -154,6 +154,6 @@ def test_transformers_reports_rank_facts_and_llamacpp_reports_none(
     assert "not reported by this engine (rank 0 of transformers" in unknown.message()
     with loaded(prepare_engine(EngineSpec("llamacpp", model_path,
                                           engine_threads(1)))) as session:
-        eff = session.info["effective_config"]
+        eff = session.described.effective_config
     (none,) = check_effective(contract, "llamacpp", eff)
     assert "not reported by this engine (llamacpp: no per-rank facts)" in none.message()

@@ -4,19 +4,22 @@ as empty (rendered n/a), never as a crash, and well-formed ones read by attribut
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from abgate.compare.policy import load_policy
 from abgate.records.bench_sections import SpeedDistributions
+from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import AbRecord
+from abgate.records.policy import Policy
 from abgate.records.sections import Distribution
 from abgate.records.side_documents import AbBenchCase, AbBenchDocument
 from abgate.report import render
 from abgate.report.fmt import NA
 from abgate.report.views import (
     ArmSetting,
-    RecordedPolicy,
     WeightsDiff,
 )
 from abgate.runner.documents import read_record, write_record
@@ -29,14 +32,15 @@ def ab_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_ab_dir(tmp_path_factory.mktemp("views") / "ab")
 
 
-def test_policy_view_keeps_values_and_empties_non_objects() -> None:
-    policy = RecordedPolicy.model_validate({"speed": 3, "quality": {"max_mean_kld": "x"},
-                                            "power": 0.8})
-    assert policy.speed.metric is None and policy.speed.min_speedup is None
-    assert policy.quality.max_mean_kld == "x" and policy.quality.max_accuracy_drop is None
-    assert RecordedPolicy.model_validate(None).speed.confidence is None
-    assert RecordedPolicy.model_validate(
-        {"speed": {"metric": "ttft_s"}}).speed.metric == "ttft_s"
+def test_the_recorded_policy_is_the_policy_model() -> None:
+    """comparison.json's policy reads back as the Policy decide() applied (one model),
+    and writes the same JSON as it was given."""
+    policy = load_policy()
+    doc = ComparisonDoc(policy=policy)
+    again = ComparisonDoc.model_validate(json.loads(json.dumps(doc.to_json())))
+    assert again.policy == policy and again.to_json() == doc.to_json()
+    assert list(doc.to_json()["policy"]) == [f.name for f in fields(Policy)]
+    assert ComparisonDoc().policy is None and "policy" not in ComparisonDoc().to_json()
 
 
 def test_list_views_keep_only_objects_and_defaults_fill_missing_fields() -> None:

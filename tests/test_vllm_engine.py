@@ -418,6 +418,7 @@ def test_model_bytes_count_parameters_on_the_meta_device() -> None:
 def test_gpu_engines_never_get_the_cpu_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
     from abgate.bench import session
     from abgate.bench.roofline import measure_gpu_bandwidth, runs_on_gpu
+    from abgate.records.bench_sections import PeakBandwidth
     from abgate.records.sections import CapabilitiesRecord, EngineRecord
 
     def described(name: str, **effective: object) -> EngineRecord:
@@ -430,18 +431,18 @@ def test_gpu_engines_never_get_the_cpu_bandwidth(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(session, "measure_peak_bandwidth",
                         lambda *a: pytest.fail("the CPU probe ran for a GPU engine"))
     monkeypatch.setattr(session, "measure_gpu_bandwidth",
-                        lambda: {"gbps": None, "source": "unknown: no CUDA device"})
+                        lambda: PeakBandwidth(gbps=None, source="unknown: no CUDA device"))
     got = session.peak_bandwidth(session.BenchConfig(engine="vllm"), described("vllm"))
-    assert got["gbps"] is None and got["source"].startswith("unknown")
+    assert got.gbps is None and (got.source or "").startswith("unknown")
     declared = session.peak_bandwidth(session.BenchConfig(peak_bw_gbps=4800.0),
                                       described("vllm"))
-    assert declared == {"gbps": 4800.0, "source": "declared (--peak-bw)"}
+    assert declared.model_dump() == {"gbps": 4800.0, "source": "declared (--peak-bw)"}
     try:
         import torch
     except ImportError:
         return
     if not torch.cuda.is_available():
-        assert measure_gpu_bandwidth()["gbps"] is None
+        assert measure_gpu_bandwidth().gbps is None
 
 
 def test_bench_at_concurrency_runs_batches_and_reports_throughput(

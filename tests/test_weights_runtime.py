@@ -50,7 +50,7 @@ def _transformers_bf16_arm_against_float32_from_the_loaded_model(tmp_path: Path)
 def _llamacpp_exposes_its_gguf_tensors_dequantized(model_path: str) -> None:
     p = prepare_engine(EngineSpec("llamacpp", model_path, engine_threads(1)))
     with loaded(p) as session:  # the effective config reports what llama.cpp's API says
-        eff = session.info["effective_config"]
+        eff = session.described.effective_config
     assert eff["n_seq_max"] == 1 and eff["tensor_types"]["attn_q"] == "Q4_1"
     assert eff["tensor_types"]["token_embd"] == "Q8_0"
     contract = Contract("c.toml", "0" * 64, settings={"ssm_state_dtype": "float32", "n_seq_max": 1})

@@ -31,6 +31,7 @@ from abgate import nestlock, safefs
 from abgate.errors import UsageError
 from abgate.nestlock import LOCK_FILE as LOCK_FILE
 from abgate.nestlock import holder
+from abgate.records.side_documents import LockHolder
 from abgate.redact import redact_text
 
 _HELD: dict[Path, int] = {}  # directories this process holds -> nesting depth
@@ -40,9 +41,8 @@ def _note_holder(fd: int) -> None:
     argv = list(sys.argv)
     if argv and Path(argv[0]).name in ("abgate", "__main__.py"):  # python -m abgate
         argv[0] = "abgate"
-    doc = {"pid": os.getpid(), "command": redact_text(shlex.join(argv)),
-           "since": time.time()}
-    data = (json.dumps(doc) + "\n").encode()
+    doc = LockHolder(pid=os.getpid(), command=redact_text(shlex.join(argv)), since=time.time())
+    data = (json.dumps(doc.model_dump()) + "\n").encode()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
 

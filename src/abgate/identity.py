@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from abgate.errors import AbgateError
+from abgate.records.sections import ModelRef
 
 CHUNK_BYTES = 1 << 20
 SAMPLE_CHUNKS = 64
@@ -151,7 +152,7 @@ def model_files(path: Path) -> list[Path]:
                   if p.is_file() and ".git" not in p.relative_to(path).parts)
 
 
-def model_identity(model: str, cache: HashCache = DEFAULT_CACHE) -> dict[str, Any]:
+def model_identity(model: str, cache: HashCache = DEFAULT_CACHE) -> ModelRef:
     """What identifies a model in a spec: a file's SHA-256 and size; for a directory
     (an HF checkout, a hub snapshot) every file's, and one digest over them all, so a
     changed weight file changes the spec digest; anything else (a hub id a server
@@ -160,20 +161,20 @@ def model_identity(model: str, cache: HashCache = DEFAULT_CACHE) -> dict[str, An
 
 
 def identify_model(model: str, cache: HashCache = DEFAULT_CACHE
-                   ) -> tuple[dict[str, Any], dict[str, FileHash]]:
+                   ) -> tuple[ModelRef, dict[str, FileHash]]:
     """:func:`model_identity`, and what each file's hashing saw (by its path in the
     directory; ``""`` for a model that is one file; none for a name), so a later load
     can tell whether the files are still those bytes (:mod:`abgate.model_check`)."""
     path = Path(model) if model else None
     if path is not None and path.is_file():
         hashed = cache.hash(path)
-        return ({"path": model, "kind": "file", "sha256": hashed.sha256,
-                 "size": hashed.size}, {"": hashed})
+        return ModelRef(path=model, kind="file", sha256=hashed.sha256,
+                        size=hashed.size), {"": hashed}
     if path is not None and path.is_dir():
         seen = {file.relative_to(path).as_posix(): cache.hash(file)
                 for file in model_files(path)}
         files = [{"path": rel, "size": h.size, "sha256": h.sha256} for rel, h in seen.items()]
-        return ({"path": model, "kind": "directory", "sha256": json_sha256(files),
-                 "size": sum(f["size"] for f in files), "files": files}, seen)
-    return ({"path": model, "kind": "name", "sha256": None,
-             "note": "not a local file or directory: identified by name only"}, {})
+        return ModelRef(path=model, kind="directory", sha256=json_sha256(files),
+                        size=sum(h.size for h in seen.values()), files=files), seen
+    return ModelRef(path=model, kind="name", sha256=None,
+                    note="not a local file or directory: identified by name only"), {}

@@ -16,26 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from abgate.engines.base import GenerationResult
-
-
-@dataclass(frozen=True)
-class RequestTiming:
-    ttft_s: float | None
-    prefill_tps: float | None
-    decode_s: float | None
-    steady_decode_tps: float | None
-    tpot_ms: float | None
-    e2e_s: float | None
-    output_tps: float | None
-
-    def to_dict(self) -> dict[str, float | None]:
-        return asdict(self)
+from abgate.records.samples import RequestTiming
 
 
 def _ratio(num: float, den: float | None) -> float | None:
@@ -44,7 +30,8 @@ def _ratio(num: float, den: float | None) -> float | None:
 
 def request_timing(r: GenerationResult) -> RequestTiming:
     if r.finish_reason == "error" or r.t_first_token is None or r.t_last_token is None:
-        return RequestTiming(None, None, None, None, None, None, None)
+        return RequestTiming(ttft_s=None, prefill_tps=None, decode_s=None,  # each written
+                             steady_decode_tps=None, tpot_ms=None, e2e_s=None, output_tps=None)
     ttft = r.t_first_token - r.t_submit
     decode = r.t_last_token - r.t_first_token
     e2e = r.t_last_token - r.t_submit

@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from abgate.errors import AbgateError
 from abgate.identity import DEFAULT_CACHE, FileHash, HashCache, model_files, stat_signature
+from abgate.records.sections import ModelRef
 
 
 class ModelChanged(AbgateError):
@@ -48,9 +48,8 @@ class ModelStamp:
     files: dict[str, FileHash] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, identity: dict[str, Any], files: dict[str, FileHash]) -> ModelStamp:
-        return cls(str(identity["path"]), str(identity["kind"]), identity.get("sha256"),
-                   dict(files))
+    def of(cls, identity: ModelRef, files: dict[str, FileHash]) -> ModelStamp:
+        return cls(str(identity.path), str(identity.kind), identity.sha256, dict(files))
 
     def check(self, when: str, cache: HashCache = DEFAULT_CACHE) -> None:
         """Raise :class:`ModelChanged` unless every file is still the bytes hashed

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from abgate.errors import UsageError
+from abgate.records.side_documents import LockHolder
 from abgate.safejson import parse
 
 LOCK_FILE = ".abgate.lock"
@@ -39,9 +40,9 @@ def holder(fd: int) -> str:
     """Who holds the lock, as its lock file says (it may not have written it yet)."""
     try:
         raw = os.pread(fd, 65536, 0).decode("utf-8", "replace")
-        doc = parse(raw)
-        return f"pid {doc['pid']} ({doc['command']})"
-    except (OSError, ValueError, KeyError, TypeError):
+        doc = LockHolder.model_validate(parse(raw))
+        return f"pid {doc.pid} ({doc.command})"
+    except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
         return "another process (it has not written its pid yet)"
 
 

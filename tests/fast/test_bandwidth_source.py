@@ -10,6 +10,7 @@ import pytest
 
 from abgate.bench import session
 from abgate.bench.resources import engine_resources, holds_gpu_memory
+from abgate.records.bench_sections import EngineResources, GpuMemory, PeakBandwidth
 from abgate.records.sections import CapabilitiesRecord, EngineRecord
 
 
@@ -23,46 +24,49 @@ SERVED = described("openai", server_kind="vllm")
 
 def _probes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     ran: list[str] = []
-    monkeypatch.setattr(session, "measure_gpu_bandwidth",
-                        lambda: ran.append("gpu") or {"gbps": 4100.0, "source": "gpu probe"})
+
+    def probe(name: str, gbps: float, source: str) -> Any:
+        return lambda *a: ran.append(name) or PeakBandwidth(gbps=gbps, source=source)
+
+    monkeypatch.setattr(session, "measure_gpu_bandwidth", probe("gpu", 4100.0, "gpu probe"))
     monkeypatch.setattr(session, "measure_gpu_bandwidth_in_child",
-                        lambda: ran.append("gpu child") or {"gbps": 4000.0, "source": "gpu"})
-    monkeypatch.setattr(session, "measure_peak_bandwidth",
-                        lambda *a: ran.append("cpu") or {"gbps": 50.0, "source": "cpu probe"})
+                        probe("gpu child", 4000.0, "gpu"))
+    monkeypatch.setattr(session, "measure_peak_bandwidth", probe("cpu", 50.0, "cpu probe"))
     return ran
 
 
-def _gpus(used: int | None) -> list[dict[str, Any]]:
-    return [{"index": 0, "name": "GPU", "memory_used": 1, "memory_total": 2,
-             "process_memory_used": used}]
+def _gpus(used: int | None) -> list[GpuMemory]:
+    return [GpuMemory(index=0, name="GPU", memory_used=1, memory_total=2,
+                      process_memory_used=used)]
 
 
 def test_a_launched_server_on_a_gpu_gets_the_gpu_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     ran = _probes(monkeypatch)
-    res = {"pid": 4321, "in_process": False, "gpus": _gpus(15 << 30)}
+    res = EngineResources(pid=4321, in_process=False, gpus=_gpus(15 << 30))
     assert holds_gpu_memory(res)
-    assert session.peak_bandwidth(session.BenchConfig(), SERVED, res)["gbps"] == 4000.0
+    assert session.peak_bandwidth(session.BenchConfig(), SERVED, res).gbps == 4000.0
     assert ran == ["gpu child"]  # abgate's own process opens no CUDA context for a server
     vllm = described("vllm")  # in this process: probed here
-    assert session.peak_bandwidth(session.BenchConfig(), vllm, res)["gbps"] == 4100.0
+    assert session.peak_bandwidth(session.BenchConfig(), vllm, res).gbps == 4100.0
     assert ran == ["gpu child", "gpu"]
 
 
 def test_a_local_server_on_the_cpu_gets_the_cpu_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     ran = _probes(monkeypatch)
     for gpus in ([], _gpus(0), _gpus(None)):  # no NVML; a GPU the server does not use
-        res = {"pid": 4321, "in_process": False, "gpus": gpus}
-        assert session.peak_bandwidth(session.BenchConfig(), SERVED, res)["gbps"] == 50.0
+        res = EngineResources(pid=4321, in_process=False, gpus=gpus)
+        assert session.peak_bandwidth(session.BenchConfig(), SERVED, res).gbps == 50.0
     assert ran == ["cpu"] * 3
 
 
 def test_a_remote_endpoint_gets_no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     ran = _probes(monkeypatch)
     got = session.peak_bandwidth(session.BenchConfig(), SERVED, engine_resources([]))
-    assert got["gbps"] is None and "--peak-bw" in got["source"] and ran == []
+    assert got.gbps is None and "--peak-bw" in (got.source or "") and ran == []
     declared = session.peak_bandwidth(session.BenchConfig(peak_bw_gbps=4800.0), SERVED,
                                       engine_resources([]))
-    assert declared == {"gbps": 4800.0, "source": "declared (--peak-bw)"} and ran == []
+    assert declared.model_dump() == {"gbps": 4800.0, "source": "declared (--peak-bw)"}
+    assert ran == []
 
 
 def test_the_child_probe_reports_a_figure_or_why_not() -> None:
@@ -70,6 +74,6 @@ def test_the_child_probe_reports_a_figure_or_why_not() -> None:
     from abgate.bench.roofline import measure_gpu_bandwidth_in_child
 
     got = measure_gpu_bandwidth_in_child(timeout_s=120)
-    assert got["gbps"] is None or got["gbps"] > 0
-    if got["gbps"] is None:
-        assert got["source"].startswith("unknown")
+    assert got.gbps is None or got.gbps > 0
+    if got.gbps is None:
+        assert (got.source or "").startswith("unknown")

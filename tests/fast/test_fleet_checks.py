@@ -12,6 +12,7 @@ import pytest
 from abgate.errors import UsageError
 from abgate.fleet.cluster import cluster_spec
 from abgate.fleet.matching import arm_order, check_matched
+from abgate.records.fleet import ReplicaFacts
 from tests.support.fake import cli, experiment
 
 
@@ -40,14 +41,14 @@ def test_endpoints_need_openai_arms(tmp_path: Path) -> None:
 
 
 def test_hosts_that_differ_are_refused_unless_declared() -> None:
-    facts = [{"cpu_model": "X", "engines": {"a": 1}, "libraries": {"libllama.so": "1"}},
-             {"cpu_model": "Y", "engines": {"a": 1}, "libraries": {"libllama.so": "2"}}]
+    facts = [ReplicaFacts(cpu_model="X", engines={"a": 1}, libraries={"libllama.so": "1"}),
+             ReplicaFacts(cpu_model="Y", engines={"a": 1}, libraries={"libllama.so": "2"})]
     with pytest.raises(UsageError, match="differ in cpu_model, libraries"):
         check_matched(facts, ())
     with pytest.raises(UsageError, match="differ in libraries"):
         check_matched(facts, ("cpu_model",))
     assert check_matched(facts, ("cpu_model", "libraries")) == ["cpu_model", "libraries"]
-    assert check_matched([facts[0], dict(facts[0])], ()) == []
+    assert check_matched([facts[0], facts[0].model_copy()], ()) == []
 
 
 def test_cluster_table_names_are_checked() -> None:

@@ -169,7 +169,7 @@ def test_every_file_of_a_model_directory_is_checked(
         tmp_path: Path, change: Callable[[Path], object], said: str) -> None:
     root = model_dir(tmp_path)
     p = prepared(root)
-    assert p.model_identity["kind"] == "directory"
+    assert p.model_identity.kind == "directory"
     change(root)
     with pytest.raises(AbgateError) as err, loaded(p):
         pass

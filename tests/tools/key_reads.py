@@ -50,6 +50,12 @@ FOREIGN: dict[str, str] = {
                          "config (its own keys)",
     "bench/fidelity.py": "an engine's own timing counters (llama.cpp's engine_timings)",
     "fleet/cluster.py": "the [cluster] table (the user's TOML, --cluster-opt pairs)",
+    "suites/gsm8k.py": "GSM8K's data set lines (question, answer)",
+    "suites/prompts.py": "a user's shots file (question, answer lines)",
+    "suites/generic.py": "a user's JSONL suite (its lines' scorer)",
+    "host_load.py": "psutil's process info (a busy process's name)",
+    "ledger/paths.py": "environment variables (XDG_DATA_HOME)",
+    "signals.py": "environment variables (ABGATE_TEST_PAUSE_AT)",
 }
 CLI = "cli/"
 

@@ -59,7 +59,7 @@ def read_agreement(path: Path, repair: bool = False) -> list[AgreementRow]:
 
 def _generation_seconds(samples: Sequence[SampleLike]) -> float | None:
     times = [float(t) for s in map(Sample.of, samples)
-             if isinstance(t := s.timing.get("e2e_s"), int | float) and math.isfinite(t)]
+             if isinstance(t := s.timing.e2e_s, int | float) and math.isfinite(t)]
     return sum(times) if times else None
 
 
@@ -244,7 +244,7 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
     if ab.status != "complete" and overall == "ACCEPT":
         overall = "INCONCLUSIVE"  # never accept on an unfinished run
     result = ComparisonDoc(schema_version=rec.SCHEMA_VERSION, kind="ab-comparison",
-                           ab_status=ab.status, baseline=base, policy=policy.to_dict(),
+                           ab_status=ab.status, baseline=base, policy=policy,
                            comparisons=comparisons, decision=overall,
                            exit_code=EXIT_CODES[overall])
     write_record(out / COMPARISON_FILE, result)

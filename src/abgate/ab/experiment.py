@@ -223,12 +223,12 @@ class Experiment:
     @classmethod
     def from_dict(cls, d: Any, where: str = "experiment") -> Experiment:
         """The inverse of :meth:`to_dict` (how ``--resume`` finds the experiment),
-        through the same model and checks as a file; a damaged or out-of-range record
-        is a one-line UsageError naming ``where``."""
-        if isinstance(d, Mapping):
-            _check_declared(where, d.get("changes") or {}, d.get("allow_differences"),
-                            d.get("evidence"))
-        return validated(cls, d, where)
+        through the same model and checks as a file (its patterns checked on the model);
+        a damaged or out-of-range record is a one-line UsageError naming ``where``."""
+        exp = validated(cls, d, where)
+        _check_declared(where, {arm: list(p) for arm, p in exp.changes.items()},
+                        list(exp.allow_differences), list(exp.evidence.log_patterns))
+        return exp
 
     def _head(self) -> dict[str, Any]:
         """What the as-given and the resolved experiment share first: name, description,
@@ -277,7 +277,7 @@ class Experiment:
 
 
 
-def _check_declared(where: str, changes: Any, allow: Any, evidence: Any) -> None:
+def _check_declared(where: str, changes: Any, allow: Any, log_patterns: Any) -> None:
     """The key patterns (``changes``, ``allow_differences``) and ``log_patterns``, in
     their own one-line errors (shared by a file and a record)."""
     if not isinstance(changes, Mapping):
@@ -287,8 +287,8 @@ def _check_declared(where: str, changes: Any, allow: Any, evidence: Any) -> None
         check_patterns(f"{where} [arms.{arm}] changes", patterns)
     if allow is not None:
         check_patterns(f"{where} allow_differences", allow)
-    if isinstance(evidence, Mapping) and "log_patterns" in evidence:
-        compile_patterns(f"{where} [evidence]", evidence["log_patterns"])
+    if log_patterns is not None:
+        compile_patterns(f"{where} [evidence]", log_patterns)
 
 
 @dataclass(frozen=True, config=FORBID)
@@ -343,7 +343,7 @@ def parse_experiment(data: Mapping[str, Any], where: str, doc: TomlDoc | None = 
         check_arm_name(where, name)
     _check_declared(where, {n: t["changes"] for n, t in arms_table.items()
                             if isinstance(t, Mapping) and "changes" in t},
-                    data.get("allow_differences"), data.get("evidence"))
+                    data.get("allow_differences"), _log_patterns(data.get("evidence")))
     f = validated(ExperimentFile, data, where, doc=doc)
     return built(Experiment, where, dict(
         name=f.name, description=f.description,
@@ -353,6 +353,11 @@ def parse_experiment(data: Mapping[str, Any], where: str, doc: TomlDoc | None = 
         allow_differences=f.allow_differences, contract=f.contract, schedule=f.schedule,
         policy=f.policy, bench=f.bench, expect=f.expect, evidence=f.evidence,
         suites=f.suites), doc)
+
+
+def _log_patterns(evidence: Any) -> Any:
+    """An experiment file's ``[evidence] log_patterns`` as written (None when absent)."""
+    return evidence.get("log_patterns") if isinstance(evidence, Mapping) else None
 
 
 def load_experiment(path: Path) -> Experiment:

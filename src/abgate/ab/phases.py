@@ -111,7 +111,7 @@ def load_arm(state: RunState, arm: str, stack: ExitStack,
     check_loaded(state)
     if state.exp.evidence.weights:  # the weights as loaded, before any request
         weights_evidence(state.weights, arm, state.exp.baseline,
-                         state.checked.prepared[arm].engine, session.info,
+                         state.checked.prepared[arm].engine, session.described,
                          session.engine.loaded_weights(), state.out)
     check_prompt(state, arm, session)
     if state.exp.evidence.agreement:

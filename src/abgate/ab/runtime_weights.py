@@ -25,6 +25,7 @@ from abgate.engines.base import LoadedTensor
 from abgate.errors import UsageError
 from abgate.identity import digest_json
 from abgate.records import facts
+from abgate.records.sections import EngineRecord
 from abgate.redact import redact
 from abgate.runner.session import EngineSpec, PreparedEngine, loaded, prepare_engine
 from abgate.weights.diff import Progress
@@ -46,7 +47,7 @@ def check_exposable(engines: dict[str, str]) -> None:
 
 
 def weights_evidence(held: Held, arm: str, baseline: str, p: PreparedEngine,
-                     info: dict[str, Any], tensors: dict[str, LoadedTensor] | None,
+                     info: EngineRecord, tensors: dict[str, LoadedTensor] | None,
                      out: Path) -> list[Path]:
     """``arm``'s loaded ``tensors`` held (a copy in memory); every candidate held with
     the baseline diffed into ``out/weights-diff-<candidate>.json`` and let go. An engine
@@ -83,7 +84,7 @@ def diff_arms(spec_a: EngineSpec, spec_b: EngineSpec,
         other = session.engine.loaded_weights()
         if other is None:
             raise UsageError(f"engine {prep_b.spec.engine!r} cannot expose its loaded weights")
-        return diff_loaded(held, other, ref_id, identity(prep_b, session.info), progress)
+        return diff_loaded(held, other, ref_id, identity(prep_b, session.described), progress)
 
 
 def read_arm(p: PreparedEngine) -> tuple[dict[str, LoadedTensor], dict[str, Any]]:
@@ -94,16 +95,16 @@ def read_arm(p: PreparedEngine) -> tuple[dict[str, LoadedTensor], dict[str, Any]
             raise UsageError(f"engine {p.spec.engine!r} cannot expose its loaded weights")
         held = {name: LoadedTensor(t.dtype, t.shape, _const(t.read()))
                 for name, t in tensors.items()}
-        return held, identity(p, session.info)
+        return held, identity(p, session.described)
 
 
-def identity(p: PreparedEngine, info: dict[str, Any]) -> dict[str, Any]:
+def identity(p: PreparedEngine, info: EngineRecord) -> dict[str, Any]:
     """What a side of a runtime diff was: engine, model by name, SHA-256, config digest."""
-    effective = {k: v for k, v in (info.get("effective_config") or {}).items()
+    effective = {k: v for k, v in info.effective_config.items()
                  if facts.must_match(f"effective.{k}")}
     return {"engine": p.spec.engine, "model": Path(p.model).name,
-            "sha256": p.model_identity.get("sha256"),
-            "size_bytes": p.model_identity.get("size"),
+            "sha256": p.model_identity.sha256,
+            "size_bytes": p.model_identity.size,
             "engine_args": dict(p.resolved_args),
             "config_digest": digest_json(effective)}
 

@@ -52,7 +52,8 @@ class SuiteTable:
 def suite_config(cfg: RunConfig, table: SuiteTable) -> RunConfig:
     """``cfg`` asking ``table``'s suite: its keys replace the shared ones; ``limit`` and
     ``sample`` replace each other (a suite's ``sample`` clears a shared ``limit``)."""
-    keys = {k: v for k, v in table.to_dict().items() if k != "policy"}
+    keys = {f.name: v for f in fields(table)
+            if f.name != "policy" and (v := getattr(table, f.name)) is not None}
     if "sample" in keys and "limit" not in keys:
         keys["limit"] = None
     if "limit" in keys and "sample" not in keys:

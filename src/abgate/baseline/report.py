@@ -1,6 +1,6 @@
 """``abgate baseline check``'s report, typed: one :class:`CheckRow` per recorded case
 (tokens, the first divergence, speed against the recorded repeats), one
-:class:`ProbeCheck` per probe; :meth:`CheckReport.to_dict` is the ``--json`` report,
+:class:`ProbeCheck` per probe; :meth:`CheckReport.document` is the ``--json`` report,
 its keys in the order abgate has always written them."""
 
 from __future__ import annotations
@@ -97,5 +97,3 @@ class CheckReport:
                               provenance=self.provenance or Provenance(),
                               cleanup=self.cleanup, not_certified=list(limits.BASELINE))
 
-    def to_dict(self) -> dict[str, Any]:
-        return self.document().to_dict()

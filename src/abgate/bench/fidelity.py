@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from abgate.engines.base import GenerationResult
-from abgate.metrics import RequestTiming
+from abgate.records.samples import RequestTiming
 
 FIDELITY_FIELDS = ("engine_prefill_tps", "engine_decode_tps", "engine_tpot_ms",
                    "prefill_ratio", "decode_ratio", "overhead_us_per_token")

@@ -16,11 +16,11 @@ import resource
 import sys
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from abgate.host import NvmlUnavailable, nvml
+from abgate.records.bench_sections import EngineResources, GpuMemory
 
 
 def peak_rss_bytes(pid: int) -> int | None:
@@ -38,7 +38,7 @@ def peak_rss_bytes(pid: int) -> int | None:
     return None
 
 
-def gpu_memory(pids: Collection[int]) -> list[dict[str, Any]]:
+def gpu_memory(pids: Collection[int]) -> list[GpuMemory]:
     """Per NVIDIA GPU: memory used in total and by the engine's processes ``pids`` (a
     served vLLM holds its GPU memory in its EngineCore and workers, not in the leader),
     through NVML; ``[]`` where NVML or GPUs are absent."""
@@ -53,27 +53,28 @@ def gpu_memory(pids: Collection[int]) -> list[dict[str, Any]]:
                     mine = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in wanted)
                 except Exception:  # not supported on every driver / inside containers
                     mine = None
-                out.append({"index": i, "name": nv.nvmlDeviceGetName(h),
-                            "memory_used": int(mem.used), "memory_total": int(mem.total),
-                            "process_memory_used": mine})
+                out.append(GpuMemory(index=i, name=nv.nvmlDeviceGetName(h),
+                                     memory_used=int(mem.used), memory_total=int(mem.total),
+                                     process_memory_used=mine))
             return out
     except NvmlUnavailable:
         return []
 
 
-def engine_resources(processes: list[int]) -> dict[str, Any]:
+def engine_resources(processes: list[int]) -> EngineResources:
     if not processes:
-        return {"pid": None, "in_process": False, "peak_rss_bytes": None, "rss_bytes": None,
-                "gpus": [], "note": "remote engine: no local process"}
+        return EngineResources(pid=None, in_process=False, peak_rss_bytes=None, rss_bytes=None,
+                               gpus=[], note="remote engine: no local process")
     pid = processes[0]
     rss = None
     with contextlib.suppress(psutil.Error):
         rss = psutil.Process(pid).memory_info().rss
-    return {"pid": pid, "in_process": pid == os.getpid(), "peak_rss_bytes": peak_rss_bytes(pid),
-            "rss_bytes": rss, "gpus": gpu_memory(processes)}
+    return EngineResources(pid=pid, in_process=pid == os.getpid(),
+                           peak_rss_bytes=peak_rss_bytes(pid), rss_bytes=rss,
+                           gpus=gpu_memory(processes))
 
 
-def holds_gpu_memory(resources: dict[str, Any]) -> bool:
+def holds_gpu_memory(resources: EngineResources) -> bool:
     """Whether NVML saw the engine's processes holding memory on a GPU (a launched
     `vllm serve`, say): its roofline needs the GPU's bandwidth, not this host's CPU's."""
-    return any(g.get("process_memory_used") for g in resources.get("gpus") or [])
+    return any(g.process_memory_used for g in resources.gpus or [])

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from abgate.gguf_file import read_gguf
-from abgate.records.bench_sections import ModelBytes, Roofline
+from abgate.records.bench_sections import ModelBytes, PeakBandwidth, Roofline
 from abgate.records.sections import EngineRecord
 from abgate.safejson import parse
 
@@ -116,7 +117,7 @@ def model_bytes_for(describe: EngineRecord | None, declared: int | None = None) 
 
 
 def measure_peak_bandwidth(size_mib: int = 512, repeats: int = 5,
-                           threads: int | None = None) -> dict[str, Any]:
+                           threads: int | None = None) -> PeakBandwidth:
     """Best read bandwidth (GB/s, 1e9 bytes) of summing a ``size_mib`` float64 array,
     split over ``threads`` (default: the cores this process may use)."""
     threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
@@ -129,11 +130,11 @@ def measure_peak_bandwidth(size_mib: int = 512, repeats: int = 5,
             t0 = time.perf_counter()
             list(pool.map(np.sum, chunks))
             best = max(best, data.nbytes / (time.perf_counter() - t0) / 1e9)
-    return {"gbps": best, "source": "probe estimate", "method": "numpy float64 sum",
-            "size_mib": size_mib, "threads": threads, "repeats": repeats}
+    return PeakBandwidth(gbps=best, source="probe estimate", method="numpy float64 sum",
+                         size_mib=size_mib, threads=threads, repeats=repeats)
 
 
-def measure_gpu_bandwidth(size_mib: int = 1024, repeats: int = 20) -> dict[str, Any]:
+def measure_gpu_bandwidth(size_mib: int = 1024, repeats: int = 20) -> PeakBandwidth:
     """Device-to-device copy bandwidth of CUDA device 0 (GB/s, read + write counted),
     timed with CUDA events: the GPU's own probe estimate for engines that run there.
     ``{"gbps": None, "source": "unknown: <why>"}`` where no CUDA device can be used."""
@@ -141,7 +142,8 @@ def measure_gpu_bandwidth(size_mib: int = 1024, repeats: int = 20) -> dict[str, 
         import torch
 
         if not torch.cuda.is_available():
-            return {"gbps": None, "source": "unknown: no CUDA device visible to this process"}
+            return PeakBandwidth(gbps=None,
+                                 source="unknown: no CUDA device visible to this process")
         a = torch.empty(size_mib << 20, dtype=torch.uint8, device="cuda")
         b = torch.empty_like(a)
         for _ in range(3):
@@ -158,17 +160,17 @@ def measure_gpu_bandwidth(size_mib: int = 1024, repeats: int = 20) -> dict[str, 
         del a, b
         torch.cuda.empty_cache()
     except Exception as exc:  # no torch, a driver error, out of memory, ...
-        return {"gbps": None, "source": f"unknown: {type(exc).__name__}: {exc}"[:300]}
-    return {"gbps": 2 * (size_mib << 20) * repeats / seconds / 1e9,
-            "source": "probe estimate (GPU)", "method": "torch device-to-device copy",
-            "device": name, "size_mib": size_mib, "repeats": repeats}
+        return PeakBandwidth(gbps=None, source=f"unknown: {type(exc).__name__}: {exc}"[:300])
+    return PeakBandwidth(gbps=2 * (size_mib << 20) * repeats / seconds / 1e9,
+                         source="probe estimate (GPU)", method="torch device-to-device copy",
+                         device=name, size_mib=size_mib, repeats=repeats)
 
 
 _PROBE_CHILD = ("import json; from abgate.bench.roofline import measure_gpu_bandwidth; "
-                "print(json.dumps(measure_gpu_bandwidth()))")
+                "print(json.dumps(measure_gpu_bandwidth().model_dump(mode='json')))")
 
 
-def measure_gpu_bandwidth_in_child(timeout_s: float = 180.0) -> dict[str, Any]:
+def measure_gpu_bandwidth_in_child(timeout_s: float = 180.0) -> PeakBandwidth:
     """:func:`measure_gpu_bandwidth` in a child process, for an engine that is not in
     this one (a launched server): abgate's own process then never opens a CUDA context,
     which would hold GPU memory past the server's exit and fail its cleanup check
@@ -178,11 +180,15 @@ def measure_gpu_bandwidth_in_child(timeout_s: float = 180.0) -> dict[str, Any]:
                               text=True, timeout=timeout_s, check=False)
         got = parse(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
-        return {"gbps": None, "source": f"unknown: the GPU probe's process failed: "
-                                        f"{type(exc).__name__}: {exc}"[:300]}
-    if not isinstance(got, dict):
-        return {"gbps": None, "source": "unknown: the GPU probe's process printed no figure"}
-    return {**got, "process": "a child process (abgate itself opens no CUDA context)"}
+        return PeakBandwidth(gbps=None, source=f"unknown: the GPU probe's process failed: "
+                                               f"{type(exc).__name__}: {exc}"[:300])
+    try:
+        found = PeakBandwidth.model_validate(got)  # the child's line: the model's JSON
+    except ValidationError:
+        return PeakBandwidth(gbps=None,
+                             source="unknown: the GPU probe's process printed no figure")
+    found.process = "a child process (abgate itself opens no CUDA context)"
+    return found
 
 
 def runs_on_gpu(describe: EngineRecord | None) -> bool:

@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from abgate.bench.fidelity import Fidelity
 from abgate.bench.probes import ProbeLine
 from abgate.errors import AbgateError, UsageError
-from abgate.metrics import RequestTiming
+from abgate.records.samples import RequestTiming
 from abgate.records.sections import Distribution, Number, Section
 from abgate.runner import records as rec
 from abgate.schema import first_error

@@ -61,7 +61,9 @@ from abgate.records.bench_sections import (
     BenchProbes,
     BenchSummaryCase,
     CaseFigures,
+    EngineResources,
     ModelBytes,
+    PeakBandwidth,
     Roofline,
 )
 from abgate.records.documents import BenchRecord, LoadFacts
@@ -268,7 +270,7 @@ class _Measured:
 
     result: BenchResult | None = None
     probes: list[ProbeResult] = field(default_factory=list)
-    resources: dict[str, Any] = field(default_factory=dict)
+    resources: EngineResources = field(default_factory=EngineResources)
 
 
 def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
@@ -304,21 +306,21 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
 
 
 def peak_bandwidth(c: BenchConfig, engine: EngineRecord | None,
-                   resources: dict[str, Any] | None = None) -> dict[str, Any]:
+                   resources: EngineResources | None = None) -> PeakBandwidth:
     """The declared peak, else a probe of the memory the engine decodes from: the GPU's
     for an engine on a GPU (in-process, or a launched server whose processes NVML saw
     holding GPU memory), this host's CPU's for an engine running here on the CPU, and
     none for a remote endpoint, whose hardware this host cannot see."""
     if c.peak_bw_gbps is not None:
-        return {"gbps": c.peak_bw_gbps, "source": "declared (--peak-bw)"}
-    res = resources or {}
+        return PeakBandwidth(gbps=c.peak_bw_gbps, source="declared (--peak-bw)")
+    res = resources if resources is not None else EngineResources()
     if runs_on_gpu(engine):
         return measure_gpu_bandwidth()
     if holds_gpu_memory(res):  # a launched server on a GPU: probe it from a child process
         return measure_gpu_bandwidth_in_child()
-    if res and res.get("pid") is None:
-        return {"gbps": None, "source": "unknown: a remote engine's memory is not on this "
-                                        "host (declare it with --peak-bw)"}
+    if res.remote:
+        return PeakBandwidth(gbps=None, source="unknown: a remote engine's memory is not on "
+                                               "this host (declare it with --peak-bw)")
     return measure_peak_bandwidth(c.bw_probe_mib)
 
 
@@ -330,19 +332,19 @@ def case_roofline(case: CaseFigures, mb: ModelBytes, peak: float | None) -> Roof
 
 def build_summary(p: PreparedBench, doc: BenchRecord, plan: BenchPlan,
                   result: BenchResult | None, probes: Sequence[ProbeResult],
-                  resources: dict[str, Any]) -> BenchSummary:
+                  resources: EngineResources) -> BenchSummary:
     """``summary.json``: per-case distributions, fidelity, reference SHAs and roofline;
     probes; resources; the bandwidth figures used."""
     c = p.config
     cases = [cr.figures(BenchSummaryCase) for cr in (result.cases if result else plan.cases)]
-    bandwidth: dict[str, Any] = {}
+    bandwidth = PeakBandwidth()  # none: the bench did not complete
     mb = ModelBytes(None, "unknown")
     if doc.status == "complete":
         described = doc.engine.described()  # describe() as the engine gave it
         mb = model_bytes_for(described, c.weights_bytes)
         bandwidth = peak_bandwidth(c, described, resources)
         cases = [case.model_copy(update={"roofline": case_roofline(
-            case, mb, bandwidth.get("gbps"))}) for case in cases]
+            case, mb, bandwidth.gbps)}) for case in cases]
     return BenchSummary.new(
         status=doc.status, cases=cases,
         probes=None if not c.probes else BenchProbes(

@@ -120,7 +120,7 @@ def check_command(
     _print_check(report)
     _not_certified(limits.BASELINE)
     if json_out is not None:
-        json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        json_out.write_text(json.dumps(report.document().to_dict(), indent=2) + "\n")
     raise typer.Exit(0 if report.passed else 1)
 
 

@@ -22,7 +22,13 @@ from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.load_cmd import run_load_bench
 from abgate.errors import UsageError
 from abgate.progress import reporter
-from abgate.records.bench_sections import BenchProbes, BenchSummaryCase, FidelityDistributions
+from abgate.records.bench_sections import (
+    BenchProbes,
+    BenchSummaryCase,
+    EngineResources,
+    FidelityDistributions,
+    PeakBandwidth,
+)
 from abgate.records.sections import Distribution
 from abgate.records.side_documents import BenchSummary
 from abgate.runner.provenance import ProvenanceOptions
@@ -87,7 +93,7 @@ def case_table(case: BenchSummaryCase, engine_name: str) -> Table:
     return table
 
 
-def _roofline_line(case: BenchSummaryCase, peak: dict[str, Any]) -> str:
+def _roofline_line(case: BenchSummaryCase, peak: PeakBandwidth) -> str:
     r = case.roofline
     if r is None or not r.weights_bytes_per_token:
         return "roofline: model bytes unknown"
@@ -96,8 +102,8 @@ def _roofline_line(case: BenchSummaryCase, peak: dict[str, Any]) -> str:
     frac = r.fraction_of_peak or r.fraction_of_peak_weights
     achieved = r.achieved_gbps or r.achieved_gbps_weights
     return (f"roofline: {mb:.1f} MB weights{f' + {kv / 1e6:.1f} MB KV' if kv else ''} per token"
-            f" -> {_f(achieved, '.2f')} GB/s achieved; peak {_f(peak.get('gbps'), '.2f')} GB/s "
-            f"({peak.get('source', '-')}) -> {_f(frac * 100 if frac else None, '.1f')}% of peak")
+            f" -> {_f(achieved, '.2f')} GB/s achieved; peak {_f(peak.gbps, '.2f')} GB/s "
+            f"({peak.source or '-'}) -> {_f(frac * 100 if frac else None, '.1f')}% of peak")
 
 
 def probes_table(probes: BenchProbes) -> Table:
@@ -113,7 +119,7 @@ def probes_table(probes: BenchProbes) -> Table:
     return table
 
 
-def _case_lines(console: Console, case: BenchSummaryCase, peak: dict[str, Any]) -> None:
+def _case_lines(console: Console, case: BenchSummaryCase, peak: PeakBandwidth) -> None:
     same = "identical over all repeats" if case.outputs_identical else \
         "DIFFERS between repeats (non-deterministic greedy output)"
     warm = case.warmup_identical
@@ -139,24 +145,23 @@ def print_bench(out: Path, status: str, summary: BenchSummary | None,
         return
     for case in summary.cases:
         console.print(case_table(case, engine_name))
-        _case_lines(console, case, summary.peak_bandwidth or {})
+        _case_lines(console, case, summary.peak_bandwidth or PeakBandwidth())
         console.print()
     if summary.probes:
         console.print(probes_table(summary.probes))
-    _resources_line(console, summary.resources or {})
+    _resources_line(console, summary.resources or EngineResources())
     console.print("This does not certify:", highlight=False)
     for item in summary.not_certified or []:
         console.print(f"  - {item}", highlight=False, markup=False)
 
 
-def _resources_line(console: Console, res: dict[str, Any]) -> None:
-    """The engine's peak RSS and GPU memory (``bench.resources``: the host's own object)."""
-    if res.get("peak_rss_bytes"):
-        where = "this process (in-process engine)" if res.get("in_process") else \
-            f"pid {res.get('pid')}"
-        gpus = "; ".join(f"GPU{g['index']} {g['memory_used'] / 2**20:,.0f} MiB used"
-                         for g in res.get("gpus", []))
-        console.print(f"peak RSS: {res['peak_rss_bytes'] / 2**20:,.1f} MiB ({where})"
+def _resources_line(console: Console, res: EngineResources) -> None:
+    """The engine's peak RSS and GPU memory (``bench.resources``)."""
+    if res.peak_rss_bytes:
+        where = "this process (in-process engine)" if res.in_process else f"pid {res.pid}"
+        gpus = "; ".join(f"GPU{g.index} {(g.memory_used or 0) / 2**20:,.0f} MiB used"
+                         for g in res.gpus or [])
+        console.print(f"peak RSS: {res.peak_rss_bytes / 2**20:,.1f} MiB ({where})"
                       + (f"; {gpus}" if gpus else ""))
 
 

@@ -39,9 +39,9 @@ def cluster_spec_of(cluster: str | None, opts: list[str] | None) -> Any:
 
 def _where(r: ReplicaPart) -> tuple[str, str]:
     f = r.facts
-    node = f"{str(f.get('node_id') or '-')[:12]} {f.get('address') or ''}".strip()
-    gpu = ", ".join(f.get("gpu_uuids") or []) or ", ".join(f.get("gpu_model") or []) \
-        or str(f.get("cpu_model") or "-")
+    node = f"{str(f.node_id or '-')[:12]} {f.address or ''}".strip()
+    gpu = ", ".join(f.gpu_uuids or []) or ", ".join(f.gpu_model or []) \
+        or str(f.cpu_model or "-")
     return node, gpu[:40]
 
 

@@ -109,7 +109,7 @@ def drift(samples: Sequence[Sample]) -> float | None:
     machine changed speed while the arm ran, which a sequential A-then-B schedule
     would mistake for an effect of the switch."""
     timed = [(float(s.finished_at or index), float(tps)) for index, s in enumerate(samples)
-             if (tps := s.timing.get("steady_decode_tps"))]
+             if (tps := s.timing.steady_decode_tps)]
     if len(timed) < 4:
         return None
     rates = [tps for _, tps in sorted(timed)]

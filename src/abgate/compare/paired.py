@@ -50,13 +50,14 @@ from abgate.records.comparison import (
     Ratio,
     SpeedMetric,
 )
+from abgate.records.policy import SPEED_METRICS
 from abgate.records.samples import Sample
 from abgate.scoring.health import clustered_accuracy
 
 __all__ = ["RATE_FIELDS", "SPEED_METRICS", "compare_samples", "finite"]
 
-# Speed metric -> +1 when higher is better (B/A > 1 is a speedup), -1 when lower is.
-SPEED_METRICS: dict[str, int] = {"steady_decode_tps": 1, "prefill_tps": 1, "ttft_s": -1}
+# SPEED_METRICS (records.policy): metric -> +1 when higher is better (B/A > 1 is a
+# speedup), -1 when lower is.
 # Health rates compared pair by pair (0/1 per sample, seq_rep_4 in [0, 1]).
 RATE_FIELDS = ("invalid", "truncated", "natural_stop", "seq_rep_4")
 
@@ -121,13 +122,15 @@ def _quality(pairs: Sequence[Pair], all_pairs: Sequence[Pair], z: float) -> Qual
 
 
 def _timing(sample: Sample, metric: str) -> float | None:
-    return float(sample.timing[metric]) if _why_unmeasured(sample, metric) is None else None
+    value = sample.timing.figure(metric)
+    return float(value) if value is not None and _why_unmeasured(sample, metric) is None \
+        else None
 
 
 def _why_unmeasured(sample: Sample, metric: str) -> str | None:
     """Why a sample's ``metric`` is no measurement (None when it is one): ``nan``,
     ``inf``, ``missing`` (absent, null, not a number) or ``not positive``."""
-    value = sample.timing.get(metric)
+    value = sample.timing.figure(metric)
     if not isinstance(value, int | float) or isinstance(value, bool):
         return "missing"
     try:

@@ -107,7 +107,7 @@ def _speed_values(pairs: Sequence[Pair], metric: str) -> dict[str, list[float]]:
     sign = float(SPEED_METRICS[metric])
     out: dict[str, list[float]] = {}
     for p in pairs:
-        a, b = _positive(p.a.timing.get(metric)), _positive(p.b.timing.get(metric))
+        a, b = _positive(p.a.timing.figure(metric)), _positive(p.b.timing.figure(metric))
         if a is not None and b is not None:
             out.setdefault(p.item_id, []).append(sign * math.log(b / a))
     return out

@@ -237,5 +237,5 @@ def decide(comparison: Comparison, policy: Policy) -> Verdict:
     if decision == INCONCLUSIVE_DECISION:
         explanation = explain_inconclusive(gates, comparison, policy, more, notes)
     return Verdict(decision=decision, exit_code=EXIT_CODES[decision], reasons=tuple(reasons),
-                   more_samples_needed=more, gates=tuple(gates), policy=policy.to_dict(),
+                   more_samples_needed=more, gates=tuple(gates), policy=policy,
                    notes=notes, explanation=explanation, mde=verdict_mde(comparison, policy))

@@ -32,7 +32,7 @@ def check_here(files: dict[str, bytes], options: dict[str, Any]) -> tuple[bool, 
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         report = check_baseline(tmp, **options)
-        return report.passed, report.to_dict()
+        return report.passed, report.document().to_dict()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -29,7 +29,7 @@ from abgate.fleet.dispatch import (
 from abgate.fleet.matching import arm_order, check_matched, check_schedule
 from abgate.fleet.remote_engine import ReplicaEngine
 from abgate.fleet.replica import Replica
-from abgate.records.fleet import FleetRecord
+from abgate.records.fleet import FleetRecord, ReplicaFacts
 from abgate.runner.session import EngineSession
 
 __all__ = ["Fleet", "FleetSchedule", "RayPool", "arm_order", "fleet_strategy"]
@@ -108,7 +108,7 @@ class Fleet:
         self.ledger = DispatchLog()
         self.pg: Any = None
         self.earlier = earlier_sessions(runner.doc.fleet)
-        self.facts: list[dict[str, Any]] = []  # each replica's (fleet.replica.host_facts)
+        self.facts: list[ReplicaFacts] = []  # each replica's (fleet.replica.Replica.facts)
         self.found: dict[str, Any] = {}  # host differences, wall time, actors after close
 
     def start(self) -> list[Any]:
@@ -149,7 +149,7 @@ class Fleet:
             self.found["host_differences"] = check_matched(facts,
                                                            self.spec.allow_host_differences)
             self.save()
-            pool = RayPool(self.ray, replicas, [str(f["node_id"]) for f in facts])
+            pool = RayPool(self.ray, replicas, [str(f.node_id) for f in facts])
             Dispatch(self.runner, pool, self.ledger, item_timeout_s=self.spec.item_timeout_s,
                      on_loss=self.save).run(
                 list(range(len(replicas))))
@@ -201,10 +201,10 @@ class Fleet:
                 evidence = {"error": type(exc).__name__}
             evidence["busy_s"] = round(self.ledger.busy.get(i, 0.0), 6)
             if i < len(self.facts):
-                self.facts[i]["closed"] = evidence
+                self.facts[i].closed = evidence
         for r in replicas:
             self.ray.kill(r)
-        ids = [str(f.get("actor_id")) for f in self.facts if f.get("actor_id")]
+        ids = [str(f.actor_id) for f in self.facts if f.actor_id]
         self.found["actors_after_close"] = actors_left(ids) if not self.spec.address.startswith(
             "local") else {"checked": False, "error": "a local cluster has no state API (no "
                            "dashboard): its processes are reaped (fleet.reaper)"}

@@ -31,7 +31,7 @@ from abgate.fleet.dispatch import (
 )
 from abgate.fleet.matching import check_matched, check_schedule
 from abgate.fleet.replica import Replica
-from abgate.records.fleet import FleetRecord
+from abgate.records.fleet import FleetRecord, ReplicaFacts
 from abgate.runner.session import PreparedEngine
 
 
@@ -105,7 +105,7 @@ class EndpointFleet:
         check_schedule(state.exp)
         ledger = DispatchLog()
         earlier = earlier_sessions(state.doc.fleet)
-        facts: list[dict[str, Any]] = []  # each replica's engine facts
+        facts: list[ReplicaFacts] = []  # each replica's engine facts
         found: dict[str, Any] = {}  # the host differences, the dispatch's wall time
 
         def save() -> None:
@@ -119,7 +119,7 @@ class EndpointFleet:
         with ExitStack() as stack:
             replicas = [self.replica(stack, state, i, url, warm)
                         for i, url in enumerate(self.urls)]
-            facts.extend({"index": i, "endpoint": url, **r.engine_facts()}
+            facts.extend(r.engine_facts(ReplicaFacts(index=i, endpoint=url))
                          for i, (url, r) in enumerate(zip(self.urls, replicas, strict=True)))
             found["host_differences"] = check_matched(facts, self.allowed)
             save()
@@ -130,7 +130,7 @@ class EndpointFleet:
             finally:
                 found["dispatch_wall_s"] = round(ledger.wall_s, 6)
                 for i, replica_facts in enumerate(facts):
-                    replica_facts["busy_s"] = round(ledger.busy.get(i, 0.0), 6)
+                    replica_facts.busy_s = round(ledger.busy.get(i, 0.0), 6)
                 save()
 
     def replica(self, stack: ExitStack, state: RunState, index: int, url: str,

@@ -17,6 +17,7 @@ from typing import Any
 
 from abgate.fleet.cluster import ClusterSpec, connected, in_bundle, placed, removed
 from abgate.fleet.replica import host_facts
+from abgate.records.fleet import ReplicaFacts
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class ReplicaJob:
     """One replica's part: where it ran, and the job's value or why there is none."""
 
     index: int
-    facts: dict[str, Any]  # fleet.replica.host_facts; empty when the actor never answered
+    facts: ReplicaFacts  # fleet.replica.host_facts; the index alone when the actor never answered
     value: Any = None
     error: str | None = None
 
@@ -35,7 +36,7 @@ class Worker:
     def __init__(self, index: int) -> None:
         self.index = index
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> ReplicaFacts:
         return host_facts(self.index)
 
     def run(self, job: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -74,6 +75,6 @@ def _job(ray: Any, index: int, fact: tuple[Any, str | None], ref: Any,
          timeout_s: float | None) -> ReplicaJob:
     facts, lost = fact
     if lost is not None:
-        return ReplicaJob(index, {"index": index}, None, lost)
+        return ReplicaJob(index, ReplicaFacts(index=index), None, lost)
     value, error = _get(ray, ref, timeout_s)
     return ReplicaJob(index, facts, value, error)

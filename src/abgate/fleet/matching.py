@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from abgate.errors import UsageError
+from abgate.records.fleet import ReplicaFacts
 
 if TYPE_CHECKING:
     from abgate.ab.experiment import Experiment
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 MATCHED = ("cpu_model", "gpu_model", "driver", "engines", "engine_config", "libraries")
 
 
-def check_matched(facts: list[dict[str, Any]], allowed: tuple[str, ...]) -> list[str]:
+def check_matched(facts: list[ReplicaFacts], allowed: tuple[str, ...]) -> list[str]:
     """The declared differences found (for the record); an undeclared one is refused."""
     found = differences(facts)
     refused = [k for k in found if k not in allowed]
@@ -27,16 +28,16 @@ def check_matched(facts: list[dict[str, Any]], allowed: tuple[str, ...]) -> list
     return found
 
 
-def differences(facts: list[dict[str, Any]]) -> list[str]:
-    """The :data:`MATCHED` keys in which the replicas' facts differ."""
-    found = [key for key in MATCHED[:-1] if len({repr(f.get(key)) for f in facts}) > 1]
+def differences(facts: list[ReplicaFacts]) -> list[str]:
+    """The :data:`MATCHED` fields in which the replicas' facts differ."""
+    found = [key for key in MATCHED[:-1] if len({repr(getattr(f, key)) for f in facts}) > 1]
     return found + (["libraries"] if library_differences(facts) else [])
 
 
-def library_differences(facts: list[dict[str, Any]]) -> list[str]:
+def library_differences(facts: list[ReplicaFacts]) -> list[str]:
     """Libraries every replica maps whose bytes differ between replicas (a library one
     process happened to map and another not is no difference of the host)."""
-    maps = [dict(f.get("libraries") or {}) for f in facts]
+    maps = [dict(f.libraries or {}) for f in facts]
     common = set.intersection(*(set(m) for m in maps)) if maps else set()
     return sorted(n for n in common if len({m[n] for m in maps}) > 1)
 

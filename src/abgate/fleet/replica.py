@@ -16,6 +16,7 @@ import psutil
 from abgate import host
 from abgate.engines.base import GenerationRequest, GenerationResult
 from abgate.records import facts
+from abgate.records.fleet import ReplicaFacts
 from abgate.runner.session import EngineSession, PreparedEngine, loaded
 
 Work = list[tuple[str, GenerationRequest]]
@@ -55,20 +56,21 @@ class Replica:
                 raise ValueError(f"replica: no engine member {op!r}")
             return getattr(session.engine, op)(*args)
 
-    def engine_facts(self) -> dict[str, Any]:
-        """Each arm's engine as loaded here: name and version, the effective
-        configuration's digest (matched across replicas)."""
-        return {"engines": {arm: {"version": s.info.get("version"),
-                                  "engine": s.info.get("name")}
-                            for arm, s in self.sessions.items()},
-                "engine_config": {arm: config_digest(s.info.get("effective_config"))
-                                  for arm, s in self.sessions.items()}}
+    def engine_facts(self, into: ReplicaFacts) -> ReplicaFacts:
+        """``into`` with each arm's engine as loaded here: name and version, the
+        effective configuration's digest (matched across replicas)."""
+        into.engines = {arm: {"version": s.described.version, "engine": s.described.name}
+                        for arm, s in self.sessions.items()}
+        into.engine_config = {arm: config_digest(s.described.effective_config)
+                              for arm, s in self.sessions.items()}
+        return into
 
-    def facts(self) -> dict[str, Any]:
+    def facts(self) -> ReplicaFacts:
         """Where this replica runs and what it runs on: the matching keys and the record."""
         pids = sorted({os.getpid(), *(p for s in self.sessions.values() for p in s.processes)})
-        return {**host_facts(self.index), **self.engine_facts(),
-                "process_tree": process_tree(pids), "libraries": libraries(pids)}
+        out = self.engine_facts(host_facts(self.index))
+        out.process_tree, out.libraries = process_tree(pids), libraries(pids)
+        return out
 
     def close(self) -> dict[str, Any]:
         """Close every engine; their cleanup evidence and the GPU memory after."""
@@ -78,7 +80,7 @@ class Replica:
                                      for g in host.gpus()]}
 
 
-def host_facts(index: int) -> dict[str, Any]:
+def host_facts(index: int) -> ReplicaFacts:
     """The host facts of the Ray worker this runs in: node, address, CPU, the GPUs Ray
     gave it (their UUIDs from NVML), driver."""
     import ray
@@ -86,13 +88,14 @@ def host_facts(index: int) -> dict[str, Any]:
     ctx = ray.get_runtime_context()
     gpus, ids = host.gpus(), [str(g) for g in ray.get_gpu_ids()]
     uuids = host.gpu_uuids()  # the replica's own GPUs (Ray's ids: indices, or UUIDs)
-    return {"index": index, "node_id": ctx.get_node_id(),
-            "address": ray.util.get_node_ip_address(), "pid": os.getpid(),
-            "actor_id": ctx.get_actor_id(), "cpu_model": host.cpu_model(),
-            "gpu_ids": ids,
-            "gpu_uuids": [uuids.get(i, i) for i in ids if i in uuids or i.startswith("GPU-")],
-            "gpu_model": sorted({str(g.get("name")) for g in gpus}),
-            "driver": sorted({str(g.get("driver")) for g in gpus if g.get("driver")})}
+    return ReplicaFacts(
+        index=index, node_id=ctx.get_node_id(), address=ray.util.get_node_ip_address(),
+        pid=os.getpid(), actor_id=ctx.get_actor_id(), cpu_model=host.cpu_model(),
+        gpu_ids=ids,
+        gpu_uuids=[uuids.get(i, i) for i in ids if i in uuids or i.startswith("GPU-")],
+        # host.gpus(): NVML's facts of each GPU, as the host section records them
+        gpu_model=sorted({str(g.get("name")) for g in gpus}),
+        driver=sorted({str(g.get("driver")) for g in gpus if g.get("driver")}))
 
 
 def config_digest(config: Any) -> str:

@@ -29,6 +29,7 @@ from abgate.ledger.imports import import_samples, read_import
 from abgate.ledger.store import Ledger
 from abgate.records.comparison import Comparison, Verdict
 from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.policy import Policy
 from abgate.records.result import Result
 from abgate.records.samples import Sample
 from abgate.runner import records as rec
@@ -181,7 +182,7 @@ class LedgerComparison(Result):
     arm_names: list[str]
     interleaved: str
     warning: str | None = None
-    policy: dict[str, Any]
+    policy: Policy
     configuration: dict[str, Any]
     comparison: Comparison
     verdict: Verdict
@@ -234,6 +235,6 @@ def compare(a: Ref, b: Ref, policy_path: str | None = None, seed: int = 0,
     decision = str(result.verdict.decision)
     return LedgerComparison(
         kind="ledger-compare", a=a.label, b=b.label, arm_names=list(names),
-        interleaved=interleaved, warning=warning, policy=policy.to_dict(),
+        interleaved=interleaved, warning=warning, policy=policy,
         configuration=configuration_drift(a, b, allow_diff), comparison=result.comparison,
         verdict=result.verdict, decision=decision, exit_code=EXIT_CODES[decision])

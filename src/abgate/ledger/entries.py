@@ -20,6 +20,7 @@ from abgate.compare.stats import clustered_mean
 from abgate.identity import digest_json
 from abgate.records.bench_sections import SpeedDistributions
 from abgate.records.samples import Sample
+from abgate.records.sections import Section
 from abgate.runner.summary import SPEED_FIELDS
 from abgate.scoring.health import clustered_accuracy
 
@@ -42,6 +43,28 @@ class Unit(BaseModel):
     metrics: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)
 
 
+class HumanVerdict(Section):
+    """The engineer's latest decision on an A/B (``decisions.jsonl``'s last line), as
+    the ledger keeps it beside the machine's."""
+
+    decision: str | None = None
+    relation: str | None = None
+    machine_verdict: str | None = None
+    arm: str | None = None
+    by: str | None = None
+    decided_at: str | None = None
+    why: str | None = None
+
+
+class LedgerVerdicts(Section):
+    """An entry's verdicts (the ledger's ``verdicts`` cell): ``comparison.json``'s
+    baseline and each candidate's decision, and the engineer's latest decision."""
+
+    baseline: str | None = None
+    arms: dict[str, str | None] | None = None
+    human: HumanVerdict | None = None
+
+
 class Entry(BaseModel):
     """One record: a run, A/B, bench or baseline directory, or an imported file."""
 
@@ -58,7 +81,7 @@ class Entry(BaseModel):
     host: str | None = None
     abgate_version: str | None = None
     decision: str | None = None
-    verdicts: dict[str, Any] = Field(default_factory=dict)
+    verdicts: LedgerVerdicts = Field(default_factory=LedgerVerdicts)
     units: list[Unit] = Field(default_factory=list)
 
 
@@ -80,7 +103,7 @@ class LedgerRecord(BaseModel):
     host: str | None = None
     abgate_version: str | None = None
     decision: str | None = None
-    verdicts: dict[str, Any] = Field(default_factory=dict)
+    verdicts: LedgerVerdicts = Field(default_factory=LedgerVerdicts)
     added_at: float | None = None
     updated_at: float | None = None
     moved_from: str | None = None
@@ -89,9 +112,8 @@ class LedgerRecord(BaseModel):
     @property
     def human_decision(self) -> str | None:
         """The engineer's decision recorded beside the machine's (``abgate decide``)."""
-        human = self.verdicts.get("human")
-        found = human.get("decision") if isinstance(human, Mapping) else None
-        return str(found) if found else None
+        human = self.verdicts.human
+        return str(human.decision) if human is not None and human.decision else None
 
 def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
@@ -128,7 +150,7 @@ def sample_metrics(samples: Sequence[Sample | Mapping[str, Any]]
             out[name] = metric(mean, se, len(pairs))
     for field in SPEED_FIELDS:
         pairs = [(v, str(s.item_id)) for s in live
-                 if (v := _number(s.timing.get(field))) is not None and math.isfinite(v)]
+                 if (v := _number(s.timing.figure(field))) is not None and math.isfinite(v)]
         if pairs:
             mean, se = clustered_mean([v for v, _ in pairs], [i for _, i in pairs])
             out[field] = metric(mean, se, len(pairs))

@@ -21,7 +21,9 @@ from abgate.identity import json_sha256
 from abgate.integrity import verify_file
 from abgate.ledger.entries import (
     Entry,
+    HumanVerdict,
     LedgerRecord,
+    LedgerVerdicts,
     Unit,
     config_digest,
     distribution_metrics,
@@ -127,13 +129,15 @@ def _ab_dir(path: Path) -> Entry:
     if comparison_path.exists():
         comparison = read_document(comparison_path, ComparisonDoc)
         entry.decision = comparison.decision
-        entry.verdicts = {"baseline": comparison.baseline, "arms": {
-            arm: c.verdict.decision for arm, c in comparison.comparisons.items()}}
+        entry.verdicts = LedgerVerdicts(baseline=comparison.baseline, arms={
+            arm: c.verdict.decision for arm, c in comparison.comparisons.items()})
     decisions = read_decisions(path)
     if decisions:  # the engineer's latest decision beside the machine's
         latest = decisions[-1]
-        entry.verdicts["human"] = latest.model_dump(include={
-            "decision", "relation", "machine_verdict", "arm", "by", "decided_at", "why"})
+        entry.verdicts.human = HumanVerdict(
+            decision=latest.decision, relation=latest.relation,
+            machine_verdict=latest.machine_verdict, arm=latest.arm, by=latest.by,
+            decided_at=latest.decided_at, why=latest.why)
     return entry
 
 
@@ -184,8 +188,8 @@ def add(ledger: Ledger, path: Path, entry: Entry | None = None) -> Added:
             return Added("copy", entry, old.path)
         ledger.put(entry, moved_from=old.path)
         return Added("moved", entry, old.path)
-    same = all(getattr(old, k) == v for k, v in entry.model_dump(exclude={"units"}).items()) \
-        and ledger.units_of(entry.id) == entry.units
+    same = all(getattr(old, k) == getattr(entry, k) for k in type(entry).model_fields
+               if k != "units") and ledger.units_of(entry.id) == entry.units
     ledger.put(entry)
     return Added("unchanged" if same else "updated", entry)
 

@@ -102,7 +102,7 @@ class Ledger:
                 f"INSERT OR REPLACE INTO records ({', '.join(RECORD_FIELDS)}, verdicts, "
                 "added_at, updated_at, moved_from, missing_since) VALUES "
                 f"({', '.join('?' * len(RECORD_FIELDS))}, ?, ?, ?, ?, NULL)",
-                (*values, json.dumps(entry.verdicts, sort_keys=True),
+                (*values, json.dumps(entry.verdicts.to_dict(), sort_keys=True),
                  old.added_at if old else now, now,
                  moved_from if moved_from else (old.moved_from if old else None)))
             for unit in entry.units:

@@ -19,11 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from abgate.errors import AbgateError, UsageError
 from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import read_manifest
+from abgate.records.side_documents import AttachmentRecord
 from abgate.safejson import BadJson, parse, read_json
 from abgate.signing import check_signature
 
@@ -63,11 +66,12 @@ class Attachment:
     attached_at: str
     already_recorded: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": "abgate.attachment", "schema_version": 1,
-                "tested_commit": self.tested_commit, "attached_commit": self.attached_commit,
-                "attached_rev": self.attached_rev, "tree": self.tree,
-                "tested_commit_from": self.origin, "attached_at": self.attached_at}
+    def record(self) -> AttachmentRecord:
+        """The ``attachments.jsonl`` line this attachment is recorded as."""
+        return AttachmentRecord(tested_commit=self.tested_commit,
+                                attached_commit=self.attached_commit,
+                                attached_rev=self.attached_rev, tree=self.tree,
+                                tested_commit_from=self.origin, attached_at=self.attached_at)
 
 
 def _read_json(path: Path) -> Any:
@@ -177,16 +181,15 @@ def _append_line(path: Path, record: dict[str, Any]) -> None:
     append_line(path, line.encode("utf-8"))
 
 
-def _existing(path: Path, tested: str, attached: str) -> dict[str, Any] | None:
+def _existing(path: Path, tested: str, attached: str) -> AttachmentRecord | None:
     if not path.is_file():
         return None
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            rec = parse(line)
-        except BadJson:
-            continue  # a torn line from a crash
-        if isinstance(rec, dict) and rec.get("tested_commit") == tested \
-                and rec.get("attached_commit") == attached:
+            rec = AttachmentRecord.model_validate(parse(line))
+        except (BadJson, ValidationError):
+            continue  # a torn line from a crash, or not an attachment
+        if rec.tested_commit == tested and rec.attached_commit == attached:
             return rec
     return None
 
@@ -249,7 +252,7 @@ def attach(result_dir: Path | str, rev: str, repo: Path | str = ".", *,
     found = _existing(log, tested, target)
     if found is not None:
         return Attachment(tested, target, rev, tree, source.origin,
-                          str(found.get("attached_at", now)), already_recorded=True)
+                          found.attached_at or now, already_recorded=True)
     attachment = Attachment(tested, target, rev, tree, source.origin, now)
-    _append_line(log, attachment.to_dict())
+    _append_line(log, attachment.record().line())
     return attachment

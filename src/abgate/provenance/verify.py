@@ -74,8 +74,8 @@ def compare_entries(section: str, expected: Sequence[Entry],
                     actual: Sequence[Entry]) -> list[ManifestFinding]:
     """Changed, missing and extra entries between two lists keyed by ``path``, every
     field compared."""
-    want = {e.path: e.to_dict() for e in expected}
-    have = {e.path: e.to_dict() for e in actual}
+    want = {e.path: e for e in expected}
+    have = {e.path: e for e in actual}
     out: list[ManifestFinding] = []
     for path in sorted(want.keys() | have.keys()):
         if path not in have:
@@ -84,12 +84,18 @@ def compare_entries(section: str, expected: Sequence[Entry],
         elif path not in want:
             out.append(ManifestFinding("extra", f"{section} {path}", "found, not in the manifest"))
         else:
-            diffs = [f"{k} {_short(want[path].get(k))} -> {_short(have[path].get(k))}"
-                     for k in sorted(want[path].keys() | have[path].keys())
-                     if want[path].get(k) != have[path].get(k)]
+            was, now = want[path], have[path]
+            diffs = [f"{k} {_short(getattr(was, k, None))} -> {_short(getattr(now, k, None))}"
+                     for k in sorted(_fields(was) | _fields(now))
+                     if getattr(was, k, None) != getattr(now, k, None)]
             if diffs:
                 out.append(ManifestFinding("changed", f"{section} {path}", "; ".join(diffs)))
     return out
+
+
+def _fields(entry: Entry) -> set[str]:
+    """An entry's field names (a key a newer manifest added, too), compared by attribute."""
+    return {*type(entry).model_fields, *(entry.model_extra or {})}
 
 
 def _flatten(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:

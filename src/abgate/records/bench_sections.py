@@ -202,3 +202,48 @@ class BenchProbes(Part):
     n: int
     n_passed: int
     results: list[ProbeRecord]
+
+
+class GpuMemory(Section):
+    """One GPU's memory while the engine was loaded (``bench.resources.gpu_memory``,
+    through NVML): in total and held by the engine's processes (None: not supported)."""
+
+    index: int | None = None
+    name: str | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    process_memory_used: int | None = None
+
+
+class EngineResources(Section):
+    """A bench summary's ``resources`` (``bench.resources.engine_resources``): the
+    engine's process, its memory and the GPUs' memory; a remote endpoint's has no
+    process here (``pid`` null, and a ``note`` saying so)."""
+
+    pid: int | None = None
+    in_process: bool | None = None
+    peak_rss_bytes: int | None = None
+    rss_bytes: int | None = None
+    gpus: list[GpuMemory] | None = None
+    note: str | None = None
+
+    @property
+    def remote(self) -> bool:
+        """Measured, and no engine process on this host (a remote endpoint)."""
+        return "pid" in self.model_fields_set and self.pid is None
+
+
+class PeakBandwidth(Section):
+    """A bench summary's ``peak_bandwidth``: the peak the roofline is taken against
+    (declared, or a probe's estimate: ``bench.roofline``), where it came from and how
+    it was measured; ``gbps`` null (and why, in ``source``) where none could be had."""
+
+    gbps: Number | None = None
+    source: str | None = None
+    method: str | None = None
+    device: str | None = None  # the GPU probe's
+    size_mib: int | None = None
+    threads: int | None = None  # the CPU probe's
+    repeats: int | None = None
+    process: str | None = None  # the GPU probe run in a child process
+

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from abgate.records.bench_sections import Part
 from abgate.records.documents import Document, Status
-from abgate.records.fleet import ClusterRecord
+from abgate.records.fleet import ClusterRecord, ReplicaFacts
 
 # A bench's speed figures compared across replicas, and which way is better.
 METRICS: tuple[tuple[str, Literal["higher", "lower"]], ...] = (
@@ -21,7 +21,7 @@ class ReplicaPart(Part):
     """One replica: where it ran (``fleet.replica.host_facts``), and its outcome."""
 
     index: int
-    facts: dict[str, Any]
+    facts: ReplicaFacts
     status: str  # the replica's own run status; "lost" when none came back
     error: str | None = None
     dir: str | None = None  # its run, copied under the cluster's directory

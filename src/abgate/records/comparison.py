@@ -20,6 +20,7 @@ from pydantic import Field
 
 from abgate.records.agreement import Agreement
 from abgate.records.load_snapshots import HostLoadFinding
+from abgate.records.policy import Policy
 from abgate.records.result import Bounds, Gate, Result
 
 # -- paired statistics (compare/paired.py, diagnostics.py) ----------------------------
@@ -275,7 +276,7 @@ class Verdict(Result):
     reasons: tuple[str, ...] = ()
     more_samples_needed: int | None = None
     gates: tuple[Gate, ...] = ()
-    policy: dict[str, Any] = Field(default_factory=dict)
+    policy: Policy | None = None  # the policy it was given under
     notes: tuple[str, ...] = ()
     explanation: str | None = None  # INCONCLUSIVE: why, in one line (compare/explain.py)
     mde: VerdictMde | None = None  # what each gate could detect at this run's size
@@ -296,7 +297,7 @@ class ComparisonDoc(Result):
     kind: str | None = None
     ab_status: str | None = None
     baseline: str | None = None
-    policy: dict[str, Any] = Field(default_factory=dict)
+    policy: Policy | None = None  # the policy it was given under
     comparisons: dict[str, ArmResult] = Field(default_factory=dict)
     decision: str | None = None
     exit_code: int | None = None

@@ -11,7 +11,7 @@ from typing import Any
 
 from abgate.records.sections import Number, Section
 
-__all__ = ["ClusterRecord", "FleetLoss", "FleetRecord", "FleetSession"]
+__all__ = ["ClusterRecord", "FleetLoss", "FleetRecord", "FleetSession", "ReplicaFacts"]
 
 
 class ClusterRecord(Section):
@@ -29,6 +29,33 @@ class ClusterRecord(Section):
     placement_timeout_s: Number | None = None
 
 
+class ReplicaFacts(Section):
+    """One replica's facts, in the order they are written: where it runs
+    (``fleet.replica.host_facts``: a Ray worker's node, address, process, CPU and GPUs; an
+    endpoint fleet's URL), the engines it loaded (``Replica.engine_facts``), its process
+    tree and mapped libraries, and what the close and the dispatch found. The keys
+    ``fleet.matching.MATCHED`` names must be alike across replicas; a field a replica
+    has no fact for is not written."""
+
+    index: int | None = None
+    endpoint: str | None = None
+    node_id: str | None = None
+    address: str | None = None
+    pid: int | None = None
+    actor_id: str | None = None
+    cpu_model: str | None = None
+    gpu_ids: list[str] | None = None
+    gpu_uuids: list[str] | None = None
+    gpu_model: list[str] | None = None
+    driver: list[str] | None = None
+    engines: dict[str, Any] | None = None  # arm -> {"version", "engine"}
+    engine_config: dict[str, str] | None = None  # arm -> its effective config's digest
+    process_tree: list[int] | None = None
+    libraries: dict[str, str] | None = None  # basename -> SHA-256
+    closed: dict[str, Any] | None = None  # the engines' cleanup, GPU memory after
+    busy_s: Number | None = None  # an endpoint's time in requests (the dispatch's)
+
+
 class FleetLoss(Section):
     """A replica lost mid-item: which, at which (item, seed) key, why, when."""
 
@@ -44,7 +71,7 @@ class FleetSession(Section):
 
     cluster: ClusterRecord | None = None
     endpoints: list[str] | None = None
-    replicas: list[dict[str, Any]] | None = None
+    replicas: list[ReplicaFacts] | None = None
     lost: list[FleetLoss] | None = None
     items_by_replica: dict[str, list[str]] | None = None
 

@@ -9,13 +9,34 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from abgate.errors import AbgateError
 from abgate.records.sections import Number, Section
 from abgate.schema import first_error
 
 WARMUP_PREFIX = "warmup:"  # a warm-up sample's key: the prefix, then the (item, seed) key
+
+
+class RequestTiming(Section):
+    """One request's speed figures (``metrics.request_timing``, docs/metrics.md), in the
+    order they are written; None where undefined for the request (one output token: no
+    steady decode). A sample imported from another tool may have none written (an
+    lm-eval sample): then each is None and none is written back."""
+
+    ttft_s: Number | None = None
+    prefill_tps: Number | None = None
+    decode_s: Number | None = None
+    steady_decode_tps: Number | None = None
+    tpot_ms: Number | None = None
+    e2e_s: Number | None = None
+    output_tps: Number | None = None
+
+    def figure(self, name: str) -> Number | None:
+        """One figure by its field name (a speed metric, ``runner.summary.SPEED_FIELDS``);
+        None for a name that is no field."""
+        found: Number | None = getattr(self, name) if name in type(self).model_fields else None
+        return found
 
 
 class SamplePrompt(Section):
@@ -75,7 +96,7 @@ class Sample(Section):
     output: SampleOutput = SampleOutput()
     finish_reason: str | None = None
     error: str | None = None
-    timing: dict[str, Any] = {}  # metrics.request_timing: numbers, None where unmeasured
+    timing: RequestTiming = Field(default_factory=RequestTiming)  # metrics.request_timing
     token_times_ms: list[Number] | None = None
     engine_timings: dict[str, Any] | None = None
     reference: int | str | None = None

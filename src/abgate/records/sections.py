@@ -80,8 +80,17 @@ class EngineRecord(Section):
 
 
 class ModelRef(Section):
+    """A spec's ``model``: what identifies it (``identity.identify_model``), in the order
+    a record writes it (path and hash first): a file's SHA-256 and size; a directory's
+    every file and one digest over them; a name's (a hub id a server resolves) no hash,
+    and a note saying so."""
+
     path: str | None = None
     sha256: str | None = None
+    kind: str | None = None  # "file", "directory" or "name"
+    size: int | None = None
+    files: list[dict[str, Any]] | None = None  # a directory's: path, size, sha256 each
+    note: str | None = None
 
 
 class SuiteRef(Section):

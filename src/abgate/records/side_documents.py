@@ -1,20 +1,24 @@
 """The JSON documents beside the records, typed: a run's (an A/B arm's)
 ``summary.json``, an arm's ``probes.json`` and ``bench.json``, a bench's
-``summary.json``, and a ``decisions.jsonl`` line. Each has its own schema version
+``summary.json``, a ``decisions.jsonl`` line, an ``attachments.jsonl`` line and a
+writer lock's holder. Each has its own schema version
 (:data:`abgate.records.documents.SCHEMA_VERSIONS`), written and read by
-:mod:`abgate.runner.documents`."""
+:mod:`abgate.runner.documents` (the two lines: ``ab.decision``, ``provenance.attach``;
+the lock: ``dirlock``, ``nestlock``)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from abgate.records.bench_sections import (
     BenchProbes,
     BenchSummaryCase,
     CaseFigures,
+    EngineResources,
     ModelBytes,
+    PeakBandwidth,
     ProbeRecord,
 )
 from abgate.records.documents import Document, Status
@@ -61,7 +65,7 @@ class AbBenchDocument(Document):
 
 class BenchSummary(Document):
     """A bench's ``summary.json``: per-case distributions, probes, resources, bandwidth
-    (the host's and the engine's own objects, typed as JSON objects)."""
+    (the engine's process and memory, the peak the roofline is taken against)."""
 
     NAME = "bench-summary"
     kind: Literal["bench"] = "bench"
@@ -72,9 +76,9 @@ class BenchSummary(Document):
     warmup: int | None = None
     repeats: int | None = None
     prompt_seed: int | None = None
-    resources: dict[str, Any] | None = None
+    resources: EngineResources | None = None
     model_bytes: ModelBytes | None = None
-    peak_bandwidth: dict[str, Any] | None = None
+    peak_bandwidth: PeakBandwidth | None = None
     not_certified: list[str] | None = None
 
 
@@ -103,3 +107,36 @@ class DecisionRecord(BaseModel):
     relation: Literal["confirms", "overrides", "settles"]
     source: DecisionSource
     decided_at: str
+
+
+class AttachmentRecord(BaseModel):
+    """One line of a result directory's ``attachments.jsonl`` (``abgate attach``): the
+    commit the results were measured on, the commit they are attached to (same tree),
+    where the tested commit was read and when. Written with its keys sorted; a line
+    another abgate added keys to still reads (they are kept)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    schema_name: Literal["abgate.attachment"] = Field(default="abgate.attachment", alias="schema")
+    schema_version: int = 1
+    tested_commit: str
+    attached_commit: str
+    attached_rev: str | None = None
+    tree: str | None = None
+    tested_commit_from: str | None = None
+    attached_at: str | None = None
+
+    def line(self) -> dict[str, Any]:
+        """The JSON object written (``schema``, not the field's name)."""
+        out: dict[str, Any] = self.model_dump(mode="json", by_alias=True)
+        return out
+
+
+class LockHolder(BaseModel):
+    """A directory's writer lock file (``.abgate.lock``, ``abgate.dirlock``): who holds
+    it, written by the holder and read by a writer it refuses (``abgate.nestlock``)."""
+
+    pid: int
+    command: str
+    since: float | None = None
+

@@ -53,7 +53,7 @@ def kld_plot(data: AbData, arm: str, index: int) -> Plot | None:
             cv.el("rect", x=x(left) + 0.5, y=y(count), width=max(x(right) - x(left) - 1.0, 0.5),
                   height=y(0) - y(count), fill=color, cls="mark bar")
     mean = as_float(section.mean_kld.estimate)
-    limit = as_float(data.policy.quality.max_mean_kld)
+    limit = data.policy.quality.max_mean_kld if data.policy else None
     _marker(cv, x, mean, "#111827", "")
     _marker(cv, x, limit, FAIL_COLOR, "5 4")
     cv.legend([(color, "positions"), ("#111827", "mean KLD"), (FAIL_COLOR, "policy limit")])

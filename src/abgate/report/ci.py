@@ -18,7 +18,7 @@ from abgate.compare.gates import FAIL, PASS
 from abgate.records.comparison import ArmResult, ComparisonDoc
 from abgate.records.documents import AbRecord
 from abgate.records.result import Gate
-from abgate.report.views import RecordedPolicy
+from abgate.report.fmt import NA
 from abgate.runner.documents import read_document, read_record
 
 # Extra lines under "Minimum detectable effect" (the verdict's own per-gate MDEs,
@@ -49,7 +49,7 @@ def junit_xml(doc: ComparisonDoc, name: str = "abgate ab") -> str:
     ``<failure>`` whose message is the verdict line, an inconclusive or unmeasured gate
     ``<skipped>`` (the verdict, INCONCLUSIVE, exits 3 all the same)."""
     root = ET.Element("testsuites", name=name)
-    totals = {"tests": 0, "failures": 0, "skipped": 0}
+    tests = failures = skips = 0  # the totals, over every suite
     for arm, result in doc.comparisons.items():
         gates = result.verdict.gates
         failed = sum(g.outcome == FAIL for g in gates)
@@ -67,10 +67,9 @@ def junit_xml(doc: ComparisonDoc, name: str = "abgate ab") -> str:
             elif gate.outcome != PASS:
                 ET.SubElement(case, "skipped", message=f"{gate.outcome}: {gate.evidence}")
             ET.SubElement(case, "system-out").text = gate.evidence
-        totals = {"tests": totals["tests"] + len(gates),
-                  "failures": totals["failures"] + failed,
-                  "skipped": totals["skipped"] + skipped}
-    root.attrib.update({k: str(v) for k, v in totals.items()} | {"errors": "0"})
+        tests, failures, skips = tests + len(gates), failures + failed, skips + skipped
+    root.attrib.update({"tests": str(tests), "failures": str(failures),
+                        "skipped": str(skips), "errors": "0"})
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -191,7 +190,7 @@ def summary_md(ab_dir: Path) -> str:
         out += _gates_table(result) + ["", "### What differed", ""]
         out += _differed(record, arm) + ["", "### Minimum detectable effect", ""]
         out += _mde(result, ab_dir) + [""]
-    out.append(f"Policy `{RecordedPolicy.model_validate(doc.policy).name}`; the records: "
+    out.append(f"Policy `{doc.policy.name if doc.policy else NA}`; the records: "
                f"`{ab_dir.name}/` (ab.json, "
                "comparison.json).")
     return "\n".join(out) + "\n"

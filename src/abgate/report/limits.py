@@ -73,14 +73,14 @@ def verdict_mde_line(data: AbData, arm: str) -> list[str]:
 def _arm_limits(data: AbData, arm: str) -> list[str]:
     comp, policy = data.arm_comparison(arm), data.policy
     out = _accuracy_limits(comp, arm, data.baseline) + verdict_mde_line(data, arm)
-    metric = str(policy.speed.metric or "steady_decode_tps")
+    metric = policy.speed.metric if policy else "steady_decode_tps"
     speed_mde = as_float(comp.mde.speed.get(metric))
     if speed_mde is not None:
         size = 100 * abs(speed_mde)
         out.append(f"`{arm}`: a true {SPEED_LABELS.get(metric, metric)} change smaller than "
                    f"about {size:.{1 if size >= 1 else 2}f}% would likely go undetected "
                    "(minimum detectable effect).")
-    margin = as_float(policy.quality.max_accuracy_drop)
+    margin = policy.quality.max_accuracy_drop if policy else None
     if margin is not None:
         out.append(f"`{arm}`: a passing accuracy gate shows non-inferiority within "
                    f"{100 * margin:.1f} points, not equality.")

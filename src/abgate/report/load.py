@@ -25,12 +25,13 @@ from abgate.ab.decision import read_decisions
 from abgate.errors import UsageError
 from abgate.records.comparison import ArmResult, Comparison, ComparisonDoc, Verdict
 from abgate.records.documents import AbRecord, ExperimentArm, RunRecord
+from abgate.records.policy import Policy
 from abgate.records.samples import Sample
 from abgate.records.sections import Spec
 from abgate.records.side_documents import AbBenchDocument, DecisionRecord
 from abgate.redact import redact
 from abgate.report.fmt import as_float
-from abgate.report.views import RecordedPolicy, WeightsDiff
+from abgate.report.views import WeightsDiff
 from abgate.runner import records as rec
 from abgate.runner.documents import read_document, read_record
 from abgate.runner.samples import load_samples
@@ -86,9 +87,10 @@ class AbData:
     decisions: list[DecisionRecord] = field(default_factory=list)  # oldest first
 
     @property
-    def policy(self) -> RecordedPolicy:
-        """The policy the verdicts were given under (``comparison.json``)."""
-        return RecordedPolicy.model_validate(self.analysis.policy)
+    def policy(self) -> Policy | None:
+        """The policy the verdicts were given under (``comparison.json``; None when the
+        A/B has not been analysed)."""
+        return self.analysis.policy
 
     def arm_config(self, arm: str) -> ExperimentArm:
         """The arm's table in the experiment file, as recorded (empty when absent)."""
@@ -123,7 +125,7 @@ def to_point(sample: Sample) -> Point:
         tokens=as_float(tokens if tokens is not None else sample.health.output_tokens),
         rep=as_float(sample.health.seq_rep_4),
         output_sha=sample.output_sha(),
-        speed={k: as_float(sample.timing.get(k)) for k in SPEED_KEYS},
+        speed={k: as_float(sample.timing.figure(k)) for k in SPEED_KEYS},
     )
 
 

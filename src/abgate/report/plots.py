@@ -206,8 +206,8 @@ def _draw_ref_lines(cv: Canvas, x: Scale, lines: list[RefLine]) -> None:
 
 def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
     """Histogram of per-pair speedups of the policy's speed metric."""
-    limits = data.policy.speed
-    metric = str(limits.metric or "steady_decode_tps")
+    limits = data.policy.speed if data.policy else None
+    metric = limits.metric if limits else "steady_decode_tps"
     section = data.arm_comparison(arm).speed.get(metric) or SpeedMetric()
     higher = section.higher_is_better is not False
     ratios = _speedups(paired_points(data, arm), metric, higher)
@@ -216,7 +216,8 @@ def ratio_plot(data: AbData, arm: str, index: int) -> Plot:
     if not higher:  # show A/B: above 1 is faster either way
         est = 1.0 / est if est else None
         ci = [1.0 / v if v else None for v in reversed(ci)]
-    lines = _ratio_lines(as_float(limits.min_speedup), as_float(limits.max_slowdown), est)
+    lines = _ratio_lines(limits.min_speedup if limits else None,
+                         limits.max_slowdown if limits else None, est)
     bounds = [v for v in ci if v is not None]
     plot_id = f"plot-ratio-{index}"
     cv = Canvas(plot_id, f"per-pair speedup of {arm} over {data.baseline}",
@@ -339,9 +340,9 @@ def repetition_plot(data: AbData, arm: str, index: int) -> Plot:
 
 def all_plots(data: AbData) -> tuple[list[Plot], dict[str, list[Plot]]]:
     """The per-arm plots and, per candidate, its comparison plots."""
-    limits = data.policy.speed
-    metric = str(limits.metric or "steady_decode_tps")
-    confidence = as_float(limits.confidence) or 0.95
+    limits = data.policy.speed if data.policy else None
+    metric = limits.metric if limits else "steady_decode_tps"
+    confidence = limits.confidence if limits else 0.95
     overview = [speed_plot(data, "steady_decode_tps"), accuracy_plot(data, confidence)]
     if metric != "steady_decode_tps":
         overview.insert(1, speed_plot(data, metric))

@@ -187,8 +187,10 @@ def setup(data: AbData) -> list[Block]:
         f"{len(sched.executed)} measured requests executed.",
         f"Host: {_host_text(ab.host)}.",
         f"Code: {_code_text(ab)}",
-        f"Policy: `{user(policy.name)}` ({user(policy.source)}, sha256 "
-        f"{short(policy.sha256)}): {user(policy.description)}.",
+        f"Policy: `{user(policy.name if policy else NA)}` "
+        f"({user(policy.source if policy else NA)}, sha256 "
+        f"{short(policy.sha256 if policy else None)}): "
+        f"{user(policy.description if policy else NA)}.",
     ]
     if (applied := defaults_applied(ab)) is not None:
         items.append(applied)

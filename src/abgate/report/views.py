@@ -1,5 +1,6 @@
-"""Typed views of the free-form objects inside the records, read by attribute: the
-recorded policy's limits, a weights diff.
+"""Typed views of the free-form objects inside the records, read by attribute: a GPU,
+an arm's settings, a weights diff (the recorded policy is its record model,
+``records.policy.Policy``).
 
 Built on ``compare.views`` (a view never refuses what it reads: the renderers format
 any value kept as written, or print ``n/a``).
@@ -13,31 +14,6 @@ from pydantic import Field
 
 from abgate.compare.views import Objects, View, views
 from abgate.report.fmt import NA
-
-
-class SpeedLimits(View):
-    metric: Any = None
-    min_speedup: Any = None
-    max_slowdown: Any = None
-    confidence: Any = None
-
-
-class QualityLimits(View):
-    max_accuracy_drop: Any = None
-    max_mean_kld: Any = None
-
-
-class RecordedPolicy(View):
-    """The policy in ``comparison.json``: its name, file and description, and the limits
-    the report draws and cites."""
-
-    name: Any = NA
-    source: Any = NA
-    sha256: Any = None
-    description: Any = NA
-
-    speed: SpeedLimits = Field(default_factory=SpeedLimits)
-    quality: QualityLimits = Field(default_factory=QualityLimits)
 
 
 class Gpu(View):

@@ -26,7 +26,7 @@ from typing import Any
 
 from abgate.engines import engine_class, hosted
 from abgate.engines.args import validate_args
-from abgate.engines.base import Engine
+from abgate.engines.base import Engine, EngineInfo
 from abgate.engines.shared.multicast import applied_env as applied_env  # re-exported
 from abgate.engines.shared.multicast import check_env as check_multicast_env
 from abgate.errors import AbgateError
@@ -34,7 +34,7 @@ from abgate.identity import identify_model
 from abgate.model_check import ModelStamp
 from abgate.records import facts
 from abgate.records.documents import Loadable, LoadFacts, RunRecord
-from abgate.records.sections import EngineRecord
+from abgate.records.sections import CapabilitiesRecord, EngineRecord, ModelRef
 from abgate.redact import add_known_secrets, env_secrets, redact, redact_env
 
 
@@ -61,7 +61,7 @@ class PreparedEngine:
     engine_cls: type[Engine]  # the registry's class: its classmethods check and load
     model: str
     resolved_args: dict[str, Any]
-    model_identity: dict[str, Any]
+    model_identity: ModelRef  # the spec's model, as identified
     # what hashing the model's files saw: every load checks they are still those bytes
     stamp: ModelStamp | None = field(default=None, compare=False, repr=False)
 
@@ -72,7 +72,7 @@ class PreparedEngine:
     def record(self) -> dict[str, Any]:
         """The engine part of a run spec (what the spec digest covers)."""
         return recorded_engine_part({
-            "engine": self.spec.engine, "model": self.model_identity,
+            "engine": self.spec.engine, "model": self.model_identity.to_dict(),
             "engine_args": self.spec.args, "engine_options": self.spec.options,
             "resolved_engine_args": self.resolved_args, "env": self.spec.env})
 
@@ -119,13 +119,19 @@ def engine_processes(engine: Engine) -> list[int]:
     return [int(p) for p in engine.processes()]
 
 
+def described(info: EngineInfo) -> EngineRecord:
+    """``describe()`` as the record's model: every capability kept, in its order."""
+    return EngineRecord(name=info.name, version=info.version, model=info.model,
+                        effective_config=info.effective_config,
+                        capabilities=CapabilitiesRecord(**vars(info.capabilities)))
+
+
 class EngineSession:
     """A loaded engine, the env it runs under and what was recorded about it."""
 
     def __init__(self, prepared: PreparedEngine, engine: Engine) -> None:
         self.prepared, self.engine = prepared, engine
-        self.info = engine.describe().to_dict()
-        self.described = EngineRecord.model_validate(self.info)  # the same, typed
+        self.described = described(engine.describe())  # read by attribute, never by key
         self.processes = engine_processes(engine)
 
     @contextmanager

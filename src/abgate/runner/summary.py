@@ -22,7 +22,7 @@ def summarize(samples: Sequence[SampleLike], status: str | None = None) -> Summa
     typed = [Sample.of(s) for s in samples]
     measured = [s for s in typed if not s.warmup]
     quality = aggregate_health(measured)
-    speed = {f: distribution([s.timing[f] for s in measured]) for f in SPEED_FIELDS}
+    speed = {f: distribution([s.timing.figure(f) for s in measured]) for f in SPEED_FIELDS}
     extra = {"status": status} if status is not None else {}
     return Summary(schema_version=SCHEMA_VERSIONS["summary"], n=len(measured),
                    n_warmup=len(typed) - len(measured),
