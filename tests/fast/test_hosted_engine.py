@@ -20,7 +20,7 @@ import pytest
 from abgate.engines import hosted
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.errors import AbgateError, UsageError
-from tests.conftest import read_lines
+from tests.conftest import default_sigint, read_lines
 from tests.support.fake import fake_run
 
 
@@ -104,3 +104,33 @@ def test_bad_interpreters_are_one_line_before_anything_is_written(
     assert r.returncode == 2, r.stderr
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_ctrl_c_to_the_terminal_finishes_the_hosted_request_then_stops(tmp_path: Path) -> None:
+    """Ctrl-C at a terminal reaches abgate's whole process group; the host sits in a
+    session of its own, so the request in flight (request 2 sleeps 2 s in the host) is
+    finished and recorded, the run ends ``interrupted`` (exit 130), and the host is gone."""
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "abgate", "run", "--engine", "fake", "--suite", "synthetic",
+           "--max-tokens", "24", "--limit", "4", "--seeds", "0", "-o", str(out),
+           "--python", sys.executable, "--engine-arg", "hang_at=2", "--engine-arg", "hang_s=2.0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=default_sigint)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "samples.jsonl").exists()
+                   and (out / "samples.jsonl").read_text().count("\n") >= 1):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # request 2 is in flight in the host
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        assert proc.wait(timeout=120) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted"
+    samples = read_lines(out / "samples.jsonl")
+    assert len(samples) == 2 and not any(s.get("error") for s in samples)
+    assert run["cleanup"]["verified"] and _gone(run["engine_processes"][0], 1.0)
