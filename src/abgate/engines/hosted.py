@@ -42,14 +42,12 @@ import abgate
 from abgate.engines.base import (
     Capabilities,
     Engine,
-    EngineInfo,
     GenerationRequest,
     GenerationResult,
     LoadedTensor,
-    Message,
     OnResult,
-    TokenScores,
 )
+from abgate.engines.proxy import ProxyEngine
 from abgate.engines.registry import engine_class
 from abgate.engines.shared.server import die_with_parent
 from abgate.engines.shared.server_cleanup import running
@@ -136,19 +134,16 @@ def start(python: str, name: str, model: str, args: Mapping[str, Any],
     return engine
 
 
-class HostedEngine(Engine):
+class HostedEngine(ProxyEngine):
     """The proxy of an engine loaded in a host process (:func:`start` makes one)."""
+
+    loaded_by = "abgate.engines.hosted.start"
 
     def __init__(self, python: str, conn: Connection, proc: subprocess.Popen[bytes]) -> None:
         self.python, self._conn, self._proc = python, conn, proc
         self._closed = False
         self._text_stable = False
         self.capabilities = Capabilities(False, False, False, False)  # until attached
-
-    @classmethod
-    def load(cls, model: str, args: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-             run_dir: Path | None = None) -> Engine:
-        raise AbgateError("a hosted engine is started by abgate.engines.hosted.start")
 
     def attach(self, facts: HostFacts) -> None:
         self.capabilities, self.process_env = facts.capabilities, facts.process_env
@@ -175,44 +170,8 @@ class HostedEngine(Engine):
 
     def generate(self, requests: Sequence[GenerationRequest],
                  on_result: OnResult | None = None) -> list[GenerationResult]:
+        """Each result handed to ``on_result`` as the host finishes it."""
         return list(self.call("generate", list(requests), on_result=on_result))
-
-    def tokenize(self, text: str) -> list[int]:
-        return list(self.call("tokenize", text))
-
-    def render_prompt(self, messages: Sequence[Message]) -> list[int]:
-        return list(self.call("render_prompt", list(messages)))
-
-    def describe(self) -> EngineInfo:
-        info: EngineInfo = self.call("describe")
-        return info
-
-    def score(self, prompt_token_ids: Sequence[int], continuation: Sequence[int],
-              top_k: int = 5) -> TokenScores:
-        scores: TokenScores = self.call("score", list(prompt_token_ids), list(continuation),
-                                        top_k)
-        return scores
-
-    def processes(self) -> list[int]:
-        return [int(p) for p in self.call("processes")]
-
-    def detokenize(self, ids: Sequence[int]) -> str | None:
-        text: str | None = self.call("detokenize", list(ids))
-        return text
-
-    def topk_trace(self, prompt_ids: Sequence[int], output_ids: Sequence[int],
-                   k: int) -> list[list[int]] | None:
-        trace: list[list[int]] | None = self.call("topk_trace", list(prompt_ids),
-                                                  list(output_ids), k)
-        return trace
-
-    def keep_prompt_states(self, budget_bytes: int = 512 * 2**20) -> bool:
-        return bool(self.call("keep_prompt_states", budget_bytes))
-
-    @property
-    def prompts_restored(self) -> int | None:
-        restored: int | None = self.call("prompts_restored")
-        return restored
 
     @property
     def text_stable(self) -> Callable[[list[int]], bool] | None:

@@ -22,7 +22,7 @@ from abgate.runner.session import EngineSession, PreparedEngine, loaded
 Work = list[tuple[str, GenerationRequest]]
 # the engine members the coordinator may call on an arm (fleet.remote_engine)
 CALLS = frozenset({"generate", "tokenize", "render_prompt", "describe", "score", "processes",
-                   "detokenize", "topk_trace"})
+                   "detokenize", "topk_trace", "keep_prompt_states"})
 
 
 class Replica:

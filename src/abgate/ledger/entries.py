@@ -65,8 +65,9 @@ class LedgerVerdicts(Section):
     human: HumanVerdict | None = None
 
 
-class Entry(BaseModel):
-    """One record: a run, A/B, bench or baseline directory, or an imported file."""
+class EntryFacts(BaseModel):
+    """What the ledger knows of one record, as :class:`Entry` (read from the record) and
+    :class:`LedgerRecord` (a row of the store) both hold it."""
 
     id: str
     kind: str
@@ -82,28 +83,19 @@ class Entry(BaseModel):
     abgate_version: str | None = None
     decision: str | None = None
     verdicts: LedgerVerdicts = Field(default_factory=LedgerVerdicts)
+
+
+class Entry(EntryFacts):
+    """One record: a run, A/B, bench or baseline directory, or an imported file."""
+
     units: list[Unit] = Field(default_factory=list)
 
 
 
-class LedgerRecord(BaseModel):
+class LedgerRecord(EntryFacts):
     """One row of the ledger's ``records`` table (``ledger.store``): an :class:`Entry`'s
     fields without its units, and the ledger's own bookkeeping."""
 
-    id: str
-    kind: str
-    path: str
-    status: str | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    git_commit: str | None = None
-    git_tree: str | None = None
-    git_dirty: bool | None = None
-    git_diff_sha256: str | None = None
-    host: str | None = None
-    abgate_version: str | None = None
-    decision: str | None = None
-    verdicts: LedgerVerdicts = Field(default_factory=LedgerVerdicts)
     added_at: float | None = None
     updated_at: float | None = None
     moved_from: str | None = None
