@@ -2,8 +2,9 @@
 # Issue 33 item 7 on the lent H200: `abgate bench --cluster` and `abgate baseline check --cluster`
 # with 2 vLLM replicas (in-process engines, SmolLM2 bf16) sharing the one GPU (num_gpus=0.5 each,
 # gpu_memory_utilization 0.18, enforce_eager to keep the loads short), on a local Ray cluster.
-# The baseline is recorded in a Ray worker (as the replicas check it: Ray's OMP_NUM_THREADS and
-# mapped libraries are then the same). Then GPU memory and the processes left are checked.
+# The baseline is recorded with `baseline record --cluster` (on one replica actor, the process kind
+# the check runs in: Ray's OMP_NUM_THREADS, vLLM's VLLM_WORKER_MULTIPROC_METHOD=spawn in an actor and
+# a worker's mapped libraries are then the same), then checked with nothing declared. Then GPU memory and the processes left are checked.
 # From the project root there, vLLM, Ray and the SmolLM2 GGUF staged (../shared/gpu/README.md):
 #   bash benchmarks/gpu_cluster_bench.sh DATA.jsonl start    (prepares, launches the driver, waits)
 #   bash benchmarks/gpu_cluster_bench.sh DATA.jsonl wait     (a later call: waits for it, packs)
@@ -15,7 +16,10 @@ data=${1:?data file} step=${2:?start or wait}
 if [[ $step == start ]]; then
   prepare "$data" || exit
   . "${RAY_STAGE:-/root/ray-stage}/on-device-ray.sh" || exit
-  cat >"$root/driver.sh" <<'EOF'
+  cat >"$root/driver.sh" <<EOF
+SKIP_BENCH=${SKIP_BENCH:-}
+EOF
+  cat >>"$root/driver.sh" <<'EOF'
 set -uo pipefail
 cd "$1"; root=$2
 E=(--engine vllm --model /root/m/smol --engine-arg dtype=bfloat16 --engine-arg max_model_len=2048
@@ -23,29 +27,18 @@ E=(--engine vllm --model /root/m/smol --engine-arg dtype=bfloat16 --engine-arg m
 C=(--cluster local --cluster-opt replicas=2 --cluster-opt num_gpus=0.5 --cluster-opt num_cpus=2)
 L=(--input-len 128,512 --output-len 64 --warmup 1 --repeats 3)
 echo "GPU memory before: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits) MiB"
-t=$(date +%s); python3 -m abgate bench "${E[@]}" "${L[@]}" --peak-bw 4800 "${C[@]}" -o "$root/bench" --force
-echo "bench --cluster rc=$? in $(( $(date +%s) - t )) s"
-t=$(date +%s); python3 - "$root/base" <<'PY'
-import sys
-from pathlib import Path
-import ray
-from abgate.baseline import record_baseline
-from abgate.bench import BenchConfig
-ray.init(log_to_driver=False)
-cfg = BenchConfig(engine="vllm", model="/root/m/smol", input_lens=(128, 512), output_len=64,
-                  warmup=1, repeats=3, probes=False, peak_bw_gbps=4800.0,
-                  engine_args={"dtype": "bfloat16", "max_model_len": 2048,
-                               "gpu_memory_utilization": 0.18, "enforce_eager": True})
-ray.get(ray.remote(num_gpus=0.5, num_cpus=2)(record_baseline).remote(cfg, Path(sys.argv[1])))
-ray.shutdown()
-PY
-echo "baseline record (in a Ray worker) rc=$? in $(( $(date +%s) - t )) s"
+if [[ -z ${SKIP_BENCH:-} ]]; then  # SKIP_BENCH=1: the baseline record and check alone
+  t=$(date +%s); python3 -m abgate bench "${E[@]}" "${L[@]}" --peak-bw 4800 "${C[@]}" -o "$root/bench" --force
+  echo "bench --cluster rc=$? in $(( $(date +%s) - t )) s"
+fi
+t=$(date +%s); python3 -m abgate baseline record "${E[@]}" "${L[@]}" --no-probes "${C[@]}" -o "$root/base" --force
+echo "baseline record --cluster rc=$? in $(( $(date +%s) - t )) s"
 t=$(date +%s); python3 -m abgate baseline check "$root/base" "${C[@]}" --json "$root/check.json"
 echo "baseline check --cluster rc=$? in $(( $(date +%s) - t )) s"
 sleep 5
 { echo "GPU memory after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits) MiB"
-  echo "ray/vLLM processes left: $(ps -eo pid,cmd | grep -E '[r]aylet|[g]cs_server|ray::|[V]LLM::|[E]ngineCore' | wc -l)"
-  ps -eo pid,cmd | grep -E '[r]aylet|[g]cs_server|ray::|[V]LLM::|[E]ngineCore' | head -5; } | tee "$root/cleanup.txt"
+  echo "ray/vLLM processes left: $(ps -eo pid,cmd | grep -E '[r]aylet|[g]cs_server|[r]ay::|[V]LLM::|[E]ngineCore' | wc -l)"
+  ps -eo pid,cmd | grep -E '[r]aylet|[g]cs_server|[r]ay::|[V]LLM::|[E]ngineCore' | head -5; } | tee "$root/cleanup.txt"
 EOF
   launch bash "$root/driver.sh" "$PWD" "$root"
 fi

@@ -23,15 +23,24 @@ warm=${WARMUPS:-$conc} cprocs=${CLIENT_PROCS:-1}  # CLIENT_PROCS: abgate's clien
 [[ -d /root/m/smol ]] || vllm_convert_smol || exit
 python3 -c "import abgate" 2>/dev/null || vllm_install_checkout || exit
 sl=$OUT/served-load && mkdir -p "$sl"
+# LOG_REQUESTS=1: the server logs each request's SamplingParams (what each client's requests
+# asked of it); the served_load driver reads the server's /metrics around each side either way
+logreq=(); [[ -n ${LOG_REQUESTS:-} ]] && logreq=(--enable-log-requests)
 setsid vllm serve /root/m/smol --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \
-  --max-model-len 2048 >"$sl/server.log" 2>&1 </dev/null &
+  --max-model-len 2048 "${logreq[@]}" >"$sl/server.log" 2>&1 </dev/null &
 spid=$!
 for _ in $(seq 150); do curl -sf http://127.0.0.1:8011/v1/models >/dev/null && break; sleep 1; done
 echo "server ready after $SECONDS s (pid $spid)"
 OUT=$sl timeout "$lt" python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
   --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
-  --repeats "$reps" --warmups "$warm" --client-procs "$cprocs" --data "$data" --json "$OUT/served_load.json" >"$sl/driver.log" 2>&1
+  --repeats "$reps" --warmups "$warm" --client-procs "$cprocs" --data "$data" --json "$OUT/served_load.json" --server-metrics \
+  >"$sl/driver.log" 2>&1
 echo "served_load rc=$?"; tail -c 2500 "$sl/driver.log"
+if [[ -n ${LOG_REQUESTS:-} ]]; then  # one request of each client as the server parsed it
+  { grep -m1 'Received request cmpl-bench' "$sl/server.log"; grep 'Received request' "$sl/server.log" \
+      | grep -v 'cmpl-bench' | head -1; } | cut -c1-1500 | tee "$OUT/requests-as-parsed.txt"
+  gzip -f "$sl/server.log"
+fi
 kill -TERM -- -"$spid" 2>/dev/null; for _ in $(seq 30); do kill -0 "$spid" 2>/dev/null || break; sleep 1; done
 kill -KILL -- -"$spid" 2>/dev/null
 { echo "after stop:"; ps -eo pid,cmd | grep -c '[v]llm serve' ; ss -ltn | grep -c ':8011 ' ;

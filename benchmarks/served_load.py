@@ -11,7 +11,10 @@ file with the chat template skipped, ``--ignore-eos``, ``--temperature 0`` as ab
 sends, ``--num-warmups`` the same), both against the server at ``--url``. Written to
 ``$OUT/served_load.json`` (or ``--json``): per repeat both sides' mean TTFT, mean TPOT,
 output throughput and median ITL, and the ratios abgate / vLLM with their median, min
-and max over the repeats. Goal: every ratio within 2% of 1.
+and max over the repeats. Goal: every ratio within 2% of 1. With ``--server-metrics``
+also the server's own view of each side (vLLM's ``/metrics`` before and after it: mean
+TTFT, ITL, TPOT, queue, prefill and decode time as the server measured them, and its
+token counters) and those ratios: whether the server itself served one side faster.
 
 Without ``--vllm`` only abgate's side runs (a smoke test, e.g. against
 llama_cpp.server or llama-server here)::
@@ -65,17 +68,71 @@ def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> d
             "output_throughput": r["output_throughput"], "itl_median_ms": r["median_itl_ms"]}
 
 
+# The server's own view (vLLM's Prometheus /metrics: histogram sums and counts, counters),
+# read before and after each side: what the server measured while serving that side's
+# requests (its warm-up requests included, the same number on both sides). If the server
+# itself served one side faster, the cause is in the requests, not in the clients' clocks.
+_HISTOGRAMS = ("time_to_first_token_seconds", "inter_token_latency_seconds",
+               "request_time_per_output_token_seconds", "e2e_request_latency_seconds",
+               "request_queue_time_seconds", "request_prefill_time_seconds",
+               "request_decode_time_seconds")
+_COUNTERS = ("generation_tokens_total", "prompt_tokens_total", "prefix_cache_hits_total",
+             "prefix_cache_queries_total", "num_preemptions_total")
+
+
+def _scrape(url: str) -> dict[str, float]:
+    import httpx
+    out: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        name, _, value = line.rpartition(" ")
+        base = name.split("{", 1)[0].removeprefix("vllm:")
+        try:
+            out[base] = out.get(base, 0.0) + float(value)  # summed over label sets
+        except ValueError:
+            continue
+    return out
+
+
+def _served(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    view = {f"{h}_mean_ms": 1000 * d.get(f"{h}_sum", 0.0) / d[f"{h}_count"]
+            for h in _HISTOGRAMS if d.get(f"{h}_count")}
+    return view | {c: d.get(c, 0.0) for c in _COUNTERS}
+
+
+def _side(a: argparse.Namespace, run: Any) -> dict[str, Any]:
+    """One side's client figures, with the server's own view when it has /metrics."""
+    before = _scrape(a.url) if a.server_metrics else {}
+    figures = dict(run())
+    if a.server_metrics:
+        figures["server"] = _served(before, _scrape(a.url))
+    return figures
+
+
 def _repeat(a: argparse.Namespace, r: int, prompts: list[str], idx: list[int], src: str,
             work: Path, pf: Path, model: str) -> dict[str, Any]:
     """One repeat: both sides, abgate first when ``r`` is even, vLLM first when odd."""
     row: dict[str, Any] = {"repeat": r, "first": "vllm" if a.vllm and r % 2 else "abgate"}
+    def vllm() -> dict[str, float]:
+        return _vllm(a, pf, work / f"vllm-{r}", model)
+
+    def abgate() -> dict[str, float]:
+        return _abgate(a, prompts, idx, src, work / f"abgate-{r}")
+
     if row["first"] == "vllm":
-        row["vllm"] = _vllm(a, pf, work / f"vllm-{r}", model)
-    row["abgate"] = _abgate(a, prompts, idx, src, work / f"abgate-{r}")
+        row["vllm"] = _side(a, vllm)
+    row["abgate"] = _side(a, abgate)
     if a.vllm and "vllm" not in row:
-        row["vllm"] = _vllm(a, pf, work / f"vllm-{r}", model)
+        row["vllm"] = _side(a, vllm)
     if a.vllm:
-        row["ratio"] = {k: row["abgate"][k] / row["vllm"][k] for k in row["vllm"]}
+        row["ratio"] = {k: row["abgate"][k] / row["vllm"][k] for k in row["vllm"]
+                        if k != "server"}
+        if a.server_metrics:
+            mine, theirs = row["abgate"]["server"], row["vllm"]["server"]
+            row["server_ratio"] = {k: mine[k] / theirs[k] for k in mine
+                                   if k.endswith("_ms") and theirs.get(k)}
     print(json.dumps(row), flush=True)
     return row
 
@@ -102,6 +159,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default="/work/shared/data/gsm8k/test.jsonl")
     p.add_argument("--json", default=None)
+    p.add_argument("--server-metrics", action="store_true",
+                   help="also read the server's /metrics (vLLM) before and after each side")
     a = p.parse_args()
     a.url = a.url.rstrip("/")
     if a.warmups is None:
@@ -126,6 +185,12 @@ def main() -> None:
                                 "min": min(x["ratio"][k] for x in runs),
                                 "max": max(x["ratio"][k] for x in runs)}
                             for k in ("ttft_ms", "tpot_ms", "output_throughput")}
+        if a.server_metrics:
+            keys = set.intersection(*(set(x["server_ratio"]) for x in runs))
+            result["server_ratios"] = {
+                k: {"median": statistics.median(x["server_ratio"][k] for x in runs),
+                    "min": min(x["server_ratio"][k] for x in runs),
+                    "max": max(x["server_ratio"][k] for x in runs)} for k in sorted(keys)}
     dest = Path(a.json) if a.json else work / "served_load.json"
     dest.write_text(json.dumps(result, indent=1) + "\n")
     print(dest)

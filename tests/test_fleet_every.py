@@ -13,8 +13,8 @@ import pytest
 
 from abgate.dirlock import LOCK_FILE
 from abgate.records.cluster import ClusterBenchDocument, ClusterCheckDocument
-from abgate.records.documents import BenchRecord
-from abgate.runner.documents import read_document, read_record
+from abgate.records.documents import BaselineRecord, BenchRecord
+from abgate.runner.documents import read_document, read_record, source_state
 from tests.conftest import thread_flags
 from tests.support.fake import cli
 
@@ -93,27 +93,21 @@ def test_bench_names_the_slow_node(second_node: Any, tmp_path: Path) -> None:
     assert f"slowest replica {slow}" in (res.stdout + res.stderr)
 
 
-def _record_in_a_ray_worker(base: Path) -> None:
-    """The baseline recorded in a Ray worker process, as the replicas check it: a worker
-    maps Ray's own libraries (pyarrow's) and gets Ray's OMP_NUM_THREADS, which a
-    baseline recorded by the CLI would not have (record the reference where it is
-    checked, as the baseline's not-certified list says)."""
-    from abgate.baseline import record_baseline
-    from abgate.bench import BenchConfig
-    from tests.conftest import engine_threads
-
-    config = BenchConfig(input_lens=(32,), output_len=8, warmup=0, repeats=2, probes=False,
-                         engine_args=engine_threads(1))
-    ray.get(ray.remote(num_cpus=1, resources={"every": 1})(record_baseline).remote(
-        config, base), timeout=600)
-
-
 def test_baseline_check_on_every_replica(second_node: Any, tmp_path: Path) -> None:
-    """One baseline (recorded in a Ray worker, llama.cpp) checked on both nodes: tokens
-    and configuration match on each; with an engine arg the baseline did not record,
-    each replica fails it, naming it."""
+    """One baseline recorded with ``baseline record --cluster`` (on one replica actor,
+    llama.cpp: the process kind the check runs in, so Ray's OMP_NUM_THREADS and a
+    worker's mapped libraries are in the record), checked on both nodes with nothing
+    declared: tokens and configuration match on each; with an engine arg the baseline
+    did not record, each replica fails it, naming it."""
     base = tmp_path / "base"
-    _record_in_a_ray_worker(base)
+    rec = cli("baseline", "record", *SMALL, "--no-probes", *thread_flags(1), *TWO,
+              "-o", str(base))
+    assert rec.returncode == 0, (rec.stdout + rec.stderr)
+    assert "recorded on replica 0: node" in rec.stdout
+    recorded = read_record(base / "baseline.json", model=BaselineRecord)
+    assert recorded.provenance is not None and recorded.provenance.environment
+    assert recorded.provenance.environment["env"].get("OMP_NUM_THREADS") == "1"  # Ray's
+    assert recorded.git == source_state(base)  # this checkout's, not the replica's cwd
     report = tmp_path / "check.json"
     ok = cli("baseline", "check", str(base), "--tolerance", "1", *TWO, "--json", str(report))
     assert ok.returncode == 0, (ok.stdout + ok.stderr)

@@ -52,6 +52,22 @@ def test_library_means_shared_objects_and_package_python_packages() -> None:
     assert conf["package.numpy"] == "2.4.6" and conf["library.libggml.so"] == "h"
 
 
+def test_libraries_of_one_name_are_compared_as_a_set_not_by_import_order() -> None:
+    """Two files of one name (pandas' and pyarrow's ``lib.cpython-312-*.so``) mapped in
+    either order give one fact; seen on the H200: a baseline and its check differed by
+    which of the two was mapped last."""
+    def doc(order: list[tuple[str, str]]) -> dict[str, object]:
+        libs = [{"path": p, "sha256": h} for p, h in order]
+        return {"provenance": {"libraries": [{"pid": 1, "libs": libs}]}}
+    pandas, pyarrow = ("/v/pandas/_libs/lib.cpython-312.so", "a" * 64), \
+        ("/v/pyarrow/lib.cpython-312.so", "b" * 64)
+    one, other = (drift.configuration(doc(o)) for o in ([pandas, pyarrow], [pyarrow, pandas]))
+    assert one["library.lib.cpython-312.so"] == "a" * 64 + "," + "b" * 64
+    assert one == other
+    assert facts.libraries([("/x/libz.so", None), ("/y/libq.so", "q")]) == {"libq.so": "q"}
+    assert declared.facts.libraries is facts.libraries
+
+
 def test_the_users_share_the_one_module() -> None:
     assert declared.matches is facts.matches and drift.matches is facts.matches
     assert declared.differing is facts.differing and rec.iter_diff is facts.iter_diff

@@ -55,12 +55,10 @@ def request_facts(spec: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _libraries(provenance: Provenance | None) -> dict[str, str]:
-    libs: dict[str, set[str]] = {}
     procs = provenance.libraries if provenance is not None else None
-    for proc in procs or []:
-        for lib in proc.libs:
-            libs.setdefault(PurePath(lib.path).name, set()).add(str(lib.sha256))
-    return {f"library.{name}": ",".join(sorted(shas)) for name, shas in libs.items()}
+    found = facts.libraries((lib.path, str(lib.sha256) if lib.sha256 else None)
+                            for proc in procs or [] for lib in proc.libs)
+    return {f"library.{name}": shas for name, shas in found.items()}
 
 
 def loaded_facts(engine: EngineRecord, provenance: Provenance | None) -> dict[str, str]:

@@ -25,7 +25,7 @@ from abgate.progress import Reporter
 from abgate.records.bench_sections import BaselineCase, RequestRef
 from abgate.records.documents import BaselineRecord, LoadFacts
 from abgate.records.load_snapshots import BaselineHostLoad, HostLoadCheck, HostSnapshot
-from abgate.records.sections import HostInfo
+from abgate.records.sections import GitState, HostInfo
 from abgate.runner.documents import new_spec_record, read_record, write_record
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions, check_before_load, record_after_load
@@ -83,17 +83,21 @@ def _probes(engine: Engine, c: BenchConfig,
 
 def record_baseline(c: BenchConfig, out: Path, *, force: bool = False,
                     provenance: ProvenanceOptions | None = None,
-                    progress: Reporter | None = None) -> BaselineRecord:
+                    progress: Reporter | None = None,
+                    git: GitState | None = None) -> BaselineRecord:
     """Record and seal ``baseline.json``. A case whose own warm-up or repeats disagree
     with its first measured repeat is no reference: the baseline is written ``failed``
-    (a check refuses it) and an ``AbgateError`` names the first divergence."""
+    (a check refuses it) and an ``AbgateError`` names the first divergence. ``git``: the
+    source tree's state as the caller found it (a replica records for a coordinator
+    whose checkout it does not have); by default this process's working directory's."""
     p = prepare_bench(c)
     prov = provenance or ProvenanceOptions()
     contract = check_before_load(prov, p.engine)  # a refusal: exit 2, nothing written
     with claimed(out, resume=False, force=force, marker=BASELINE_FILE):
         prepare_new_dir(out, force, marker=BASELINE_FILE)
+        where = {"git": git} if git is not None else {}
         doc = new_spec_record("baseline", p, out=out, recorded_at=time.time(),
-                              not_certified=list(limits.BASELINE))
+                              not_certified=list(limits.BASELINE), **where)
         assert isinstance(doc, BaselineRecord)
         with loaded(p.engine, out, doc) as session, session.env():
             record_after_load(prov, contract, session, doc)

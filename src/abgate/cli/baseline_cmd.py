@@ -54,21 +54,27 @@ def record_command(
     allow_stale_manifest: eo.AllowStaleManifest = False,
     force: bool = typer.Option(False, help="Overwrite an existing baseline directory."),
     sign: SignKey = None,
+    cluster: Cluster = None,
+    cluster_opt: ClusterOpt = None,
     flags: eo.EngineFlags = eo.FLAGS,
 ) -> None:
-    """Record greedy reference outputs, speed and probe health for the current build."""
+    """Record greedy reference outputs, speed and probe health for the current build.
+    With --cluster: recorded on one replica (a Ray actor with the [cluster] resources of
+    one replica), the process kind 'baseline check --cluster' checks in."""
     check_sign_key(sign)
+    fleet = cluster_spec_of(cluster, cluster_opt)
     config = BenchConfig(**flags.spec(),
                          input_lens=input_lens(input_len, prompt_file, "128,512"),
                          prompt=read_prompt_file(prompt_file) if prompt_file else None,
                          expect_prompt_sha=tuple(parse_shas(expect_prompt_sha)),
                          output_len=output_len, warmup=warmup, repeats=repeats,
                          probes=probes, probe_len=probe_len)
-    with reporter(f"baseline record {out.name}") as rep:
-        doc = record_baseline(config, out, force=force,
-                              provenance=ProvenanceOptions(contract, manifest,
-                                                           allow_stale_manifest),
-                              progress=rep)
+    prov = ProvenanceOptions(contract, manifest, allow_stale_manifest)
+    if fleet is not None:
+        doc = _record_cluster(config, out, fleet, force, prov)
+    else:
+        with reporter(f"baseline record {out.name}") as rep:
+            doc = record_baseline(config, out, force=force, provenance=prov, progress=rep)
     for case in doc.cases:
         output = case.output_sha256 or f"text {case.output_text_sha256}"
         agreed = case.repeat_agreement.summary if case.repeat_agreement else "-"
@@ -134,6 +140,16 @@ def upgrade_command(
     """Re-seal a baseline written by an older abgate under today's rules, after verifying
     its old seal over the content as it is; one whose seal does not verify is refused."""
     typer.echo(upgrade_baseline(baseline, accept_unsealed=accept_unsealed).summary())
+
+
+def _record_cluster(config: BenchConfig, out: Path, fleet: Any, force: bool,
+                    provenance: ProvenanceOptions) -> Any:
+    from abgate.fleet.baseline import record_on_cluster
+
+    doc, facts = record_on_cluster(config, out, fleet, force=force, provenance=provenance)
+    typer.echo(f"recorded on replica 0: node {str(facts.node_id or '-')[:12]} "
+               f"{facts.address or ''}, {', '.join(facts.gpu_uuids or []) or 'no GPU'}")
+    return doc
 
 
 def _check_cluster(baseline: Path, fleet: Any, options: dict[str, Any],

@@ -97,12 +97,9 @@ class _Recorded(View):
 
 
 def _mapped(provenance: _Provenance) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for proc in views(_Process, provenance.libraries):
-        for lib in views(_Lib, proc.libs):
-            if lib.path:
-                out[str(lib.path).rsplit("/", 1)[-1]] = lib.sha256
-    return out
+    return facts.libraries((str(lib.path), str(lib.sha256) if lib.sha256 else None)
+                           for proc in views(_Process, provenance.libraries)
+                           for lib in views(_Lib, proc.libs) if lib.path)
 
 
 def configuration(doc: Mapping[str, Any] | Section, **added: Any) -> dict[str, Any]:

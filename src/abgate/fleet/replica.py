@@ -129,13 +129,8 @@ def libraries(pids: list[int]) -> dict[str, str]:
     compiler built in the process (:func:`jit_built`) are left out."""
     from abgate.provenance.libmaps import snapshot_pids
 
-    found: dict[str, set[str]] = {}
-    for worker in snapshot_pids(pids):
-        for lib in worker.libs:
-            if lib.sha256 is None or jit_built(lib.path):
-                continue
-            found.setdefault(lib.basename, set()).add(str(lib.sha256))
-    return {name: ",".join(sorted(hashes)) for name, hashes in found.items()}
+    return facts.libraries((lib.path, lib.sha256) for worker in snapshot_pids(pids)
+                           for lib in worker.libs if not jit_built(lib.path))
 
 
 # Where JIT compilers put the shared objects they build in each process (Triton's launchers

@@ -101,6 +101,21 @@ def unknown_class(pattern: str) -> str | None:
     return cls
 
 
+def libraries(mapped: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+    """``library`` facts of mapped shared objects, ``(path, sha256)`` pairs: the file
+    name -> its SHA-256, or the sorted SHA-256s comma-joined when files of one name
+    differ (pandas' and pyarrow's ``lib.cpython-312-*.so``, msgspec's and scipy's
+    ``_core``): whichever was mapped last used to win, so two loads of one build
+    differed by the order their modules were imported (seen: a baseline recorded in a
+    Ray task against its check on a replica actor, on the H200). Paths without a hash
+    (unreadable) are left out."""
+    found: dict[str, set[str]] = {}
+    for path, sha in mapped:
+        if sha:
+            found.setdefault(path.rstrip("/").rsplit("/", 1)[-1], set()).add(sha)
+    return {name: ",".join(sorted(shas)) for name, shas in found.items()}
+
+
 def text(value: Any) -> str:
     """A fact's value as compared text (JSON, keys sorted)."""
     try:
