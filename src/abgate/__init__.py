@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from abgate import launch_env as _launch_env  # noqa: F401  (the environment as launched)
+
 if TYPE_CHECKING:
     from abgate.engines.base import (
         Capabilities,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from abgate.errors import AbgateError, UsageError
 from abgate.fleet.matching import MATCHED
+from abgate.launch_env import as_launched
 from abgate.records.fleet import ClusterRecord
 
 Placement = Literal["pack", "spread"]
@@ -104,9 +105,12 @@ def connected(spec: ClusterSpec) -> Iterator[Any]:
     if spec.address.startswith("local"):
         n = int(spec.address[6:]) if ":" in spec.address else None
         # address="local": a new cluster, never one another process runs on this host
-        # (without it ray.init joins that one, and refuses num_cpus)
-        ray.init(address="local", num_cpus=n or max(1, int(spec.replicas * spec.num_cpus)),
-                 include_dashboard=False, log_to_driver=False)
+        # (without it ray.init joins that one, and refuses num_cpus); its processes get
+        # the environment abgate was launched in, not one an imported library edited
+        with as_launched():
+            ray.init(address="local",
+                     num_cpus=n or max(1, int(spec.replicas * spec.num_cpus)),
+                     include_dashboard=False, log_to_driver=False)
         reaper, pids = start_reaper()
     else:
         ray.init(address=spec.address, log_to_driver=False)
