@@ -28,6 +28,7 @@ from abgate import safefs, safejson
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import repair_torn, torn_start
 from abgate.records.facts import iter_diff as iter_diff  # the one differ (records/facts.py)
+from abgate.records.migrations import Stamp
 from abgate.redact import redact, redact_sample_texts, redact_text
 from abgate.safejson import parse, read_bytes
 
@@ -53,7 +54,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def check_schema(doc: Mapping[str, Any], where: Path) -> None:
-    version = doc.get("schema_version")
+    version = Stamp.of(doc).schema_version
     if not isinstance(version, int):
         raise AbgateError(f"{where}: no schema_version; not an abgate record")
     if version > SCHEMA_VERSION:
