@@ -33,7 +33,10 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "abgate"
 FOREIGN: dict[str, str] = {
     "ledger/imports/": "lm-eval samples files and vLLM bench serve JSON",
     "ledger/store.py": "SQLite rows of the ledger",
-    "engines/": "engine replies (HTTP JSON, vLLM/transformers/llama.cpp objects), engine args",
+    "engines/": "engine replies (HTTP JSON, vLLM/transformers/llama.cpp objects), engine args; "
+                "engines/keys.py: each engine's own keys the workflows read (its effective "
+                "config's n_ctx, n_vocab, scoring; its options' concurrency, launch, "
+                "api_key_env; a launched server's cleanup evidence)",
     "bench/load_run.py": "vllm bench serve / served load results",
     "tomlfile.py": "TOML documents",
     "schema.py": "pydantic error dicts",
@@ -53,6 +56,7 @@ FOREIGN: dict[str, str] = {
     "bench/roofline.py": "a GGUF header's metadata and tensor sizes, an engine's effective "
                          "config (its own keys)",
     "bench/fidelity.py": "an engine's own timing counters (llama.cpp's engine_timings)",
+    "fleet/ray_state.py": "Ray's state APIs (ray.nodes(), the actors' states)",
     "fleet/cluster.py": "the [cluster] table (the user's TOML, --cluster-opt pairs)",
     "suites/gsm8k.py": "GSM8K's data set lines (question, answer)",
     "suites/prompts.py": "a user's shots file (question, answer lines)",

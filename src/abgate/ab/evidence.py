@@ -33,6 +33,7 @@ from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE, read_agreement
 from abgate.bench.probes import default_probes, run_probes
 from abgate.compare.agreement_rows import AgreementRow
 from abgate.compare.topk_kl import kl_lower_bound
+from abgate.engines import keys
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError, UsageError
 from abgate.records.documents import AbRecord, ScoringCost
@@ -169,10 +170,9 @@ def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
     for arm, s in sessions.items():
         if s.described.capabilities.scoring in ("full", "top_k"):
             continue
-        why = s.described.effective_config.get("scoring", {})
+        why = keys.why_not_scoring(s.described.effective_config)
         out[arm] = (f"engine {s.described.name!r} cannot score teacher-forced sequences"
-                    + (f": {why['why_not']}" if isinstance(why, Mapping)
-                       and why.get("why_not") else " (capabilities.scoring = None)"))
+                    + (f": {why}" if why else " (capabilities.scoring = None)"))
     return out
 
 
@@ -263,8 +263,7 @@ def probes_pass(out: Path, arm: str, session: EngineSession, probe_len: int) -> 
 
 
 def _n_ctx(session: EngineSession) -> int | None:
-    n = session.described.effective_config.get("n_ctx")
-    return n if isinstance(n, int) else None
+    return keys.n_ctx(session.described.effective_config)
 
 
 def prompt_from(session: EngineSession) -> Prompt:

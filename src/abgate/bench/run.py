@@ -28,6 +28,7 @@ from abgate.bench.samples import (
     BenchSample,
     text_sha256,
 )
+from abgate.engines import keys
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
@@ -217,8 +218,8 @@ def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int =
     n_ctx = context_length(engine)
     source = None
     if prompt is not None:
-        vocab = engine.describe().effective_config.get("n_vocab")
-        source = prompt_ids(prompt, engine.tokenize, vocab if isinstance(vocab, int) else None)
+        vocab = keys.n_vocab(engine.describe().effective_config)
+        source = prompt_ids(prompt, engine.tokenize, vocab)
     results = []
     for c in resolve_cases(cases, n_ctx, None if source is None else len(source)):
         assert c.input_len is not None

@@ -125,9 +125,9 @@ class SampleWriter:
 
     def append(self, model: BaseModel) -> None:
         record: dict[str, Any] = model.model_dump(mode="json")
-        if isinstance(record.get("error"), str):
-            record = {**record, "error": redact_text(record["error"])}
-        record = redact_sample_texts(record)
+        record = redact_sample_texts({  # the error whole (redact_text), the rest by shape
+            key: redact_text(value) if key == "error" and isinstance(value, str) else value
+            for key, value in record.items()})
         try:
             self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
             self._f.flush()
