@@ -37,6 +37,8 @@ FOREIGN: dict[str, str] = {
                 "engines/keys.py: each engine's own keys the workflows read (its effective "
                 "config's n_ctx, n_vocab, scoring; its options' concurrency, launch, "
                 "api_key_env; a launched server's cleanup evidence)",
+    "bench/prompt_file.py": "a user's --prompt-file (token IDs: a JSON list, or an object's "
+                            "token_ids)",
     "bench/load_run.py": "vllm bench serve / served load results",
     "tomlfile.py": "TOML documents",
     "schema.py": "pydantic error dicts",

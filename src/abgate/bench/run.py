@@ -13,12 +13,11 @@ requests in flight together, and the case also reports its throughput.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from abgate.bench.fidelity import FIDELITY_FIELDS, fidelity
-from abgate.bench.prompt_file import prompt_ids
 from abgate.bench.prompts import fixed_length_prompt, prompt_sha256
 from abgate.bench.samples import (
     BenchBatch,
@@ -32,7 +31,12 @@ from abgate.engines import keys
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
-from abgate.records.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
+from abgate.records.bench_sections import (
+    CaseFigures,
+    FidelityDistributions,
+    PromptFileRecord,
+    SpeedDistributions,
+)
 from abgate.records.samples import ids_sha256
 from abgate.records.sections import Distribution
 from abgate.records.side_documents import AbBenchCase
@@ -207,6 +211,20 @@ class BenchPlan:
     cases: list[CaseResult]
     n_ctx: int | None
     prompt_seed: int
+
+
+def prompt_ids(prompt: Mapping[str, Any], tokenize: Callable[[str], list[int]],
+               n_vocab: int | None = None) -> list[int]:
+    """The recorded ``--prompt-file``'s token IDs in this engine's vocabulary (an ID past
+    it is refused)."""
+    p = PromptFileRecord.model_validate(prompt)
+    ids = list(p.token_ids) if p.token_ids is not None else tokenize(p.text or "")
+    if not ids:
+        raise UsageError(f"--prompt-file {p.file}: tokenizes to no tokens")
+    if n_vocab is not None and max(ids) >= n_vocab:
+        raise UsageError(f"--prompt-file {p.file}: token ID {max(ids)} is past "
+                         f"this model's vocabulary ({n_vocab} tokens)")
+    return ids
 
 
 def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int = 0,
