@@ -58,6 +58,8 @@ FOREIGN: dict[str, str] = {
     "bench/roofline.py": "a GGUF header's metadata and tensor sizes, an engine's effective "
                          "config (its own keys)",
     "bench/fidelity.py": "an engine's own timing counters (llama.cpp's engine_timings)",
+    "ab/file_tables.py": "an experiment file's tables as the user wrote them (TOML: arms, "
+                         "changes, allow_differences, log_patterns, [source])",
     "fleet/ray_state.py": "Ray's state APIs (ray.nodes(), the actors' states)",
     "fleet/cluster.py": "the [cluster] table (the user's TOML, --cluster-opt pairs)",
     "suites/gsm8k.py": "GSM8K's data set lines (question, answer)",

@@ -36,6 +36,7 @@ from abgate.compare.topk_kl import kl_lower_bound
 from abgate.engines import keys
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError, UsageError
+from abgate.progress import Step
 from abgate.records.documents import AbRecord, ScoringCost
 from abgate.records.samples import Sample, ids_sha256
 from abgate.records.side_documents import ProbesDocument
@@ -52,7 +53,7 @@ SCORE_K = 20
 Prompt = Callable[[Sample], list[int]]  # sample -> the prompt token IDs it had
 Detok = Callable[[list[int]], str | None]  # token IDs -> text, None where unknown
 OnStart = Callable[[int, int, str], None]  # (done, total, phase): a progress phase begins
-OnStep = Callable[[dict[str, Any]], None]  # one step done ({"output": {"tokens": n}})
+OnStep = Callable[[Step], None]  # one step done: a scored sequence's tokens
 
 
 def _top(scores: TokenScores, detok: Detok | None) -> list[list[Any]]:
@@ -240,7 +241,7 @@ def agreement_pass(out: Path, doc: AbRecord, baseline: str,
                 writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm]),
                                                   source))
             if on_step:
-                on_step({"output": {"tokens": len(tokens) * (1 + len(todo))}})
+                on_step(Step(len(tokens) * (1 + len(todo))))
     finally:
         for w in writers.values():
             w.close()
