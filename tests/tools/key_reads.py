@@ -12,7 +12,8 @@ of abgate's own documents raw, before a model can read them, are named apart too
 seal's version), which chooses the model and its migration steps, and the v1 -> v2
 steps, transforms of the raw v1 dict by nature. What is left is the figure: an upper
 bound on the reads of abgate's own records, since a module may also read a dict it
-built itself.
+built itself, and a lower bound of its raw reads: a read by a variable key (a loop over
+key paths, ``table.get(name)``) or through ``getattr`` is not counted.
 
     python -m tests.tools.key_reads            # the total and the modules, largest first
     python -m tests.tools.key_reads --all      # the migration, foreign and cli/ modules too
