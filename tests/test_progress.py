@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from abgate.progress import Reporter, reporter
+from abgate.progress import Reporter, Step, reporter
 
 # done/total (percent), a rate (from the second step on), an elapsed time and, while
 # work is left, an ETA (once there is a rate)
@@ -20,7 +20,7 @@ def test_tty_bar_counts_items_and_tokens() -> None:
     with reporter("run X", tty=True, stream=stream) as rep:
         rep.on_start(2, 5)
         for _ in range(3):
-            rep.on_sample({"output": {"tokens": 10}})
+            rep.on_sample(Step(10))
         assert rep.bar is not None
         task = rep.bar.tasks[0]
         assert task.completed == 5 and task.total == 5 and "tok/s" in task.fields["tps"]
@@ -36,7 +36,7 @@ def test_non_tty_prints_plain_lines_with_rate_and_eta(caplog: pytest.LogCaptureF
     with reporter("bench Y", tty=False, stream=stream, every_s=3600) as rep:
         rep.on_start(0, 20)
         for _ in range(20):
-            rep.on_sample({"kind": "probe", "output_tokens": 4})  # probe-shaped sample
+            rep.on_sample(Step(4))
     lines = stream.getvalue().splitlines()
     assert lines[0] == "abgate: bench Y: 0/20 done, starting"
     progress = lines[1:]
@@ -56,7 +56,7 @@ def test_non_tty_prints_on_time_as_well_as_on_count() -> None:
     rep = Reporter("run Z", None, stream, every_s=0.0)  # every sample is due by time
     rep.on_start(0, 1000)
     for _ in range(3):
-        rep.on_sample({"output": {"tokens": 1}})
+        rep.on_sample(Step(1))
     lines = stream.getvalue().splitlines()[1:]
     assert [LINE.match(x)["done"] for x in lines] == ["1", "2", "3"]
     # the first step has no rate yet (loading and warm-up before it do not count)
@@ -68,10 +68,10 @@ def test_a_new_phase_restarts_the_count_and_names_itself() -> None:
     stream = io.StringIO()
     rep = Reporter("ab D", None, stream, every_s=3600)
     rep.on_start(0, 2)
-    rep.on_sample({"output": {"tokens": 8}})
-    rep.on_sample({"output": {"tokens": 8}})
+    rep.on_sample(Step(8))
+    rep.on_sample(Step(8))
     rep.on_start(1, 4, "scoring q8 against f16")
-    rep.on_sample({"output": {"tokens": 100}})
+    rep.on_sample(Step(100))
     last = stream.getvalue().splitlines()[-1]
     m = LINE.match(last)
     assert m and m["name"] == "ab D scoring q8 against f16" and m["done"] == "2"

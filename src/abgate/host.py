@@ -62,6 +62,16 @@ def gpus() -> list[dict[str, Any]]:
         return []
 
 
+def gpu_models(gpus: list[dict[str, Any]]) -> list[str]:
+    """The distinct model names of ``gpus`` (:func:`gpus`' facts), sorted."""
+    return sorted({str(g.get("name")) for g in gpus})
+
+
+def gpu_drivers(gpus: list[dict[str, Any]]) -> list[str]:
+    """The distinct driver versions of ``gpus`` (:func:`gpus`' facts), sorted."""
+    return sorted({str(g.get("driver")) for g in gpus if g.get("driver")})
+
+
 def gpu_uuids() -> dict[str, str]:
     """NVML index (as a string, as Ray's GPU ids are) -> the GPU's UUID; empty without NVML."""
     try:

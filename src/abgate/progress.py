@@ -14,11 +14,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from dataclasses import dataclass
+from typing import Any, Protocol, TextIO
 
-from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -51,15 +51,26 @@ def _every_s() -> float:
         return EVERY_S
 
 
-def sample_tokens(sample: Mapping[str, Any] | BaseModel) -> int:
-    """Output tokens of a sample (a run's, a bench's or a probe's line): its JSON
-    object, or the model it is written from (``records.samples.Sample``), read here as
-    its JSON (the one place progress turns a model into a line)."""
-    if isinstance(sample, BaseModel):
-        sample = sample.model_dump(mode="json", include={"output"})
-    output = sample.get("output")
-    tokens = output.get("tokens") if isinstance(output, dict) else sample.get("output_tokens")
-    return int(tokens or 0)
+class Produced(Protocol):
+    """What progress counts: a sample line's model (``records.samples.Sample``, a bench's
+    ``BenchSample`` or ``ProbeLine``) or a :class:`Step`, each saying its output tokens."""
+
+    def produced_tokens(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of work that is no sample line (a scoring pass's sequence): its tokens."""
+
+    tokens: int
+
+    def produced_tokens(self) -> int:
+        return self.tokens
+
+
+def sample_tokens(sample: Produced) -> int:
+    """Output tokens of a sample (a run's, a bench's or a probe's line) or a step."""
+    return sample.produced_tokens()
 
 
 class Reporter:
@@ -96,7 +107,7 @@ class Reporter:
             self.task = self.bar.add_task(self.name, total=total, completed=done, tps="")
         self._line(f"{self.name}: {done}/{total} done, starting")
 
-    def on_sample(self, sample: Mapping[str, Any] | BaseModel) -> None:
+    def on_sample(self, sample: Produced) -> None:
         self.done += 1
         self.tokens += sample_tokens(sample)
         if self._first is None:  # rates count from here: loading and warm-up excluded

@@ -173,6 +173,11 @@ def first_error(exc: ValidationError) -> FirstError:
                       ".".join(str(p) for p in loc))
 
 
+def refused_fields(exc: ValidationError) -> list[str]:
+    """The top-level fields ``exc`` refused (each error's first location), in its order."""
+    return [str(err["loc"][0]) for err in exc.errors(include_url=False)]
+
+
 def usage_error(exc: ValidationError, kind: Any, where: str, *, doc: TomlDoc | None = None,
                 at: Sequence[str] = (), style: Style = KEYS) -> UsageError:
     """The one-line UsageError for ``exc`` (its first error), raised while validating a

@@ -33,8 +33,10 @@ from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE, read_agreement
 from abgate.bench.probes import default_probes, run_probes
 from abgate.compare.agreement_rows import AgreementRow
 from abgate.compare.topk_kl import kl_lower_bound
+from abgate.engines import keys
 from abgate.engines.base import TokenScores
 from abgate.errors import AbgateError, UsageError
+from abgate.progress import Step
 from abgate.records.documents import AbRecord, ScoringCost
 from abgate.records.samples import Sample, ids_sha256
 from abgate.records.side_documents import ProbesDocument
@@ -51,7 +53,7 @@ SCORE_K = 20
 Prompt = Callable[[Sample], list[int]]  # sample -> the prompt token IDs it had
 Detok = Callable[[list[int]], str | None]  # token IDs -> text, None where unknown
 OnStart = Callable[[int, int, str], None]  # (done, total, phase): a progress phase begins
-OnStep = Callable[[dict[str, Any]], None]  # one step done ({"output": {"tokens": n}})
+OnStep = Callable[[Step], None]  # one step done: a scored sequence's tokens
 
 
 def _top(scores: TokenScores, detok: Detok | None) -> list[list[Any]]:
@@ -169,10 +171,9 @@ def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
     for arm, s in sessions.items():
         if s.described.capabilities.scoring in ("full", "top_k"):
             continue
-        why = s.described.effective_config.get("scoring", {})
+        why = keys.why_not_scoring(s.described.effective_config)
         out[arm] = (f"engine {s.described.name!r} cannot score teacher-forced sequences"
-                    + (f": {why['why_not']}" if isinstance(why, Mapping)
-                       and why.get("why_not") else " (capabilities.scoring = None)"))
+                    + (f": {why}" if why else " (capabilities.scoring = None)"))
     return out
 
 
@@ -240,7 +241,7 @@ def agreement_pass(out: Path, doc: AbRecord, baseline: str,
                 writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm]),
                                                   source))
             if on_step:
-                on_step({"output": {"tokens": len(tokens) * (1 + len(todo))}})
+                on_step(Step(len(tokens) * (1 + len(todo))))
     finally:
         for w in writers.values():
             w.close()
@@ -263,8 +264,7 @@ def probes_pass(out: Path, arm: str, session: EngineSession, probe_len: int) -> 
 
 
 def _n_ctx(session: EngineSession) -> int | None:
-    n = session.described.effective_config.get("n_ctx")
-    return n if isinstance(n, int) else None
+    return keys.n_ctx(session.described.effective_config)
 
 
 def prompt_from(session: EngineSession) -> Prompt:

@@ -59,6 +59,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
+from abgate.ab import file_tables as tables
 from abgate.ab.declared import check_patterns
 from abgate.ab.optout import compile_patterns
 from abgate.ab.suite_table import SuiteTable
@@ -336,14 +337,13 @@ def arm_config(shared: RunConfig, arm: Mapping[str, Any]) -> RunConfig:
 def parse_experiment(data: Mapping[str, Any], where: str, doc: TomlDoc | None = None
                      ) -> Experiment:
     """An experiment from a file's tables (``doc``: the file, for its lines)."""
-    arms_table = data.get("arms") if isinstance(data, Mapping) else None
+    arms_table = tables.arms_table(data)
     if not isinstance(arms_table, Mapping) or len(arms_table) < 2:
         raise UsageError(f"{where}: an experiment needs at least two [arms.NAME] tables")
     for name in arms_table:
         check_arm_name(where, name)
-    _check_declared(where, {n: t["changes"] for n, t in arms_table.items()
-                            if isinstance(t, Mapping) and "changes" in t},
-                    data.get("allow_differences"), _log_patterns(data.get("evidence")))
+    _check_declared(where, tables.declared_changes(arms_table),
+                    tables.allow_differences(data), tables.log_patterns(data))
     f = validated(ExperimentFile, data, where, doc=doc)
     return built(Experiment, where, dict(
         name=f.name, description=f.description,
@@ -353,11 +353,6 @@ def parse_experiment(data: Mapping[str, Any], where: str, doc: TomlDoc | None = 
         allow_differences=f.allow_differences, contract=f.contract, schedule=f.schedule,
         policy=f.policy, bench=f.bench, expect=f.expect, evidence=f.evidence,
         suites=f.suites), doc)
-
-
-def _log_patterns(evidence: Any) -> Any:
-    """An experiment file's ``[evidence] log_patterns`` as written (None when absent)."""
-    return evidence.get("log_patterns") if isinstance(evidence, Mapping) else None
 
 
 def load_experiment(path: Path) -> Experiment:

@@ -28,6 +28,7 @@ from typing import Any
 from pydantic.dataclasses import dataclass as model
 
 from abgate.ab.experiment import Experiment
+from abgate.ab.file_tables import source_table
 from abgate.ab.state import RunState
 from abgate.ab.strategies import LocalSessions
 from abgate.errors import AbgateError, UsageError
@@ -58,7 +59,7 @@ def read_source(path: Path | None, rev: str | None) -> SourceTable | None:
     """The experiment file's ``[source]`` with ``--rev`` over its revisions; None when
     neither is given. The repository is relative to the file."""
     doc = read_toml(path, "experiment file") if path is not None else None
-    raw = doc.data.get("source") if doc is not None else None
+    raw = source_table(doc.data) if doc is not None else None
     if raw is None and rev is None:
         return None
     table = validated(SourceTable, raw or {}, f"{path} [source]", doc=doc)

@@ -17,6 +17,7 @@ from abgate.ab.checks import Checked
 from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
 from abgate.compare import Policy
+from abgate.progress import Step
 from abgate.records import documents as docs
 from abgate.records.samples import Sample, sample_key
 from abgate.runner import records as rec
@@ -25,7 +26,7 @@ from abgate.runner.execute import RunRecorder
 from abgate.runner.samples import load_samples
 from abgate.suites import Item
 
-Progress = Callable[[Sample | dict[str, Any]], None]  # a sample, or a scoring step
+Progress = Callable[[Sample | Step], None]  # a sample, or a scoring step
 OnPhase = Callable[[int, int, str], None]  # (done, total, phase): a later phase begins
 Key = tuple[Item, int]  # (item, seed)
 

@@ -28,14 +28,14 @@ from abgate.baseline.core import BASELINE_FILE, check_readable
 from abgate.errors import UsageError
 from abgate.identity import sha256_bytes
 from abgate.integrity import (
-    FIELD,
     VERSION,
     parse_bytes,
     read_bytes,
     verify_file,
     verify_old_rules,
 )
-from abgate.records.documents import SCHEMA_VERSIONS, BaselineRecord
+from abgate.records.documents import BaselineRecord
+from abgate.records.migrations import Stamp
 from abgate.runner.documents import read_record, write_record
 
 Verified = Literal["current", "old seal", "unsealed"]
@@ -61,11 +61,11 @@ class Upgrade:
 
 
 def _verify(path: Path, doc: dict[str, Any], accept_unsealed: bool) -> Verified:
-    section = doc.get(FIELD)
-    if isinstance(section, dict) and section.get("version") == VERSION:
+    stamp = Stamp.of(doc)
+    if stamp.seal_version == VERSION:
         verify_file(path)
         return "current"
-    if section is not None:
+    if stamp.seal is not None:
         verify_old_rules(path, doc)
         return "old seal"
     if not accept_unsealed:
@@ -85,17 +85,16 @@ def upgrade_baseline(base_dir: Path, *, accept_unsealed: bool = False) -> Upgrad
     raw = parse_bytes(path, data)
     verified = _verify(path, raw, accept_unsealed)
     previous = sha256_bytes(data)
-    current = SCHEMA_VERSIONS["baseline"]
-    if verified == "current" and raw.get("schema_version") == current:
+    current, stamp = BaselineRecord.current_version(), Stamp.of(raw)
+    if verified == "current" and stamp.schema_version == current:
         return Upgrade(path, verified, previous, written=False)
     doc = read_record(path, "baseline", model=BaselineRecord)  # migrated, every field checked
     check_readable(path, doc)
     doc.schema_version = current
     doc.upgrades = [*(doc.upgrades or []), {
         "verified": verified, "previous_sha256": previous,
-        "previous_schema_version": raw.get("schema_version"),
-        "previous_seal_version": (raw[FIELD].get("version", 1)
-                                  if isinstance(raw.get(FIELD), dict) else None),
+        "previous_schema_version": stamp.schema_version,
+        "previous_seal_version": stamp.seal_version,
         "upgraded_by": __version__, "upgraded_at": time.time()}]
     doc.integrity = None
     doc.seal()

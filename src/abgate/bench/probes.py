@@ -85,6 +85,10 @@ class ProbeLine(BaseModel):
     output_token_ids: list[int] | None = None
     error: str | None = None
 
+    def produced_tokens(self) -> int:
+        """The output tokens, as progress counts them."""
+        return self.output_tokens
+
 
 def _code(rnd: random.Random, n: int) -> str:
     return "".join(rnd.choice(_ALNUM) for _ in range(n))

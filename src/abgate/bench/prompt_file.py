@@ -9,13 +9,14 @@ its token IDs, as for the filler (:func:`abgate.bench.prompts.prompt_sha256`), a
 ``--expect-prompt-sha`` refuses a run whose prompt does not have the expected SHA.
 
 Each ``--input-len N`` benches the first N tokens; ``max`` the first ``n_ctx - output``;
-no ``--input-len`` the whole prompt.
+no ``--input-len`` the whole prompt. The recorded form is read back through its model,
+``records.bench_sections.PromptFileRecord`` (``bench.run.prompt_ids``); this module
+reads only the user's file.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,15 +63,3 @@ def _token_ids(path: str, text: str) -> list[int]:
             raise UsageError(f"--prompt-file {path}: token_ids[{i}] is {shown}, not an "
                              f"integer from 0 to {MAX_TOKEN_ID - 1}")
     return list(ids)
-
-
-def prompt_ids(prompt: dict[str, Any], tokenize: Callable[[str], list[int]],
-               n_vocab: int | None = None) -> list[int]:
-    """The prompt's token IDs in this engine's vocabulary (an ID past it is refused)."""
-    ids = list(prompt["token_ids"]) if "token_ids" in prompt else tokenize(prompt["text"])
-    if not ids:
-        raise UsageError(f"--prompt-file {prompt.get('file')}: tokenizes to no tokens")
-    if n_vocab is not None and max(ids) >= n_vocab:
-        raise UsageError(f"--prompt-file {prompt.get('file')}: token ID {max(ids)} is past "
-                         f"this model's vocabulary ({n_vocab} tokens)")
-    return ids

@@ -13,12 +13,11 @@ requests in flight together, and the case also reports its throughput.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from abgate.bench.fidelity import FIDELITY_FIELDS, fidelity
-from abgate.bench.prompt_file import prompt_ids
 from abgate.bench.prompts import fixed_length_prompt, prompt_sha256
 from abgate.bench.samples import (
     BenchBatch,
@@ -28,10 +27,16 @@ from abgate.bench.samples import (
     BenchSample,
     text_sha256,
 )
+from abgate.engines import keys
 from abgate.engines.base import Engine, GenerationRequest, GenerationResult, SamplingParams
 from abgate.errors import AbgateError, UsageError
 from abgate.metrics import distribution, inter_token_latencies, request_timing
-from abgate.records.bench_sections import CaseFigures, FidelityDistributions, SpeedDistributions
+from abgate.records.bench_sections import (
+    CaseFigures,
+    FidelityDistributions,
+    PromptFileRecord,
+    SpeedDistributions,
+)
 from abgate.records.samples import ids_sha256
 from abgate.records.sections import Distribution
 from abgate.records.side_documents import AbBenchCase
@@ -208,6 +213,20 @@ class BenchPlan:
     prompt_seed: int
 
 
+def prompt_ids(prompt: Mapping[str, Any], tokenize: Callable[[str], list[int]],
+               n_vocab: int | None = None) -> list[int]:
+    """The recorded ``--prompt-file``'s token IDs in this engine's vocabulary (an ID past
+    it is refused)."""
+    p = PromptFileRecord.model_validate(prompt)
+    ids = list(p.token_ids) if p.token_ids is not None else tokenize(p.text or "")
+    if not ids:
+        raise UsageError(f"--prompt-file {p.file}: tokenizes to no tokens")
+    if n_vocab is not None and max(ids) >= n_vocab:
+        raise UsageError(f"--prompt-file {p.file}: token ID {max(ids)} is past "
+                         f"this model's vocabulary ({n_vocab} tokens)")
+    return ids
+
+
 def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int = 0,
                expect_prompt_sha: Sequence[str] = (),
                prompt: dict[str, Any] | None = None) -> BenchPlan:
@@ -217,8 +236,8 @@ def plan_bench(engine: Engine, cases: Sequence[BenchCase], *, prompt_seed: int =
     n_ctx = context_length(engine)
     source = None
     if prompt is not None:
-        vocab = engine.describe().effective_config.get("n_vocab")
-        source = prompt_ids(prompt, engine.tokenize, vocab if isinstance(vocab, int) else None)
+        vocab = keys.n_vocab(engine.describe().effective_config)
+        source = prompt_ids(prompt, engine.tokenize, vocab)
     results = []
     for c in resolve_cases(cases, n_ctx, None if source is None else len(source)):
         assert c.input_len is not None

@@ -84,6 +84,10 @@ class BenchSample(BenchPart):
     fidelity: Fidelity
     batch: BenchBatch | None = None
 
+    def produced_tokens(self) -> int:
+        """The output tokens, as progress counts them."""
+        return self.output.tokens
+
     def output_sha(self) -> str | None:
         """What two requests' outputs are compared by: the token IDs' SHA-256, else
         (engines that return no output token IDs) the text's."""

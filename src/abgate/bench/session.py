@@ -52,6 +52,7 @@ from abgate.bench.run import (
     plan_bench,
 )
 from abgate.bench.samples import BenchSample
+from abgate.engines import keys
 from abgate.engines.base import Engine
 from abgate.errors import AbgateError, UsageError
 from abgate.identity import json_sha256
@@ -258,7 +259,7 @@ def _run_claimed(p: PreparedBench, out: Path, session: EngineSession, plan: Benc
                  progress: Reporter | None) -> None:
     write_record(out / rec.RUN_FILE, doc)
     if progress is not None:
-        batch = int(p.config.engine_options.get("concurrency", 1))
+        batch = keys.concurrency(p.config.engine_options)
         total = len(plan.cases) * (p.config.warmup + p.config.repeats) * batch + len(probes)
         progress.on_start(0, total)
     _measure(p, session, plan, probes, out, doc, summary, progress)
@@ -298,7 +299,7 @@ def _measure(p: PreparedBench, session: EngineSession, plan: BenchPlan,
 
         parts.result = execute_plan(engine, plan, warmup=c.warmup, repeats=c.repeats,
                                     on_sample=record,
-                                    concurrency=int(c.engine_options.get("concurrency", 1)))
+                                    concurrency=keys.concurrency(c.engine_options))
         if probes:
             parts.probes = run_probes(engine, probes, plan.n_ctx, record)
         parts.resources = engine_resources(session.processes)

@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from abgate.schema import refused_fields
+
 __all__ = ["METHODS", "AgreementRow", "agreement_row_of"]
 
 METHODS = ("full", "top_k")
@@ -93,6 +95,6 @@ def agreement_row_of(row: AgreementRow | Mapping[str, Any]) -> AgreementRow:
         try:
             return AgreementRow.model_validate(data)
         except ValidationError as exc:
-            for error in exc.errors():
-                data.pop(str(error["loc"][0]), None)
+            for name in refused_fields(exc):
+                data.pop(name, None)
     return AgreementRow()

@@ -28,7 +28,12 @@ from abgate.errors import AbgateError, UsageError
 FinishReason = Literal["stop", "length", "error"]
 ScoringMethod = Literal["full", "top_k"]
 OnResult = Callable[["GenerationResult"], None]
-Message = dict[str, str]
+Message = dict[str, str]  # a chat message, as the OpenAI chat API has it: role, content
+
+
+def content_chars(messages: Sequence[Message]) -> int:
+    """The characters of the messages' contents (what a chat template renders)."""
+    return sum(len(m["content"]) for m in messages)
 
 
 @dataclass(frozen=True)

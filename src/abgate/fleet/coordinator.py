@@ -27,6 +27,7 @@ from abgate.fleet.dispatch import (
     earlier_sessions,
 )
 from abgate.fleet.matching import arm_order, check_matched, check_schedule
+from abgate.fleet.ray_state import actor_states, alive_nodes
 from abgate.fleet.remote_engine import ReplicaEngine
 from abgate.fleet.replica import Replica
 from abgate.records.fleet import FleetRecord, ReplicaFacts
@@ -85,7 +86,7 @@ class RayPool:
 
     def dead(self, indices: list[int]) -> dict[int, str]:
         """Replicas on a node Ray no longer counts alive (its raylet gone)."""
-        alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+        alive = alive_nodes(self.ray)
         return {i: f"NodeDiedError: node {self.nodes[i][:12]} is no longer alive"
                 for i in indices if self.nodes[i] not in alive}
 
@@ -227,20 +228,3 @@ def actors_left(actor_ids: list[str], wait_s: float = 30.0) -> dict[str, Any]:
         if not alive or time.monotonic() > deadline:
             return {"checked": True, "via": via, "alive": alive}
         time.sleep(0.5)
-
-
-def actor_states(actor_ids: list[str], api: bool = True) -> tuple[dict[str, str], str]:
-    """Actor id -> state, and which API answered."""
-    try:
-        from ray.util.state import list_actors
-
-        if not api:
-            raise LookupError("the state API did not answer before")
-        return ({a.actor_id: a.state for a in list_actors(
-            limit=10_000, timeout=10, raise_on_missing_output=False)
-                 if a.actor_id in actor_ids}, "ray.util.state.list_actors")
-    except Exception:  # no dashboard server (ray without its [default] extra)
-        from ray._private.state import actors
-
-        return ({a: str((actors(actor_id=a) or {}).get("State", "DEAD")) for a in actor_ids},
-                "GCS actor table (ray._private.state.actors)")

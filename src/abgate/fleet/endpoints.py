@@ -19,6 +19,7 @@ from typing import Any
 from abgate.ab.experiment import Experiment
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
+from abgate.engines import keys
 from abgate.engines.openai.endpoints import ServerGone
 from abgate.errors import UsageError
 from abgate.fleet.dispatch import (
@@ -44,7 +45,7 @@ def with_endpoints(exp: Experiment, urls: list[str]) -> Experiment:
         if arm.engine != "openai":
             raise UsageError(f"--endpoint with a file: arm {name!r} runs engine "
                              f"{arm.engine!r}; an endpoint fleet needs engine = \"openai\"")
-        if arm.engine_options.get("launch"):
+        if keys.launches(arm.engine_options):
             raise UsageError(f"--endpoint: arm {name!r} launches its own server (launch); "
                              "an endpoint fleet runs on the servers you give")
         if arm.env:

@@ -94,8 +94,7 @@ def host_facts(index: int) -> ReplicaFacts:
         gpu_ids=ids,
         gpu_uuids=[uuids.get(i, i) for i in ids if i in uuids or i.startswith("GPU-")],
         # host.gpus(): NVML's facts of each GPU, as the host section records them
-        gpu_model=sorted({str(g.get("name")) for g in gpus}),
-        driver=sorted({str(g.get("driver")) for g in gpus if g.get("driver")}))
+        gpu_model=host.gpu_models(gpus), driver=host.gpu_drivers(gpus))
 
 
 def config_digest(config: Any) -> str:

@@ -26,8 +26,10 @@ from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import read_manifest
+from abgate.records.documents import AbRecord
 from abgate.records.side_documents import AttachmentRecord
 from abgate.safejson import BadJson, parse, read_json
+from abgate.schema import first_error
 from abgate.signing import check_signature
 
 RUN_FILE = "run.json"
@@ -108,12 +110,20 @@ def _from_manifest(path: Path) -> MeasuredSource | None:
     return MeasuredSource(git.commit, git.tree, git.dirty, f"{MANIFEST_FILE} source.git.commit")
 
 
-def _from_ab(result_dir: Path) -> MeasuredSource:
+def _ab_record(path: Path) -> AbRecord:
+    """``ab.json`` read into its model (an older one migrated); a damaged one is refused."""
+    try:
+        return AbRecord.model_validate(_read_json(path))
+    except ValidationError as exc:
+        first = first_error(exc)
+        raise AttachRefused(f"{path}: {first.dotted or '<root>'}: {first.message}; it "
+                            "cannot vouch for a commit") from None
+
+
+def _from_ab(result_dir: Path, ab: AbRecord) -> MeasuredSource:
     """The one commit ``ab.json`` and every arm's ``run.json`` were written on."""
-    ab = _read_json(result_dir / AB_FILE)
-    arms = ab.get("experiment", {}).get("arms") if isinstance(ab, dict) else None
     found = {AB_FILE: _from_run(result_dir / AB_FILE)}
-    for arm in arms if isinstance(arms, dict) else {}:
+    for arm in ab.experiment.arms:
         path = result_dir / "arms" / arm / RUN_FILE
         if not path.is_file():
             raise AttachRefused(f"arm {arm!r} of {result_dir} has no {RUN_FILE}: the A/B "
@@ -138,19 +148,16 @@ def _from_ab(result_dir: Path) -> MeasuredSource:
                           f"{AB_FILE} and {len(sources) - 1} arms' {RUN_FILE} git.commit")
 
 
-def _from_source(path: Path) -> MeasuredSource | None:
+def _from_source(path: Path, ab: AbRecord) -> MeasuredSource | None:
     """A revision A/B (``ab.json`` ``source``): the head revision it gated, as built
     (a build is of a committed, clean tree); None for any other A/B."""
-    ab = _read_json(path)
-    source = ab.get("source") if isinstance(ab, dict) else None
-    if not isinstance(source, dict):
+    if ab.source is None:
         return None
-    baseline = ab.get("experiment", {}).get("baseline")
-    heads = [(arm, b) for arm, b in (source.get("builds") or {}).items() if arm != baseline]
-    if len(heads) != 1 or not isinstance(heads[0][1], dict):
+    heads = [(arm, b) for arm, b in ab.source.builds.items() if arm != ab.experiment.baseline]
+    if len(heads) != 1:
         raise AttachRefused(f"{path}: its source section does not name one head build")
     arm, build = heads[0]
-    return MeasuredSource(str(build.get("commit")), build.get("tree"), False,
+    return MeasuredSource(build.commit, build.tree, False,
                           f"{AB_FILE} source.builds.{arm}.commit (the head revision)")
 
 
@@ -159,7 +166,8 @@ def tested_source(result_dir: Path) -> MeasuredSource:
     its head revision, in the engine's repository)."""
     found: MeasuredSource | None = None
     if (result_dir / AB_FILE).is_file():
-        return _from_source(result_dir / AB_FILE) or _from_ab(result_dir)
+        ab = _ab_record(result_dir / AB_FILE)
+        return _from_source(result_dir / AB_FILE, ab) or _from_ab(result_dir, ab)
     for name in (RUN_FILE, BASELINE_FILE):
         if found is None and (result_dir / name).is_file():
             found = _from_run(result_dir / name)

@@ -19,6 +19,7 @@ from abgate.errors import UsageError
 from abgate.provenance.manifest import SCHEMA, SCHEMA_VERSION, fingerprint
 from abgate.provenance.manifest_model import Manifest, ModelEntry
 from abgate.provenance.paths import check_entry_path, check_relative
+from abgate.records.migrations import Stamp
 from abgate.safejson import BadJson, parse
 from abgate.schema import first_error
 
@@ -61,10 +62,11 @@ def _parse(path: Path) -> Any:
 def _check_schema(data: Any) -> None:
     if not isinstance(data, dict):
         raise ManifestError("invalid manifest: the top level is not a JSON object")
-    if data.get("schema") != SCHEMA:
-        raise ManifestError(f"not an abgate manifest: schema is {data.get('schema')!r}, "
+    stamp = Stamp.of(data)
+    if stamp.schema != SCHEMA:
+        raise ManifestError(f"not an abgate manifest: schema is {stamp.schema!r}, "
                             f"expected {SCHEMA!r}")
-    version = data.get("schema_version")
+    version = stamp.schema_version
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise ManifestError(f"invalid manifest: schema_version {version!r} is not a "
                             "positive integer")

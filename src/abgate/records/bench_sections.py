@@ -46,6 +46,17 @@ class Part(Section):
     model_config = ConfigDict(frozen=True, extra="allow")
 
 
+class PromptFileRecord(Part):
+    """A read ``--prompt-file`` as a bench's (a baseline's) config records it
+    (``bench.prompt_file.read_prompt_file``): the file, its SHA-256, and its token IDs
+    or its text."""
+
+    file: str | None = None
+    file_sha256: str | None = None
+    token_ids: list[int] | None = None
+    text: str | None = None
+
+
 class SpeedDistributions(Part):
     """A case's request-weighted distributions per speed field (``runner.summary.
     SPEED_FIELDS``, in that order); only steady decode is required of a record."""

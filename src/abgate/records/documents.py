@@ -21,16 +21,10 @@ from pydantic import Field, model_validator
 from abgate.integrity import FIELD as SEAL_FIELD
 from abgate.integrity import seal as sealed
 from abgate.records.bench_sections import BaselineCase, ProbeRecord
-from abgate.records.engine import (
-    EngineSection,
-    LoadedEngine,
-    ab_to_v2,
-    digested_spec,
-    given_config,
-    to_v2,
-)
+from abgate.records.engine import EngineSection, LoadedEngine, digested_spec, given_config
 from abgate.records.fleet import FleetRecord
 from abgate.records.load_snapshots import AbHostLoad, BaselineHostLoad
+from abgate.records.migrations import Stamp, ab_to_v2, to_v2
 from abgate.records.sections import (
     ArmDifferences,
     EngineRecord,
@@ -53,9 +47,17 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "run": 2, "ab-arm": 2, "ab": 2, "bench": 2, "baseline": 2,
     "summary": 1, "bench-summary": 1, "probes": 1, "ab-bench": 1, "ab-report": 1,
     "cluster-bench": 1, "cluster-check": 1}
+
+
+def current_version(name: str) -> int:
+    """The schema version this abgate writes the document ``name`` in (a lookup in
+    :data:`SCHEMA_VERSIONS`, not a read of any document)."""
+    return SCHEMA_VERSIONS[name]
+
+
 # name -> {version: step}: the step turns a document of that version into the next one.
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
-MIGRATIONS: dict[str, dict[int, Migration]] = {  # records/engine.py; docs/records.md
+MIGRATIONS: dict[str, dict[int, Migration]] = {  # records/migrations.py; docs/records.md
     **{kind: {1: to_v2} for kind in ("run", "ab-arm", "bench", "baseline")},
     "ab": {1: ab_to_v2}}
 
@@ -63,11 +65,11 @@ MIGRATIONS: dict[str, dict[int, Migration]] = {  # records/engine.py; docs/recor
 def upgraded(name: str, doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` (a document called ``name``) brought to the current schema version, one
     step at a time; a version without a step is already the current shape."""
-    version = doc.get("schema_version")
-    if not isinstance(version, int) or isinstance(version, bool):
+    version = Stamp.of(doc).version
+    if version is None:
         return doc
     steps = MIGRATIONS.get(name, {})
-    while version < SCHEMA_VERSIONS[name]:
+    while version < current_version(name):
         if version in steps:
             doc = {**steps[version](dict(doc)), "schema_version": version + 1}
         version += 1
@@ -95,9 +97,14 @@ class Document(Section):
         return data
 
     @classmethod
+    def current_version(cls) -> int:
+        """The schema version this abgate writes documents of this name in."""
+        return current_version(cls.NAME)
+
+    @classmethod
     def new(cls: type[D], **fields: Any) -> D:
         """A document of the current version."""
-        return cls(schema_version=SCHEMA_VERSIONS[cls.NAME], **fields)
+        return cls(schema_version=cls.current_version(), **fields)
 
 
 D = TypeVar("D", bound=Document)
@@ -117,7 +124,7 @@ class RecordHeader(Document):
 
     @classmethod
     def name_of(cls, doc: dict[str, Any]) -> str:
-        return str(doc.get("kind"))
+        return str(Stamp.of(doc).kind)
 
 
 class LoadFacts(Section):
@@ -339,6 +346,8 @@ class BenchRecord(SpecRecord):
 class BaselineRecord(SpecRecord):
     """``baseline.json``: the reference outputs a later build must reproduce, sealed by
     ``integrity`` (``integrity.py``: checked on every read of a baseline)."""
+
+    NAME = "baseline"  # its kind (a record's migrations are chosen by its kind)
 
     recorded_at: float
     integrity: dict[str, Any] | None = None

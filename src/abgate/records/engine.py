@@ -13,9 +13,9 @@ reports), and, once loaded, its ``version``, ``model`` and ``capabilities``. Ins
 ``task_args`` / ``task_args_passed`` is the pattern: the facets are named, not copies.
 
 A v1 record held the args in ``config.engine_args``, ``spec.engine_args``,
-``spec.resolved_engine_args`` and ``engine.effective_config`` (four copies);
-:func:`to_v2` is both the v1 -> v2 migration step and the shaping every writer applies to
-a new record, so a v1 record read today and a record written today have one shape.
+``spec.resolved_engine_args`` and ``engine.effective_config`` (four copies); the v1 -> v2
+step that moves them here (``to_v2``, also the shaping every writer applies to a new
+record) is in :mod:`abgate.records.migrations`, with the other reads of a raw document.
 The spec digest still covers the v1-shaped spec (:func:`digested_spec`), so a v1
 record's digest still matches the same run prepared today (``--resume``).
 """
@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from abgate.records.migrations import ab_to_v2 as ab_to_v2
+from abgate.records.migrations import to_v2 as to_v2
 from abgate.records.sections import CapabilitiesRecord, EngineRecord, Section
 
 # Where a v1 record held the engine args, and the facet each became.
@@ -88,49 +90,6 @@ class LoadedEngine(Section):
                    **(described.model_extra or {}))
 
 
-def _table(value: Any) -> dict[str, Any]:
-    return dict(value) if isinstance(value, Mapping) else {}
-
-
-def engine_section(spec: Mapping[str, Any], config: Mapping[str, Any],
-                   engine: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The v2 ``engine`` object from a v1-shaped spec, config and loaded engine."""
-    given = spec["engine_args"] if "engine_args" in spec else config.get("engine_args")
-    out: dict[str, Any] = {"name": (engine or {}).get("name") or spec.get("engine"),
-                           "given": _table(given),
-                           "resolved": _table(spec.get("resolved_engine_args"))}
-    if engine:
-        loaded = dict(engine)
-        out.update(version=loaded.pop("version", None), model=loaded.pop("model", None),
-                   effective=_table(loaded.pop("effective_config", None)))
-        if "capabilities" in loaded:
-            out["capabilities"] = loaded.pop("capabilities")
-        loaded.pop("name", None)
-        out.update(loaded)  # a newer describe()'s own keys are kept
-    return out
-
-
-def to_v2(doc: dict[str, Any]) -> dict[str, Any]:
-    """A v1 record (or a new record's fields, v1-shaped) with its engine args moved into
-    one ``engine`` section: ``config.engine_args``, ``spec.engine_args`` and
-    ``spec.resolved_engine_args`` removed, ``engine.effective_config`` renamed
-    ``engine.effective``."""
-    spec, config = doc.get("spec"), doc.get("config")
-    if not isinstance(spec, Mapping):
-        return doc  # not a spec record: the validator names what is missing
-    config = _table(config)
-    engine = doc.get("engine")
-    if isinstance(engine, Section):
-        engine = engine.to_dict()
-    section = engine_section(spec, config, engine if isinstance(engine, Mapping) else None)
-    new_spec = {k: v for k, v in spec.items()
-                if k not in ("engine_args", "resolved_engine_args")}
-    new_config = {k: v for k, v in config.items() if k != "engine_args"}
-    out = dict(doc)
-    out.update(config=new_config, spec=new_spec, engine=section)
-    return out
-
-
 def digested_spec(spec: Mapping[str, Any], engine: EngineSection) -> dict[str, Any]:
     """The spec as its digest covers it (the v1 shape: the given and resolved facets as
     ``engine_args`` and ``resolved_engine_args``; a digest sorts the keys), for comparing
@@ -145,22 +104,4 @@ def given_config(config: Mapping[str, Any], engine: EngineSection) -> dict[str, 
     out = dict(config)
     if "engine_args" not in out:
         out["engine_args"] = dict(engine.given)
-    return out
-
-
-def ab_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
-    """A v1 ``ab.json`` (or a new one's fields) without its copies of the arms' engine
-    facets: ``engines.ARM.effective_config`` and ``experiment_resolved.arms.ARM.engine_args``
-    removed (each arm's ``run.json`` ``engine`` section holds them). ``experiment`` (as
-    given, what ``--resume``'s digest covers) and ``differences`` are kept as they are."""
-    out = dict(doc)
-    engines = doc.get("engines")
-    if isinstance(engines, Mapping):
-        out["engines"] = {arm: {k: v for k, v in e.items() if k != "effective_config"}
-                          if isinstance(e, Mapping) else e for arm, e in engines.items()}
-    resolved = doc.get("experiment_resolved")
-    if isinstance(resolved, Mapping) and isinstance(resolved.get("arms"), Mapping):
-        arms = {arm: {k: v for k, v in c.items() if k != "engine_args"}
-                if isinstance(c, Mapping) else c for arm, c in resolved["arms"].items()}
-        out["experiment_resolved"] = {**resolved, "arms": arms}
     return out

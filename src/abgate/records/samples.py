@@ -137,6 +137,10 @@ class Sample(Section):
         """An engine error (its finish reason or its health says so)."""
         return self.finish_reason == "error" or bool(self.health.error)
 
+    def produced_tokens(self) -> int:
+        """The output tokens, as progress counts them (0 when unrecorded)."""
+        return self.output.tokens or 0
+
     def output_sha(self) -> str | None:
         """The output tokens' SHA-256, from the record or its token IDs."""
         return self.output.sha256 or ids_sha256(self.output.token_ids)

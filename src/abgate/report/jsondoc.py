@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from abgate.records.documents import SCHEMA_VERSIONS, AbExperiment, AbRecord
+from abgate.records.documents import AbExperiment, AbRecord, current_version
 from abgate.records.engine import LoadedEngine
 from abgate.records.sections import ArmDifferences, ContractRecord, GitState
 from abgate.records.side_documents import AbBenchDocument, DecisionRecord, Summary
@@ -82,7 +82,7 @@ def _not_certified(data: AbData) -> list[str]:
 def report_document(data: AbData) -> ReportDocument:
     record = data.record
     return ReportDocument(
-        schema_version=SCHEMA_VERSIONS["ab-report"], kind="ab-report",
+        schema_version=current_version("ab-report"), kind="ab-report",
         experiment=record.experiment, status=record.status, baseline=data.baseline,
         candidates=data.candidates, decision=data.analysis.decision,
         exit_code=data.analysis.exit_code,

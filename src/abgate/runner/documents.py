@@ -39,7 +39,7 @@ from abgate.records.documents import (
     RunRecord,
     SpecRecord,
 )
-from abgate.records.engine import ab_to_v2, to_v2
+from abgate.records.migrations import Stamp, ab_to_v2, to_v2
 from abgate.records.result import Result
 from abgate.records.sections import GitState, HostInfo
 from abgate.records.side_documents import AbBenchDocument, BenchSummary, ProbesDocument, Summary
@@ -136,7 +136,7 @@ def _one_line(path: Path, exc: ValidationError) -> AbgateError:
 
 
 def _check_version(path: Path, name: str, doc: dict[str, Any]) -> None:
-    version = doc.get("schema_version")
+    version = Stamp.of(doc).schema_version
     known = SCHEMA_VERSIONS[name]
     if isinstance(version, int) and version > known:
         raise AbgateError(f"{path}: {name} schema_version {version} is newer than this "
@@ -183,7 +183,7 @@ def _read(path: Path, model: type[Document | Result] | None,
     try:
         doc = rec.read_json_object(path)
         versioned = model is None or issubclass(model, Document)
-        if versioned and not isinstance(doc.get("schema_version"), int):
+        if versioned and not isinstance(Stamp.of(doc).schema_version, int):
             raise AbgateError(f"{path}: no schema_version; not an abgate record")
         if not versioned and "schema_version" in doc:  # comparison.json: abgate's own 1
             rec.check_schema(doc, path)

@@ -28,6 +28,7 @@ from abgate import safefs, safejson
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import repair_torn, torn_start
 from abgate.records.facts import iter_diff as iter_diff  # the one differ (records/facts.py)
+from abgate.records.migrations import Stamp
 from abgate.redact import redact, redact_sample_texts, redact_text
 from abgate.safejson import parse, read_bytes
 
@@ -53,7 +54,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def check_schema(doc: Mapping[str, Any], where: Path) -> None:
-    version = doc.get("schema_version")
+    version = Stamp.of(doc).schema_version
     if not isinstance(version, int):
         raise AbgateError(f"{where}: no schema_version; not an abgate record")
     if version > SCHEMA_VERSION:
@@ -124,9 +125,9 @@ class SampleWriter:
 
     def append(self, model: BaseModel) -> None:
         record: dict[str, Any] = model.model_dump(mode="json")
-        if isinstance(record.get("error"), str):
-            record = {**record, "error": redact_text(record["error"])}
-        record = redact_sample_texts(record)
+        record = redact_sample_texts({  # the error whole (redact_text), the rest by shape
+            key: redact_text(value) if key == "error" and isinstance(value, str) else value
+            for key, value in record.items()})
         try:
             self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
             self._f.flush()

@@ -18,13 +18,13 @@ cleans up an engine.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abgate.engines import engine_class, hosted
+from abgate.engines import engine_class, hosted, keys
 from abgate.engines.args import validate_args
 from abgate.engines.base import Engine, EngineInfo
 from abgate.engines.shared.multicast import applied_env as applied_env  # re-exported
@@ -77,15 +77,19 @@ class PreparedEngine:
             "resolved_engine_args": self.resolved_args, "env": self.spec.env})
 
 
+_REDACTED_PARTS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+    *((key, redact) for key in ("args", "options", "engine_args", "engine_options",
+                                "resolved_engine_args")),
+    ("env", redact_env))
+
+
 def recorded_engine_part(d: dict[str, Any]) -> dict[str, Any]:
     """``d`` with its engine args, options (a ``--launch`` command, endpoint URLs) and
     env as a record may show them: secrets replaced by ``<redacted>``."""
     out = dict(d)
-    for key in ("args", "options", "engine_args", "engine_options", "resolved_engine_args"):
+    for key, how in _REDACTED_PARTS:
         if key in out:
-            out[key] = redact(out[key])
-    if "env" in out:
-        out["env"] = redact_env(out["env"])
+            out[key] = how(out[key])
     return out
 
 
@@ -93,8 +97,8 @@ def register_secrets(spec: EngineSpec) -> None:
     """Make the secret values this engine is given known to every redaction: the key
     ``--api-key-env`` names (whatever the variable is called) and the values of
     secret-named variables, of ``--env`` and of the environment."""
-    key_env = spec.options.get("api_key_env")
-    add_known_secrets([os.environ.get(key_env) if isinstance(key_env, str) else None,
+    key_env = keys.api_key_env(spec.options)
+    add_known_secrets([os.environ.get(key_env) if key_env is not None else None,
                        *env_secrets(spec.env), *env_secrets(os.environ)])
 
 
@@ -225,4 +229,4 @@ def _failed_start_cleanup(doc: Loadable, exc: BaseException) -> None:
     server = getattr(exc, "cleanup_evidence", None)
     if isinstance(server, dict):
         doc.cleanup = {"launched": True, "ready": False, "server": server,
-                          "verified": bool(server.get("verified"))}
+                          "verified": keys.cleanup_verified(server)}

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from abgate import __version__
+from abgate.engines.base import content_chars
 from abgate.errors import UsageError
 from abgate.identity import json_sha256
 from abgate.redact import redacted_paths
@@ -129,7 +130,7 @@ def _check_prompt_sizes(items: tuple[Item, ...], prompt: PromptConfig,
     """An over-long prompt (a megabyte question, system prompt or shot) is refused here,
     before an engine tokenizes it."""
     for item in items:
-        size = sum(len(m["content"]) for m in build_messages(item, prompt, shots))
+        size = content_chars(build_messages(item, prompt, shots))
         if size > MAX_PROMPT_CHARS:
             raise UsageError(f"item {item.id[:80]!r}: its prompt has {size:,} characters, "
                              f"over the {MAX_PROMPT_CHARS:,} abgate accepts (check the data, "

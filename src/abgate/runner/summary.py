@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from abgate.compare.pairing import SampleLike
 from abgate.metrics import distribution
-from abgate.records.documents import SCHEMA_VERSIONS
 from abgate.records.samples import Sample
 from abgate.records.sections import Distribution
 from abgate.records.side_documents import Summary
@@ -24,8 +23,8 @@ def summarize(samples: Sequence[SampleLike], status: str | None = None) -> Summa
     quality = aggregate_health(measured)
     speed = {f: distribution([s.timing.figure(f) for s in measured]) for f in SPEED_FIELDS}
     extra = {"status": status} if status is not None else {}
-    return Summary(schema_version=SCHEMA_VERSIONS["summary"], n=len(measured),
-                   n_warmup=len(typed) - len(measured),
-                   quality=quality,
-                   speed={k: Distribution.model_validate(v) for k, v in speed.items()},
-                   **extra)
+    return Summary.new(n=len(measured),
+                       n_warmup=len(typed) - len(measured),
+                       quality=quality,
+                       speed={k: Distribution.model_validate(v) for k, v in speed.items()},
+                       **extra)
