@@ -224,9 +224,11 @@ def _rows(out: Path, arm: str, name: str) -> list[dict[str, Any]]:
 
 def test_agreement_and_probes_run_on_a_replica_as_on_one_machine(
         cluster: Any, tmp_path: Path) -> None:
-    """The distribution-agreement pass and the health probes of a fleet A/B run on one
-    replica (both arms resident there) through the replica's own engines: the same rows,
-    the same probe results and the same verdict as on one machine."""
+    """The distribution-agreement pass of a fleet A/B is spread over its replicas (both
+    arms resident on each: a sample's scores never mix replicas), the rows written here
+    in the samples' order, and the health probes run on one, through the replicas' own
+    engines: the same rows, the same probe results and the same verdict as on one
+    machine."""
     path = experiment(tmp_path / "e.toml", "perturb = 0.05", limit=12, agreement=True,
                       extra="probes = true\n")
     exp = load_experiment(path)
@@ -247,6 +249,10 @@ def test_agreement_and_probes_run_on_a_replica_as_on_one_machine(
         assert probes["one"] == probes["fleet"] and probes["one"], probes
     rec = json.loads((tmp_path / "fleet" / "ab.json").read_text())
     assert rec["fleet"]["evidence_replica"] == 0
+    by = rec["fleet"]["agreement_by_replica"]
+    assert set(by) == {"0", "1"} and sum(by.values()) == 12, by  # both replicas scored
+    keys = [r["key"] for r in _rows(tmp_path / "fleet", "b", "agreement.jsonl")]
+    assert keys == [r["key"] for r in _rows(tmp_path / "one", "b", "agreement.jsonl")]
     assert rec["scoring"]["b"]["n_sequences"] == 12
     gates = {name: {g.name: g.outcome for g in r.comparison.comparisons["b"].verdict.gates}
              for name, r in (("one", one), ("fleet", fleet))}

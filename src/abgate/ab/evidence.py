@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from abgate.ab.analyze import AGREEMENT_FILE, PROBES_FILE, read_agreement
+from abgate.ab.shards import Shards
 from abgate.bench.probes import default_probes, run_probes
 from abgate.compare.agreement_rows import AgreementRow
 from abgate.compare.topk_kl import kl_lower_bound
@@ -42,7 +44,6 @@ from abgate.records.samples import Sample, ids_sha256
 from abgate.records.side_documents import ProbesDocument
 from abgate.runner import records as rec
 from abgate.runner.documents import write_record
-from abgate.runner.execute import check_interrupted
 from abgate.runner.samples import load_samples
 from abgate.runner.session import EngineSession
 
@@ -153,16 +154,14 @@ def _detok(session: EngineSession) -> Detok:
     return session.engine.detokenize
 
 
-def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int],
-                 cost: ScoringCost) -> TokenScores:
+def _timed_score(session: EngineSession, prompt: list[int], tokens: list[int]
+                 ) -> tuple[TokenScores, tuple[float, int, str, int | None]]:
     t0 = time.perf_counter()
     with session.env():
         scores = session.engine.score(prompt, tokens, SCORE_K)
-    cost.add(time.perf_counter() - t0, len(tokens), scores.method)
-    restored = session.engine.prompts_restored  # llama.cpp keeps prompts
-    if restored is not None:
-        cost.prompts_restored = restored
-    return scores
+    seconds = time.perf_counter() - t0
+    # llama.cpp keeps prompts: how many score calls so far restored one
+    return scores, (seconds, len(tokens), scores.method, session.engine.prompts_restored)
 
 
 def cannot_score(sessions: Mapping[str, EngineSession]) -> dict[str, str]:
@@ -197,55 +196,103 @@ def scoring_preflight(arm: str, session: EngineSession) -> None:
                               "without distribution agreement: --no-agreement)") from None
 
 
+Shard = Mapping[str, EngineSession]  # every arm's session on one replica (or machine)
+
+
 def agreement_pass(out: Path, doc: AbRecord, baseline: str,
-                   sessions: Mapping[str, EngineSession], prompt_of: Prompt,
+                   sessions: Shard, prompt_of: Prompt,
                    max_tokens: int = 0, on_start: OnStart | None = None,
-                   on_step: OnStep | None = None) -> None:
+                   on_step: OnStep | None = None,
+                   shards: Sequence[Shard] = ()) -> ScoredBy:
     """Score the baseline's outputs (their first ``max_tokens`` tokens; 0: all) with
     the baseline and every candidate in ``sessions``; append the rows; record the cost
     (or why not) in ``doc.scoring``. Progress: ``on_start`` once, ``on_step`` per
-    baseline sample scored (its tokens times the arms that scored it)."""
+    baseline sample scored (its tokens times the arms that scored it). ``shards``: more
+    places with every arm's session (a fleet's other replicas): the samples are spread
+    over ``sessions`` and them (``ab.shards``), each scored by every arm on one, the rows
+    written here in the samples' order. Returns how many samples each place scored
+    (0: ``sessions``, then ``shards`` from 1) and the places lost meanwhile."""
     scoring = doc.scoring
     refused = cannot_score(sessions)
     if baseline in refused:
         for arm in sessions:
             scoring[arm] = ScoringCost(reason=refused[baseline])
-        return
+        return ScoredBy()
     cands = [a for a in sessions if a != baseline and a not in refused]
     for arm in set(refused) - {baseline}:
         scoring[arm] = ScoringCost(reason=refused[arm])
     paths = {a: out / "arms" / a / AGREEMENT_FILE for a in cands}
     done = {a: {r.key for r in read_agreement(p, repair=True)} for a, p in paths.items()}
     samples = scorable(load_samples(out / "arms" / baseline / rec.SAMPLES_FILE))
-    writers = {a: rec.SampleWriter(p) for a, p in paths.items()}
     if on_start:
         on_start(sum(all(s.key in done[a] for a in cands) for s in samples), len(samples),
                  f"scoring {', '.join(cands)} against {baseline}")
+    todo = {s.key: [a for a in cands if s.key not in done[a]] for s in samples}
+    pending = [s for s in samples if todo[s.key]]
+
+    def score(shard: Shard, sample: Sample) -> Scored | None:
+        return _score(shard, sample, baseline, todo[sample.key], prompt_of, max_tokens)
+
+    writers = {a: rec.SampleWriter(p) for a, p in paths.items()}
+    places, per_place = Shards([sessions, *shards]), dict[int, int]()
+    kept: dict[tuple[int, str], int] = {}  # (place, arm) -> its engine's prompts restored
     try:
-        for sample in samples:
-            check_interrupted()
-            todo = [a for a in cands if sample.key not in done[a]]
-            if not todo:
+        for _, scored, place in places.in_order(pending, score):
+            if scored is None:
                 continue
-            prompt, (tokens, source) = prompt_of(sample), continuation(
-                sample, sessions[baseline])
-            tokens = tokens[:max_tokens] if max_tokens else tokens
-            if not tokens:
-                continue
-            for arm in (baseline, *todo):
-                scoring.setdefault(arm, ScoringCost()).max_tokens_per_sequence = (
-                    max_tokens or None)
-            base = _timed_score(sessions[baseline], prompt, tokens, scoring[baseline])
-            for arm in todo:
-                cand = _timed_score(sessions[arm], prompt, tokens, scoring[arm])
-                writers[arm].append(agreement_row(sample, base, cand, _detok(sessions[arm]),
-                                                  source))
+            per_place[place] = per_place.get(place, 0) + 1
+            for arm, row in scored.rows.items():
+                writers[arm].append(row)
+            for arm, (seconds, n, method, restored) in scored.costs.items():
+                cost = scoring.setdefault(arm, ScoringCost())
+                cost.max_tokens_per_sequence = max_tokens or None
+                cost.add(seconds, n, method)
+                if restored is not None:
+                    kept[place, arm] = restored
+                    cost.prompts_restored = sum(v for (_, a), v in kept.items() if a == arm)
             if on_step:
-                on_step(Step(len(tokens) * (1 + len(todo))))
+                on_step(Step(scored.tokens * len(scored.costs)))
     finally:
         for w in writers.values():
             w.close()
     log.info("distribution agreement: %s", {a: scoring.get(a) for a in sessions})
+    return ScoredBy(dict(sorted(per_place.items())), places.lost)
+
+
+@dataclass(frozen=True)
+class ScoredBy:
+    """Where an agreement pass ran: samples scored per place, the places lost (index,
+    why)."""
+
+    per_place: dict[int, int] = field(default_factory=dict)
+    lost: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One baseline sample scored on one place: the candidates' rows, and per arm the
+    cost (seconds, tokens, method, the engine's prompts restored so far)."""
+
+    tokens: int
+    rows: dict[str, AgreementRow]
+    costs: dict[str, tuple[float, int, str, int | None]]
+
+
+def _score(shard: Shard, sample: Sample, baseline: str, todo: list[str], prompt_of: Prompt,
+           max_tokens: int) -> Scored | None:
+    """Every arm of ``todo`` and the baseline score the baseline's output of ``sample`` on
+    ``shard``; None when it has no tokens to score."""
+    prompt, (tokens, source) = prompt_of(sample), continuation(sample, shard[baseline])
+    tokens = tokens[:max_tokens] if max_tokens else tokens
+    if not tokens:
+        return None
+    costs = {}
+    base, costs[baseline] = _timed_score(shard[baseline], prompt, tokens)
+    rows = {}
+    for arm in todo:
+        cand, costs[arm] = _timed_score(shard[arm], prompt, tokens)
+        rows[arm] = agreement_row(sample, base, cand, _detok(shard[arm]), source)
+    return Scored(len(tokens), rows, costs)
 
 
 def probes_pass(out: Path, arm: str, session: EngineSession, probe_len: int) -> None:

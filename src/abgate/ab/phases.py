@@ -4,7 +4,7 @@ or remote, hands its results to), bench cases, evidence and host-load snapshots.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 
 from abgate import host_load
@@ -168,15 +168,23 @@ def bench_cases(state: RunState, sessions: dict[str, EngineSession]) -> None:
             cases=[c.bench_case() for c in cs]))
 
 
-def gather_evidence(state: RunState, sessions: dict[str, EngineSession]) -> None:
+def gather_evidence(state: RunState, sessions: dict[str, EngineSession],
+                    shards: Sequence[Mapping[str, EngineSession]] = ()
+                    ) -> evidence.ScoredBy:
     """Distribution agreement of every loaded candidate with the baseline (which
-    must be among ``sessions``), then the probes of every loaded arm."""
+    must be among ``sessions``), then the probes of every loaded arm. ``shards``: more
+    places with every arm loaded (a fleet's other replicas) that the agreement pass is
+    spread over (``evidence.agreement_pass``); the probes run on ``sessions``. Returns
+    where the agreement pass ran (0: ``sessions``)."""
     ev, base = state.exp.evidence, state.exp.baseline
+    scored_by = evidence.ScoredBy()
     if ev.agreement and len(sessions) > 1:
-        evidence.agreement_pass(state.out, state.doc, base, sessions,
-                                evidence.prompt_from(sessions[base]), ev.agreement_tokens,
-                                on_start=state.on_phase, on_step=state.progress)
+        scored_by = evidence.agreement_pass(
+            state.out, state.doc, base, sessions, evidence.prompt_from(sessions[base]),
+            ev.agreement_tokens, on_start=state.on_phase, on_step=state.progress,
+            shards=shards)
         state.save()
     if ev.probes:
         for arm, session in sessions.items():
             evidence.probes_pass(state.out, arm, session, ev.probe_len)
+    return scored_by

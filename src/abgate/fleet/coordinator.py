@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Hashable
 from typing import Any
 
@@ -30,7 +31,7 @@ from abgate.fleet.matching import arm_order, check_matched, check_schedule
 from abgate.fleet.ray_state import actor_states, alive_nodes
 from abgate.fleet.remote_engine import ReplicaEngine
 from abgate.fleet.replica import Replica
-from abgate.records.fleet import FleetRecord, ReplicaFacts
+from abgate.records.fleet import FleetLoss, FleetRecord, ReplicaFacts
 from abgate.runner.session import EngineSession
 
 __all__ = ["Fleet", "FleetSchedule", "RayPool", "arm_order", "fleet_strategy"]
@@ -162,20 +163,27 @@ class Fleet:
             self.save()
 
     def evidence(self, replicas: list[Any]) -> None:
-        """The distribution-agreement pass and the probes, as on one machine, on the first
-        replica still alive (both arms resident there: the scores of a pair never mix
-        hardware); its index is recorded as ``evidence_replica``."""
+        """The distribution-agreement pass and the probes, as on one machine: the pass
+        spread over every replica still alive, each sample scored by both arms on one
+        replica (both resident there: the scores of a pair never mix hardware), the rows
+        written here in the samples' order; the probes on the first of them. Recorded:
+        ``evidence_replica`` (the first), ``agreement_by_replica`` (samples scored), a
+        replica lost meanwhile among ``lost`` (its samples scored on the others)."""
         ev = self.runner.exp.evidence
         if not (ev.agreement or ev.probes):
             return
         lost = {x.replica for x in self.ledger.lost}
-        index = next(i for i in range(len(replicas)) if i not in lost)
+        live = [i for i in range(len(replicas)) if i not in lost]
         prepared = self.runner.checked.prepared
-        sessions = {arm: EngineSession(prepared[arm].engine,
-                                       ReplicaEngine(self.ray, replicas[index], arm))
-                    for arm in self.arms}
-        self.found["evidence_replica"] = index
-        gather_evidence(self.runner, sessions)
+        places = [{arm: EngineSession(prepared[arm].engine,
+                                      ReplicaEngine(self.ray, replicas[i], arm))
+                   for arm in self.arms} for i in live]
+        self.found["evidence_replica"] = live[0]
+        scored_by = gather_evidence(self.runner, places[0], places[1:])
+        self.found["agreement_by_replica"] = {live[p]: n for p, n in scored_by.per_place.items()}
+        for p, why in scored_by.lost:  # its sample was scored on another
+            self.ledger.lost.append(FleetLoss(replica=live[p], at="agreement pass",
+                                              error=why, time=time.time()))
 
     def remove_pg(self) -> None:
         removed(self.pg)

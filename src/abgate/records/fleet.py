@@ -93,6 +93,8 @@ class FleetRecord(FleetSession):
     actors_after_close: dict[str, Any] | None = None
     # the replica the agreement pass and the probes ran on (fleet.coordinator.evidence)
     evidence_replica: int | None = None
+    # baseline samples each replica scored in the agreement pass (spread over the live ones)
+    agreement_by_replica: dict[int, int] | None = None
 
     def sessions(self) -> list[FleetSession]:
         """The fleet sessions of the A/B, earliest first (the replicas of each are
