@@ -38,12 +38,23 @@ os.environ["ABGATE_LEDGER"] = str(Path(tempfile.mkdtemp(prefix="abgate-test-ledg
                                   / "ledger.sqlite")
 
 
+def _beside_other_workers() -> bool:
+    """True in a pytest-xdist worker with others beside it (``-n auto`` on more than one
+    core, the README's command): the engine tier then shares the host with the fast tier.
+    At the engine's default thread count (every core), llama.cpp's spin-waiting threads
+    and the fast tier's worker slowed each other several times over (2026-12-03, 2 cores:
+    the README chain 39 s -> 164 s, the four-arm agreement A/B 40 s -> 162 s)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1) > 1
+
+
 def requested_threads(default: int | None = None) -> int | None:
     """The thread count for engines started by tests: ``ABGATE_TEST_THREADS`` when set,
-    else ``default`` (None: the engine's own default, all the cores it may use)."""
+    else ``default``; None: the engine's own default, all the cores it may use, except
+    beside other xdist workers (:func:`_beside_other_workers`), where it is 1. (The
+    engines' default thread count: ``python -m pytest -m engine -n 0``.)"""
     raw = os.environ.get(THREADS_ENV, "").strip()
     if not raw:
-        return default
+        return 1 if default is None and _beside_other_workers() else default
     if not raw.isdigit() or int(raw) < 1:
         raise pytest.UsageError(f"{THREADS_ENV} must be a positive integer, got {raw!r}")
     return int(raw)
@@ -105,7 +116,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header(config: pytest.Config) -> str:
     n = os.environ.get(THREADS_ENV, "").strip()
-    return f"{THREADS_ENV}: {n or 'unset (engines use their default thread count)'}"
+    unset = ("unset (engines use their default thread count; 1 in an xdist worker beside "
+             "others)")
+    return f"{THREADS_ENV}: {n or unset}"
 
 
 @pytest.fixture(scope="session")

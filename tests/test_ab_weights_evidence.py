@@ -3,20 +3,23 @@ arm's weights right after its load and writes ``weights-diff-<candidate>.json``,
 layer x projection table of the arms' actual models, which the report shows.
 
 Real engine: llama.cpp on SmolLM2 (Q4_1) against a copy of the same file (another path,
-the same SHA-256): every tensor compared, all exact. A served arm is refused before
-anything is written.
+the same SHA-256): every tensor compared, all exact, and each of the two files hashed
+once in the whole A/B (its spec, every load's check and the weights diff share the
+hash; was tests/test_engine_session.py's own llama.cpp A/B of the same two files). A
+served arm is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+import abgate.identity as identity
 from abgate.identity import sha256_file
-from tests.conftest import abgate
 from tests.support.fake import cli
 from tests.test_ab_declared import experiment, write
 
@@ -38,15 +41,26 @@ def test_a_served_arm_is_refused_before_anything_is_written(tmp_path: Path) -> N
 
 
 @pytest.mark.engine
-def test_ab_writes_the_runtime_weights_diff_of_its_arms(tmp_path: Path,
-                                                        model_path: str) -> None:
+def test_ab_writes_the_runtime_weights_diff_of_its_arms(
+        tmp_path: Path, model_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The A/B through the CLI in this process, so that every hashing is seen."""
     pytest.importorskip("gguf")
     copy = tmp_path / "copy.gguf"
     shutil.copyfile(model_path, copy)
+    calls: list[str] = []
+
+    def counting(path: Path) -> str:
+        calls.append(os.path.realpath(path))
+        return sha256_file(path)
+
+    monkeypatch.setattr(identity, "sha256_file", counting)
+    identity.DEFAULT_CACHE.clear()
     text = _with_weights(experiment({"model": model_path}, f"model = {json.dumps(str(copy))}"))
     out = tmp_path / "AB"
-    r = abgate("ab", str(write(tmp_path, text)), "-o", str(out))
+    r = cli("ab", str(write(tmp_path, text)), "-o", str(out))
     assert r.returncode in (0, 1, 3), r.stderr  # the verdict (3: inconclusive) aside
+    for model in (os.path.realpath(model_path), os.path.realpath(copy)):
+        assert calls.count(model) == 1, (model, calls.count(model))
     doc = json.loads((out / "weights-diff-cand.json").read_text())
     sha = sha256_file(Path(model_path))
     assert doc["source"] == "runtime" and doc["ref"]["sha256"] == doc["other"]["sha256"] == sha

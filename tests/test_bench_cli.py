@@ -51,8 +51,11 @@ def test_bench_records_and_prints_the_figures(tmp_path: Path) -> None:
     assert case2["prompt_sha256"] == case["prompt_sha256"]
     assert case2["output_sha256"] == case["output_sha256"]
 
-    refused = abgate("bench", *SMALL, "-o", str(out))
+    # refused before any engine is loaded: the CLI in this process, not an interpreter
+    with engine_refused() as attempts:
+        refused = cli("bench", *SMALL, "-o", str(out))
     assert refused.returncode == 2 and "not empty" in refused.stderr
+    assert attempts == []
 
 
 def test_one_token_past_the_context_is_a_usage_error(tmp_path: Path) -> None:

@@ -13,15 +13,13 @@ from pathlib import Path
 
 import pytest
 
-import abgate.identity as identity
-from abgate.ab.experiment import Evidence, Experiment, Schedule
-from abgate.ab.workflow import run_experiment
 from abgate.errors import UsageError
 from abgate.provenance.manifest import build_manifest
 from abgate.runner.documents import new_record
 from abgate.runner.session import EngineSpec, prepare_engine
 from abgate.runner.spec import RunConfig, prepare
 from tests.conftest import abgate
+from tests.support.fake import cli
 from tests.test_openai_engine import LAUNCH, needs_server
 
 ONE_THREAD = ["--engine-arg", "n_threads=1", "--engine-arg", "n_threads_batch=1"]
@@ -88,30 +86,8 @@ def test_run_json_and_manifest_agree_on_dirty(tmp_path: Path,
 # -- loaded(): env isolation, processes, hashing once ---------------------------------------
 
 
-@pytest.mark.engine
-def test_one_model_is_hashed_once_per_ab(tmp_path: Path, model_path: str,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    other = tmp_path / "copy.gguf"
-    other.write_bytes(Path(model_path).read_bytes())
-    calls: list[str] = []
-    real = identity.sha256_file
-
-    def counting(path: Path) -> str:
-        calls.append(os.path.realpath(path))
-        return real(path)
-
-    monkeypatch.setattr(identity, "sha256_file", counting)
-    identity.DEFAULT_CACHE.clear()
-    shared = RunConfig(suite="synthetic", difficulty="trivial", limit=1, max_tokens=4,
-                       engine_args={"n_threads": 1})
-    exp = Experiment(name="hash", baseline="A", schedule=Schedule("interleave", 0, 8),
-                     arms={"A": shared, "B": RunConfig(**{**vars(shared), "model": str(other)})},
-                     evidence=Evidence(agreement=False, probes=False))
-    pytest.importorskip("gguf")
-    run_experiment(exp, tmp_path / "AB", weights_diff=True)
-    assert (tmp_path / "AB" / "weights-diff-B.json").exists()
-    for model in (os.path.realpath(model_path), os.path.realpath(other)):
-        assert calls.count(model) == 1, (model, calls.count(model))
+# A model hashed once per A/B (its spec, every load's check, the runtime weights diff):
+# tests/test_ab_weights_evidence.py, whose llama.cpp A/B of the same two files counts it.
 
 
 # -- served engines through the same session --------------------------------------------------
@@ -122,21 +98,28 @@ def test_one_model_is_hashed_once_per_ab(tmp_path: Path, model_path: str,
 @pytest.mark.server
 def test_launched_server_run_bench_and_baseline(tmp_path: Path, model_path: str) -> None:
     """A launched llama_cpp.server through the same session: a run records only its
-    process tree (and a library contract holds on it); bench, baseline record and check
-    against it (the check's own fresh launch the same configuration)."""
-    _run_records_only_the_process_tree_and_contract_holds(tmp_path, model_path)
+    process tree (a library contract holds on it, and the tree is matched against a
+    manifest); bench, baseline record and check against it (the check's own fresh launch
+    the same configuration)."""
+    _run_records_only_the_process_tree_contract_and_manifest(tmp_path, model_path)
     _bench_and_baseline_against_a_launched_server(tmp_path, model_path)
 
 
-def _run_records_only_the_process_tree_and_contract_holds(tmp_path: Path,
-                                                         model_path: str) -> None:
+def _run_records_only_the_process_tree_contract_and_manifest(tmp_path: Path,
+                                                            model_path: str) -> None:
+    """One run, a contract and a manifest on it (the manifest's part was
+    tests/test_manifest_processes.py's own launch of the same run)."""
     lib = _libllama()
     contract = tmp_path / "contract.toml"
     contract.write_text(f'[libraries]\nrequired = ["{lib}"]\nmode = "every"\n')
+    man = tmp_path / "manifest.json"
+    assert cli("manifest", "build", "--root", str(tmp_path), "--lib", str(lib), "-o",
+               str(man)).returncode == 0
     out = tmp_path / "R"
     r = abgate("run", "--suite", "synthetic", "--difficulty", "trivial", "--limit", "1",
                "--max-tokens", "4", "--engine", "openai", "--model", model_path, "--launch",
-               LAUNCH, *ONE_THREAD, "--contract", str(contract), "-o", str(out))
+               LAUNCH, *ONE_THREAD, "--contract", str(contract), "--manifest", str(man),
+               "-o", str(out), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     run = json.loads((out / "run.json").read_text())
     procs = run["engine_processes"]
@@ -145,6 +128,12 @@ def _run_records_only_the_process_tree_and_contract_holds(tmp_path: Path,
     assert all("llama_cpp.server" in " ".join(w["cmdline"]) for w in libs)
     assert run["provenance"]["contract"]["passed"] is True
     assert run["cleanup"]["verified"]
+    # the launched tree matched against the manifest: the server maps the listed library
+    matched = run["provenance"]["manifest"]["processes"]
+    assert {p["pid"] for p in matched} == set(run["engine_processes"])
+    server = [p for p in matched if p["matched"] == [str(lib)]]
+    assert server and all(p["differed"] == [] for p in matched)
+    assert os.getpid() not in {p["pid"] for p in matched}
 
 
 def _bench_and_baseline_against_a_launched_server(tmp_path: Path, model_path: str) -> None:

@@ -1,7 +1,8 @@
 """llama.cpp's own server (``llama-server``, built by tests/tools/build_llama_server.sh
 from the llama.cpp that the installed llama-cpp-python vendors) as a served engine:
-server-rendered chat prompts, an A/B of two launched servers, a killed server and a
-resumed run, and a bench of exact lengths. Skipped where it is not built."""
+server-rendered chat prompts, a killed server and a resumed run, and a bench of exact
+lengths (an A/B of launched llama-servers: tests/test_served_scoring.py). Skipped where
+it is not built."""
 
 from __future__ import annotations
 
@@ -18,48 +19,12 @@ import pytest
 from tests.conftest import (
     HANG_S,
     abgate,
-    llama_server_args,
     llama_server_launch,
     needs_llama_server,
     read_lines,
     requested_threads,
     wait_until,
 )
-from tests.test_served_ab import check_ab
-
-
-def _llama_server_ab_server_rendered_prompts(tmp_path: Path) -> None:
-    tmp_path.mkdir()
-    exp = tmp_path / "llama-server.toml"
-    exp.write_text(f"""
-name = "llama-server-kv-q8"
-baseline = "f16"
-[shared]
-engine = "openai"
-suite = "synthetic"
-difficulty = "trivial"
-limit = 4
-max_tokens = 16
-engine_args = {llama_server_args()}
-engine_options = {{ launch = "{llama_server_launch()}", ready_timeout = 120.0 }}
-[schedule]
-mode = "interleave"
-warmup = 1
-[evidence]
-probes = false
-[arms.f16]
-[arms.q8]
-engine_args = {{ flash-attn = "on", cache-type-k = "q8_0", cache-type-v = "q8_0" }}
-""")
-    out = tmp_path / "AB"
-    r = abgate("ab", str(exp), "-o", str(out))
-    assert r.returncode in (0, 2, 3), r.stderr
-    check_ab(out, r.returncode, {"f16": "server", "q8": "server"})
-    eff = json.loads((out / "arms" / "q8" / "run.json").read_text())["engine"]["effective"]
-    assert eff["server_kind"] == "llama.cpp" and "apply-template" in eff["chat_prompts"]["method"]
-    assert eff["launch"][-6:] == ["--flash-attn", "on", "--cache-type-k", "q8_0",
-                                  "--cache-type-v", "q8_0"]
-    assert (out / "arms" / "q8" / "server-llama-server.log").exists()
 
 
 def _llama_server_run_killed_then_resumed(tmp_path: Path) -> None:
@@ -126,9 +91,9 @@ def _llama_server_bench_exact_prompts_and_lengths(tmp_path: Path) -> None:
 @needs_llama_server
 @pytest.mark.engine
 def test_llama_server_ab_killed_run_and_bench(tmp_path: Path) -> None:
-    """llama-server three ways, each its own launches: an A/B of two servers with
-    server-rendered prompts, a run whose server is killed and then resumed, and a bench
-    of exact prompt lengths."""
-    _llama_server_ab_server_rendered_prompts(tmp_path / "ab")
+    """llama-server two ways, each its own launches: a run whose server is killed and
+    then resumed, and a bench of exact prompt lengths. (An A/B of launched llama-servers
+    with server-rendered prompts: tests/test_served_scoring.py's three-arm A/B, which
+    checks what this file's own f16/q8 A/B did.)"""
     _llama_server_run_killed_then_resumed(tmp_path / "killed")
     _llama_server_bench_exact_prompts_and_lengths(tmp_path / "bench")

@@ -4,8 +4,8 @@
   output rebuilt after the manifest makes it stale (refused, exit 2, nothing written; or
   recorded stale with ``--allow-stale-manifest``): workflow logic on the fake engine.
 - After the load, each engine process's mapped libraries are matched against the
-  manifest: llama.cpp in-process and a launched ``llama_cpp.server`` (its process tree
-  maps libllama.so), real engines.
+  manifest: llama.cpp in-process here, and a launched ``llama_cpp.server`` (its process
+  tree maps libllama.so) in tests/test_engine_session.py's launched run; real engines.
 - A contract clause requires a library in processes of some roles or ranks and forbids
   other copies: real child processes titled as vLLM titles its workers.
 """
@@ -32,7 +32,6 @@ from tests.conftest import abgate
 from tests.support.fake import cli
 from tests.test_bench_provenance import BENCH, git
 from tests.test_engine_session import ONE_THREAD, _libllama
-from tests.test_openai_engine import LAUNCH, needs_server
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
 
@@ -122,26 +121,9 @@ def test_llamacpp_run_records_its_process_against_the_manifest(tmp_path: Path,
     assert rec["stale"] is False and rec["freshness"]["libraries_rehashed"] == 1
 
 
-@pytest.mark.engine
-@needs_server
-@pytest.mark.server
-def test_launched_server_tree_matched_against_the_manifest(tmp_path: Path,
-                                                          model_path: str) -> None:
-    lib = _libllama()
-    man = tmp_path / "manifest.json"
-    assert cli("manifest", "build", "--root", str(tmp_path), "--lib", str(lib), "-o",
-               str(man)).returncode == 0
-    out = tmp_path / "R"
-    r = abgate("run", "--suite", "synthetic", "--difficulty", "trivial", "--limit", "1",
-               "--max-tokens", "4", "--engine", "openai", "--model", model_path, "--launch",
-               LAUNCH, *ONE_THREAD, "--manifest", str(man), "-o", str(out), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    run = json.loads((out / "run.json").read_text())
-    procs = run["provenance"]["manifest"]["processes"]
-    assert {p["pid"] for p in procs} == set(run["engine_processes"])
-    server = [p for p in procs if p["matched"] == [str(lib)]]
-    assert server and all(p["differed"] == [] for p in procs)
-    assert os.getpid() not in {p["pid"] for p in procs}
+# A launched llama_cpp.server's tree matched against the manifest: in
+# tests/test_engine_session.py's run against a launched server (one launch for the
+# contract and the manifest).
 
 
 _CHILD = ("import ctypes, sys, time; sys.argv[1] and ctypes.CDLL(sys.argv[1]); "

@@ -1,7 +1,12 @@
-"""A GGUF swapped between two block loads of a real A/B (issue 35, item 2): llama.cpp
-in-process, both arms on one copy of the embedded SmolLM2; after arm a's first block the
-file is changed in place, its size kept and its mtime put back. The A/B stops at arm
-b's first load, ``failed``, naming the file and both hashes (not an arm difference)."""
+"""A GGUF swapped between two block loads of an A/B (issue 35, item 2): both arms on one
+copy of the embedded SmolLM2's GGUF; after arm a's first block the file is changed in
+place, its size kept and its mtime put back. The A/B stops at arm b's first load,
+``failed``, naming the file and both hashes (not an arm difference).
+
+The check is abgate's (the model's bytes hashed before each load), not the engine's: the
+GGUF case runs on the fake engine, which takes any file as its model (the fast tier; it
+was llama.cpp in-process, which only paid a load for it); a model directory's weight file
+swapped under the transformers engine stays on the real engine (engine tier, extras)."""
 
 from __future__ import annotations
 
@@ -17,10 +22,7 @@ import pytest
 
 from abgate.ab import phases
 from abgate.gguf_file import read_gguf
-from tests.conftest import toml_engine_args
 from tests.support.fake import cli
-
-pytestmark = pytest.mark.engine
 
 MIB = 1 << 20
 
@@ -114,14 +116,14 @@ def swapped_ab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exp: Path, file:
 def test_a_gguf_swapped_between_block_loads_stops_the_ab(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model_path: str) -> None:
     """Two swaps, an A/B each: tensor data zeroed, and one byte of the header's
-    ``general.name`` changed (the layout kept)."""
+    ``general.name`` changed (the layout kept). On the fake engine, the GGUF its model."""
     for swap in (zero_tensor_data, rename_general_name):
         with monkeypatch.context() as patch:
             d = tmp_path / swap.__name__
             d.mkdir()
             model = d / "model.gguf"
             shutil.copyfile(model_path, model)
-            exp = experiment(d, model, toml_engine_args({"n_ctx": 512}))
+            exp = experiment(d, model, "{ n_ctx = 512 }", engine="fake")
             ab, _ = swapped_ab(d, patch, exp, model, swap)
             assert f"arm 'b': model {model} changed before the load" in ab["error"], \
                 ab["error"]
@@ -137,6 +139,7 @@ def flip_a_weight_byte(path: Path) -> None:
         fh.write(bytes([old[0] ^ 0x55]))
 
 
+@pytest.mark.engine
 @pytest.mark.extras
 def test_a_weight_file_of_a_model_directory_swapped_between_loads_stops_the_ab(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,6 +19,7 @@ from typer.main import get_command
 
 from abgate.cli import app
 from tests.conftest import GSM8K, REPO, abgate, read_lines, thread_flags, toml_engine_args
+from tests.support.fake import cli
 
 
 def readme_commands() -> list[str]:
@@ -87,6 +88,10 @@ BENCH = ("input_len = [256]\noutput_len = 64\nrepeats = 3\n",
 PROBES = "\n[evidence]\nprobe_len = 128\n"  # the default is 512
 EXIT = {"abgate ab examples/smollm2-kv-q8.toml -o runs/kv": 3,  # 3 items decide nothing
         "abgate compare runs/kv:f16 runs/kv:q8": 3}  # and so the same statistics again
+# The commands that read records and load no engine run through the CLI in this process
+# (tests.support.fake.cli: the same main(), argv, cwd and env), not an interpreter each;
+# the run and the A/B, which load llama.cpp, as subprocesses, as a user runs them.
+SUBPROCESS = {EXECUTED[0], "abgate ab examples/smollm2-kv-q8.toml -o runs/kv"}
 
 
 def _check_the_acceptance_run(out: Path, stderr: str) -> None:
@@ -179,7 +184,8 @@ def test_readme_examples_run_as_written(tmp_path: Path, gsm8k_path: Path) -> Non
         args = shlex.split(line)[1:] + SHRINK.get(line, [])
         if args[0] == "run" and "--resume" not in args:
             args += thread_flags()
-        r = abgate(*args, env=env, cwd=work)
+        run = abgate if line in SUBPROCESS else cli
+        r = run(*args, env=env, cwd=work)
         assert r.returncode == EXIT.get(line, 0), (line, r.stdout[-2000:], r.stderr[-2000:])
         outputs[line] = r
     _check_the_acceptance_run(work / "runs" / "R", outputs[EXECUTED[0]].stderr)

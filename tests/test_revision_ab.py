@@ -3,7 +3,12 @@ engine repository (tests/support/engine_repo.py: a Python engine package serving
 embedded SmolLM2 through llama-cpp-python), each revision built once into its own venv,
 each arm served from its own build. A no-op commit is ACCEPTED, a planted sampling bug
 REJECTED on the quality gates, a planted slowdown REJECTED on speed; a second run builds
-nothing; the JUnit file (read by junitparser) and the Markdown summary say the same."""
+nothing; the JUnit file (read by junitparser) and the Markdown summary say the same.
+
+One test, the A/Bs in that order on one build cache: the no-op's run builds the base
+(nothing cached yet), which the regressions' A/Bs then reuse (it was built twice when the
+no-op had a cache of its own, for pytest-randomly's order of three tests). Every A/B
+decides from the pre-merge policy at min_items = 8 (its gates the same)."""
 
 from __future__ import annotations
 
@@ -17,14 +22,17 @@ import abgate as abgate_pkg
 from abgate.compare.gates import FAIL, PASS
 from tests.conftest import abgate, requested_threads
 from tests.support.engine_repo import BUILD, LAUNCH, git, make_engine_repo
+from tests.support.fake import cli
 from tests.support.junit import junit_cases
 
 pytestmark = pytest.mark.engine
 
-N_ITEMS = 32  # the policy's min_items is 30
-# A planted regression is REJECTED from 8 items: pre-merge with min_items = 8 (its gates
-# the same), so that two A/Bs of 32 items are not spent on showing what 8 show.
+N_ITEMS = 32  # the shipped policy's min_items is 30 (the file's limit)
+# Pre-merge with min_items = 8 (its gates the same): a planted regression is REJECTED from
+# 8 items, and the no-op ACCEPTED from 12 (as tests/test_revision_inprocess.py's), so that
+# A/Bs of 32 items are not spent on showing what 8 or 12 show.
 REJECT_ITEMS = 8
+NOOP_ITEMS = 12
 QUALITY = ("accuracy", "invalid_rate", "truncated_rate", "error_rate", "repetition",
            "lossless_outputs", "lossless_kld", "identical_outputs", "length_change",
            "mean_kld", "top1_agreement")
@@ -96,20 +104,28 @@ def gates(comp: dict[str, Any]) -> dict[str, str]:
     return {g["name"]: g["outcome"] for g in comp["comparisons"]["head"]["verdict"]["gates"]}
 
 
-def decided_from_the_small_policy(comp: dict[str, Any]) -> None:
+def decided_from_the_small_policy(comp: dict[str, Any],
+                                  n_items: int = REJECT_ITEMS) -> None:
     head = comp["comparisons"]["head"]
     assert head["verdict"]["policy"]["min_items"] == REJECT_ITEMS
-    assert head["comparison"]["n_items"] == REJECT_ITEMS
+    assert head["comparison"]["n_items"] == n_items
 
 
-def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
+def test_noop_accepted_then_planted_regressions_rejected(setup: dict[str, Any]) -> None:
+    """The three A/Bs in order on one cache: the no-op first (it builds the base)."""
+    _a_noop_commit_is_accepted_and_a_second_run_builds_nothing(setup)
+    _a_planted_sampling_bug_is_rejected_on_quality(setup)
+    _a_planted_slowdown_is_rejected_on_speed(setup)
+
+
+def _a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
         setup: dict[str, Any]) -> None:
-    # a cache of its own: the other tests of this module build the base into theirs, in
-    # whatever order pytest-randomly runs them
-    env = {"ABGATE_CACHE": str(setup["tmp"] / "cache-noop")}
-    r, out, comp = run_rev(setup, setup["revs"]["noop"], "noop", env=env)
+    env = setup["env"]  # nothing built into it yet: the no-op's A/B runs first
+    r, out, comp = run_rev(setup, setup["revs"]["noop"], "noop", "--policy",
+                           setup["reject"][1], "--limit", str(NOOP_ITEMS), env=env)
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
     assert comp["decision"] == "ACCEPT"
+    decided_from_the_small_policy(comp, NOOP_ITEMS)
     ab = json.loads((out / "ab.json").read_text())
     builds = ab["source"]["builds"]
     assert {b["commit"] for b in builds.values()} == {setup["revs"]["base"],
@@ -127,17 +143,18 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
     md = Path(str(out) + ".md").read_text()
     assert "## abgate: ACCEPT" in md and "| speed | pass |" in md
     assert "Minimum detectable effect" in md and setup["revs"]["noop"][:12] in md
-    decided = abgate("decide", str(out), "--decision", "keep-default-on", "--why",
-                     "the no-op refactor gated ACCEPT")
+    # decide and attach read and write records, no engine: the CLI in this process
+    decided = cli("decide", str(out), "--decision", "keep-default-on", "--why",
+                  "the no-op refactor gated ACCEPT")
     assert decided.returncode == 0, decided.stderr
     # attached to a commit of the head's tree (a merge of the up-to-date branch), and
     # refused for another tree
     engine = setup["tmp"] / "engine"
     git(engine, "commit", "-q", "--allow-empty", "-m", "merge")
-    attached = abgate("attach", str(out), "--commit", "main", "--repo", str(engine))
+    attached = cli("attach", str(out), "--commit", "main", "--repo", str(engine))
     assert attached.returncode == 0, attached.stderr
     assert (out / "attachments.jsonl").is_file()
-    other = abgate("attach", str(out), "--commit", "regression", "--repo", str(engine))
+    other = cli("attach", str(out), "--commit", "regression", "--repo", str(engine))
     assert other.returncode != 0 and "trees differ" in other.stderr
     # the same revisions again: both builds cached, nothing built
     again = setup["tmp"] / "noop-again"
@@ -151,7 +168,7 @@ def test_a_noop_commit_is_accepted_and_a_second_run_builds_nothing(
         a: b["artifacts_digest"] for a, b in builds.items()}
 
 
-def test_a_planted_sampling_bug_is_rejected_on_quality(setup: dict[str, Any]) -> None:
+def _a_planted_sampling_bug_is_rejected_on_quality(setup: dict[str, Any]) -> None:
     r, out, comp = run_rev(setup, "regression", "regression", *setup["reject"])
     assert r.returncode == 1, (r.stdout, r.stderr[-3000:])
     assert comp["decision"] == "REJECT"
@@ -165,7 +182,7 @@ def test_a_planted_sampling_bug_is_rejected_on_quality(setup: dict[str, Any]) ->
     assert "## abgate: REJECT" in md and "| repetition | **FAIL** |" in md
 
 
-def test_a_planted_slowdown_is_rejected_on_speed(setup: dict[str, Any]) -> None:
+def _a_planted_slowdown_is_rejected_on_speed(setup: dict[str, Any]) -> None:
     r, out, comp = run_rev(setup, setup["revs"]["slowdown"], "slowdown", *setup["reject"])
     assert r.returncode == 1, (r.stdout, r.stderr[-3000:])
     decided_from_the_small_policy(comp)

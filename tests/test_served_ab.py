@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from abgate.ab.evidence import SCORE_K
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.llamacpp import engine as llamacpp
 from abgate.engines.llamacpp.engine import default_model_path
@@ -110,7 +111,11 @@ def test_served_example_ab_matched_prompts_and_cleanup(tmp_path: Path) -> None:
 @pytest.mark.engine
 def test_served_arms_match_the_embedded_arm(tmp_path: Path) -> None:
     """The same GGUF, embedded and served: the same template, the same prompt tokens
-    (and, on llama-cpp-python's server, the same llama.cpp: the same greedy text)."""
+    (and, on llama-cpp-python's server, the same llama.cpp: the same greedy text). With
+    distribution agreement: llama-cpp-python's server cannot score (the A/B says why);
+    llama-server, a top-k candidate against the embedded full-vocabulary baseline, is
+    scored on the baseline's own output token IDs (was tests/test_served_scoring.py's own
+    embedded-vs-llama-server A/B)."""
     arms = {"emb": None, "py": "client-rendered"}
     extra = ""
     if llama_server_binary() is not None:
@@ -130,7 +135,7 @@ max_tokens = 24
 mode = "interleave"
 warmup = 0
 [evidence]
-agreement = false
+agreement = true
 probes = false
 [arms.emb]
 engine = "llamacpp"
@@ -147,6 +152,15 @@ engine_options = {{ launch = "{PY_LAUNCH}" }}
     emb, py = (read_lines(out / "arms" / a / "samples.jsonl") for a in ("emb", "py"))
     assert [s["output"]["text"] for s in emb] == [s["output"]["text"] for s in py]
     assert [s["prompt"]["tokens"] for s in emb] == [s["prompt"]["tokens"] for s in py]
+    scoring = json.loads((out / "ab.json").read_text())["scoring"]
+    assert scoring["emb"]["method"] == "full"
+    assert "cannot score" in scoring["py"]["reason"]
+    if "cpp" in arms:
+        rows = read_lines(out / "arms" / "cpp" / "agreement.jsonl")
+        assert len(rows) == 4
+        assert {(row["method"], row["k"], row["source"]) for row in rows} == {
+            ("top_k", SCORE_K, "baseline_output")}
+        assert scoring["cpp"]["method"] == "top_k"
 
 
 def _no_way_to_render_then_the_server_dies(tmp_path: Path) -> None:

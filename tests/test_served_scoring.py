@@ -27,8 +27,8 @@ from tests.conftest import (
     llama_server_launch,
     needs_llama_server,
     requested_threads,
-    toml_engine_args,
 )
+from tests.test_served_ab import check_ab
 
 
 def agreement_row(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -101,7 +101,9 @@ def _served_ab_rejects_broken_rope_on_top_k_agreement(tmp_path: Path,
                                                            gsm8k_path: Path) -> None:
     """Three llama-server arms on 6 zero-shot GSM8K items of 16 tokens, under a policy
     that decides from 6 items: f16 KV, q8_0 KV + flash attention, a wrong RoPE base.
-    Accuracy is at the model's floor; the KL bound decides."""
+    Accuracy is at the model's floor; the KL bound decides. Also llama-server's A/B of
+    launched servers (was tests/test_llama_server.py's own f16/q8 A/B): server-rendered
+    prompts matched pair by pair, each arm's cleanup verified, its flags and log."""
     (tmp_path / "policy.toml").write_text(f"min_items = {SERVED_ITEMS}\n"
                                           "[speed]\nmax_slowdown = 0.9\n")
     exp = tmp_path / "exp.toml"
@@ -149,54 +151,23 @@ engine_args = {{ rope-freq-base = 1.0 }}
     assert {a: s["method"] for a, s in scoring.items()} == {"f16": "top_k", "q8": "top_k",
                                                             "rope": "top_k"}
     assert "approximate" in (out / "report.md").read_text()
-
-
-def _embedded_baseline_against_a_served_candidate(tmp_path: Path) -> None:
-    """A full-vocabulary baseline and a top-k candidate: rows on the top-k method,
-    scored on the baseline's own output token IDs."""
-    exp = tmp_path / "mixed.toml"
-    exp.write_text(f"""
-name = "embedded-vs-llama-server"
-baseline = "emb"
-[shared]
-suite = "synthetic"
-difficulty = "trivial"
-limit = 4
-max_tokens = 16
-[schedule]
-mode = "interleave"
-warmup = 0
-[evidence]
-probes = false
-[arms.emb]
-engine = "llamacpp"
-engine_args = {toml_engine_args({"n_ctx": 2048}, 1)}
-[arms.cpp]
-engine = "openai"
-engine_args = {llama_server_args()}
-engine_options = {{ launch = "{llama_server_launch()}", ready_timeout = 120.0 }}
-""")
-    out = tmp_path / "AB"
-    r = abgate("ab", str(exp), "-o", str(out))
-    assert r.returncode in (0, 2, 3), r.stderr
-    rows = [json.loads(line) for line in
-            (out / "arms" / "cpp" / "agreement.jsonl").read_text().splitlines()]
-    assert len(rows) == 4
-    assert {(row["method"], row["k"], row["source"]) for row in rows} == {
-        ("top_k", SCORE_K, "baseline_output")}
-    scoring = json.loads((out / "ab.json").read_text())["scoring"]
-    assert scoring["emb"]["method"] == "full" and scoring["cpp"]["method"] == "top_k"
+    check_ab(out, r.returncode, {"f16": "server", "q8": "server", "rope": "server"})
+    eff = json.loads((out / "arms" / "q8" / "run.json").read_text())["engine"]["effective"]
+    assert eff["server_kind"] == "llama.cpp" and "apply-template" in eff["chat_prompts"]["method"]
+    assert eff["launch"][-6:] == ["--flash-attn", "on", "--cache-type-k", "q8_0",
+                                  "--cache-type-v", "q8_0"]
+    assert (out / "arms" / "q8" / "server-llama-server.log").exists()
 
 
 @needs_llama_server
 @pytest.mark.engine
 def test_served_scoring_on_llama_server(tmp_path: Path, gsm8k_path: Path,
                                        embedded: llamacpp.LlamaCppEngine) -> None:
-    """llama-server's top-k scores against the embedded engine's, a served A/B that
-    rejects a broken RoPE on top-k agreement, and an embedded full-vocabulary baseline
-    against a served top-k candidate (one test: one condition, llama-server built)."""
-    for d in ("scores", "rope", "mixed"):
+    """llama-server's top-k scores against the embedded engine's, and a served A/B that
+    rejects a broken RoPE on top-k agreement (one test: one condition, llama-server
+    built). An embedded full-vocabulary baseline against a served top-k candidate:
+    tests/test_served_ab.py's embedded-vs-served A/B, whose llama-server arm is one."""
+    for d in ("scores", "rope"):
         (tmp_path / d).mkdir()
     _llama_server_scores_agree_with_the_embedded_engine(tmp_path / "scores", embedded)
     _served_ab_rejects_broken_rope_on_top_k_agreement(tmp_path / "rope", gsm8k_path)
-    _embedded_baseline_against_a_served_candidate(tmp_path / "mixed")
