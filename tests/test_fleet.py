@@ -6,6 +6,8 @@ leaves no process behind (issue 33)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from abgate.ab.experiment import load_experiment
@@ -257,3 +260,39 @@ def test_agreement_and_probes_run_on_a_replica_as_on_one_machine(
     gates = {name: {g.name: g.outcome for g in r.comparison.comparisons["b"].verdict.gates}
              for name, r in (("one", one), ("fleet", fleet))}
     assert gates["one"]["mean_kld"] == gates["fleet"]["mean_kld"] and "mean_kld" in gates["one"]
+
+
+def test_a_replica_lost_in_the_agreement_pass_is_survived(cluster: Any, tmp_path: Path) -> None:
+    """Replica 1's actor process SIGKILLed as the agreement pass begins (every item
+    generated): the pass completes on replica 0, every sample's rows once and the same as
+    one machine's, the loss recorded at "agreement pass" and named in the verdict."""
+    path = experiment(tmp_path / "e.toml", "perturb = 0.05", limit=8, agreement=True,
+                      extra="probes = false\n")
+    exp = load_experiment(path)
+    one = run_experiment(exp, tmp_path / "one")
+    killed: list[int] = []
+
+    def on_phase(done: int, total: int, phase: str) -> None:
+        if phase.startswith("scoring") and not killed:
+            facts = json.loads((tmp_path / "fleet" / "ab.json").read_text())["fleet"]
+            pid = next(f["pid"] for f in facts["replicas"] if f["index"] == 1)
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            psutil.wait_procs([psutil.Process(pid)], timeout=30)
+
+    fleet = run_experiment(exp, tmp_path / "fleet", on_phase=on_phase,
+                           schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
+    assert killed and fleet.outcome.status == "complete"
+    rows = {name: [(r["key"], r["tokens"], r["kl"])
+                   for r in _rows(tmp_path / name, "b", "agreement.jsonl")]
+            for name in ("one", "fleet")}
+    assert rows["one"] == rows["fleet"] and len(rows["one"]) == 8
+    rec = json.loads((tmp_path / "fleet" / "ab.json").read_text())["fleet"]
+    [loss] = rec["lost"]
+    assert loss["replica"] == 1 and loss["at"] == "agreement pass" and loss["error"], rec
+    assert rec["agreement_by_replica"] == {"0": 8}, rec
+    gates = {name: {g.name: g.outcome for g in r.comparison.comparisons["b"].verdict.gates}
+             for name, r in (("one", one), ("fleet", fleet))}
+    assert gates["one"]["mean_kld"] == gates["fleet"]["mean_kld"]
+    notes = fleet.comparison.comparisons["b"].verdict.notes
+    assert any("lost in the agreement pass" in n for n in notes), notes

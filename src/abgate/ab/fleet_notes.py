@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from abgate.records.fleet import FleetRecord, FleetSession
 
+AGREEMENT_PASS = "agreement pass"  # a FleetLoss's ``at`` when lost while scoring
+
 
 def sessions(fleet: FleetRecord | None) -> list[FleetSession]:
     """The fleet sessions of an A/B, earliest first (a resume ran on another cluster:
@@ -43,6 +45,11 @@ def fleet_notes(fleet: FleetRecord | None) -> list[str]:
         notes.append(f"Resumed on another fleet: {len(sessions(fleet))} fleet sessions; the "
                      "replicas of each are clusters of their own.")
     for loss in (x for run in sessions(fleet) for x in run.lost or []):
+        if loss.at == AGREEMENT_PASS:
+            notes.append(f"Replica {loss.replica} was lost in the agreement pass "
+                         f"({loss.error}): the sample it was scoring was scored whole on "
+                         "another replica, so each sample's rows come from one replica.")
+            continue
         notes.append(f"Replica {loss.replica} was lost at {loss.at} "
                      f"({loss.error}): nothing of its item in flight was written; "
                      "it ran again on another replica, so the verdict rests on every "

@@ -15,6 +15,7 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+from abgate.ab.fleet_notes import AGREEMENT_PASS
 from abgate.ab.phases import gather_evidence
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState
@@ -182,7 +183,7 @@ class Fleet:
         scored_by = gather_evidence(self.runner, places[0], places[1:])
         self.found["agreement_by_replica"] = {live[p]: n for p, n in scored_by.per_place.items()}
         for p, why in scored_by.lost:  # its sample was scored on another
-            self.ledger.lost.append(FleetLoss(replica=live[p], at="agreement pass",
+            self.ledger.lost.append(FleetLoss(replica=live[p], at=AGREEMENT_PASS,
                                               error=why, time=time.time()))
 
     def remove_pg(self) -> None:
