@@ -114,7 +114,8 @@ def record_on_cluster(config: BenchConfig, out: Path, spec: ClusterSpec, *,
         job = on_every_replica(replace(spec, replicas=1), record_here,
                                (config, provenance, git))[0]
         if job.error is not None or job.value is None:
-            raise AbgateError(f"baseline record --cluster: replica 0 lost: {job.error}")
+            raise AbgateError(f"baseline record --cluster: no baseline from replica 0 "
+                              f"(lost, or its job failed): {job.error}")
         error, files = job.value
         prepare_new_dir(out, force, marker=BASELINE_FILE)
         for name, data in files.items():
