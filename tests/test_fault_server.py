@@ -53,6 +53,31 @@ def test_a_normal_stream_is_a_normal_sample(fs: FaultServer) -> None:
     assert r.engine_timings["attempts"] == 1.0 and r.engine_timings["usage_reported"] == 1.0
 
 
+def test_a_dropped_chat_render_is_retried_as_a_generation_is() -> None:
+    """A server that renders chats itself (/apply-template, as llama-server) drops the
+    connection of a render without an answer (seen in CI: llama-server closing a
+    kept-alive connection as /apply-template reused it, RemoteProtocolError): the render
+    is tried again and the sample is normal, the retry counted; with no retries left it
+    is an error sample naming the render."""
+    for retries, drops in ((2, 1), (0, 1)):
+        with FaultServer(owned_by="llamacpp", stream_prompt_ids=False) as server:
+            engine = engine_for(server, retries=retries)
+            try:
+                assert engine.chat.route == "apply-template", engine.chat.describe()
+                server.drop_renders = drops  # after the load's own render
+                (r,) = engine.generate([req(0, "plain question")])
+                counted = engine.stats[0].retries
+            finally:
+                engine.close()
+            renders = [x for x in server.seen if x.path == "/apply-template"]
+        if retries:
+            assert r.error is None and r.output_tokens == MAX_TOKENS, r
+            assert counted == 1 and len(renders) == 3  # the load's, the dropped, the retry
+        else:
+            assert r.finish_reason == "error", r
+            assert "/apply-template: RemoteProtocolError" in str(r.error), r
+
+
 # fault -> (a part of the reason, attempts made, requests the server saw)
 FAULTS = {
     "500": ("HTTP 500", 3, 3),  # transient, before any output: retried, bounded

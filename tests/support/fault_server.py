@@ -55,8 +55,15 @@ class _Died(Exception):
 class FaultServer:
     def __init__(self, default: str = "ok", script: list[str] | None = None,
                  owned_by: str = "vllm", retry_after: str = "1", port: int = 0,
-                 vary: bool = False, max_logprobs: int = 20) -> None:
+                 vary: bool = False, max_logprobs: int = 20, drop_renders: int = 0,
+                 stream_prompt_ids: bool = True) -> None:
         self.default, self.script, self.vary = default, list(script or []), vary
+        # the first N chat renders (/apply-template) dropped without an answer,
+        # as a server closing a kept-alive connection just as the client reuses it
+        self.drop_renders = drop_renders
+        # False: chat streams carry no prompt token IDs (as llama-server's), so the
+        # client renders chats through /apply-template first
+        self.stream_prompt_ids = stream_prompt_ids
         self.max_logprobs = max_logprobs  # as vLLM's --max-logprobs
         self.owned_by, self.retry_after, self.port = owned_by, retry_after, port
         self.seen: list[Seen] = []
@@ -167,9 +174,20 @@ class FaultServer:
 
     async def _post(self, w: asyncio.StreamWriter, path: str, body: dict[str, Any],
                     auth: str = "") -> None:
+        if path == "/apply-template":  # as llama-server's: chat messages to prompt text
+            self.seen.append(Seen(path, "render", time.perf_counter()))
+            if self.drop_renders > 0:
+                self.drop_renders -= 1
+                w.transport.abort()
+                raise _Died
+            text = " ".join(str(m.get("content")) for m in body.get("messages") or [])
+            return _json(w, 200, {"prompt": f"<chat> {text}"})
         if path == "/tokenize":  # as vLLM's: chat messages or a prompt to token IDs
             if body.get("messages"):  # the IDs its streams report for any chat prompt
                 return _json(w, 200, {"tokens": PROMPT_IDS})
+            said = body.get("prompt", body.get("content", ""))  # vLLM's key, llama-server's
+            if str(said).startswith("<chat>"):  # a rendered chat (/apply-template's)
+                return _json(w, 200, {"tokens": PROMPT_IDS})  # the IDs its usage counts
             text = json.dumps(body.get("prompt"))
             return _json(w, 200, {"tokens": [b % 251 for b in text.encode()[:64]]})
         if "prompt_logprobs" in body:  # as vLLM's: scoring, not generation (no faults)
@@ -207,7 +225,8 @@ class FaultServer:
             w.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
             await w.drain()
 
-        await send(json.dumps({"prompt_token_ids": PROMPT_IDS,
+        await send(json.dumps({**({"prompt_token_ids": PROMPT_IDS} if self.stream_prompt_ids
+                                  else {}),
                                "choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
         early = {"stall_first": "stall", "trickle": "trickle", "malformed_first": "{oops",
                  "reset_first": "reset", "not_object": "[1, 2]", "bad_choices": '{"choices": 7}'}

@@ -41,9 +41,14 @@ from abgate.engines.openai import chat_render as cr
 from abgate.engines.openai import scoring as sc
 from abgate.engines.openai import stream as st
 from abgate.engines.openai import text_prompts as tp
-from abgate.engines.openai.checks import usage_problem
 from abgate.engines.openai.discovery import PATHS, discover
-from abgate.engines.openai.endpoints import RETRY_AFTER_CAP_S, EndpointStats, ServerGone
+from abgate.engines.openai.endpoints import (
+    RETRY_AFTER_CAP_S,
+    EndpointStats,
+    ServerGone,
+    retried,
+    stream_result,
+)
 from abgate.engines.openai.endpoints import backoff as _backoff
 from abgate.engines.openai.endpoints import error_result as _error_result
 from abgate.engines.openai.endpoints import first_error as _first
@@ -293,15 +298,11 @@ class OpenAIEngine(Engine):
                         ep: EndpointStats) -> GenerationResult:
         failures: list[str] = []
         t_submit = time.perf_counter()
-        planned = list(req.prompt_token_ids) if req.prompt_token_ids is not None else None
         try:
-            req, rendered = await self.chat.to_request(client, req, ep.url)
-            planned = rendered if rendered is not None else planned
-            req = await self._as_text(client, req, ep.url)
-            body = self._body(req)
+            req, planned = await self._prepared(client, req, ep)
         except st.RequestFailed as exc:
-            await self._check_alive(ep, exc, True)  # a dead server fails the run
             return _error_result(req, t_submit, str(exc), ep, 0)
+        body = self._body(req)
         for attempt in range(self.opts.retries + 1):
             try:
                 async with asyncio.timeout(self.opts.request_timeout):
@@ -323,6 +324,21 @@ class OpenAIEngine(Engine):
                 await asyncio.sleep(_backoff(attempt, exc.retry_after))
         message = "; ".join(f"attempt {i + 1}: {f}" for i, f in enumerate(failures))
         return _error_result(req, t_submit, message, ep, len(failures))
+
+    async def _prepared(self, client: httpx.AsyncClient, req: GenerationRequest,
+                        ep: EndpointStats) -> tuple[GenerationRequest, list[int] | None]:
+        """``req`` as sent (a chat rendered by the server, IDs as text where it takes only
+        text) and the prompt IDs planned; retried as a generation is (seen: llama-server
+        closing a kept-alive connection as ``/apply-template`` reused it)."""
+        planned = list(req.prompt_token_ids) if req.prompt_token_ids is not None else None
+
+        async def step() -> tuple[GenerationRequest, list[int] | None]:
+            sent, rendered = await self.chat.to_request(client, req, ep.url)
+            return (await self._as_text(client, sent, ep.url),
+                    rendered if rendered is not None else planned)
+
+        return await retried(step, self.opts.retries, ep,
+                             lambda exc, last: self._check_alive(ep, exc, last))
 
     @property
     def text_stable(self) -> Callable[[list[int]], bool] | None:
@@ -371,28 +387,8 @@ class OpenAIEngine(Engine):
 
     def _result(self, req: GenerationRequest, s: st.StreamState, ep: EndpointStats,
                 attempt: int) -> GenerationResult:
-        problem = usage_problem(s, req.params.max_tokens, self.info.probe.get("usage", False))
-        if problem is not None:
-            return _error_result(req, s.t_submit, f"attempt {attempt + 1}: {problem}", ep,
-                                 attempt + 1)
-        usage = s.usage or {}
-        finish = {"stop": "stop", "eos": "stop", "eos_token": "stop", "stop_sequence": "stop",
-                  "length": "length"}.get(s.finish or "")
-        out_tokens = usage.get("completion_tokens")
-        times = s.chunk_times
-        return GenerationResult(
-            request_id=req.id, text=s.text,
-            finish_reason=finish or "error",  # type: ignore[arg-type]
-            error=None if finish else f"server finish_reason {s.finish!r}",
-            prompt_tokens=int(usage.get("prompt_tokens")
-                              or len(s.prompt_token_ids or ())),
-            output_tokens=int(out_tokens if out_tokens is not None else len(times)),
-            output_token_ids=s.token_ids, prompt_token_ids=s.prompt_token_ids,
-            t_submit=s.t_submit, t_first_token=times[0] if times else None,
-            t_last_token=times[-1] if times else None, token_times=list(times),
-            engine_timings={"endpoint": float(self.stats.index(ep)), "attempts": attempt + 1.0,
-                            "chunks": float(len(times)),
-                            "usage_reported": 1.0 if out_tokens is not None else 0.0})
+        return stream_result(req, s, ep, self.stats.index(ep), attempt,
+                             self.info.probe.get("usage", False))
 
 
 resolve_model = OpenAIEngine.resolve_model
