@@ -49,7 +49,8 @@ class Shards(Generic[S]):
                 check_interrupted()
                 yield item, job(self.shards[0], item), 0
             return
-        for i in range(len(self.shards)):
+        self._free = queue.Queue()  # this pass's: every shard not lost, free
+        for i in sorted(set(range(len(self.shards))) - {i for i, _ in self.lost}):
             self._free.put(i)
         with ThreadPoolExecutor(len(self.shards), thread_name_prefix="abgate-shard") as ex:
             futures = [ex.submit(self._run, job, item) for item in items]

@@ -17,14 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from abgate import safefs
 from abgate.baseline import check_baseline, record_baseline
 from abgate.baseline.core import BASELINE_FILE, read_baseline
 from abgate.bench import BenchConfig, prepare_bench
-from abgate.dirlock import LOCK_FILE
 from abgate.errors import AbgateError, UsageError
 from abgate.fleet.cluster import ClusterSpec
-from abgate.fleet.every import ReplicaJob, on_every_replica
+from abgate.fleet.every import ReplicaJob, landed, on_every_replica, shipped
 from abgate.fleet.matching import differences
 from abgate.records.cluster import ClusterCheckDocument, ReplicaCheck
 from abgate.records.documents import BaselineRecord
@@ -33,8 +31,6 @@ from abgate.records.sections import GitState
 from abgate.runner.documents import source_state
 from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import ProvenanceOptions
-
-_NOT_SHIPPED = {LOCK_FILE, ".abgate-write-test"}
 
 
 def check_here(files: dict[str, bytes], options: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -59,9 +55,7 @@ def check_on_cluster(base_dir: Path, spec: ClusterSpec, **options: Any) -> Clust
         raise UsageError(f"{base_dir}: no {BASELINE_FILE}; record one with "
                          "'abgate baseline record'")
     read_baseline(path)  # the seal and what a check relies on, before any replica starts
-    files = {f.name: f.read_bytes() for f in sorted(base_dir.iterdir())
-             if f.is_file() and not f.is_symlink()}
-    jobs = on_every_replica(spec, check_here, (files, options))
+    jobs = on_every_replica(spec, check_here, (shipped(base_dir), options))
     replicas = [_replica(job) for job in jobs]
     return ClusterCheckDocument.new(
         baseline=str(base_dir), passed=all(r.passed for r in replicas),
@@ -91,9 +85,7 @@ def record_here(config: BenchConfig, provenance: ProvenanceOptions | None,
             if not (tmp / "base" / BASELINE_FILE).is_file():
                 raise
             error = str(exc)
-        files = {f.name: f.read_bytes() for f in sorted((tmp / "base").iterdir())
-                 if f.is_file() and f.name not in _NOT_SHIPPED}
-        return error, files
+        return error, shipped(tmp / "base")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -118,8 +110,7 @@ def record_on_cluster(config: BenchConfig, out: Path, spec: ClusterSpec, *,
                               f"(lost, or its job failed): {job.error}")
         error, files = job.value
         prepare_new_dir(out, force, marker=BASELINE_FILE)
-        for name, data in files.items():
-            safefs.write_atomic(out / name, data)  # a link there is refused
+        landed(out, files)
     if error is not None:  # the replica's message names its temporary directory
         raise AbgateError(f"{out / BASELINE_FILE}: {error.split(': ', 1)[-1]}")
     return read_baseline(out / BASELINE_FILE)[0], job.facts

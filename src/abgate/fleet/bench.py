@@ -16,12 +16,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from abgate import safefs
 from abgate.bench.session import PreparedBench, execute_bench
-from abgate.dirlock import LOCK_FILE
 from abgate.errors import AbgateError
 from abgate.fleet.cluster import ClusterSpec
-from abgate.fleet.every import ReplicaJob, on_every_replica
+from abgate.fleet.every import ReplicaJob, landed, on_every_replica, shipped
 from abgate.fleet.matching import differences
 from abgate.records.cluster import (
     METRICS,
@@ -39,7 +37,6 @@ from abgate.runner.provenance import ProvenanceOptions
 
 CLUSTER_FILE = "cluster.json"
 REPLICAS_DIR = "replicas"
-_NOT_SHIPPED = {LOCK_FILE, ".abgate-write-test"}
 
 
 def bench_here(p: PreparedBench, provenance: ProvenanceOptions | None
@@ -49,9 +46,7 @@ def bench_here(p: PreparedBench, provenance: ProvenanceOptions | None
     tmp = Path(tempfile.mkdtemp(prefix="abgate-cluster-bench-"))
     try:
         outcome = execute_bench(p, tmp / "bench", provenance=provenance)
-        files = {f.name: f.read_bytes() for f in sorted((tmp / "bench").iterdir())
-                 if f.is_file() and f.name not in _NOT_SHIPPED}
-        return outcome.status, files
+        return outcome.status, shipped(tmp / "bench")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -86,9 +81,7 @@ def _copied(out: Path, job: ReplicaJob) -> ReplicaPart:
         return ReplicaPart(index=job.index, facts=job.facts, status="lost", error=job.error)
     status, files = job.value
     where = f"{REPLICAS_DIR}/{job.index}"
-    (out / where).mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():
-        safefs.write_atomic(out / where / name, data)  # a link there is refused
+    landed(out / where, files)
     return ReplicaPart(index=job.index, facts=job.facts, status=status, dir=where)
 
 

@@ -13,11 +13,31 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from abgate import safefs
+from abgate.dirlock import LOCK_FILE
 from abgate.fleet.cluster import ClusterSpec, connected, in_bundle, placed, removed
 from abgate.fleet.replica import host_facts
 from abgate.records.fleet import ReplicaFacts
+
+_NOT_SHIPPED = {LOCK_FILE, ".abgate-write-test"}  # a directory's lock and write probe
+
+
+def shipped(directory: Path) -> dict[str, bytes]:
+    """On a replica: the files a job wrote in ``directory`` (its own lock left out), to
+    travel back to the coordinator."""
+    return {f.name: f.read_bytes() for f in sorted(directory.iterdir())
+            if f.is_file() and not f.is_symlink() and f.name not in _NOT_SHIPPED}
+
+
+def landed(directory: Path, files: dict[str, bytes]) -> None:
+    """Here, the only writer of ``directory``: a replica's files written byte for byte,
+    each fsynced and atomically, never through a link."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        safefs.write_atomic(directory / name, data)
 
 
 @dataclass(frozen=True)
