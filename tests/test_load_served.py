@@ -60,7 +60,8 @@ def _job(url: str, spec_text: str, n: int) -> LoadJob:
 def _concurrency_4_keeps_4_in_flight(server: str, tmp_path: Path) -> None:
     rec = run_load(_job(server, "concurrency:4", 8), tmp_path)
     raw = read_samples(tmp_path)
-    assert len(raw) == 8 and all(r.ok for r in raw)
+    lines = [json.loads(x) for x in (tmp_path / "load_samples.jsonl").read_text().splitlines()]
+    assert len(raw) == 8 and all(r.ok for r in raw), [x["error"] for x in lines]
     assert max_in_flight(raw) == 4 == rec["max_in_flight_observed"]
     # the server saw 4 at once: the 4 first requests' streams overlap in time
     first = sorted(raw, key=lambda r: r.t_send)[:4]

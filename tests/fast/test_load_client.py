@@ -35,6 +35,8 @@ class _Server(ThreadingHTTPServer):
         self.arrivals: list[float] = []
         self.peers: set[tuple[str, int]] = set()
         self.fail = False
+        self.drop_reused = 0  # requests on a kept-alive connection closed unanswered
+        self.drop_all = False  # every request's connection closed unanswered
         self.lock = threading.Lock()
 
 
@@ -50,7 +52,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        reused, self.served = getattr(self, "served", 0) > 0, getattr(self, "served", 0) + 1
         with self.server.lock:
+            if self.server.drop_all or (reused and self.server.drop_reused > 0):
+                self.server.drop_reused -= 1  # as llama-server can, at times
+                self.close_connection = True
+                return
             self.server.bodies.append(body)
             self.server.arrivals.append(time.perf_counter())
             self.server.peers.add(self.client_address)
@@ -214,3 +221,25 @@ def test_more_client_processes_than_slots_is_a_usage_error(server: _Server,
                                                           tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"--client-procs 3: expected 1 to 2"):
         run_load(replace(_job(server, c=2), procs=3), tmp_path)
+
+
+def test_a_kept_alive_connection_closed_unanswered_is_retried_once(server: _Server,
+                                                                  tmp_path: Path) -> None:
+    """The server closes a reused connection without answering (HTTP/1.1's keep-alive
+    race): the request goes again on a new connection, counted, its latency from the
+    first send; a second unanswered close is a failed request, not a third attempt."""
+    server.drop_reused = 1
+    rec = run_load(_job(server, n=3, c=1), tmp_path)
+    lines = [json.loads(x) for x in (tmp_path / "load_samples.jsonl").read_text().splitlines()]
+    assert [x["attempts"] for x in sorted(lines, key=lambda x: x["index"])] == [1, 2, 1]
+    assert all(x["ok"] for x in lines) and len(server.bodies) == 3
+    assert rec["metrics"]["completed"] == 3 and rec["metrics"]["retried"] == 1
+    assert rec["metrics"] == load_run.serve_metrics(read_samples(tmp_path),
+                                                    rec["metrics"]["duration_s"])
+    server.drop_all = True
+    rec = run_load(_job(server, n=2, c=1), tmp_path / "again")
+    lines = [json.loads(x) for x in (tmp_path / "again" / "load_samples.jsonl").read_text()
+             .splitlines()]
+    assert rec["metrics"]["failed"] == 2 and len(server.bodies) == 3
+    assert all(x["attempts"] == 2 and "RemoteProtocolError" in x["error"] and
+               x["t_end_s"] >= x["t_send_s"] for x in lines)

@@ -121,6 +121,9 @@ class RequestTimes:
     # the last chunk carrying a choice (None in samples written before it was kept):
     # where a request's latency ends, as in ``vllm bench serve``
     t_last: float | None = None
+    # 2 when the first attempt's connection failed before any answer and the request
+    # was sent again on a new one (its latency still counts from the first send)
+    attempts: int = 1
 
     @property
     def latency_end(self) -> float:
@@ -142,7 +145,8 @@ def serve_metrics(reqs: Sequence[RequestTimes], duration_s: float) -> dict[str, 
     (E2EL - TTFT) / (output_tokens - 1), for requests of more than one output token;
     ITL = the gaps between consecutive chunks of every request, pooled; output
     throughput = total output tokens / duration; request throughput = completed /
-    duration. Each figure's mean, median, std (population) and p99 (linear
+    duration; retried = requests sent a second time after their first connection failed
+    unanswered. Each figure's mean, median, std (population) and p99 (linear
     interpolation, numpy's default)."""
     done = [r for r in reqs if r.ok and r.t_chunks]
     ttft = [(r.t_chunks[0] - r.t_send) * 1e3 for r in done]
@@ -152,6 +156,7 @@ def serve_metrics(reqs: Sequence[RequestTimes], duration_s: float) -> dict[str, 
     itl = [(b - a) * 1e3 for r in done for a, b in zip(r.t_chunks, r.t_chunks[1:], strict=False)]
     out_tokens = sum(r.output_tokens for r in done)
     return {"completed": len(done), "failed": len(reqs) - len(done),
+            "retried": sum(1 for r in reqs if r.attempts > 1),
             "duration_s": duration_s, "total_output_tokens": out_tokens,
             "request_throughput": len(done) / duration_s if duration_s > 0 else None,
             "output_throughput": out_tokens / duration_s if duration_s > 0 else None,

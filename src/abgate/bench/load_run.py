@@ -31,6 +31,7 @@ from abgate.engines.openai.stream import (
     DIALECTS,
     Dialect,
     RequestFailed,
+    StreamState,
     identify,
     sampling_body,
     stream_once,
@@ -101,29 +102,58 @@ async def _one(job: LoadJob, clients: _Clients, i: int, body: dict[str, Any],
     if gate is not None:
         await gate.acquire()
     client = clients.take()
+    send = time.perf_counter() - t0  # a retried request's latency counts from here
+    attempts, error = 1, None
     try:
-        path = "/v1/chat/completions" if job.api == "chat" else "/v1/completions"
-        error = None
         try:
-            st = await stream_once(client, job.url + path, body, job.api)
+            st, client, attempts = await _stream(job, clients, client, body)
             chunks = tuple(t - t0 for t in st.chunk_times)
-            send, end = st.t_submit - t0, time.perf_counter() - t0
+            end = time.perf_counter() - t0
             last = None if st.t_last_choice is None else st.t_last_choice - t0
             usage = (st.usage or {}).get("completion_tokens")
             n_out = int(usage) if isinstance(usage, int) else len(chunks)
-        except RequestFailed as exc:
-            error, chunks, n_out, last = str(exc), (), 0, None
-            send = end = time.perf_counter() - t0
+        except _Failed as exc:
+            error, chunks, n_out, last = str(exc.cause), (), 0, None
+            attempts, end, client = exc.attempts, time.perf_counter() - t0, exc.client
     finally:
         clients.give(client)
         if gate is not None:
             gate.release()
-    times = RequestTimes(error is None, send, chunks, end, n_out, last)
+    times = RequestTimes(error is None, send, chunks, end, n_out, last, attempts)
     line = {"index": i, "due_s": due, "ok": times.ok, "t_send_s": send, "t_end_s": end,
             "t_last_s": last, "t_chunks_s": list(chunks), "output_tokens": n_out,
-            "error": error}
+            "attempts": attempts, "error": error}
     writer.append((json.dumps(line) + "\n").encode())
     return times
+
+
+async def _stream(job: LoadJob, clients: _Clients, client: httpx.AsyncClient,
+                  body: dict[str, Any]) -> tuple[StreamState, httpx.AsyncClient, int]:
+    """``body`` streamed: (what came back, the client that holds the connection now, the
+    attempts). An attempt whose connection failed before any answer is sent once more,
+    on a new connection: HTTP/1.1's keep-alive race (the server closes an idle
+    connection just as the client reuses it), which browsers and Go's client retry too.
+    The retry is counted (``attempts``); a failure raises ``_Failed``."""
+    path = "/v1/chat/completions" if job.api == "chat" else "/v1/completions"
+    try:
+        return await stream_once(client, job.url + path, body, job.api), client, 1
+    except RequestFailed as exc:
+        if not exc.unanswered or exc.connect:
+            raise _Failed(exc, 1, client) from None
+    client = await clients.replace(client)
+    try:
+        return await stream_once(client, job.url + path, body, job.api), client, 2
+    except RequestFailed as exc:
+        raise _Failed(exc, 2, client) from None
+
+
+class _Failed(Exception):
+    """A request that failed, after ``attempts`` attempts; ``client``: the one it
+    ended on (to be given back)."""
+
+    def __init__(self, cause: RequestFailed, attempts: int, client: httpx.AsyncClient) -> None:
+        super().__init__(str(cause))
+        self.cause, self.attempts, self.client = cause, attempts, client
 
 
 class _Writer:
@@ -172,6 +202,12 @@ class _Clients:
     def give(self, client: httpx.AsyncClient) -> None:
         self.free.append(client)
 
+    async def replace(self, client: httpx.AsyncClient) -> httpx.AsyncClient:
+        """A client of a new connection in place of ``client`` (closed)."""
+        self.made.remove(client)
+        await client.aclose()
+        return self.take()
+
     async def aclose(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.made))
 
@@ -203,15 +239,15 @@ async def _warm_up(job: LoadJob, clients: _Clients, model: str, dialect: Dialect
     the clock starts: the server's first batches and the client's connections are then
     behind it. Nothing of them is recorded; one that fails stops the bench."""
     gate = asyncio.Semaphore(cap or job.warmup or 1)
-    path = "/v1/chat/completions" if job.api == "chat" else "/v1/completions"
 
     async def one(i: int) -> None:
         async with gate:
             body = _body(job, job.prompts[i % len(job.prompts)], model, dialect)
             client = clients.take()
             try:
-                await stream_once(client, job.url + path, body, job.api)
-            except RequestFailed as exc:
+                _, client, _ = await _stream(job, clients, client, body)
+            except _Failed as exc:
+                client = exc.client
                 raise AbgateError(f"{redact_url(job.url)}: warm-up request {i} failed "
                                   f"({exc})") from None
             finally:
@@ -260,7 +296,8 @@ def read_samples(out: Path) -> list[RequestTimes]:
     rows = [json.loads(line) for line in (out / SAMPLES).read_text().splitlines() if line]
     rows.sort(key=lambda r: r["index"])
     return [RequestTimes(r["ok"], r["t_send_s"], tuple(r["t_chunks_s"]), r["t_end_s"],
-                         r["output_tokens"], r.get("t_last_s")) for r in rows]
+                         r["output_tokens"], r.get("t_last_s"), r.get("attempts", 1))
+            for r in rows]
 
 
 def load_prompts(data: str | None, num_prompts: int, seed: int) -> tuple[list[str], str, list[int]]:

@@ -114,14 +114,16 @@ def request_body(req: GenerationRequest, api: str, model: str,
 class RequestFailed(Exception):
     """One attempt failed. ``transient``: worth retrying; ``started``: output had
     arrived (never retried); ``connect``: the server could not be reached at all;
-    ``answered``: the server replied with an HTTP error status (so it is alive)."""
+    ``answered``: the server replied with an HTTP error status (so it is alive);
+    ``unanswered``: the connection failed before any response header came back (a
+    kept-alive connection the server closed as the client reused it)."""
 
     def __init__(self, message: str, *, transient: bool = False, started: bool = False,
                  connect: bool = False, retry_after: float | None = None,
-                 answered: bool = False) -> None:
+                 answered: bool = False, unanswered: bool = False) -> None:
         super().__init__(message)
         self.transient, self.started, self.connect = transient, started, connect
-        self.answered = answered
+        self.answered, self.unanswered = answered, unanswered
         self.retry_after = retry_after  # seconds the server asked to wait (Retry-After)
 
 
@@ -204,8 +206,10 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                       api: str) -> StreamState:
     """POST ``body`` and read the SSE stream to its end."""
     state = StreamState(t_submit=time.perf_counter())
+    headers_read = False
     try:
         async with client.stream("POST", url, json=body) as resp:
+            headers_read = True
             if resp.status_code >= 400:
                 detail = (await resp.aread()).decode("utf-8", errors="replace")[:400]
                 wait = retry_after(resp.headers.get("retry-after"))
@@ -237,7 +241,8 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
     except httpx.HTTPError as exc:
         started = bool(state.chunk_times)
         raise RequestFailed(f"{type(exc).__name__}: {exc}".rstrip(": "),
-                            transient=not started, started=started) from None
+                            transient=not started, started=started,
+                            unanswered=not headers_read) from None
     if state.finish is None:
         raise RequestFailed("the stream ended without a finish reason"
                             + ("" if state.done else " or [DONE]")
