@@ -78,6 +78,18 @@ def test_a_dropped_chat_render_is_retried_as_a_generation_is() -> None:
             assert "/apply-template: RemoteProtocolError" in str(r.error), r
 
 
+def test_a_render_dropped_at_load_still_finds_the_server_route() -> None:
+    """The load's own probe render dropped once (the same keep-alive race) is tried
+    again: the engine renders on the server, not on the next route."""
+    with FaultServer(owned_by="llamacpp", stream_prompt_ids=False, drop_renders=1) as server:
+        engine = engine_for(server)
+        try:
+            assert engine.chat.route == "apply-template", engine.chat.describe()
+        finally:
+            engine.close()
+        assert [x.path for x in server.seen].count("/apply-template") == 2
+
+
 # fault -> (a part of the reason, attempts made, requests the server saw)
 FAULTS = {
     "500": ("HTTP 500", 3, 3),  # transient, before any output: retried, bounded

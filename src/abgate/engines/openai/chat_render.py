@@ -127,6 +127,11 @@ class ChatPrompts:
                 return (await self.render(c, url, messages))[0]
 
         try:
+            try:
+                return asyncio.run(once())
+            except st.RequestFailed as exc:  # a dropped kept-alive connection: once more
+                if not exc.transient or exc.connect:
+                    raise
             return asyncio.run(once())
         except st.RequestFailed as exc:
             raise AbgateError(f"{self.kind} server: {exc}") from None
