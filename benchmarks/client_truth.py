@@ -99,7 +99,11 @@ def main() -> None:
                 a.client_procs_n = int(side.partition(":")[2] or 1)
                 got = (_abgate(a, prompts, idx, src, work / f"{side}-{r}".replace(":", "-"))
                        if side != "vllm" else _vllm(a, pf, work / f"vllm-{r}", a.model))
-                truth = _truth(before, httpx.get(a.url + "/sent", timeout=60).json(), prompts)
+                after = httpx.get(a.url + "/sent", timeout=60).json()
+                truth = _truth(before, after, prompts)
+                (work / f"server-{side}-{r}.json".replace(":", "-")).write_text(json.dumps(
+                    {k: {p: after[k][p][len(before[k].get(p, [])):] for p in prompts}
+                     for k in ("arrived", "sent")}))
                 rows.append({"repeat": r, "client": side, "reported": got, "truth": truth,
                              "over_truth": {k: got[k] / truth[k] for k in truth}})
                 print(json.dumps(rows[-1]), flush=True)
