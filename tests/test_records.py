@@ -13,8 +13,9 @@ from abgate.records.samples import Sample
 from abgate.records.side_documents import AbBenchDocument, ProbesDocument
 from abgate.runner import records as rec
 from abgate.runner.documents import new_record, read_document, read_record, write_record
-from abgate.runner.execute import _PENDING, Interrupted, _interrupts, check_interrupted
+from abgate.runner.execute import _PENDING, _interrupts, check_interrupted
 from abgate.runner.outdir import prepare_new_dir
+from abgate.signals import Interrupted
 
 
 def test_torn_last_line_is_dropped_and_repaired(tmp_path: Path) -> None:

@@ -29,6 +29,11 @@ _NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 _PAUSED: set[str] = set()
 
 
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM during a run. A BaseException, like KeyboardInterrupt, so that
+    an engine's per-request ``except Exception`` cannot turn it into an error sample."""
+
+
 class Stopped(BaseException):
     """A signal outside a tracked run. ``done``: it came while finishing, and the
     finishing was completed first (nothing is left to resume); ``out``: the directory

@@ -15,33 +15,37 @@ from typing import Any
 
 from abgate import signals
 
+# each command (``abgate NAME``) and the module that registers it: a process imports only
+# the one it runs (its workflow's imports are most of a start-up); tests/fast/test_cli_lazy.py
+# checks that this covers every command
+COMMAND_MODULES = {"ab": "ab_cmd", "baseline": "baseline_cmd", "bench": "bench_cmd",
+                   "decide": "decide_cmd", "engines": "engines_cmd", "extract": "extract_cmd",
+                   "ledger": "ledger_cmd", "history": "ledger_cmd", "compare": "ledger_cmd",
+                   "plan": "plan_cmd", "manifest": "provenance_cmd",
+                   "attach": "provenance_cmd", "report": "report_cmd", "run": "run_cmd",
+                   "verify": "verify_cmd", "sign": "verify_cmd", "weights-diff": "weights_cmd"}
 
-def _commands() -> Any:
-    """The Typer app with every command registered (the heavy imports)."""
-    from abgate.cli import (  # noqa: F401  (registers commands)
-        ab_cmd,
-        baseline_cmd,
-        bench_cmd,
-        decide_cmd,
-        engines_cmd,
-        extract_cmd,
-        ledger_cmd,
-        plan_cmd,
-        provenance_cmd,
-        report_cmd,
-        run_cmd,
-        verify_cmd,
-        weights_cmd,
-    )
+
+def _commands(argv: list[str] | None = None) -> Any:
+    """The Typer app with the command that ``argv`` (default ``sys.argv``) runs
+    registered, or every command (no command named, an option first, an unknown name:
+    the help and a close match need them all)."""
+    import importlib
+
+    args = sys.argv[1:] if argv is None else argv
+    one = COMMAND_MODULES.get(args[0]) if args else None
+    for module in [one] if one else sorted(set(COMMAND_MODULES.values())):
+        importlib.import_module(f"abgate.cli.{module}")
     from abgate.cli.app import app as typer_app
 
-    globals()["app"] = typer_app  # not the submodule of that name, as before
+    if not one:
+        globals()["app"] = typer_app  # not the submodule of that name, as before
     return typer_app
 
 
 def __getattr__(name: str) -> Any:
     if name == "app":  # ``from abgate.cli import app``: the Typer app, commands registered
-        return _commands()
+        return _commands([])
     raise AttributeError(f"module 'abgate.cli' has no attribute {name!r}")
 
 
@@ -80,7 +84,6 @@ def _run(app: Any) -> None:
 
     from abgate.errors import AbgateError
     from abgate.redact import redact_text
-    from abgate.runner.execute import Interrupted
     from abgate.schema import usage_error
 
     try:
@@ -94,7 +97,7 @@ def _run(app: Any) -> None:
     except OSError as exc:  # the environment's (a full disk, a directory gone): one line
         print(f"abgate: error: {redact_text(str(exc))}", file=sys.stderr)
         sys.exit(1)
-    except (typer.Abort, Interrupted):  # Ctrl-C outside a tracked run
+    except (typer.Abort, signals.Interrupted):  # Ctrl-C outside a tracked run
         print("abgate: interrupted", file=sys.stderr)
         sys.exit(signals.INTERRUPTED)
     except typer.Exit as exc:

@@ -42,15 +42,11 @@ from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
 from abgate.safefs import LogFile
+from abgate.signals import Interrupted
 from abgate.suites import Item
 
 log = logging.getLogger("abgate.run")
 OnSample = Callable[[Sample], None]  # a finished sample, as written
-
-
-class Interrupted(BaseException):
-    """Ctrl-C or SIGTERM during a run. A BaseException, like KeyboardInterrupt, so that
-    an engine's per-request ``except Exception`` cannot turn it into an error sample."""
 
 
 _PENDING: list[int] = []  # signals received during a tracked run, not yet acted on
