@@ -104,14 +104,25 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if whole_module_engine else None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n``, with ``--dist loadgroup`` as pyproject.toml sets), the
     engine tier runs on one worker, one test after another: its tests time real engines
     on one thread each and must not share the host with each other; the fast tier is
-    spread over the other workers meanwhile."""
+    spread over the other workers meanwhile. A fast-tier module whose tests share a
+    fixture of module scope runs on one worker, so that the fixture (often a whole run)
+    is built once, not once per worker."""
     for item in items:
         if item.get_closest_marker("engine") is not None:
             item.add_marker(pytest.mark.xdist_group("engine"))
+        elif _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope == "module" for chain in defs for d in chain)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
