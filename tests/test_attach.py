@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,9 +14,10 @@ from typer.testing import CliRunner
 import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
 from abgate.cli.app import app
 from abgate.errors import UsageError
-from abgate.integrity import record_text, seal
 from abgate.provenance.attach import ATTACHMENTS_FILE, AttachRefused, attach
 from abgate.provenance.manifest import build_manifest, write_manifest
+from abgate.records.sections import GitState
+from tests.support.records import edit_record, edit_sealed
 
 runner = CliRunner()
 
@@ -42,11 +44,16 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def results(tmp_path: Path, git_info: dict[str, object], nested: bool = False) -> Path:
+GOLDEN_V1 = Path(__file__).parent / "data" / "golden" / "v1"
+
+
+def results(tmp_path: Path, git_info: dict[str, object], kind: str = "run") -> Path:
+    """A real ``run.json`` of ``kind`` (run or bench: v1 golden records, migrated and
+    written by ``write_record``) that records ``git_info`` as its ``git``."""
     out = tmp_path / "results"
     out.mkdir(exist_ok=True)
-    run = {"host": {"git": git_info}} if nested else {"git": git_info}
-    (out / "run.json").write_text(json.dumps(run))
+    shutil.copyfile(GOLDEN_V1 / kind / "run.json", out / "run.json")
+    edit_record(out / "run.json", git=GitState.model_validate(git_info))
     return out
 
 
@@ -55,11 +62,11 @@ def records(result_dir: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in lines]
 
 
-@pytest.mark.parametrize("nested", [False, True])
-def test_identical_tree_attaches(repo: Path, tmp_path: Path, nested: bool) -> None:
+@pytest.mark.parametrize("kind", ["run", "bench"])
+def test_identical_tree_attaches(repo: Path, tmp_path: Path, kind: str) -> None:
     tested = git(repo, "rev-parse", "HEAD")
     tree = git(repo, "rev-parse", "HEAD^{tree}")
-    out = results(tmp_path, {"commit": tested, "tree": tree, "dirty": False}, nested)
+    out = results(tmp_path, {"commit": tested, "tree": tree, "dirty": False}, kind)
     git(repo, "commit", "-q", "--allow-empty", "-m", "retag, same tree")
     later = git(repo, "rev-parse", "HEAD")
     done = attach(out, "HEAD", repo)
@@ -146,14 +153,14 @@ def test_a_sealed_baseline_attaches_and_an_edited_one_is_refused(repo: Path,
     head = git(repo, "rev-parse", "HEAD")
     out = tmp_path / "baseline"
     out.mkdir()
-    doc = seal({"kind": "baseline", "git": {"commit": head, "tree": git(repo, "rev-parse",
-                                                                        "HEAD^{tree}"),
-                                            "dirty": False}, "cases": [{"output": [1, 2]}]})
-    (out / "baseline.json").write_text(record_text(doc))  # as abgate writes it
+    shutil.copyfile(GOLDEN_V1 / "baseline" / "baseline.json", out / "baseline.json")
+    tree = git(repo, "rev-parse", "HEAD^{tree}")
+    edit_sealed(out / "baseline.json", git=GitState(commit=head, tree=tree, dirty=False))
     git(repo, "commit", "-q", "--allow-empty", "-m", "merged, same tree")
     done = attach(out, "HEAD", repo)
     assert done.origin == "baseline.json git.commit" and done.tested_commit == head
-    doc["cases"][0]["output"][1] = 3  # a reference token edited by hand
-    (out / "baseline.json").write_text(json.dumps(doc))
+    doc = json.loads((out / "baseline.json").read_text())
+    doc["cases"][0]["output_token_ids"][1] = 3  # a reference token edited by hand
+    (out / "baseline.json").write_text(json.dumps(doc))  # raw: a hostile edit
     with pytest.raises(AttachRefused, match=r"cases\[0\].*cannot vouch for a commit"):
         attach(out, "HEAD", repo)

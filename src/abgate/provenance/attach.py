@@ -1,9 +1,10 @@
 """Tree-identity attachment: results measured on one commit also hold for another
 only when both commits have the identical tree hash.
 
-The tested commit comes from ``RESULT_DIR/run.json`` (a run's or a bench's:
-``git.commit`` or ``host.git.commit``), ``RESULT_DIR/baseline.json`` (``git.commit``,
-its seal verified first: an edited baseline vouches for nothing) or, failing those,
+The tested commit comes from ``RESULT_DIR/run.json`` (a run's or a bench's
+``git.commit``, read through the record's header model), ``RESULT_DIR/baseline.json``
+(``git.commit``, its seal verified first: an edited baseline vouches for nothing) or,
+failing those,
 ``RESULT_DIR/manifest.json`` (``source.git.commit``). An A/B directory (``ab.json``)
 attaches as a whole: ``ab.json`` and every arm's ``arms/<arm>/run.json`` must record the
 same clean commit and tree. Results measured on a dirty tree belong to no commit and are
@@ -17,7 +18,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -26,7 +27,7 @@ from abgate.integrity import verify_file
 from abgate.jsonl_append import append_line
 from abgate.provenance import gitinfo
 from abgate.provenance.loading import read_manifest
-from abgate.records.documents import AbRecord
+from abgate.records.documents import AbRecord, RecordHeader
 from abgate.records.side_documents import AttachmentRecord
 from abgate.safejson import BadJson, parse, read_json
 from abgate.schema import first_error
@@ -37,7 +38,7 @@ BASELINE_FILE = "baseline.json"
 AB_FILE = "ab.json"
 MANIFEST_FILE = "manifest.json"
 ATTACHMENTS_FILE = "attachments.jsonl"
-_RUN_KEYS = (("git",), ("host", "git"))
+H = TypeVar("H", bound=RecordHeader)
 
 
 class AttachRefused(AbgateError):
@@ -88,15 +89,10 @@ def _from_run(path: Path) -> MeasuredSource | None:
             raise AttachRefused(f"{exc}; it cannot vouch for a commit") from None
     else:
         data = _read_json(path)
-    for keys in _RUN_KEYS:
-        node: Any = data
-        for key in keys:
-            node = node.get(key) if isinstance(node, dict) else None
-        git = gitinfo.git_facts(node)
-        if git is not None and git.commit:
-            return MeasuredSource(git.commit, git.tree, git.dirty,
-                                  f"{path.name} {'.'.join(keys)}.commit")
-    return None
+    git = _validated(path, RecordHeader, data).git
+    if git is None or not git.commit:
+        return None
+    return MeasuredSource(git.commit, git.tree, git.dirty, f"{path.name} git.commit")
 
 
 def _from_manifest(path: Path) -> MeasuredSource | None:
@@ -112,8 +108,14 @@ def _from_manifest(path: Path) -> MeasuredSource | None:
 
 def _ab_record(path: Path) -> AbRecord:
     """``ab.json`` read into its model (an older one migrated); a damaged one is refused."""
+    return _validated(path, AbRecord, _read_json(path))
+
+
+def _validated(path: Path, model: type[H], data: Any) -> H:
+    """A record's ``data`` read into ``model`` (its header, or the whole ``ab.json``; an
+    older one migrated); a damaged one is refused in one line."""
     try:
-        return AbRecord.model_validate(_read_json(path))
+        return model.model_validate(data)
     except ValidationError as exc:
         first = first_error(exc)
         raise AttachRefused(f"{path}: {first.dotted or '<root>'}: {first.message}; it "
