@@ -73,8 +73,7 @@ async def _work(job: Any, model: str, dialect: Dialect, schedule: Sequence[float
     try:
         share = job.warmup // procs + (1 if w < job.warmup % procs else 0)
         await lr._warm_up(replace(job, warmup=share), clients, model, dialect, slots)
-        bodies = [lr._body(job, prompt, model, dialect) for prompt in job.prompts]
-        await clients.reserve(min(slots or lr.RESERVED_UNCAPPED, n), job.url + "/v1/models")
+        bodies = await lr.before_clock(job, clients, model, dialect, slots)
         q.put(("ready", w, None))
         await asyncio.to_thread(go.wait)
         t0, take, sink = float(t0v.value), _taker(counter, n, w, procs, cap is not None), \

@@ -106,22 +106,18 @@ async def _one(job: LoadJob, clients: _Clients, i: int, body: dict[str, Any],
         await asyncio.sleep(wait)
     if gate is not None:
         await gate.acquire()
-    client = clients.take()
-    send = time.perf_counter() - t0  # a retried request's latency counts from here
-    attempts, error = 1, None
+    error = None
     try:
-        try:
-            st, client, attempts = await _stream(job, clients, client, body)
-            chunks = tuple(t - t0 for t in st.chunk_times)
-            end = time.perf_counter() - t0
-            last = None if st.t_last_choice is None else st.t_last_choice - t0
-            usage = (st.usage or {}).get("completion_tokens")
-            n_out = int(usage) if isinstance(usage, int) else len(chunks)
-        except _Failed as exc:
-            error, chunks, n_out, last = str(exc.cause), (), 0, None
-            attempts, end, client = exc.attempts, time.perf_counter() - t0, exc.client
+        st, attempts = await _stream(job, clients, body)
+        send, end = st.t_submit - t0, time.perf_counter() - t0
+        chunks = tuple(t - t0 for t in st.chunk_times)
+        last = None if st.t_last_choice is None else st.t_last_choice - t0
+        usage = (st.usage or {}).get("completion_tokens")
+        n_out = int(usage) if isinstance(usage, int) else len(chunks)
+    except _Failed as exc:
+        error, chunks, n_out, last, attempts = str(exc.cause), (), 0, None, exc.attempts
+        send, end = exc.t_submit - t0, time.perf_counter() - t0
     finally:
-        clients.give(client)
         if gate is not None:
             gate.release()
     times = RequestTimes(error is None, send, chunks, end, n_out, last, attempts)
@@ -132,33 +128,39 @@ async def _one(job: LoadJob, clients: _Clients, i: int, body: dict[str, Any],
     return times
 
 
-async def _stream(job: LoadJob, clients: _Clients, client: httpx.AsyncClient,
-                  body: dict[str, Any]) -> tuple[StreamState, httpx.AsyncClient, int]:
-    """``body`` streamed: (what came back, the client that holds the connection now, the
-    attempts). An attempt whose connection failed before any answer is sent once more,
-    on a new connection: HTTP/1.1's keep-alive race (the server closes an idle
-    connection just as the client reuses it), which browsers and Go's client retry too.
-    The retry is counted (``attempts``); a failure raises ``_Failed``."""
+async def _stream(job: LoadJob, clients: _Clients,
+                  body: dict[str, Any]) -> tuple[StreamState, int]:
+    """``body`` streamed on a client taken from ``clients`` (and given back): what came
+    back, its ``t_submit`` the first attempt's, and the attempts. An attempt whose
+    connection failed before any answer is sent once more, on a new connection:
+    HTTP/1.1's keep-alive race (the server closes an idle connection just as the client
+    reuses it), which browsers and Go's client retry too. A failure raises ``_Failed``."""
     path = "/v1/chat/completions" if job.api == "chat" else "/v1/completions"
+    client = clients.take()
+    first = time.perf_counter()  # a retried request's latency counts from here
+    attempt = 1
     try:
-        return await stream_once(client, job.url + path, body, job.api), client, 1
-    except RequestFailed as exc:
-        if not exc.unanswered or exc.connect:
-            raise _Failed(exc, 1, client) from None
-    client = await clients.replace(client)
-    try:
-        return await stream_once(client, job.url + path, body, job.api), client, 2
-    except RequestFailed as exc:
-        raise _Failed(exc, 2, client) from None
+        while True:
+            try:
+                st = await stream_once(client, job.url + path, body, job.api)
+            except RequestFailed as exc:
+                if attempt == 2 or not exc.unanswered or exc.connect:
+                    raise _Failed(exc, attempt, first) from None
+                client, attempt = await clients.replace(client), 2
+                continue
+            st.t_submit = first
+            return st, attempt
+    finally:
+        clients.give(client)
 
 
 class _Failed(Exception):
-    """A request that failed, after ``attempts`` attempts; ``client``: the one it
-    ended on (to be given back)."""
+    """A request that failed after ``attempts`` attempts, the first sent at
+    ``t_submit``."""
 
-    def __init__(self, cause: RequestFailed, attempts: int, client: httpx.AsyncClient) -> None:
+    def __init__(self, cause: RequestFailed, attempts: int, t_submit: float) -> None:
         super().__init__(str(cause))
-        self.cause, self.attempts, self.client = cause, attempts, client
+        self.cause, self.attempts, self.t_submit = cause, attempts, t_submit
 
 
 class _Writer:
@@ -207,19 +209,11 @@ class _Clients:
     def give(self, client: httpx.AsyncClient) -> None:
         self.free.append(client)
 
-    async def reserve(self, n: int, url: str) -> None:
-        """Clients for ``n`` requests in flight made now, before the clock starts (each
-        costs about half a millisecond of CPU; their connections open when first used;
-        given-back clients are taken first, so these wait at the bottom), and one GET of
-        ``url`` on a client of its own, closed after: a process's first request imports
-        httpx's async stack (anyio's backend, its sockets: about 20 ms), which is no part
-        of the load, and the measured requests' connections stay as they were."""
-        made = [self.take() for _ in range(max(0, n - len(self.free)))]
-        self.free[:0] = made
-        async with httpx.AsyncClient(headers=self.headers, timeout=10.0,
-                                     verify=tls_context()) as once:
-            with contextlib.suppress(httpx.HTTPError):
-                await once.get(url)
+    def reserve(self, n: int) -> None:
+        """Clients for ``n`` requests in flight made now (each costs about half a
+        millisecond of CPU; their connections open when first used). Given-back clients
+        are taken first, so these wait at the bottom."""
+        self.free[:0] = [self.take() for _ in range(max(0, n - len(self.free)))]
 
     async def replace(self, client: httpx.AsyncClient) -> httpx.AsyncClient:
         """A client of a new connection in place of ``client`` (closed)."""
@@ -239,8 +233,7 @@ async def _run(job: LoadJob, model: str, dialect: Dialect, schedule: Sequence[fl
     try:
         await _warm_up(job, clients, model, dialect, cap)
         writer = _Writer(out / SAMPLES)
-        bodies = [_body(job, p, model, dialect) for p in job.prompts]
-        await clients.reserve(min(cap or RESERVED_UNCAPPED, len(bodies)), job.url + "/v1/models")
+        bodies = await before_clock(job, clients, model, dialect, cap)
         try:
             t0 = time.perf_counter()
             reqs = await asyncio.gather(*(
@@ -254,6 +247,22 @@ async def _run(job: LoadJob, model: str, dialect: Dialect, schedule: Sequence[fl
     return list(reqs), t0, duration
 
 
+async def before_clock(job: LoadJob, clients: _Clients, model: str, dialect: Dialect,
+                       slots: int | None) -> list[dict[str, Any]]:
+    """What the load needs made before its clock starts, so the clock measures the
+    load: every request's body, a client for each of ``slots`` requests in flight, and
+    one GET of ``/v1/models`` on a client of its own, closed after (a process's first
+    request imports httpx's async stack, anyio's backend and its sockets: about 20 ms;
+    the measured requests' connections stay as they were)."""
+    bodies = [_body(job, p, model, dialect) for p in job.prompts]
+    clients.reserve(min(slots or RESERVED_UNCAPPED, len(bodies)))
+    async with httpx.AsyncClient(headers=dict(job.headers), timeout=10.0,
+                                 verify=tls_context()) as once:
+        with contextlib.suppress(httpx.HTTPError):
+            await once.get(job.url + "/v1/models")
+    return bodies
+
+
 async def _warm_up(job: LoadJob, clients: _Clients, model: str, dialect: Dialect,
                    cap: int | None) -> None:
     """``job.warmup`` requests (the prompts in turn), at most ``cap`` in flight, before
@@ -264,15 +273,11 @@ async def _warm_up(job: LoadJob, clients: _Clients, model: str, dialect: Dialect
     async def one(i: int) -> None:
         async with gate:
             body = _body(job, job.prompts[i % len(job.prompts)], model, dialect)
-            client = clients.take()
             try:
-                _, client, _ = await _stream(job, clients, client, body)
+                await _stream(job, clients, body)
             except _Failed as exc:
-                client = exc.client
                 raise AbgateError(f"{redact_url(job.url)}: warm-up request {i} failed "
                                   f"({exc})") from None
-            finally:
-                clients.give(client)
 
     await asyncio.gather(*(one(i) for i in range(job.warmup)))
 
