@@ -2,7 +2,7 @@
 # One device call on the lent H200 for the figures of 2026-12-02 (issue 37's runtime weights diff and
 # issue 33's served load shape against `vllm bench serve`), from the project root there, after the
 # vLLM and model parts are staged (../shared/gpu/README.md):
-#   bash benchmarks/gpu_session_device.sh DATA.jsonl seeds|dummy|load    (one call each: each may run 10 minutes)
+#   bash benchmarks/gpu_session_device.sh DATA.jsonl seeds|dummy|load|together|truth    (one call each: each may run 10 minutes)
 # 1. seeds (or weights, its old name): benchmarks/gpu_seed_rows.sh, issue 37's three rows: vLLM fp8
 #    (online) vs bf16 weights read from the running engine, the manifest matched against a real
 #    EngineCore's mapped libraries, per-rank precision facts, the Llama-3-8B-shaped dummy's diff;
@@ -25,17 +25,32 @@ python3 -c "import abgate" 2>/dev/null || vllm_install_checkout || exit
 sl=$OUT/served-load && mkdir -p "$sl"
 # LOG_REQUESTS=1: the server logs each request's SamplingParams (what each client's requests
 # asked of it); the served_load driver reads the server's /metrics around each side either way
+if [[ $step == truth ]]; then  # both clients against the paced loopback server (no GPU, no vllm serve)
+  OUT=$sl timeout "$lt" python3 benchmarks/client_truth.py --vllm vllm --tokenizer /root/m/smol \
+    --itl-ms "${ITL_MS:-3}" --concurrency "$conc" --num-prompts "$np" --repeats "$reps" \
+    --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" --json "$OUT/client_truth.json" >"$sl/driver.log" 2>&1
+  echo "client_truth rc=$?"; tail -c 2500 "$sl/driver.log"; exit
+fi
 logreq=(); [[ -n ${LOG_REQUESTS:-} ]] && logreq=(--enable-log-requests)
 setsid vllm serve /root/m/smol --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \
   --max-model-len 2048 "${logreq[@]}" >"$sl/server.log" 2>&1 </dev/null &
 spid=$!
 for _ in $(seq 150); do curl -sf http://127.0.0.1:8011/v1/models >/dev/null && break; sleep 1; done
 echo "server ready after $SECONDS s (pid $spid)"
+if [[ $step == together ]]; then  # both clients at once, each at concurrency C (served_load_together.py)
+  OUT=$sl timeout "$lt" python3 benchmarks/served_load_together.py --url http://127.0.0.1:8011 --vllm vllm \
+    --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
+    --repeats "$reps" --warmups "$warm" --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" \
+    --json "$OUT/served_load_together.json" >"$sl/driver.log" 2>&1
+  echo "together rc=$?"; tail -c 3000 "$sl/driver.log"
+  find "$sl" \( -name load_samples.jsonl -o -name vllm.json -o -name prompts.jsonl \) -exec gzip -f {} +
+else
 OUT=$sl timeout "$lt" python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
   --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
   --repeats "$reps" --warmups "$warm" --client-procs "$cprocs" --data "$data" --json "$OUT/served_load.json" --server-metrics \
   >"$sl/driver.log" 2>&1
 echo "served_load rc=$?"; tail -c 2500 "$sl/driver.log"
+fi
 if [[ -n ${LOG_REQUESTS:-} ]]; then  # one request of each client as the server parsed it
   { grep -m1 'Received request cmpl-bench' "$sl/server.log"; grep 'Received request' "$sl/server.log" \
       | grep -v 'cmpl-bench' | head -1; } | cut -c1-1500 | tee "$OUT/requests-as-parsed.txt"
