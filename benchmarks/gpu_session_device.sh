@@ -43,7 +43,15 @@ if [[ $step == together ]]; then  # both clients at once, each at concurrency C 
     --repeats "$reps" --warmups "$warm" --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" \
     --json "$OUT/served_load_together.json" >"$sl/driver.log" 2>&1
   echo "together rc=$?"; tail -c 3000 "$sl/driver.log"
-  find "$sl" \( -name load_samples.jsonl -o -name vllm.json -o -name prompts.jsonl \) -exec gzip -f {} +
+  if [[ -n ${SEQUENTIAL:-} ]]; then  # then the one-after-the-other comparison, with the server's /metrics
+    OUT=$sl/sequential timeout 200 python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
+      --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts 320 --output-len 128 \
+      --repeats "${SEQUENTIAL}" --warmups "$warm" --client-procs 1 --data "$data" --json "$OUT/served_load.json" \
+      --server-metrics >"$sl/sequential.log" 2>&1
+    echo "served_load rc=$?"; grep '^{"repeat"' "$sl/sequential.log" | cut -c1-600
+  fi
+  # every file in one archive (a call brings back a few files only)
+  tar czf "$OUT/served-load.tgz" --exclude=server.log -C "$OUT" served-load && gzip -f "$sl/server.log"
 else
 OUT=$sl timeout "$lt" python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
   --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \

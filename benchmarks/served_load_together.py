@@ -39,6 +39,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import one_write  # beside this file (the script's directory is on sys.path)
+
 from abgate.bench.load import RequestTimes, parse_load, serve_metrics
 from abgate.bench.load_run import LoadJob, load_prompts, read_samples, run_load
 
@@ -93,15 +95,25 @@ def window(sides: dict[str, list[RequestTimes]], margin: float) -> tuple[float, 
     return lo, hi
 
 
-def figures(reqs: list[RequestTimes], lo: float, hi: float) -> dict[str, float]:
-    """One side's figures over [lo, hi]: TTFT and TPOT of its requests inside, and the
-    output chunks it received inside per second."""
+def figures(reqs: list[RequestTimes], lo: float, hi: float, slots: int) -> dict[str, float]:
+    """One side's figures over [lo, hi]: TTFT and TPOT of its requests inside; the
+    output tokens it received inside per second (each request's chunks inside, weighted
+    by its tokens per chunk: the usage count over the chunks streamed); and its closed
+    loop's turnaround, the median time from a request's last token to the next send
+    (the i-th send after the first ``slots`` follows the i-th request to finish)."""
     inside = [r for r in reqs if r.ok and r.t_send >= lo and r.latency_end <= hi]
     m = serve_metrics(inside, hi - lo)
-    tokens = sum(1 for r in reqs if r.ok for t in r.t_chunks if lo <= t <= hi)
+    tokens = sum(r.output_tokens / len(r.t_chunks) * sum(1 for t in r.t_chunks if lo <= t <= hi)
+                 for r in reqs if r.ok and r.t_chunks)
+    ends = sorted(r.latency_end for r in reqs if r.ok)
+    sends = sorted(r.t_send for r in reqs)[slots:]
+    turn = sorted(1e3 * (s - e) for s, e in zip(sends, ends, strict=False))
     return {"requests": len(inside), "ttft_ms": m["ttft_ms"]["mean"],
             "tpot_ms": m["tpot_ms"]["mean"], "output_throughput": tokens / (hi - lo),
-            "itl_median_ms": m["itl_ms"]["median"]}
+            "itl_median_ms": m["itl_ms"]["median"],
+            "chunks_per_token": sum(len(r.t_chunks) for r in inside)
+            / max(1, sum(r.output_tokens for r in inside)),
+            "turnaround_median_ms": turn[len(turn) // 2] if turn else float("nan")}
 
 
 def _drain(stream: Any, log: Any) -> None:
@@ -109,9 +121,10 @@ def _drain(stream: Any, log: Any) -> None:
         log.write(line)
 
 
-def _repeat(a: argparse.Namespace, r: int, procs: int, prompts: list[str], idx: list[int],
-            src: str, work: Path, pf: Path) -> dict[str, Any]:
+def _repeat(a: argparse.Namespace, r: int, procs: int, variant: str, prompts: list[str],
+            idx: list[int], src: str, work: Path, pf: Path) -> dict[str, Any]:
     vdir, adir = work / f"vllm-{r}", work / f"abgate-{r}"
+    one_write.install(variant == "one-write")  # an experiment; client processes: default
     vdir.mkdir(parents=True, exist_ok=True)
     env = os.environ | {"PYTHONUNBUFFERED": "1"}  # its "Starting main..." line at once
     with (vdir / "vllm.log").open("w") as log:
@@ -134,8 +147,9 @@ def _repeat(a: argparse.Namespace, r: int, procs: int, prompts: list[str], idx: 
         drain.join()
     sides = {"abgate": _abgate_requests(adir), "vllm": _vllm_requests(vdir / "vllm.json")}
     lo, hi = window(sides, a.margin_s)
-    row: dict[str, Any] = {"repeat": r, "client_procs": procs, "window_s": hi - lo}
-    row |= {name: figures(reqs, lo, hi) for name, reqs in sides.items()}
+    row: dict[str, Any] = {"repeat": r, "client_procs": procs, "variant": variant,
+                           "window_s": hi - lo}
+    row |= {name: figures(reqs, lo, hi, a.concurrency) for name, reqs in sides.items()}
     row["ratio"] = {k: row["abgate"][k] / row["vllm"][k] for k in FIGURES}
     print(json.dumps(row), flush=True)
     return row
@@ -153,6 +167,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--client-procs", default="1",
                    help="abgate's client processes, a comma list taken in turn per repeat")
+    p.add_argument("--variants", default="default",
+                   help="abgate's client per repeat, in turn: default or one-write")
     p.add_argument("--warmups", type=int, default=None, help="each side's (default: C)")
     p.add_argument("--margin-s", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
@@ -170,8 +186,9 @@ def main() -> None:
     spec = parse_load(f"concurrency:{a.concurrency}", num_prompts=a.num_prompts, seed=a.seed)
     run_load(LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len),
              work / "server-warmup", force=True)  # untimed: every prompt cached
-    runs = [_repeat(a, r, procs[r % len(procs)], prompts, idx, src, work, pf)
-            for r in range(a.repeats)]
+    variants = a.variants.split(",")
+    runs = [_repeat(a, r, procs[r % len(procs)], variants[r % len(variants)], prompts, idx,
+                    src, work, pf) for r in range(a.repeats)]
     result = {"url": a.url, "model": a.model, "concurrency_each": a.concurrency,
               "num_prompts_each": a.num_prompts, "output_len": a.output_len,
               "warmups": a.warmups, "margin_s": a.margin_s, "prompts": src, "runs": runs,

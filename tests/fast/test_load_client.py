@@ -37,6 +37,8 @@ class _Server(ThreadingHTTPServer):
         self.fail = False
         self.drop_reused = 0  # requests on a kept-alive connection closed unanswered
         self.drop_all = False  # every request's connection closed unanswered
+        self.silent: set[int] = set()  # tokens streamed with empty text (vLLM: special ones)
+        self.finish_alone = False  # the finish reason in a last, empty chunk (llama.cpp)
         self.lock = threading.Lock()
 
 
@@ -70,8 +72,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         n = int(body["max_tokens"])
         for i in range(n):
-            fin = "length" if i == n - 1 else None
-            self._event({"choices": [{"index": 0, "text": f"t{i}", "finish_reason": fin}]})
+            fin = "length" if i == n - 1 and not self.server.finish_alone else None
+            text = "" if i in self.server.silent else f"t{i}"
+            self._event({"choices": [{"index": 0, "text": text, "finish_reason": fin}]})
+        if self.server.finish_alone:
+            self._event({"choices": [{"index": 0, "text": "", "finish_reason": "length"}]})
         time.sleep(TAIL_S)
         self._event({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": n}})
         self._chunk(b"data: [DONE]\n\n")
@@ -139,6 +144,20 @@ def test_latency_ends_at_the_last_choice_not_at_done(server: _Server, tmp_path: 
         assert r.t_end - r.t_last >= TAIL_S * 0.9  # the usage chunk came later
     e2el = rec["metrics"]["e2el_ms"]["mean"]
     assert e2el < TAIL_S * 1e3  # the tail after the finish chunk is not in it
+
+
+def test_a_token_of_empty_text_is_a_token_as_vllm_bench_serve_counts_it(
+        server: _Server, tmp_path: Path) -> None:
+    """vLLM streams a chunk of empty text for a special token (ignore_eos runs past
+    EOS) or a held-back character; its client stamps it, so TTFT is that chunk's time,
+    not the next token's; a last, empty chunk carrying only the finish reason is none."""
+    server.silent = {0, 2}
+    run_load(_job(server, n=2, c=2), tmp_path)
+    for r in read_samples(tmp_path):
+        assert len(r.t_chunks) == r.output_tokens == 4  # TTFT: the empty first chunk's
+    server.silent, server.finish_alone = set(), True
+    run_load(_job(server, n=2, c=2), tmp_path, force=True)
+    assert all(len(r.t_chunks) == 4 for r in read_samples(tmp_path))
 
 
 def test_one_connection_per_request_in_flight(server: _Server, tmp_path: Path) -> None:

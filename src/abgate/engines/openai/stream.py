@@ -179,7 +179,7 @@ def absorb(state: StreamState, chunk: Any, now: float, api: str) -> None:
             else None
         if choice.get("prompt_token_ids") is not None:
             state.prompt_token_ids = _ids(choice["prompt_token_ids"], chunk, started)
-        if text or ids:
+        if text or ids or _silent_token(choice, delta, text):
             state.chunk_times.append(now)
         if text:
             state.parts.append(text)
@@ -189,6 +189,15 @@ def absorb(state: StreamState, chunk: Any, now: float, api: str) -> None:
             state.token_ids.extend(ids)
         if choice.get("finish_reason"):
             state.finish = str(choice["finish_reason"])
+
+
+def _silent_token(choice: dict[str, Any], delta: dict[str, Any], text: str | None) -> bool:
+    """A chunk of a token whose text is empty (vLLM streams one for a special token, or
+    for a token whose characters the detokenizer holds back): a token all the same, as
+    ``vllm bench serve`` counts it (its TTFT is the first chunk with a choice). Not a
+    chunk that only ends the stream (llama.cpp's last, empty, with the finish reason) nor
+    a chat stream's opening role delta."""
+    return text == "" and not choice.get("finish_reason") and "role" not in delta
 
 
 def _ids(value: Any, chunk: Any, started: bool) -> list[int]:
