@@ -40,7 +40,7 @@ echo "server ready after $SECONDS s (pid $spid)"
 if [[ $step == together ]]; then  # both clients at once, each at concurrency C (served_load_together.py)
   OUT=$sl timeout "$lt" python3 benchmarks/served_load_together.py --url http://127.0.0.1:8011 --vllm vllm \
     --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
-    --repeats "$reps" --warmups "$warm" --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" \
+    --repeats "$reps" --warmups "$warm" --client-procs "${CLIENT_PROCS:-1,4}" --variants "${VARIANTS:-default}" --data "$data" \
     --json "$OUT/served_load_together.json" >"$sl/driver.log" 2>&1
   echo "together rc=$?"; tail -c 3000 "$sl/driver.log"
   if [[ -n ${SEQUENTIAL:-} ]]; then  # then the one-after-the-other comparison, with the server's /metrics
