@@ -31,6 +31,9 @@ if [[ $step == truth ]]; then  # both clients against the paced loopback server 
     --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" --json "$OUT/client_truth.json" >"$sl/driver.log" 2>&1
   echo "client_truth rc=$?"; tail -c 2500 "$sl/driver.log"; exit
 fi
+if [[ $step == together ]]; then  # the clients' CPU per streamed chunk on this host, first
+  python3 benchmarks/load_client_cost.py --chunks 10000 --repeats 3 2>&1 | tee "$OUT/load_client_cost.txt"
+fi
 logreq=(); [[ -n ${LOG_REQUESTS:-} ]] && logreq=(--enable-log-requests)
 setsid vllm serve /root/m/smol --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \
   --max-model-len 2048 "${logreq[@]}" >"$sl/server.log" 2>&1 </dev/null &
@@ -40,7 +43,7 @@ echo "server ready after $SECONDS s (pid $spid)"
 if [[ $step == together ]]; then  # both clients at once, each at concurrency C (served_load_together.py)
   OUT=$sl timeout "$lt" python3 benchmarks/served_load_together.py --url http://127.0.0.1:8011 --vllm vllm \
     --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
-    --repeats "$reps" --warmups "$warm" --client-procs "${CLIENT_PROCS:-1,4}" --variants "${VARIANTS:-default}" --data "$data" \
+    --repeats "$reps" --warmups "$warm" --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" \
     --json "$OUT/served_load_together.json" >"$sl/driver.log" 2>&1
   echo "together rc=$?"; tail -c 3000 "$sl/driver.log"
   if [[ -n ${SEQUENTIAL:-} ]]; then  # then the one-after-the-other comparison, with the server's /metrics

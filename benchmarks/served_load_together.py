@@ -39,8 +39,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import one_write  # beside this file (the script's directory is on sys.path)
-
 from abgate.bench.load import RequestTimes, parse_load, serve_metrics
 from abgate.bench.load_run import LoadJob, load_prompts, read_samples, run_load
 
@@ -121,10 +119,9 @@ def _drain(stream: Any, log: Any) -> None:
         log.write(line)
 
 
-def _repeat(a: argparse.Namespace, r: int, procs: int, variant: str, prompts: list[str],
-            idx: list[int], src: str, work: Path, pf: Path) -> dict[str, Any]:
+def _repeat(a: argparse.Namespace, r: int, procs: int, prompts: list[str], idx: list[int],
+            src: str, work: Path, pf: Path) -> dict[str, Any]:
     vdir, adir = work / f"vllm-{r}", work / f"abgate-{r}"
-    one_write.install(variant == "one-write")  # an experiment; client processes: default
     vdir.mkdir(parents=True, exist_ok=True)
     env = os.environ | {"PYTHONUNBUFFERED": "1"}  # its "Starting main..." line at once
     with (vdir / "vllm.log").open("w") as log:
@@ -147,8 +144,7 @@ def _repeat(a: argparse.Namespace, r: int, procs: int, variant: str, prompts: li
         drain.join()
     sides = {"abgate": _abgate_requests(adir), "vllm": _vllm_requests(vdir / "vllm.json")}
     lo, hi = window(sides, a.margin_s)
-    row: dict[str, Any] = {"repeat": r, "client_procs": procs, "variant": variant,
-                           "window_s": hi - lo}
+    row: dict[str, Any] = {"repeat": r, "client_procs": procs, "window_s": hi - lo}
     row |= {name: figures(reqs, lo, hi, a.concurrency) for name, reqs in sides.items()}
     row["ratio"] = {k: row["abgate"][k] / row["vllm"][k] for k in FIGURES}
     print(json.dumps(row), flush=True)
@@ -167,8 +163,6 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--client-procs", default="1",
                    help="abgate's client processes, a comma list taken in turn per repeat")
-    p.add_argument("--variants", default="default",
-                   help="abgate's client per repeat, in turn: default or one-write")
     p.add_argument("--warmups", type=int, default=None, help="each side's (default: C)")
     p.add_argument("--margin-s", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
@@ -186,9 +180,8 @@ def main() -> None:
     spec = parse_load(f"concurrency:{a.concurrency}", num_prompts=a.num_prompts, seed=a.seed)
     run_load(LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len),
              work / "server-warmup", force=True)  # untimed: every prompt cached
-    variants = a.variants.split(",")
-    runs = [_repeat(a, r, procs[r % len(procs)], variants[r % len(variants)], prompts, idx,
-                    src, work, pf) for r in range(a.repeats)]
+    runs = [_repeat(a, r, procs[r % len(procs)], prompts, idx, src, work, pf)
+            for r in range(a.repeats)]
     result = {"url": a.url, "model": a.model, "concurrency_each": a.concurrency,
               "num_prompts_each": a.num_prompts, "output_len": a.output_len,
               "warmups": a.warmups, "margin_s": a.margin_s, "prompts": src, "runs": runs,

@@ -260,5 +260,5 @@ def test_a_kept_alive_connection_closed_unanswered_is_retried_once(server: _Serv
     lines = [json.loads(x) for x in (tmp_path / "again" / "load_samples.jsonl").read_text()
              .splitlines()]
     assert rec["metrics"]["failed"] == 2 and len(server.bodies) == 3
-    assert all(x["attempts"] == 2 and "RemoteProtocolError" in x["error"] and
+    assert all(x["attempts"] == 2 and "ServerDisconnectedError" in x["error"] and
                x["t_end_s"] >= x["t_send_s"] for x in lines)

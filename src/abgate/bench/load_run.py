@@ -2,8 +2,9 @@
 
 Requests leave at their seeded due times (``load.arrival_schedule``), at most the
 shape's in-flight cap open at once (an asyncio semaphore), each one streamed by the
-same ``stream_once`` the openai engine uses, so its timestamps are taken the same way,
-each on an HTTP client of its own for as long as it is in flight. Every finished request
+openai engine's SSE parsing (``load_http``: aiohttp, as ``vllm bench serve`` sends),
+so its chunks are stamped and counted the same way, each on a session of one
+connection of its own for as long as it is in flight. Every finished request
 is appended and fsynced to ``load_samples.jsonl`` (by a writer thread, off the event
 loop); ``--client-procs`` spreads the slots over processes (``load_procs``); ``load.json``
 holds the spec, the schedule, the prompts' source and indices, and the metrics,
@@ -22,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import aiohttp
 import httpx
 
 from abgate import safefs
+from abgate.bench import load_http
 from abgate.bench.load import LoadSpec, RequestTimes, arrival_schedule, max_in_flight, serve_metrics
 from abgate.engines.base import SamplingParams
 from abgate.engines.openai.stream import (
@@ -34,8 +37,6 @@ from abgate.engines.openai.stream import (
     StreamState,
     identify,
     sampling_body,
-    stream_once,
-    tls_context,
 )
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import append_line
@@ -142,7 +143,7 @@ async def _stream(job: LoadJob, clients: _Clients,
     try:
         while True:
             try:
-                st = await stream_once(client, job.url + path, body, job.api)
+                st = await load_http.stream(client, job.url + path, body, job.api)
             except RequestFailed as exc:
                 if attempt == 2 or not exc.unanswered or exc.connect:
                     raise _Failed(exc, attempt, first) from None
@@ -186,43 +187,38 @@ class _Writer:
 
 
 class _Clients:
-    """An HTTP client of one connection for each request in flight, taken for a
-    request and given back after it. One shared client would do, but httpx's pool
-    walks all its connections (for each, all of them again) on every request and
-    response; at 32 streams and thousands of chunks a second that is client CPU
-    taken from stamping chunks."""
+    """A session of one connection for each request in flight, taken for a request
+    and given back after it (a request whose kept-alive connection was closed under it
+    is sent again on a new session: ``replace``)."""
 
     def __init__(self, headers: dict[str, str]) -> None:
         self.headers = headers
-        self.free: list[httpx.AsyncClient] = []
-        self.made: list[httpx.AsyncClient] = []
+        self.free: list[aiohttp.ClientSession] = []
+        self.made: list[aiohttp.ClientSession] = []
 
-    def take(self) -> httpx.AsyncClient:
+    def take(self) -> aiohttp.ClientSession:
         if self.free:
             return self.free.pop()
-        client = httpx.AsyncClient(headers=self.headers, timeout=600.0, verify=tls_context(),
-                                   limits=httpx.Limits(max_connections=1,
-                                                       max_keepalive_connections=1))
+        client = load_http.session(self.headers)
         self.made.append(client)
         return client
 
-    def give(self, client: httpx.AsyncClient) -> None:
+    def give(self, client: aiohttp.ClientSession) -> None:
         self.free.append(client)
 
     def reserve(self, n: int) -> None:
-        """Clients for ``n`` requests in flight made now (each costs about half a
-        millisecond of CPU; their connections open when first used). Given-back clients
-        are taken first, so these wait at the bottom."""
+        """Sessions for ``n`` requests in flight made now (their connections open when
+        first used). Given-back ones are taken first, so these wait at the bottom."""
         self.free[:0] = [self.take() for _ in range(max(0, n - len(self.free)))]
 
-    async def replace(self, client: httpx.AsyncClient) -> httpx.AsyncClient:
-        """A client of a new connection in place of ``client`` (closed)."""
+    async def replace(self, client: aiohttp.ClientSession) -> aiohttp.ClientSession:
+        """A session of a new connection in place of ``client`` (closed)."""
         self.made.remove(client)
-        await client.aclose()
+        await client.close()
         return self.take()
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(c.aclose() for c in self.made))
+        await asyncio.gather(*(c.close() for c in self.made))
 
 
 async def _run(job: LoadJob, model: str, dialect: Dialect, schedule: Sequence[float],
@@ -250,16 +246,14 @@ async def _run(job: LoadJob, model: str, dialect: Dialect, schedule: Sequence[fl
 async def before_clock(job: LoadJob, clients: _Clients, model: str, dialect: Dialect,
                        slots: int | None) -> list[dict[str, Any]]:
     """What the load needs made before its clock starts, so the clock measures the
-    load: every request's body, a client for each of ``slots`` requests in flight, and
-    one GET of ``/v1/models`` on a client of its own, closed after (a process's first
-    request imports httpx's async stack, anyio's backend and its sockets: about 20 ms;
-    the measured requests' connections stay as they were)."""
+    load: every request's body, a session for each of ``slots`` requests in flight, and
+    one GET of ``/v1/models`` on a session of its own, closed after (a process's first
+    request sets up the client's machinery: with httpx, importing anyio's backend took
+    about 20 ms; the measured requests' connections stay as they were)."""
     bodies = [_body(job, p, model, dialect) for p in job.prompts]
     clients.reserve(min(slots or RESERVED_UNCAPPED, len(bodies)))
-    async with httpx.AsyncClient(headers=dict(job.headers), timeout=10.0,
-                                 verify=tls_context()) as once:
-        with contextlib.suppress(httpx.HTTPError):
-            await once.get(job.url + "/v1/models")
+    async with load_http.session(dict(job.headers), timeout_s=10.0) as once:
+        await load_http.get(once, job.url + "/v1/models")
     return bodies
 
 

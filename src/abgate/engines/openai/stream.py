@@ -228,20 +228,9 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                                     retry_after=wait, answered=True)
             lines = resp.aiter_lines()
             async for line in lines:
-                now = time.perf_counter()
-                if not line.startswith("data:"):
-                    continue  # blank separators, comments (pings), event names
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    state.done = True
+                if feed(state, line, time.perf_counter(), api):
                     await _drain(lines)
                     break
-                try:
-                    chunk = parse(data)
-                except BadJson:
-                    raise RequestFailed(f"unparsable SSE data: {data[:200]!r}",
-                                        started=bool(state.chunk_times)) from None
-                absorb(state, chunk, now, api)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise RequestFailed(f"cannot connect: {exc}", transient=True, connect=True) from None
     except httpx.TimeoutException as exc:  # a timeout is never retried
@@ -252,6 +241,29 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
         raise RequestFailed(f"{type(exc).__name__}: {exc}".rstrip(": "),
                             transient=not started, started=started,
                             unanswered=not headers_read) from None
+    return finished(state)
+
+
+def feed(state: StreamState, line: str, now: float, api: str) -> bool:
+    """One SSE line of the body, read at ``now``, folded into ``state``; True at
+    ``[DONE]``."""
+    if not line.startswith("data:"):
+        return False  # blank separators, comments (pings), event names
+    data = line[5:].strip()
+    if data == "[DONE]":
+        state.done = True
+        return True
+    try:
+        chunk = parse(data)
+    except BadJson:
+        raise RequestFailed(f"unparsable SSE data: {data[:200]!r}",
+                            started=bool(state.chunk_times)) from None
+    absorb(state, chunk, now, api)
+    return False
+
+
+def finished(state: StreamState) -> StreamState:
+    """``state`` of a stream read to its end, or the ``RequestFailed`` of one cut short."""
     if state.finish is None:
         raise RequestFailed("the stream ended without a finish reason"
                             + ("" if state.done else " or [DONE]")
