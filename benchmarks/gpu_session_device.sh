@@ -9,6 +9,10 @@
 # 2. `vllm serve` of the bf16 SmolLM2, then benchmarks/served_load.py at concurrency 32 (a server
 #    warm-up pass, then per repeat abgate's generator and `vllm bench serve` in alternating order,
 #    3 repeats), the server stopped and the port and GPU memory checked.
+# 3. together: benchmarks/load_client_cost.py (the clients' CPU per chunk on this host), then
+#    benchmarks/served_load_together.py (both clients at once against one `vllm serve`; SEQUENTIAL=N
+#    adds N repeats of served_load.py after it), everything tarred into $OUT/served-load.tgz;
+# 4. truth: benchmarks/client_truth.py (both clients against the paced loopback server, no GPU).
 # Results under $OUT (seed-rows/, served-load/, served_load.json, cleanup.txt).
 set -uo pipefail
 data=${1:?data file} step=${2:?seeds or load}
@@ -32,7 +36,7 @@ if [[ $step == truth ]]; then  # both clients against the paced loopback server 
   echo "client_truth rc=$?"; tail -c 2500 "$sl/driver.log"; exit
 fi
 if [[ $step == together ]]; then  # the clients' CPU per streamed chunk on this host, first
-  python3 benchmarks/load_client_cost.py --chunks 10000 --repeats 3 2>&1 | tee "$OUT/load_client_cost.txt"
+  python3 benchmarks/load_client_cost.py --chunks 4000 --repeats 1 2>&1 | tee "$OUT/load_client_cost.txt"
 fi
 logreq=(); [[ -n ${LOG_REQUESTS:-} ]] && logreq=(--enable-log-requests)
 setsid vllm serve /root/m/smol --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \

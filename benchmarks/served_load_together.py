@@ -9,7 +9,9 @@ same server at the same moments, and their figures are taken over the same windo
 time: from the later client's first send to the earlier client's last token, less
 ``--margin-s`` at each end; a request counts if it was sent and finished inside it.
 Each side's TTFT and TPOT are the means over its requests in the window, and its output
-throughput the tokens (output chunks) it received inside the window per second, all
+throughput the tokens it received inside the window per second (each request's chunks
+inside, weighted by its usage tokens per chunk: vLLM packs several tokens in a chunk
+when its frontend falls behind), all
 computed by one function (``bench.load.serve_metrics``'s definitions) from each client's
 own timestamps: abgate's raw samples, and vLLM's ``--save-detailed`` ``start_times``,
 ``ttfts`` and ``itls`` (both ``time.perf_counter``, the system's monotonic clock, so one
