@@ -40,7 +40,7 @@ from abgate.engines.openai.stream import (
 )
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import append_line
-from abgate.redact import redact_url
+from abgate.redact import redact_text, redact_url
 
 SAMPLES = "load_samples.jsonl"
 RECORD = "load.json"
@@ -116,7 +116,8 @@ async def _one(job: LoadJob, clients: _Clients, i: int, body: dict[str, Any],
         usage = (st.usage or {}).get("completion_tokens")
         n_out = int(usage) if isinstance(usage, int) else len(chunks)
     except _Failed as exc:
-        error, chunks, n_out, last, attempts = str(exc.cause), (), 0, None, exc.attempts
+        error, chunks, n_out, last, attempts = redact_text(str(exc.cause)), (), 0, None, \
+            exc.attempts
         send, end = exc.t_submit - t0, time.perf_counter() - t0
     finally:
         if gate is not None:
