@@ -50,8 +50,9 @@ def _abgate(a: argparse.Namespace, prompts: list[str], idx: list[int], src: str,
             "output_throughput": m["output_throughput"], "itl_median_ms": m["itl_ms"]["median"]}
 
 
-def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> dict[str, float]:
-    out.mkdir(parents=True, exist_ok=True)
+def vllm_cmd(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> list[str]:
+    """``vllm bench serve`` against ``a.url`` with the prompts of ``prompts_file``, its
+    result written to ``out/vllm.json``."""
     cmd = [a.vllm, "bench", "serve", "--backend", "openai", "--base-url", a.url,
            "--endpoint", "/v1/completions", "--model", model,
            "--dataset-name", "custom", "--dataset-path", str(prompts_file),
@@ -62,7 +63,12 @@ def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> d
            "--save-result", "--result-dir", str(out), "--result-filename", "vllm.json"]
     if a.tokenizer:  # the served name is no hub id (nothing can be fetched on the device)
         cmd += ["--tokenizer", a.tokenizer]
-    subprocess.run(cmd, check=True)
+    return cmd
+
+
+def _vllm(a: argparse.Namespace, prompts_file: Path, out: Path, model: str) -> dict[str, float]:
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(vllm_cmd(a, prompts_file, out, model), check=True)
     r = json.loads((out / "vllm.json").read_text())
     return {"ttft_ms": r["mean_ttft_ms"], "tpot_ms": r["mean_tpot_ms"],
             "output_throughput": r["output_throughput"], "itl_median_ms": r["median_itl_ms"]}

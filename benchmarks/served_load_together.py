@@ -41,24 +41,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from served_load import vllm_cmd  # beside this file (the script's directory is on sys.path)
+
 from abgate.bench.load import RequestTimes, parse_load, serve_metrics
 from abgate.bench.load_run import LoadJob, load_prompts, read_samples, run_load
 
 READY = "Starting main benchmark run"
 FIGURES = ("ttft_ms", "tpot_ms", "output_throughput")
-
-
-def _vllm_cmd(a: argparse.Namespace, prompts_file: Path, out: Path) -> list[str]:
-    cmd = [a.vllm, "bench", "serve", "--backend", "openai", "--base-url", a.url,
-           "--endpoint", "/v1/completions", "--model", a.model,
-           "--dataset-name", "custom", "--dataset-path", str(prompts_file),
-           "--custom-output-len", str(a.output_len), "--skip-chat-template",
-           "--disable-shuffle", "--num-prompts", str(a.num_prompts),
-           "--max-concurrency", str(a.concurrency), "--request-rate", "inf",
-           "--ignore-eos", "--seed", str(a.seed), "--temperature", "0",
-           "--num-warmups", str(a.warmups), "--save-result", "--save-detailed",
-           "--result-dir", str(out), "--result-filename", "vllm.json"]
-    return cmd + (["--tokenizer", a.tokenizer] if a.tokenizer else [])
 
 
 def _vllm_requests(path: Path) -> list[RequestTimes]:
@@ -126,24 +115,31 @@ def _repeat(a: argparse.Namespace, r: int, procs: int, prompts: list[str], idx: 
     vdir, adir = work / f"vllm-{r}", work / f"abgate-{r}"
     vdir.mkdir(parents=True, exist_ok=True)
     env = os.environ | {"PYTHONUNBUFFERED": "1"}  # its "Starting main..." line at once
-    with (vdir / "vllm.log").open("w") as log:
-        proc = subprocess.Popen(_vllm_cmd(a, pf, vdir), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=env)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            if READY in line:
-                break
-        drain = threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True)
-        drain.start()
-        spec = parse_load(f"concurrency:{a.concurrency}", num_prompts=a.num_prompts,
-                          seed=a.seed)
-        job = LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len,
-                      warmup=a.warmups, procs=procs)
-        run_load(job, adir, force=True)
-        if proc.wait() != 0:
-            raise SystemExit(f"vllm bench serve exited {proc.returncode} (see {vdir}/vllm.log)")
-        drain.join()
+    # the same prompts in the same order as abgate's; per-request stamps kept
+    cmd = vllm_cmd(a, pf, vdir, a.model) + ["--disable-shuffle", "--save-detailed"]
+    with (vdir / "vllm.log").open("w") as log, \
+            subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, env=env) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                if READY in line:
+                    break
+            drain = threading.Thread(target=_drain, args=(proc.stdout, log), daemon=True)
+            drain.start()
+            spec = parse_load(f"concurrency:{a.concurrency}", num_prompts=a.num_prompts,
+                              seed=a.seed)
+            job = LoadJob(a.url, a.model, prompts, src, idx, spec, output_len=a.output_len,
+                          warmup=a.warmups, procs=procs)
+            run_load(job, adir, force=True)
+            if proc.wait() != 0:
+                raise SystemExit(f"vllm bench serve exited {proc.returncode} "
+                                 f"(see {vdir}/vllm.log)")
+            drain.join()
+        finally:  # abgate's side failed: vLLM's client is not left sending
+            if proc.poll() is None:
+                proc.kill()
     sides = {"abgate": _abgate_requests(adir), "vllm": _vllm_requests(vdir / "vllm.json")}
     lo, hi = window(sides, a.margin_s)
     row: dict[str, Any] = {"repeat": r, "client_procs": procs, "window_s": hi - lo}

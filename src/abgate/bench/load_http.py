@@ -22,25 +22,23 @@ from typing import Any
 
 import aiohttp
 
-from abgate.engines.openai.checks import retry_after
 from abgate.engines.openai.stream import (
     DRAIN_S,
-    TRANSIENT_STATUS,
     RequestFailed,
     StreamState,
     feed,
     finished,
+    refused,
     tls_context,
 )
 
 READ_BUFSIZE = 1 << 20  # an SSE line may be this long (aiohttp refuses longer ones)
 
 
-def session(headers: Mapping[str, str], *, timeout_s: float = 600.0,
-            connections: int = 1) -> aiohttp.ClientSession:
-    """A session of at most ``connections`` kept-alive connections (made inside the
-    event loop that uses it)."""
-    connector = aiohttp.TCPConnector(limit=connections, ssl=tls_context())
+def session(headers: Mapping[str, str], *, timeout_s: float = 600.0) -> aiohttp.ClientSession:
+    """A session of one kept-alive connection (made inside the event loop that uses
+    it)."""
+    connector = aiohttp.TCPConnector(limit=1, ssl=tls_context())
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
     return aiohttp.ClientSession(headers=dict(headers), connector=connector, timeout=timeout,
                                  read_bufsize=READ_BUFSIZE)
@@ -57,7 +55,7 @@ async def stream(client: aiohttp.ClientSession, url: str, body: Mapping[str, Any
         async with client.post(url, json=body) as resp:
             answered = True
             if resp.status >= 400:
-                raise await _refused(resp)
+                raise refused(resp.status, await resp.read(), resp.headers.get("Retry-After"))
             async for raw in resp.content:
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 if feed(state, line, time.perf_counter(), api):
@@ -74,15 +72,6 @@ async def stream(client: aiohttp.ClientSession, url: str, body: Mapping[str, Any
                             transient=not started, started=started,
                             unanswered=not answered) from None
     return finished(state)
-
-
-async def _refused(resp: aiohttp.ClientResponse) -> RequestFailed:
-    detail = (await resp.read()).decode("utf-8", errors="replace")[:400]
-    wait = retry_after(resp.headers.get("Retry-After"))
-    said = "" if wait is None else f" (Retry-After {wait:g} s)"
-    return RequestFailed(f"HTTP {resp.status}{said}: {detail.strip()}",
-                         transient=resp.status in TRANSIENT_STATUS, retry_after=wait,
-                         answered=True)
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> None:

@@ -220,12 +220,8 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
         async with client.stream("POST", url, json=body) as resp:
             headers_read = True
             if resp.status_code >= 400:
-                detail = (await resp.aread()).decode("utf-8", errors="replace")[:400]
-                wait = retry_after(resp.headers.get("retry-after"))
-                said = "" if wait is None else f" (Retry-After {wait:g} s)"
-                raise RequestFailed(f"HTTP {resp.status_code}{said}: {detail.strip()}",
-                                    transient=resp.status_code in TRANSIENT_STATUS,
-                                    retry_after=wait, answered=True)
+                raise refused(resp.status_code, await resp.aread(),
+                              resp.headers.get("retry-after"))
             lines = resp.aiter_lines()
             async for line in lines:
                 if feed(state, line, time.perf_counter(), api):
@@ -242,6 +238,15 @@ async def stream_once(client: httpx.AsyncClient, url: str, body: Mapping[str, An
                             transient=not started, started=started,
                             unanswered=not headers_read) from None
     return finished(state)
+
+
+def refused(status: int, body: bytes, retry_after_header: str | None) -> RequestFailed:
+    """The failure of a request the server answered with an error ``status``."""
+    detail = body.decode("utf-8", errors="replace")[:400]
+    wait = retry_after(retry_after_header)
+    said = "" if wait is None else f" (Retry-After {wait:g} s)"
+    return RequestFailed(f"HTTP {status}{said}: {detail.strip()}",
+                         transient=status in TRANSIENT_STATUS, retry_after=wait, answered=True)
 
 
 def feed(state: StreamState, line: str, now: float, api: str) -> bool:
