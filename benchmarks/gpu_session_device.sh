@@ -12,7 +12,9 @@
 # 3. together: benchmarks/load_client_cost.py (the clients' CPU per chunk on this host), then
 #    benchmarks/served_load_together.py (both clients at once against one `vllm serve`; SEQUENTIAL=N
 #    adds N repeats of served_load.py after it), everything tarred into $OUT/served-load.tgz;
-# 4. truth: benchmarks/client_truth.py (both clients against the paced loopback server, no GPU).
+# 4. truth: benchmarks/client_truth.py (both clients against the paced loopback server, no GPU);
+#    TOGETHER=1: both at once (--together); TOKENIZER=DIR: vllm bench serve's tokenizer (default
+#    /root/m/smol, converted from the staged GGUF; a tokenizer folder alone needs no model staged).
 # Results under $OUT (seed-rows/, served-load/, served_load.json, cleanup.txt).
 set -uo pipefail
 data=${1:?data file} step=${2:?seeds or load}
@@ -24,16 +26,20 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # sends before its clock starts; default the concurrency), CONCURRENCY (32), LOAD_TIMEOUT (330 s)
 np=${NUM_PROMPTS:-320} reps=${REPEATS:-3} conc=${CONCURRENCY:-32} lt=${LOAD_TIMEOUT:-330}
 warm=${WARMUPS:-$conc} cprocs=${CLIENT_PROCS:-1}  # CLIENT_PROCS: abgate's client processes
-[[ -d /root/m/smol ]] || vllm_convert_smol || exit
+tok=${TOKENIZER:-/root/m/smol}
+[[ -d $tok ]] || vllm_convert_smol || exit
 python3 -c "import abgate" 2>/dev/null || vllm_install_checkout || exit
 sl=$OUT/served-load && mkdir -p "$sl"
 # LOG_REQUESTS=1: the server logs each request's SamplingParams (what each client's requests
 # asked of it); the served_load driver reads the server's /metrics around each side either way
 if [[ $step == truth ]]; then  # both clients against the paced loopback server (no GPU, no vllm serve)
-  OUT=$sl timeout "$lt" python3 benchmarks/client_truth.py --vllm vllm --tokenizer /root/m/smol \
+  together=(); [[ -n ${TOGETHER:-} ]] && together=(--together)
+  OUT=$sl timeout "$lt" python3 benchmarks/client_truth.py --vllm vllm --tokenizer "$tok" \
     --itl-ms "${ITL_MS:-3}" --concurrency "$conc" --num-prompts "$np" --repeats "$reps" \
-    --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" --json "$OUT/client_truth.json" >"$sl/driver.log" 2>&1
-  echo "client_truth rc=$?"; tail -c 2500 "$sl/driver.log"; exit
+    --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" --json "$OUT/client_truth.json" \
+    "${together[@]}" >"$sl/driver.log" 2>&1
+  echo "client_truth rc=$?"; tail -c 2500 "$sl/driver.log"
+  tar czf "$OUT/client-truth.tgz" -C "$OUT" served-load; exit
 fi
 if [[ $step == together ]]; then  # the clients' CPU per streamed chunk on this host, first
   python3 benchmarks/load_client_cost.py --chunks 4000 --repeats 1 2>&1 | tee "$OUT/load_client_cost.txt"
