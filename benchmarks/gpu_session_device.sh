@@ -26,7 +26,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # sends before its clock starts; default the concurrency), CONCURRENCY (32), LOAD_TIMEOUT (330 s)
 np=${NUM_PROMPTS:-320} reps=${REPEATS:-3} conc=${CONCURRENCY:-32} lt=${LOAD_TIMEOUT:-330}
 warm=${WARMUPS:-$conc} cprocs=${CLIENT_PROCS:-1}  # CLIENT_PROCS: abgate's client processes
-tok=${TOKENIZER:-/root/m/smol}
+tok=${TOKENIZER:-${MODEL_DIR:-/root/m/smol}}
 [[ -d $tok ]] || vllm_convert_smol || exit
 python3 -c "import abgate" 2>/dev/null || vllm_install_checkout || exit
 sl=$OUT/served-load && mkdir -p "$sl"
@@ -45,20 +45,23 @@ if [[ $step == together ]]; then  # the clients' CPU per streamed chunk on this 
   python3 benchmarks/load_client_cost.py --chunks 4000 --repeats 1 2>&1 | tee "$OUT/load_client_cost.txt"
 fi
 logreq=(); [[ -n ${LOG_REQUESTS:-} ]] && logreq=(--enable-log-requests)
-setsid vllm serve /root/m/smol --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \
+# MODEL_DIR=DIR with DUMMY=1: SmolLM2's config and tokenizer alone, random weights of its shape
+# (`--load-format dummy`: the same compute per token, nothing of the model to stage)
+model=${MODEL_DIR:-/root/m/smol}; dummy=(); [[ -n ${DUMMY:-} ]] && dummy=(--load-format dummy)
+setsid vllm serve "$model" "${dummy[@]}" --port 8011 --served-model-name smol --gpu-memory-utilization 0.5 \
   --max-model-len 2048 "${logreq[@]}" >"$sl/server.log" 2>&1 </dev/null &
 spid=$!
 for _ in $(seq 150); do curl -sf http://127.0.0.1:8011/v1/models >/dev/null && break; sleep 1; done
 echo "server ready after $SECONDS s (pid $spid)"
 if [[ $step == together ]]; then  # both clients at once, each at concurrency C (served_load_together.py)
   OUT=$sl timeout "$lt" python3 benchmarks/served_load_together.py --url http://127.0.0.1:8011 --vllm vllm \
-    --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
+    --model smol --tokenizer "$tok" --concurrency "$conc" --num-prompts "$np" --output-len 128 \
     --repeats "$reps" --warmups "$warm" --client-procs "${CLIENT_PROCS:-1,4}" --data "$data" \
     --json "$OUT/served_load_together.json" >"$sl/driver.log" 2>&1
   echo "together rc=$?"; tail -c 3000 "$sl/driver.log"
   if [[ -n ${SEQUENTIAL:-} ]]; then  # then the one-after-the-other comparison, with the server's /metrics
     OUT=$sl/sequential timeout 200 python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
-      --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts 320 --output-len 128 \
+      --model smol --tokenizer "$tok" --concurrency "$conc" --num-prompts 320 --output-len 128 \
       --repeats "${SEQUENTIAL}" --warmups "$warm" --client-procs 1 --data "$data" --json "$OUT/served_load.json" \
       --server-metrics >"$sl/sequential.log" 2>&1
     echo "served_load rc=$?"; grep '^{"repeat"' "$sl/sequential.log" | cut -c1-600
@@ -67,7 +70,7 @@ if [[ $step == together ]]; then  # both clients at once, each at concurrency C 
   tar czf "$OUT/served-load.tgz" --exclude=server.log -C "$OUT" served-load && gzip -f "$sl/server.log"
 else
 OUT=$sl timeout "$lt" python3 benchmarks/served_load.py --url http://127.0.0.1:8011 --vllm vllm \
-  --model smol --tokenizer /root/m/smol --concurrency "$conc" --num-prompts "$np" --output-len 128 \
+  --model smol --tokenizer "$tok" --concurrency "$conc" --num-prompts "$np" --output-len 128 \
   --repeats "$reps" --warmups "$warm" --client-procs "$cprocs" --data "$data" --json "$OUT/served_load.json" --server-metrics \
   >"$sl/driver.log" 2>&1
 echo "served_load rc=$?"; tail -c 2500 "$sl/driver.log"
