@@ -82,6 +82,6 @@ if [[ -n ${LOG_REQUESTS:-} ]]; then  # one request of each client as the server 
 fi
 kill -TERM -- -"$spid" 2>/dev/null; for _ in $(seq 30); do kill -0 "$spid" 2>/dev/null || break; sleep 1; done
 kill -KILL -- -"$spid" 2>/dev/null
-{ echo "after stop:"; ps -eo pid,cmd | grep -c '[v]llm serve' ; ss -ltn | grep -c ':8011 ' ;
+{ echo "after stop:"; ps -eo pid,cmd | grep -c '[v]llm serve' ; python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 8011)); print('port 8011 free')" ;
   nvidia-smi --query-gpu=memory.used --format=csv,noheader; } | tee "$OUT/cleanup.txt"
 ls -la "$OUT" "$sl"
