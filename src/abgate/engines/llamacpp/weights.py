@@ -4,6 +4,7 @@ GGUF type allows (:func:`loaded_weights`); a type ``gguf`` cannot decode raises 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,28 @@ def _reader(gguf: Any, tensor: Any, shape: tuple[int, ...]) -> Any:
     return read
 
 
+# tensor_types per file as it is now (device, inode, size, mtime): ``gguf.GGUFReader``
+# parses every metadata field of the file, the tokenizer's 49,152 entries included (about
+# 2.4 s for SmolLM2 on a 2-core VM), and every load's effective configuration asks again
+_TYPES: dict[tuple[int, int, int, int], dict[str, str]] = {}
+
+
 def tensor_types(model_path: str) -> dict[str, str] | None:
     """The loaded model's weight types by role (``attn_q``, ``ffn_down``, ``token_embd``,
     ...: GGUF names without the block index), several types joined by ``,``; None
-    without the ``gguf`` package."""
+    without the ``gguf`` package. Read once per file: a file replaced or rewritten
+    (another inode, size or modification time) is read again."""
+    st = os.stat(model_path)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _TYPES:
+        types = _read_types(model_path)
+        if types is None:
+            return None
+        _TYPES[key] = types
+    return dict(_TYPES[key])
+
+
+def _read_types(model_path: str) -> dict[str, str] | None:
     tensors = loaded_weights(model_path)
     if tensors is None:
         return None
