@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from abgate.ab import declared
 from abgate.ab.experiment import Experiment
 from abgate.ab.runtime_weights import check_exposable
-from abgate.ab.switches import request_differences
 from abgate.compare import Policy, load_policy
 from abgate.engines import engine_class
 from abgate.errors import UsageError
@@ -50,7 +49,7 @@ def check_experiment(exp: Experiment, provenance: ProvenanceOptions | None = Non
     if exp.evidence.weights:
         check_exposable({arm: p.engine.spec.engine for arm, p in prepared.items()})
     contracts = check_contracts(exp, prepared, prov)
-    differences = request_differences(exp, prepared)
+    differences = declared.request_differences(exp, prepared)
     mode = choose_mode(exp)  # a sequential A/B that would run in blocks is refused here
     return Checked(exp, prov, rules, prepared, contracts, differences, mode)
 

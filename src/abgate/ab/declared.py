@@ -16,20 +16,31 @@ The keys, the pattern matcher and what is never compared are those of
 candidate may differ from the baseline only in keys its own ``changes``, the baseline's
 ``changes`` or the experiment's ``allow_differences`` match. With no declaration at all
 nothing is refused: every difference is reported as undeclared (and logged as a warning).
+
+An A/B run compares each candidate with the baseline before the load
+(:func:`request_differences`) and after it (:func:`loaded_differences`), into
+``ab.json``'s ``differences``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
+from abgate.ab import optout
+from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
+from abgate.records import documents as docs
 from abgate.records import facts
 from abgate.records.facts import differing, matches
 from abgate.records.sections import ArmDifferences, DiffStage, EngineRecord, Provenance, Spec
+from abgate.runner.spec import PreparedRun
 
 __all__ = ["differing", "matches"]  # the one matcher and differ (records/facts.py)
+log = logging.getLogger("abgate.ab")
+
 # Per-rank facts (``effective_config.ranks``: each worker's dtypes, quantization, graph
 # mode) repeat what the effective config reports, per worker; they are recorded and held
 # to a contract's [every_rank] clauses, not compared as differences of their own (a
@@ -76,17 +87,100 @@ def split(diff: Mapping[str, list[str]], patterns: Sequence[str]
     return declared, {k: v for k, v in diff.items() if k not in declared}
 
 
-def check_patterns(where: str, value: Any) -> tuple[str, ...]:
-    """A list of key patterns from an experiment file (``changes``,
-    ``allow_differences``): a one-line UsageError names a bad entry."""
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise UsageError(f"{where}: must be a list of key patterns such as "
-                         f"[\"flash_attn\", \"env.*\"], got {value!r}")
-    for pattern in value:
-        if (group := facts.unknown_class(pattern)) is not None:
-            raise UsageError(f"{where}: {pattern!r}: unknown key group {group!r}; a dotted "
-                             f"pattern starts with one of {', '.join(facts.CLASSES)}")
-    return tuple(value)
+def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
+                        ) -> dict[str, ArmDifferences]:
+    """Each candidate's differences from the baseline before any load, declared and
+    undeclared apart; an undeclared one is refused (exit 2, nothing written) when the
+    experiment declares anything, else logged as a warning."""
+    base = request_facts(prepared[exp.baseline].spec)
+    out: dict[str, ArmDifferences] = {}
+    for arm in exp.candidates:
+        patterns = exp.declared_for(arm)
+        diff = differing(base, request_facts(prepared[arm].spec))
+        known, unknown = split(diff, patterns)
+        if unknown and exp.declares:
+            raise UsageError(refusal(arm, exp.baseline, unknown, "before the load"))
+        if unknown:
+            log.warning("arm %r differs from %r in %s, declared nowhere (declare the switch "
+                        "with changes = [...] to have any other difference refused)", arm,
+                        exp.baseline, ", ".join(unknown))
+        out[arm] = ArmDifferences(declares=exp.declares,
+                                  request=section(known, unknown, patterns))
+    return out
+
+
+def loaded_differences(exp: Experiment, doc: docs.AbRecord,
+                       engines: Mapping[str, EngineRecord | None],
+                       provenance: Mapping[str, Provenance | None], out: Path) -> str | None:
+    """After a load: each candidate whose and whose baseline's engines (``engines``: each
+    arm's as its record holds it, None before its load) have loaded,
+    compared with the baseline (engine version, effective config, ``provenance``'s
+    libraries) into ``doc.differences``; the refusal of the first undeclared difference
+    when the experiment declares anything (the caller saves and stops), else None."""
+    base = _loaded_facts(engines, provenance, exp.baseline)
+    for arm in exp.candidates:
+        found = _loaded_facts(engines, provenance, arm)
+        if base is None or found is None:
+            continue
+        patterns = exp.declared_for(arm)
+        entry = doc.differences.setdefault(arm, ArmDifferences())
+        request = entry.request or DiffStage()
+        known, unknown, moving = _split_loaded(differing(base, found), patterns, request)
+        entry.loaded = section(known, unknown, patterns)
+        if moving:
+            entry.loaded.volatile = moving
+        entry.unobserved = unused(  # the arm's own claims, not allowances
+            exp.changes.get(arm, ()), {**request.declared, **known})
+        unchanged = no_op(request, entry.loaded)
+        if unchanged:
+            entry.unchanged = unchanged
+            log.warning("arm %r: %s changed nothing observable after load (effective "
+                        "config identical to %r's)", arm, ", ".join(entry.unchanged),
+                        exp.baseline)
+        entry.config_only = config_only(request, entry.loaded) or None
+        _opt_out(exp, arm, entry, out)
+        if unknown and exp.declares:
+            return refusal(arm, exp.baseline, unknown, "after the load")
+        if unknown:
+            log.warning("arm %r differs from %r after the load in %s, declared nowhere",
+                        arm, exp.baseline, ", ".join(unknown))
+    return None
+
+
+def _split_loaded(diff: dict[str, list[str]], patterns: Sequence[str], request: DiffStage
+                  ) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """Declared, undeclared and volatile differences after the load. Volatile figures (a
+    profiler's KV blocks, memory in use) are never a difference; the request's echo and the
+    model config's digest count as declared when the request's engine args were."""
+    moving = {k: v for k, v in diff.items() if facts.volatile(k)}
+    rest = {k: v for k, v in diff.items() if k not in moving}
+    args_declared = any(k.startswith("engine_args.") for k in request.declared)
+    args_undeclared = any(k.startswith("engine_args.") for k in request.undeclared)
+    follows = {k: v for k, v in rest.items()
+               if (k in facts.ECHO and args_declared and not args_undeclared)
+               or (k in facts.DERIVED and args_declared)}
+    known, unknown = split({k: v for k, v in rest.items() if k not in follows}, patterns)
+    return {**known, **follows}, unknown, moving
+
+
+def _loaded_facts(engines: Mapping[str, EngineRecord | None],
+                  provenance: Mapping[str, Provenance | None], arm: str
+                  ) -> dict[str, str] | None:
+    engine = engines.get(arm)
+    if engine is None:
+        return None
+    return loaded_facts(engine, provenance.get(arm))
+
+
+def _opt_out(exp: Experiment, arm: str, entry: ArmDifferences, out: Path) -> None:
+    """Arms that differ only by env: record what shows the variable took effect."""
+    dirs = (out / "arms" / exp.baseline, out / "arms" / arm)
+    found = optout.opt_out_evidence(entry, dirs, exp.evidence.log_patterns)
+    if found is None:
+        return
+    entry.opt_out = found
+    if found.warning:
+        log.warning("arm %r: %s", arm, found.warning)
 
 
 def section(declared: dict[str, list[str]], undeclared: dict[str, list[str]],
