@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from abgate.errors import UsageError
-from abgate.runner.records import write_text_atomic
+from abgate.runner.documents import write_text_atomic
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 

@@ -15,7 +15,7 @@ from abgate.cli.app import app
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.finish import finish
 from abgate.report import check_format, render
-from abgate.runner.records import write_text_atomic
+from abgate.runner.documents import write_text_atomic
 
 
 @app.command("report")

@@ -33,7 +33,7 @@ from abgate.report.sections import (
     weights_section,
 )
 from abgate.report.untrusted import user
-from abgate.runner.records import write_text_atomic
+from abgate.runner.documents import write_text_atomic
 
 __all__ = ["FORMATS", "build_doc", "check_format", "refresh_reports", "render", "render_data",
            "write_reports"]
