@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from abgate.ab.experiment import Experiment
 from abgate.errors import UsageError
 from abgate.identity import json_sha256
 from abgate.records import documents as docs
-from abgate.records.sections import GitState, Resume
+from abgate.records.sections import GitState
 from abgate.runner.documents import new_record, read_record, write_record
 from abgate.runner.outdir import prepare_new_dir
-from abgate.runner.provenance import check_same_inputs
-from abgate.runner.source_check import check_same_source
+from abgate.runner.resume import resumed
 from abgate.runner.spec import PreparedRun
 
 AB_FILE = "ab.json"
@@ -33,10 +31,7 @@ def open_ab_dir(exp: Experiment, prepared: dict[str, PreparedRun], out: Path, mo
         if doc.digest != digest:
             raise UsageError(f"--resume {out}: the experiment differs from the recorded one; "
                              "use a new directory")
-        changed = check_same_source(out, doc.git, git, allow_source_change)
-        check_same_inputs(out, doc.inputs, inputs)
-        doc.resumes = [*doc.resumes, Resume(at=time.time(), from_status=doc.status, git=git,
-                                            inputs=inputs, source_changed=changed)]
+        resumed(doc, out, git, inputs, allow_source_change)
         return doc
     prepare_new_dir(out, force, marker=AB_FILE)
     made = new_record("ab", git=git, inputs=inputs, experiment=given,
