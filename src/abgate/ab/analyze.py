@@ -10,6 +10,11 @@ Besides the samples, each candidate's comparison gets:
 - ``probes``: both arms' ``arms/<arm>/probes.json`` side by side, when probes ran;
 - ``expect``: the experiment's ``expect`` ("lossy" unless set);
 - ``speed_only``: why quality gates do not apply (random weights), else None.
+
+Of a fleet A/B's ``fleet`` section (``records.fleet``, written by ``abgate.fleet``) the
+analysis reads the replica each item ran on (the replica-clustered speed interval,
+:func:`replica_of_items`) and the notes a verdict gets on what it rests on (replicas,
+losses, declared host differences: :func:`fleet_notes`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from abgate.ab import declared
-from abgate.ab.fleet_notes import fleet_notes, replica_of_items
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
@@ -33,8 +37,8 @@ from abgate.host_load import summarize
 from abgate.records.agreement import Agreement, ScoringOverhead
 from abgate.records.comparison import ArmResult, ComparisonDoc, Probes, Sequential
 from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.fleet import FleetRecord, FleetSession
 from abgate.records.samples import Sample
-from abgate.records.sections import ArmDifferences
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record, write_record
 from abgate.runner.samples import load_samples
@@ -43,6 +47,7 @@ from abgate.safejson import read_json
 COMPARISON_FILE = "comparison.json"
 AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
 DECISION_ORDER = ("REJECT", "INCONCLUSIVE", "ACCEPT")  # worst first
+AGREEMENT_PASS = "agreement pass"  # a FleetLoss's ``at`` when lost while scoring
 
 
 def arm_samples(out: Path, arm: str) -> list[Sample]:
@@ -149,8 +154,7 @@ def arm_extras(out: Path, ab: AbRecord, arm: str, base: str,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": [*declared.warnings(ab.differences.get(arm)
-                                                   or ArmDifferences(), arm),
+        "difference_warnings": [*declared.warnings(ab.differences.get(arm), arm),
                                 *_identical_outputs(ab, arm, samples[base], samples[arm]),
                                 *fleet_notes(ab.fleet)],
         # what the host was doing while the arms ran: whether "busy" is measured
@@ -249,3 +253,52 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
                            exit_code=EXIT_CODES[overall])
     write_record(out / COMPARISON_FILE, result)
     return result
+
+
+def fleet_sessions(fleet: FleetRecord | None) -> list[FleetSession]:
+    """The fleet sessions of an A/B, earliest first (a resume ran on another cluster:
+    its replicas are other ones)."""
+    return fleet.sessions() if fleet is not None else []
+
+
+def replica_of_items(fleet: FleetRecord | None) -> dict[str, str]:
+    """Item id -> the replica its first (item, seed) key ran on (``s.i``: replica i of
+    session s when the A/B ran in more than one fleet session)."""
+    out: dict[str, str] = {}
+    runs = fleet_sessions(fleet)
+    for n, run in enumerate(runs):
+        for replica, keys in sorted((run.items_by_replica or {}).items()):
+            label = f"{n}.{replica}" if len(runs) > 1 else str(replica)
+            for key in keys:
+                out.setdefault(str(key).rsplit("#", 1)[0], label)
+    return out
+
+
+def fleet_notes(fleet: FleetRecord | None) -> list[str]:
+    """The verdict's notes for a fleet A/B (none for one machine)."""
+    if fleet is None:
+        return []
+    by = {str(k): len(v) for k, v in (fleet.items_by_replica or {}).items()}
+    counts = ", ".join(f"replica {k}: {n}" for k, n in sorted(by.items()))
+    notes = [f"Fleet A/B: {len(fleet.replicas or [])} replica(s), both arms of every "
+             f"item on one replica (items {counts}); speed intervals clustered by replica."]
+    host_differences = list(fleet.host_differences or [])
+    if host_differences:
+        notes.append("Declared host differences between the replicas: "
+                     f"{', '.join(map(str, host_differences))}.")
+    n_sessions = len(fleet_sessions(fleet))
+    if n_sessions > 1:
+        notes.append(f"Resumed on another fleet: {n_sessions} fleet sessions; the "
+                     "replicas of each are clusters of their own.")
+    for loss in (x for run in fleet_sessions(fleet) for x in run.lost or []):
+        if loss.at == AGREEMENT_PASS:
+            notes.append(f"Replica {loss.replica} was lost in the agreement pass "
+                         f"({loss.error}): the sample it was scoring was scored whole on "
+                         "another replica, so each sample's rows come from one replica.")
+            continue
+        notes.append(f"Replica {loss.replica} was lost at {loss.at} "
+                     f"({loss.error}): nothing of its item in flight was written; "
+                     "it ran again on another replica, so the verdict rests on every "
+                     f"item once, {sum(by.values())} in all, from the surviving "
+                     "replicas and what the lost one finished before.")
+    return notes

@@ -256,12 +256,13 @@ def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
     return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
 
 
-def warnings(entry: ArmDifferences | Mapping[str, Any], arm: str = "candidate") -> list[str]:
+def warnings(entry: ArmDifferences | Mapping[str, Any] | None, arm: str = "candidate"
+             ) -> list[str]:
     """What a reader of a candidate's differences must not miss: undeclared differences
     (when nothing was declared, so none was refused), an engine arg after which nothing
-    differs and an opt-out nothing shows."""
+    differs and an opt-out nothing shows (None: no entry, none)."""
     if not isinstance(entry, ArmDifferences):  # as read from ab.json
-        entry = ArmDifferences.model_validate(entry)
+        entry = ArmDifferences.model_validate(entry or {})
     out = []
     for stage, label in ((entry.request, "before the load"), (entry.loaded, "after the load")):
         if stage is not None and stage.undeclared:
