@@ -21,9 +21,8 @@ from abgate.ab.directory import AB_FILE, open_ab_dir
 from abgate.ab.experiment import Experiment
 from abgate.ab.revisions import Revisions
 from abgate.ab.schedule import ArmSessions, ScheduleStrategy
-from abgate.ab.sequential import SequentialLooks
 from abgate.ab.state import OnPhase, Progress, RunState, new_state
-from abgate.ab.strategies import Blocks, Interleaved, LocalSessions
+from abgate.ab.strategies import LocalSessions, schedule_for
 from abgate.records.sections import ArmDifferences
 from abgate.records.side_documents import Summary
 from abgate.runner.documents import source_state
@@ -31,7 +30,7 @@ from abgate.runner.execute import Status, end_record, fail_if_all_errors, tracke
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions, input_hashes
 
-__all__ = ["AbOutcome", "OnPhase", "Progress", "run_ab", "run_checked", "schedule_for"]
+__all__ = ["AbOutcome", "OnPhase", "Progress", "run_ab", "run_checked"]
 log = logging.getLogger("abgate.ab")
 
 
@@ -40,13 +39,6 @@ class AbOutcome:
     out: Path
     status: str
     arms: dict[str, Summary | None]  # arm -> its summary (None: none readable)
-
-
-def schedule_for(state: RunState) -> ScheduleStrategy:
-    """The local schedule the experiment's mode and stopping rule ask for."""
-    if state.checked.mode != "interleave":
-        return Blocks()
-    return SequentialLooks() if state.exp.schedule.sequential else Interleaved()
 
 
 def finish_state(state: RunState, status: str, error: str | None
@@ -80,8 +72,8 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
                 revisions: Revisions | None = None) -> AbOutcome:
     """Run an experiment that passed :func:`~abgate.ab.checks.check_experiment` into
     ``out``, whose claim (``runner.outdir.claimed``) the caller holds. ``schedule``
-    (default: :func:`schedule_for`) runs the samples, loading arms through
-    ``sessions`` (default: in this process)."""
+    (default: :func:`~abgate.ab.strategies.schedule_for`) runs the samples, loading arms
+    through ``sessions`` (default: in this process)."""
     exp, prov, rules = checked.exp, checked.provenance, checked.policy
     # the policy's bytes too: a resumed (sequential) A/B decides under the same rules
     inputs = {**input_hashes(prov), "policy": rules.sha256}
