@@ -24,23 +24,21 @@ from pathlib import Path
 from abgate import safefs, signals
 from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.checks import Checked, check_experiment
-from abgate.ab.directory import AB_FILE, open_ab_dir
 from abgate.ab.experiment import Experiment
 from abgate.ab.revisions import Revisions
 from abgate.ab.schedule import ArmSessions, ScheduleStrategy
-from abgate.ab.state import OnPhase, Progress, RunState, new_state
+from abgate.ab.state import AB_FILE, OnPhase, Progress, RunState, open_state
 from abgate.ab.strategies import LocalSessions, schedule_for
 from abgate.errors import AbgateError
 from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import AbRecord
-from abgate.records.sections import ArmDifferences
 from abgate.records.side_documents import Summary
 from abgate.redact import redact
 from abgate.runner import records as rec
-from abgate.runner.documents import read_document, read_record, source_state
+from abgate.runner.documents import read_document, read_record
 from abgate.runner.execute import Status, end_record, fail_if_all_errors, tracked
 from abgate.runner.outdir import claimed
-from abgate.runner.provenance import ProvenanceOptions, input_hashes
+from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import PreparedRun
 
 __all__ = ["AbOutcome", "AbResult", "OnPhase", "Progress", "recorded_result", "run_ab",
@@ -88,17 +86,10 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
     ``out``, whose claim (``runner.outdir.claimed``) the caller holds. ``schedule``
     (default: :func:`~abgate.ab.strategies.schedule_for`) runs the samples, loading arms
     through ``sessions`` (default: in this process)."""
-    exp, prov, rules = checked.exp, checked.provenance, checked.policy
-    # the policy's bytes too: a resumed (sequential) A/B decides under the same rules
-    inputs = {**input_hashes(prov), "policy": rules.sha256}
-    doc = open_ab_dir(exp, checked.prepared, out, checked.mode, resume, force,
-                      source_state(out), inputs, prov.allow_source_change, rules.name)
-    for arm, entry in checked.differences.items():
-        found = doc.differences.setdefault(arm, ArmDifferences())
-        found.declares, found.request = entry.declares, entry.request
-    state = new_state(checked, out, doc, resume, progress, on_phase)
+    state = open_state(checked, out, resume=resume, force=force, progress=progress,
+                       on_phase=on_phase)
     if revisions is not None:  # (after the arms' directories are made)
-        doc.source = revisions.record(out)
+        state.doc.source = revisions.record(out)
         sessions = sessions or revisions.sessions(state)
     state.save()
     summaries: dict[str, Summary | None] = {}
@@ -108,7 +99,7 @@ def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
 
     with tracked(out, "A/B run", finish) as status:
         if on_start:
-            on_start(state.n_done(), len(state.keys()) * len(exp.arms))
+            on_start(state.n_done(), len(state.keys()) * len(state.arms))
         (schedule or schedule_for(state)).run(state, sessions or LocalSessions(state))
         for arm, r in state.recorders.items():
             fail_if_all_errors(f"A/B arm {arm!r}", r.samples())

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from abgate.ab.directory import AB_FILE
+from abgate.ab.state import AB_FILE
 from abgate.cli import ci_outputs
 from abgate.cli.app import app
 from abgate.errors import AbgateError, UsageError
