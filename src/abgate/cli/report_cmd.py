@@ -14,8 +14,7 @@ from abgate.cli import ci_outputs
 from abgate.cli.app import app
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.finish import finish
-from abgate.report import check_format, render
-from abgate.runner.documents import write_text_atomic
+from abgate.report import check_format, render, write_text_atomic
 
 
 @app.command("report")

@@ -3,12 +3,12 @@
 
 :func:`new_record` makes a record model; :func:`write_record` writes any document (a
 record or a JSON document) after validating it again (a writer's bug never reaches the
-disk), whole or not at all (:func:`write_json_atomic`; a report's text:
-:func:`write_text_atomic`); :func:`read_record` and :func:`read_document` read one into
-its model (a wrong type, a missing field, an unexpected kind or a newer schema version
-is a one-line error naming the file and the field); an older file is upgraded on read by
-the models' own migrations. :data:`DOCUMENT_FILES`, :data:`LINE_FILES` and
-:data:`NOT_RECORDS` account for every JSON file abgate writes in an output directory.
+disk), whole or not at all (:func:`write_json_atomic`); :func:`read_record` and
+:func:`read_document` read one into its model (a wrong type, a missing field, an
+unexpected kind or a newer schema version is a one-line error naming the file and the
+field); an older file is upgraded on read by the models' own migrations.
+:data:`DOCUMENT_FILES`, :data:`LINE_FILES` and :data:`NOT_RECORDS` account for every
+JSON file abgate writes in an output directory.
 """
 
 from __future__ import annotations
@@ -186,14 +186,6 @@ def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
     leaves the previous version and no temporary file, and is a one-line error; a link
     at ``path`` is refused (:func:`abgate.safefs.write_atomic`)."""
     text = json.dumps(redact(doc), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-    safefs.write_atomic(path, text.encode("utf-8"))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` whole or not at all, no temporary file left on any error
-    (a directory of that name, a full disk): a one-line error naming ``path``."""
-    if path.is_dir() and not path.is_symlink():
-        raise UsageError(f"cannot write {path}: it is a directory (give a file name)")
     safefs.write_atomic(path, text.encode("utf-8"))
 
 
