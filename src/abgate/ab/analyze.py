@@ -9,7 +9,9 @@ Besides the samples, each candidate's comparison gets:
   reason when the file is missing or unusable;
 - ``probes``: both arms' ``arms/<arm>/probes.json`` side by side, when probes ran;
 - ``expect``: the experiment's ``expect`` ("lossy" unless set);
-- ``speed_only``: why quality gates do not apply (random weights), else None.
+- ``speed_only``: why quality gates do not apply (random weights), else None;
+- ``difference_warnings``: what a reader of the arm's differences (``ab.json``) must not
+  miss (:func:`difference_warnings`), and the fleet notes.
 
 Of a fleet A/B's ``fleet`` section (``records.fleet``, written by ``abgate.fleet``) the
 analysis reads the replica each item ran on (the replica-clustered speed interval,
@@ -24,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from abgate.ab import declared
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
@@ -39,6 +40,7 @@ from abgate.records.comparison import ArmResult, ComparisonDoc, Probes, Sequenti
 from abgate.records.documents import AbRecord, RunRecord
 from abgate.records.fleet import FleetRecord, FleetSession
 from abgate.records.samples import Sample
+from abgate.records.sections import ArmDifferences
 from abgate.runner import records as rec
 from abgate.runner.documents import read_record, write_record
 from abgate.runner.samples import load_samples
@@ -154,7 +156,7 @@ def arm_extras(out: Path, ab: AbRecord, arm: str, base: str,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": [*declared.warnings(ab.differences.get(arm), arm),
+        "difference_warnings": [*difference_warnings(ab.differences.get(arm), arm),
                                 *_identical_outputs(ab, arm, samples[base], samples[arm]),
                                 *fleet_notes(ab.fleet)],
         # what the host was doing while the arms ran: whether "busy" is measured
@@ -180,7 +182,41 @@ def _identical_outputs(ab: AbRecord, arm: str, base: Sequence[SampleLike],
     a, b = outputs(base), outputs(cand)
     if not a or a.keys() != b.keys() or any(a[k] is None or a[k] != b[k] for k in a):
         return []
-    return [declared.identical_outputs_warning(arm, list(args), len({k[0] for k in a}))]
+    return [identical_outputs_warning(arm, list(args), len({k[0] for k in a}))]
+
+
+def identical_outputs_warning(arm: str, args: Sequence[str], n_items: int) -> str:
+    """The note for a switch whose only trace after the load is the model config's digest
+    and whose outputs are token-identical to the baseline's on every item."""
+    return (f"arm {arm}'s declared switch {', '.join(args)} changed only the model config's "
+            f"digest after load (nothing else the engine reports), and its outputs are "
+            f"token-identical to the baseline's on all {n_items} items: the model may not "
+            "read what it changed.")
+
+
+def difference_warnings(entry: ArmDifferences | Mapping[str, Any] | None,
+                        arm: str = "candidate") -> list[str]:
+    """What a reader of a candidate's differences must not miss: undeclared differences
+    (when nothing was declared, so none was refused), an engine arg after which nothing
+    differs and an opt-out nothing shows (None: no entry, none)."""
+    if not isinstance(entry, ArmDifferences):  # as read from ab.json
+        entry = ArmDifferences.model_validate(entry or {})
+    out = []
+    for stage, label in ((entry.request, "before the load"), (entry.loaded, "after the load")):
+        if stage is not None and stage.undeclared:
+            out.append(f"Undeclared differences {label} (nothing declared, so none was "
+                       f"refused): {', '.join(stage.undeclared)}.")
+    if entry.unobserved:
+        out.append(f"Declared, but no recorded value differs: {', '.join(entry.unobserved)} "
+                   "(the switch may not be set in this arm, or not be reported).")
+    if entry.unchanged:
+        out.append(f"arm {arm}'s declared switch {', '.join(entry.unchanged)} changed "
+                   "nothing observable after load (effective config identical: effective "
+                   "configuration, model config, engine version and libraries as the "
+                   "baseline arm's); the engine may have ignored it.")
+    if entry.opt_out is not None and entry.opt_out.warning:
+        out.append(f"Opt-out evidence: none: {entry.opt_out.warning}.")
+    return out
 
 
 def item_order(samples: Sequence[SampleLike]) -> list[str]:

@@ -25,8 +25,8 @@ An A/B run compares each candidate with the baseline before the load
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path, PurePath
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from abgate.ab import optout
@@ -218,64 +218,9 @@ def config_only(request: DiffStage | None, loaded: DiffStage | None) -> list[str
     return args if seen and all(k in facts.DERIVED for k in seen) else []
 
 
-def identical_outputs_warning(arm: str, args: Sequence[str], n_items: int) -> str:
-    """The note for a switch whose only trace after the load is the model config's digest
-    and whose outputs are token-identical to the baseline's on every item."""
-    return (f"arm {arm}'s declared switch {', '.join(args)} changed only the model config's "
-            f"digest after load (nothing else the engine reports), and its outputs are "
-            f"token-identical to the baseline's on all {n_items} items: the model may not "
-            "read what it changed.")
-
-
 def refusal(arm: str, baseline: str, undeclared: Mapping[str, list[str]], stage: str) -> str:
     shown = "; ".join(f"{k} ({v[0]} vs {v[1]})" for k, v in list(undeclared.items())[:12])
     more = f" and {len(undeclared) - 12} more" if len(undeclared) > 12 else ""
     return (f"arm {arm!r} differs from {baseline!r} in undeclared key(s) {stage}: "
             f"{shown}{more}; declare them in [arms.{arm}] changes = [...] or in "
             "allow_differences, or make the arms equal there")
-
-
-def clause_keys(clause: str) -> list[str]:
-    """The keys a contract clause is about (``settings.K``: the arg and the effective
-    value; ``env.required.N``: ``env.N``; ...)."""
-    parts = clause.split(" ", 1)[0].split(".")
-    if parts[0] == "settings" and len(parts) > 1:
-        key = ".".join(parts[1:])
-        return [f"engine_args.{key}", f"effective.{key}"]
-    if parts[0] in ("engine_args", "env") and len(parts) > 2:
-        return [f"{parts[0]}.{'.'.join(parts[2:])}"]
-    if clause.startswith("libraries.required "):
-        return [f"library.{PurePath(clause.split(' ', 1)[1]).name}"]
-    return [clause]
-
-
-def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
-    """A contract-clause predicate: True for a clause about a declared key."""
-    if not patterns:
-        return None
-    return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
-
-
-def warnings(entry: ArmDifferences | Mapping[str, Any] | None, arm: str = "candidate"
-             ) -> list[str]:
-    """What a reader of a candidate's differences must not miss: undeclared differences
-    (when nothing was declared, so none was refused), an engine arg after which nothing
-    differs and an opt-out nothing shows (None: no entry, none)."""
-    if not isinstance(entry, ArmDifferences):  # as read from ab.json
-        entry = ArmDifferences.model_validate(entry or {})
-    out = []
-    for stage, label in ((entry.request, "before the load"), (entry.loaded, "after the load")):
-        if stage is not None and stage.undeclared:
-            out.append(f"Undeclared differences {label} (nothing declared, so none was "
-                       f"refused): {', '.join(stage.undeclared)}.")
-    if entry.unobserved:
-        out.append(f"Declared, but no recorded value differs: {', '.join(entry.unobserved)} "
-                   "(the switch may not be set in this arm, or not be reported).")
-    if entry.unchanged:
-        out.append(f"arm {arm}'s declared switch {', '.join(entry.unchanged)} changed "
-                   "nothing observable after load (effective config identical: effective "
-                   "configuration, model config, engine version and libraries as the "
-                   "baseline arm's); the engine may have ignored it.")
-    if entry.opt_out is not None and entry.opt_out.warning:
-        out.append(f"Opt-out evidence: none: {entry.opt_out.warning}.")
-    return out
