@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from abgate.ab import declared
+from abgate.ab import analyze, checks, declared
 from abgate.ab.experiment import parse_experiment
 from abgate.errors import UsageError
 from tests.conftest import abgate, engine_refused, no_engine_env, read_lines, toml_engine_args
@@ -58,9 +58,9 @@ def test_patterns_match_bare_names_and_classes() -> None:
     assert declared.matches("env.GGML_NO_FA", ["env.*"])
     assert not declared.matches("engine_args.n_ctx", ["flash_attn", "env.*"])
     assert not declared.matches("effective.type_k", ["engine_args.type_k"])
-    assert declared.clause_keys("settings.type_k") == ["engine_args.type_k", "effective.type_k"]
-    assert declared.clause_keys("env.forbidden.LD_PRELOAD") == ["env.LD_PRELOAD"]
-    exempt = declared.exemption(["type_k"])
+    assert checks.clause_keys("settings.type_k") == ["engine_args.type_k", "effective.type_k"]
+    assert checks.clause_keys("env.forbidden.LD_PRELOAD") == ["env.LD_PRELOAD"]
+    exempt = checks.exemption(["type_k"])
     assert exempt is not None and exempt("settings.type_k") and not exempt("settings.n_ctx")
 
 
@@ -299,10 +299,10 @@ def test_warnings_name_what_a_reader_must_not_miss() -> None:
     entry = {"request": {"undeclared": {"engine_args.n_ctx": ["512", "1024"]}},
              "loaded": {"undeclared": {}}, "unobserved": ["type_v"],
              "opt_out": {"warning": "nothing shows it"}}
-    assert declared.warnings(entry) == [
+    assert analyze.difference_warnings(entry) == [
         "Undeclared differences before the load (nothing declared, so none was refused): "
         "engine_args.n_ctx.",
         "Declared, but no recorded value differs: type_v (the switch may not be set in "
         "this arm, or not be reported).",
         "Opt-out evidence: none: nothing shows it."]
-    assert declared.warnings({}) == []
+    assert analyze.difference_warnings({}) == []

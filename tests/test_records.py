@@ -12,7 +12,13 @@ from abgate.records.documents import AbRecord, RunRecord
 from abgate.records.samples import Sample
 from abgate.records.side_documents import AbBenchDocument, ProbesDocument
 from abgate.runner import records as rec
-from abgate.runner.documents import new_record, read_document, read_record, write_record
+from abgate.runner.documents import (
+    new_record,
+    read_document,
+    read_record,
+    write_json_atomic,
+    write_record,
+)
 from abgate.runner.execute import _PENDING, _interrupts, check_interrupted
 from abgate.runner.outdir import prepare_new_dir
 from abgate.signals import Interrupted
@@ -55,8 +61,8 @@ def test_future_schema_is_refused(tmp_path: Path) -> None:
 
 def test_atomic_write_leaves_no_temp(tmp_path: Path) -> None:
     p = tmp_path / "run.json"
-    rec.write_json_atomic(p, {"schema_version": 1, "x": 1})
-    rec.write_json_atomic(p, {"schema_version": 1, "x": 2})
+    write_json_atomic(p, {"schema_version": 1, "x": 1})
+    write_json_atomic(p, {"schema_version": 1, "x": 2})
     assert rec.read_json(p)["x"] == 2
     assert [f.name for f in tmp_path.iterdir()] == ["run.json"]
 

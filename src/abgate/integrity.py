@@ -3,7 +3,7 @@ manifest has, and per-part digests so that a refusal names what changed.
 
 :func:`seal` adds ``integrity``: ``digest``, the ``sha256:`` of the canonical JSON of
 the document as it will be written (secrets redacted, as
-:func:`abgate.runner.records.write_json_atomic` writes it) without ``integrity`` itself,
+:func:`abgate.runner.documents.write_json_atomic` writes it) without ``integrity`` itself,
 and ``parts``: one digest per top-level field and, for a field holding an object or a
 list, per member (``config.engine_args``, ``cases[1]``).
 
@@ -56,7 +56,7 @@ class IntegritySection(Section):
 
 def record_text(doc: Any) -> str:
     """The text abgate writes for the JSON document ``doc`` (as
-    :func:`abgate.runner.records.write_json_atomic` does, after redaction)."""
+    :func:`abgate.runner.documents.write_json_atomic` does, after redaction)."""
     return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy.random  # noqa: F401  (mapped before the first arm loads, as in a later run)
 
-from abgate.ab.switches import _split_loaded
+from abgate.ab.declared import _split_loaded
 from abgate.records.sections import DiffStage
 from tests.support.fake import cli, experiment
 

@@ -15,7 +15,7 @@ from abgate.records import facts
 from abgate.runner import records as rec
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "abgate"
-USERS = ["ab/declared.py", "ab/switches.py", "compare/drift.py", "report/contract.py",
+USERS = ["ab/declared.py", "compare/drift.py", "report/contract.py",
          "runner/records.py", "runner/session.py", "ab/runtime_weights.py"]
 
 
@@ -86,4 +86,4 @@ def test_a_pattern_of_an_unknown_class_is_refused() -> None:
     with pytest.raises(Exception, match="unknown class 'mapped'"):
         drift.parse_allow("mapped.*")
     with pytest.raises(Exception, match="unknown key group 'mapped'"):
-        declared.check_patterns("x.toml: changes", ["mapped.x"])
+        facts.check_patterns("x.toml: changes", ["mapped.x"])

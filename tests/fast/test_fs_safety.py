@@ -19,7 +19,9 @@ from abgate.jsonl_append import append_line, repair_torn, torn_start
 from abgate.ledger.store import Ledger
 from abgate.provenance.manifest import write_manifest
 from abgate.records.samples import Sample
-from abgate.runner.records import SampleWriter, read_samples, write_json_atomic, write_text_atomic
+from abgate.report import write_text_atomic
+from abgate.runner.documents import write_json_atomic
+from abgate.runner.records import SampleWriter, read_samples
 from abgate.safefs import LogFile, truncate
 from tests.conftest import error_lines, wait_until
 from tests.support.fake import RUN_FLAGS, cli, experiment, fake_run

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy.random  # noqa: F401  (mapped before the first arm loads, as in a later run)
 
-from abgate.ab import declared
+from abgate.ab import analyze, declared
 from abgate.records.sections import ArmDifferences, DiffStage
 from tests.support.fake import cli, experiment
 
@@ -55,4 +55,4 @@ def test_the_request_echo_is_no_evidence() -> None:
     assert declared.no_op(env_only, DiffStage()) == []  # the opt-out evidence's case
     entry = ArmDifferences(request=request, loaded=echo, unchanged=["engine_args.hf_overrides"])
     assert any("arm b's declared switch engine_args.hf_overrides changed nothing" in w
-               for w in declared.warnings(entry, "b"))
+               for w in analyze.difference_warnings(entry, "b"))

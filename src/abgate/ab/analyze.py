@@ -9,7 +9,14 @@ Besides the samples, each candidate's comparison gets:
   reason when the file is missing or unusable;
 - ``probes``: both arms' ``arms/<arm>/probes.json`` side by side, when probes ran;
 - ``expect``: the experiment's ``expect`` ("lossy" unless set);
-- ``speed_only``: why quality gates do not apply (random weights), else None.
+- ``speed_only``: why quality gates do not apply (random weights), else None;
+- ``difference_warnings``: what a reader of the arm's differences (``ab.json``) must not
+  miss (:func:`difference_warnings`), and the fleet notes.
+
+Of a fleet A/B's ``fleet`` section (``records.fleet``, written by ``abgate.fleet``) the
+analysis reads the replica each item ran on (the replica-clustered speed interval,
+:func:`replica_of_items`) and the notes a verdict gets on what it rests on (replicas,
+losses, declared host differences: :func:`fleet_notes`).
 """
 
 from __future__ import annotations
@@ -19,8 +26,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from abgate.ab import declared
-from abgate.ab.fleet_notes import fleet_notes, replica_of_items
 from abgate.compare import Policy, compare_samples, decide, load_policy
 from abgate.compare.agreement import not_measured, summarize_agreement
 from abgate.compare.agreement_rows import AgreementRow, agreement_row_of
@@ -33,6 +38,7 @@ from abgate.host_load import summarize
 from abgate.records.agreement import Agreement, ScoringOverhead
 from abgate.records.comparison import ArmResult, ComparisonDoc, Probes, Sequential
 from abgate.records.documents import AbRecord, RunRecord
+from abgate.records.fleet import FleetRecord, FleetSession
 from abgate.records.samples import Sample
 from abgate.records.sections import ArmDifferences
 from abgate.runner import records as rec
@@ -43,6 +49,7 @@ from abgate.safejson import read_json
 COMPARISON_FILE = "comparison.json"
 AGREEMENT_FILE, PROBES_FILE = "agreement.jsonl", "probes.json"
 DECISION_ORDER = ("REJECT", "INCONCLUSIVE", "ACCEPT")  # worst first
+AGREEMENT_PASS = "agreement pass"  # a FleetLoss's ``at`` when lost while scoring
 
 
 def arm_samples(out: Path, arm: str) -> list[Sample]:
@@ -149,8 +156,7 @@ def arm_extras(out: Path, ab: AbRecord, arm: str, base: str,
         "speed_only": speed_only,
         "agreement": _agreement(out, ab, arm, base, confidence, samples),
         # undeclared differences, an opt-out nothing shows: notes of the verdict
-        "difference_warnings": [*declared.warnings(ab.differences.get(arm)
-                                                   or ArmDifferences(), arm),
+        "difference_warnings": [*difference_warnings(ab.differences.get(arm), arm),
                                 *_identical_outputs(ab, arm, samples[base], samples[arm]),
                                 *fleet_notes(ab.fleet)],
         # what the host was doing while the arms ran: whether "busy" is measured
@@ -176,7 +182,41 @@ def _identical_outputs(ab: AbRecord, arm: str, base: Sequence[SampleLike],
     a, b = outputs(base), outputs(cand)
     if not a or a.keys() != b.keys() or any(a[k] is None or a[k] != b[k] for k in a):
         return []
-    return [declared.identical_outputs_warning(arm, list(args), len({k[0] for k in a}))]
+    return [identical_outputs_warning(arm, list(args), len({k[0] for k in a}))]
+
+
+def identical_outputs_warning(arm: str, args: Sequence[str], n_items: int) -> str:
+    """The note for a switch whose only trace after the load is the model config's digest
+    and whose outputs are token-identical to the baseline's on every item."""
+    return (f"arm {arm}'s declared switch {', '.join(args)} changed only the model config's "
+            f"digest after load (nothing else the engine reports), and its outputs are "
+            f"token-identical to the baseline's on all {n_items} items: the model may not "
+            "read what it changed.")
+
+
+def difference_warnings(entry: ArmDifferences | Mapping[str, Any] | None,
+                        arm: str = "candidate") -> list[str]:
+    """What a reader of a candidate's differences must not miss: undeclared differences
+    (when nothing was declared, so none was refused), an engine arg after which nothing
+    differs and an opt-out nothing shows (None: no entry, none)."""
+    if not isinstance(entry, ArmDifferences):  # as read from ab.json
+        entry = ArmDifferences.model_validate(entry or {})
+    out = []
+    for stage, label in ((entry.request, "before the load"), (entry.loaded, "after the load")):
+        if stage is not None and stage.undeclared:
+            out.append(f"Undeclared differences {label} (nothing declared, so none was "
+                       f"refused): {', '.join(stage.undeclared)}.")
+    if entry.unobserved:
+        out.append(f"Declared, but no recorded value differs: {', '.join(entry.unobserved)} "
+                   "(the switch may not be set in this arm, or not be reported).")
+    if entry.unchanged:
+        out.append(f"arm {arm}'s declared switch {', '.join(entry.unchanged)} changed "
+                   "nothing observable after load (effective config identical: effective "
+                   "configuration, model config, engine version and libraries as the "
+                   "baseline arm's); the engine may have ignored it.")
+    if entry.opt_out is not None and entry.opt_out.warning:
+        out.append(f"Opt-out evidence: none: {entry.opt_out.warning}.")
+    return out
 
 
 def item_order(samples: Sequence[SampleLike]) -> list[str]:
@@ -249,3 +289,52 @@ def analyze(out: Path, policy_path: str | None = None, seed: int = 0,
                            exit_code=EXIT_CODES[overall])
     write_record(out / COMPARISON_FILE, result)
     return result
+
+
+def fleet_sessions(fleet: FleetRecord | None) -> list[FleetSession]:
+    """The fleet sessions of an A/B, earliest first (a resume ran on another cluster:
+    its replicas are other ones)."""
+    return fleet.sessions() if fleet is not None else []
+
+
+def replica_of_items(fleet: FleetRecord | None) -> dict[str, str]:
+    """Item id -> the replica its first (item, seed) key ran on (``s.i``: replica i of
+    session s when the A/B ran in more than one fleet session)."""
+    out: dict[str, str] = {}
+    runs = fleet_sessions(fleet)
+    for n, run in enumerate(runs):
+        for replica, keys in sorted((run.items_by_replica or {}).items()):
+            label = f"{n}.{replica}" if len(runs) > 1 else str(replica)
+            for key in keys:
+                out.setdefault(str(key).rsplit("#", 1)[0], label)
+    return out
+
+
+def fleet_notes(fleet: FleetRecord | None) -> list[str]:
+    """The verdict's notes for a fleet A/B (none for one machine)."""
+    if fleet is None:
+        return []
+    by = {str(k): len(v) for k, v in (fleet.items_by_replica or {}).items()}
+    counts = ", ".join(f"replica {k}: {n}" for k, n in sorted(by.items()))
+    notes = [f"Fleet A/B: {len(fleet.replicas or [])} replica(s), both arms of every "
+             f"item on one replica (items {counts}); speed intervals clustered by replica."]
+    host_differences = list(fleet.host_differences or [])
+    if host_differences:
+        notes.append("Declared host differences between the replicas: "
+                     f"{', '.join(map(str, host_differences))}.")
+    n_sessions = len(fleet_sessions(fleet))
+    if n_sessions > 1:
+        notes.append(f"Resumed on another fleet: {n_sessions} fleet sessions; the "
+                     "replicas of each are clusters of their own.")
+    for loss in (x for run in fleet_sessions(fleet) for x in run.lost or []):
+        if loss.at == AGREEMENT_PASS:
+            notes.append(f"Replica {loss.replica} was lost in the agreement pass "
+                         f"({loss.error}): the sample it was scoring was scored whole on "
+                         "another replica, so each sample's rows come from one replica.")
+            continue
+        notes.append(f"Replica {loss.replica} was lost at {loss.at} "
+                     f"({loss.error}): nothing of its item in flight was written; "
+                     "it ran again on another replica, so the verdict rests on every "
+                     f"item once, {sum(by.values())} in all, from the surviving "
+                     "replicas and what the lost one finished before.")
+    return notes

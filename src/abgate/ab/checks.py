@@ -8,16 +8,18 @@ UsageError, exit 2, before the directory is claimed or an engine loaded).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 
 from abgate.ab import declared
 from abgate.ab.experiment import Experiment
 from abgate.ab.runtime_weights import check_exposable
-from abgate.ab.switches import request_differences
 from abgate.compare import Policy, load_policy
 from abgate.engines import engine_class
 from abgate.errors import UsageError
 from abgate.provenance import ContractOutcome, ContractViolation
+from abgate.records.facts import matches
 from abgate.records.sections import ArmDifferences
 from abgate.runner.provenance import ProvenanceOptions, check_before_load
 from abgate.runner.spec import PreparedRun, prepare
@@ -50,7 +52,7 @@ def check_experiment(exp: Experiment, provenance: ProvenanceOptions | None = Non
     if exp.evidence.weights:
         check_exposable({arm: p.engine.spec.engine for arm, p in prepared.items()})
     contracts = check_contracts(exp, prepared, prov)
-    differences = request_differences(exp, prepared)
+    differences = declared.request_differences(exp, prepared)
     mode = choose_mode(exp)  # a sequential A/B that would run in blocks is refused here
     return Checked(exp, prov, rules, prepared, contracts, differences, mode)
 
@@ -71,15 +73,37 @@ def prepare_arms(exp: Experiment) -> dict[str, PreparedRun]:
 def check_contracts(exp: Experiment, prepared: dict[str, PreparedRun],
                     prov: ProvenanceOptions) -> dict[str, ContractOutcome | None]:
     """The contract checked on every arm's request, each arm's own declared changes
-    (and ``allow_differences``) exempt; a violation is refused with exit 2."""
+    (and ``allow_differences``) exempt (:func:`exemption`); a violation is refused with
+    exit 2."""
     out: dict[str, ContractOutcome | None] = {}
     for arm, p in prepared.items():
-        exempt = declared.exemption((*exp.changes.get(arm, ()), *exp.allow_differences))
+        exempt = exemption((*exp.changes.get(arm, ()), *exp.allow_differences))
         try:
             out[arm] = check_before_load(prov, p.engine, exempt)
         except ContractViolation as exc:
             raise UsageError(f"arm {arm!r}: {exc}") from None
     return out
+
+
+def clause_keys(clause: str) -> list[str]:
+    """The keys a contract clause is about (``settings.K``: the arg and the effective
+    value; ``env.required.N``: ``env.N``; ...)."""
+    parts = clause.split(" ", 1)[0].split(".")
+    if parts[0] == "settings" and len(parts) > 1:
+        key = ".".join(parts[1:])
+        return [f"engine_args.{key}", f"effective.{key}"]
+    if parts[0] in ("engine_args", "env") and len(parts) > 2:
+        return [f"{parts[0]}.{'.'.join(parts[2:])}"]
+    if clause.startswith("libraries.required "):
+        return [f"library.{PurePath(clause.split(' ', 1)[1]).name}"]
+    return [clause]
+
+
+def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
+    """A contract-clause predicate: True for a clause about a declared key."""
+    if not patterns:
+        return None
+    return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
 
 
 def choose_mode(exp: Experiment) -> str:

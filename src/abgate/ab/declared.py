@@ -16,20 +16,31 @@ The keys, the pattern matcher and what is never compared are those of
 candidate may differ from the baseline only in keys its own ``changes``, the baseline's
 ``changes`` or the experiment's ``allow_differences`` match. With no declaration at all
 nothing is refused: every difference is reported as undeclared (and logged as a warning).
+
+An A/B run compares each candidate with the baseline before the load
+(:func:`request_differences`) and after it (:func:`loaded_differences`), into
+``ab.json``'s ``differences``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePath
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from abgate.ab import optout
+from abgate.ab.experiment import Experiment
 from abgate.errors import AbgateError, UsageError
+from abgate.records import documents as docs
 from abgate.records import facts
 from abgate.records.facts import differing, matches
 from abgate.records.sections import ArmDifferences, DiffStage, EngineRecord, Provenance, Spec
+from abgate.runner.spec import PreparedRun
 
 __all__ = ["differing", "matches"]  # the one matcher and differ (records/facts.py)
+log = logging.getLogger("abgate.ab")
+
 # Per-rank facts (``effective_config.ranks``: each worker's dtypes, quantization, graph
 # mode) repeat what the effective config reports, per worker; they are recorded and held
 # to a contract's [every_rank] clauses, not compared as differences of their own (a
@@ -76,17 +87,100 @@ def split(diff: Mapping[str, list[str]], patterns: Sequence[str]
     return declared, {k: v for k, v in diff.items() if k not in declared}
 
 
-def check_patterns(where: str, value: Any) -> tuple[str, ...]:
-    """A list of key patterns from an experiment file (``changes``,
-    ``allow_differences``): a one-line UsageError names a bad entry."""
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise UsageError(f"{where}: must be a list of key patterns such as "
-                         f"[\"flash_attn\", \"env.*\"], got {value!r}")
-    for pattern in value:
-        if (group := facts.unknown_class(pattern)) is not None:
-            raise UsageError(f"{where}: {pattern!r}: unknown key group {group!r}; a dotted "
-                             f"pattern starts with one of {', '.join(facts.CLASSES)}")
-    return tuple(value)
+def request_differences(exp: Experiment, prepared: dict[str, PreparedRun]
+                        ) -> dict[str, ArmDifferences]:
+    """Each candidate's differences from the baseline before any load, declared and
+    undeclared apart; an undeclared one is refused (exit 2, nothing written) when the
+    experiment declares anything, else logged as a warning."""
+    base = request_facts(prepared[exp.baseline].spec)
+    out: dict[str, ArmDifferences] = {}
+    for arm in exp.candidates:
+        patterns = exp.declared_for(arm)
+        diff = differing(base, request_facts(prepared[arm].spec))
+        known, unknown = split(diff, patterns)
+        if unknown and exp.declares:
+            raise UsageError(refusal(arm, exp.baseline, unknown, "before the load"))
+        if unknown:
+            log.warning("arm %r differs from %r in %s, declared nowhere (declare the switch "
+                        "with changes = [...] to have any other difference refused)", arm,
+                        exp.baseline, ", ".join(unknown))
+        out[arm] = ArmDifferences(declares=exp.declares,
+                                  request=section(known, unknown, patterns))
+    return out
+
+
+def loaded_differences(exp: Experiment, doc: docs.AbRecord,
+                       engines: Mapping[str, EngineRecord | None],
+                       provenance: Mapping[str, Provenance | None], out: Path) -> str | None:
+    """After a load: each candidate whose and whose baseline's engines (``engines``: each
+    arm's as its record holds it, None before its load) have loaded,
+    compared with the baseline (engine version, effective config, ``provenance``'s
+    libraries) into ``doc.differences``; the refusal of the first undeclared difference
+    when the experiment declares anything (the caller saves and stops), else None."""
+    base = _loaded_facts(engines, provenance, exp.baseline)
+    for arm in exp.candidates:
+        found = _loaded_facts(engines, provenance, arm)
+        if base is None or found is None:
+            continue
+        patterns = exp.declared_for(arm)
+        entry = doc.differences.setdefault(arm, ArmDifferences())
+        request = entry.request or DiffStage()
+        known, unknown, moving = _split_loaded(differing(base, found), patterns, request)
+        entry.loaded = section(known, unknown, patterns)
+        if moving:
+            entry.loaded.volatile = moving
+        entry.unobserved = unused(  # the arm's own claims, not allowances
+            exp.changes.get(arm, ()), {**request.declared, **known})
+        unchanged = no_op(request, entry.loaded)
+        if unchanged:
+            entry.unchanged = unchanged
+            log.warning("arm %r: %s changed nothing observable after load (effective "
+                        "config identical to %r's)", arm, ", ".join(entry.unchanged),
+                        exp.baseline)
+        entry.config_only = config_only(request, entry.loaded) or None
+        _opt_out(exp, arm, entry, out)
+        if unknown and exp.declares:
+            return refusal(arm, exp.baseline, unknown, "after the load")
+        if unknown:
+            log.warning("arm %r differs from %r after the load in %s, declared nowhere",
+                        arm, exp.baseline, ", ".join(unknown))
+    return None
+
+
+def _split_loaded(diff: dict[str, list[str]], patterns: Sequence[str], request: DiffStage
+                  ) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """Declared, undeclared and volatile differences after the load. Volatile figures (a
+    profiler's KV blocks, memory in use) are never a difference; the request's echo and the
+    model config's digest count as declared when the request's engine args were."""
+    moving = {k: v for k, v in diff.items() if facts.volatile(k)}
+    rest = {k: v for k, v in diff.items() if k not in moving}
+    args_declared = any(k.startswith("engine_args.") for k in request.declared)
+    args_undeclared = any(k.startswith("engine_args.") for k in request.undeclared)
+    follows = {k: v for k, v in rest.items()
+               if (k in facts.ECHO and args_declared and not args_undeclared)
+               or (k in facts.DERIVED and args_declared)}
+    known, unknown = split({k: v for k, v in rest.items() if k not in follows}, patterns)
+    return {**known, **follows}, unknown, moving
+
+
+def _loaded_facts(engines: Mapping[str, EngineRecord | None],
+                  provenance: Mapping[str, Provenance | None], arm: str
+                  ) -> dict[str, str] | None:
+    engine = engines.get(arm)
+    if engine is None:
+        return None
+    return loaded_facts(engine, provenance.get(arm))
+
+
+def _opt_out(exp: Experiment, arm: str, entry: ArmDifferences, out: Path) -> None:
+    """Arms that differ only by env: record what shows the variable took effect."""
+    dirs = (out / "arms" / exp.baseline, out / "arms" / arm)
+    found = optout.opt_out_evidence(entry, dirs, exp.evidence.log_patterns)
+    if found is None:
+        return
+    entry.opt_out = found
+    if found.warning:
+        log.warning("arm %r: %s", arm, found.warning)
 
 
 def section(declared: dict[str, list[str]], undeclared: dict[str, list[str]],
@@ -124,63 +218,9 @@ def config_only(request: DiffStage | None, loaded: DiffStage | None) -> list[str
     return args if seen and all(k in facts.DERIVED for k in seen) else []
 
 
-def identical_outputs_warning(arm: str, args: Sequence[str], n_items: int) -> str:
-    """The note for a switch whose only trace after the load is the model config's digest
-    and whose outputs are token-identical to the baseline's on every item."""
-    return (f"arm {arm}'s declared switch {', '.join(args)} changed only the model config's "
-            f"digest after load (nothing else the engine reports), and its outputs are "
-            f"token-identical to the baseline's on all {n_items} items: the model may not "
-            "read what it changed.")
-
-
 def refusal(arm: str, baseline: str, undeclared: Mapping[str, list[str]], stage: str) -> str:
     shown = "; ".join(f"{k} ({v[0]} vs {v[1]})" for k, v in list(undeclared.items())[:12])
     more = f" and {len(undeclared) - 12} more" if len(undeclared) > 12 else ""
     return (f"arm {arm!r} differs from {baseline!r} in undeclared key(s) {stage}: "
             f"{shown}{more}; declare them in [arms.{arm}] changes = [...] or in "
             "allow_differences, or make the arms equal there")
-
-
-def clause_keys(clause: str) -> list[str]:
-    """The keys a contract clause is about (``settings.K``: the arg and the effective
-    value; ``env.required.N``: ``env.N``; ...)."""
-    parts = clause.split(" ", 1)[0].split(".")
-    if parts[0] == "settings" and len(parts) > 1:
-        key = ".".join(parts[1:])
-        return [f"engine_args.{key}", f"effective.{key}"]
-    if parts[0] in ("engine_args", "env") and len(parts) > 2:
-        return [f"{parts[0]}.{'.'.join(parts[2:])}"]
-    if clause.startswith("libraries.required "):
-        return [f"library.{PurePath(clause.split(' ', 1)[1]).name}"]
-    return [clause]
-
-
-def exemption(patterns: Sequence[str]) -> Callable[[str], bool] | None:
-    """A contract-clause predicate: True for a clause about a declared key."""
-    if not patterns:
-        return None
-    return lambda clause: any(matches(k, patterns) for k in clause_keys(clause))
-
-
-def warnings(entry: ArmDifferences | Mapping[str, Any], arm: str = "candidate") -> list[str]:
-    """What a reader of a candidate's differences must not miss: undeclared differences
-    (when nothing was declared, so none was refused), an engine arg after which nothing
-    differs and an opt-out nothing shows."""
-    if not isinstance(entry, ArmDifferences):  # as read from ab.json
-        entry = ArmDifferences.model_validate(entry)
-    out = []
-    for stage, label in ((entry.request, "before the load"), (entry.loaded, "after the load")):
-        if stage is not None and stage.undeclared:
-            out.append(f"Undeclared differences {label} (nothing declared, so none was "
-                       f"refused): {', '.join(stage.undeclared)}.")
-    if entry.unobserved:
-        out.append(f"Declared, but no recorded value differs: {', '.join(entry.unobserved)} "
-                   "(the switch may not be set in this arm, or not be reported).")
-    if entry.unchanged:
-        out.append(f"arm {arm}'s declared switch {', '.join(entry.unchanged)} changed "
-                   "nothing observable after load (effective config identical: effective "
-                   "configuration, model config, engine version and libraries as the "
-                   "baseline arm's); the engine may have ignored it.")
-    if entry.opt_out is not None and entry.opt_out.warning:
-        out.append(f"Opt-out evidence: none: {entry.opt_out.warning}.")
-    return out

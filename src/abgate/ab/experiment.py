@@ -60,11 +60,11 @@ from pydantic import BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
 from abgate.ab import file_tables as tables
-from abgate.ab.declared import check_patterns
 from abgate.ab.optout import compile_patterns
 from abgate.ab.suite_table import SuiteTable
 from abgate.compare.policy import shipped_name
 from abgate.errors import UsageError, did_you_mean
+from abgate.records.facts import check_patterns
 from abgate.runner.spec import RunConfig
 from abgate.schema import (
     FORBID,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from abgate.ab.analyze import COMPARISON_FILE, analyze
-from abgate.ab.directory import AB_FILE
 from abgate.ab.experiment import Experiment
+from abgate.ab.state import AB_FILE
 from abgate.errors import AbgateError
 from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import AbRecord

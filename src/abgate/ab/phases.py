@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 
 from abgate import host_load
-from abgate.ab import declared, evidence, schedule, switches
+from abgate.ab import declared, evidence, schedule
 from abgate.ab.runtime_weights import weights_evidence
 from abgate.ab.state import RunState
 from abgate.engines.base import GenerationResult
@@ -40,11 +40,11 @@ def check_prompt(state: RunState, arm: str, session: EngineSession) -> None:
 
 
 def check_loaded(state: RunState) -> None:
-    """After a load: the candidates compared with the baseline (``ab.switches``); an
+    """After a load: the candidates compared with the baseline (``ab.declared``); an
     undeclared difference stops the A/B before that arm's first sample."""
     provenance = {arm: r.doc.provenance for arm, r in state.recorders.items()}
     engines = {arm: r.doc.engine.described() for arm, r in state.recorders.items()}
-    refusal = switches.loaded_differences(state.exp, state.doc, engines, provenance,
+    refusal = declared.loaded_differences(state.exp, state.doc, engines, provenance,
                                           state.out)
     if refusal is not None:
         state.save()

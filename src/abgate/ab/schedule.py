@@ -5,8 +5,8 @@ order, A B | B A | A B | ..., so slow drift of the machine (thermal, background 
 falls on both arms equally. Blocks (one arm resident at a time): groups of items
 run arm by arm, alternating the arm order from block to block (A B | B A | ...).
 
-The strategies that follow these orders are :class:`ScheduleStrategy` strategies (``ab.strategies``,
-``ab.sequential``); they get their engines from an :class:`ArmSessions` provider.
+The strategies that follow these orders are :class:`ScheduleStrategy` strategies
+(``ab.strategies``); they get their engines from an :class:`ArmSessions` provider.
 """
 
 from __future__ import annotations

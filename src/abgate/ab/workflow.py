@@ -2,33 +2,108 @@
 
 ``abgate ab`` is a thin wrapper over :func:`run_experiment`; anything that wants an A/B
 with its verdict and reports (a script, a CI job, a notebook) calls the same function.
+:func:`run_ab` runs the arms only (matched arms, a balanced schedule, per-arm records).
+
+Layout of an A/B directory::
+
+    ab.json                    experiment (as given, and resolved), schedule, status, engines
+    arms/<arm>/run.json        the same records as ``abgate run`` (kind "ab-arm")
+    arms/<arm>/samples.jsonl
+    arms/<arm>/summary.json
+    comparison.json            statistics and verdict (from saved samples only)
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from abgate import safefs, signals
 from abgate.ab.analyze import COMPARISON_FILE, analyze
-from abgate.ab.checks import check_experiment
-from abgate.ab.directory import AB_FILE
+from abgate.ab.checks import Checked, check_experiment
 from abgate.ab.experiment import Experiment
 from abgate.ab.revisions import Revisions
-from abgate.ab.run import AbOutcome, OnPhase, Progress, run_checked
-from abgate.ab.schedule import ScheduleStrategy
+from abgate.ab.schedule import ArmSessions, ScheduleStrategy
+from abgate.ab.state import AB_FILE, OnPhase, Progress, RunState, open_state
+from abgate.ab.strategies import LocalSessions, schedule_for
 from abgate.errors import AbgateError
 from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import AbRecord
+from abgate.records.side_documents import Summary
 from abgate.redact import redact
 from abgate.runner import records as rec
 from abgate.runner.documents import read_document, read_record
+from abgate.runner.execute import Status, end_record, fail_if_all_errors, tracked
 from abgate.runner.outdir import claimed
 from abgate.runner.provenance import ProvenanceOptions
 from abgate.runner.spec import PreparedRun
-from abgate.runner.summary import Summary
+
+__all__ = ["AbOutcome", "AbResult", "OnPhase", "Progress", "recorded_result", "run_ab",
+           "run_checked", "run_experiment"]
+log = logging.getLogger("abgate.ab")
+
+
+@dataclass(frozen=True)
+class AbOutcome:
+    out: Path
+    status: str
+    arms: dict[str, Summary | None]  # arm -> its summary (None: none readable)
+
+
+def finish_state(state: RunState, status: str, error: str | None
+                 ) -> dict[str, Summary | None]:
+    """Every arm's records and ``ab.json`` finalised with ``status``."""
+    summaries: dict[str, Summary | None] = {arm: r.finish(status, error)
+                                            for arm, r in state.recorders.items()}
+    end_record(state.doc, state.out, state.previous, status, error, log)
+    state.save()
+    return summaries
+
+
+def run_ab(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,
+           on_start: Callable[[int, int], None] | None = None,
+           progress: Progress | None = None,
+           provenance: ProvenanceOptions | None = None,
+           on_phase: OnPhase | None = None, policy: str | None = None) -> AbOutcome:
+    """Run ``exp``'s arms into ``out`` (or finish them with ``resume``). Bad input
+    raises UsageError before anything is written (``ab.checks``)."""
+    checked = check_experiment(exp, provenance, policy)
+    with claimed(out, resume=resume, force=force, marker=AB_FILE):
+        return run_checked(checked, out, resume=resume, force=force, on_start=on_start,
+                           progress=progress, on_phase=on_phase)
+
+
+def run_checked(checked: Checked, out: Path, *, resume: bool, force: bool,
+                on_start: Callable[[int, int], None] | None = None,
+                progress: Progress | None = None,
+                on_phase: OnPhase | None = None, schedule: ScheduleStrategy | None = None,
+                sessions: ArmSessions | None = None,
+                revisions: Revisions | None = None) -> AbOutcome:
+    """Run an experiment that passed :func:`~abgate.ab.checks.check_experiment` into
+    ``out``, whose claim (``runner.outdir.claimed``) the caller holds. ``schedule``
+    (default: :func:`~abgate.ab.strategies.schedule_for`) runs the samples, loading arms
+    through ``sessions`` (default: in this process)."""
+    state = open_state(checked, out, resume=resume, force=force, progress=progress,
+                       on_phase=on_phase)
+    if revisions is not None:  # (after the arms' directories are made)
+        state.doc.source = revisions.record(out)
+        sessions = sessions or revisions.sessions(state)
+    state.save()
+    summaries: dict[str, Summary | None] = {}
+
+    def finish(status: Status) -> None:
+        summaries.update(finish_state(state, status.value, status.error))
+
+    with tracked(out, "A/B run", finish) as status:
+        if on_start:
+            on_start(state.n_done(), len(state.keys()) * len(state.arms))
+        (schedule or schedule_for(state)).run(state, sessions or LocalSessions(state))
+        for arm, r in state.recorders.items():
+            fail_if_all_errors(f"A/B arm {arm!r}", r.samples())
+    return AbOutcome(out, status.value, summaries)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,9 @@ from rich.console import Console
 from abgate import signals
 from abgate.ab import Experiment, load_experiment
 from abgate.ab.checks import check_experiment
-from abgate.ab.declared import check_patterns
-from abgate.ab.directory import AB_FILE
 from abgate.ab.finish import check_complete_ab
 from abgate.ab.revisions import Revisions, SourceTable, build_arms, declared, read_source
+from abgate.ab.state import AB_FILE
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import ci_outputs
 from abgate.cli import engine_opts as eo
@@ -30,6 +29,7 @@ from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import AbRecord, AnyRecord
+from abgate.records.facts import check_patterns
 from abgate.report.agreement_sections import evidence_line
 from abgate.runner.execute import read_resumable
 from abgate.runner.provenance import ProvenanceOptions

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 
 from abgate.errors import UsageError
-from abgate.runner.records import write_text_atomic
 
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
@@ -37,7 +36,7 @@ def check_paths(*paths: Path | None) -> None:
 
 def write(ab_dir: Path, junit: Path | None, summary: Path | None) -> None:
     """The CI files of the A/B in ``ab_dir`` (from its saved records only)."""
-    from abgate.report import ci
+    from abgate.report import ci, write_text_atomic
 
     if junit is None and summary is None:
         return

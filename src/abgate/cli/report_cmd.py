@@ -9,13 +9,12 @@ from typing import Annotated
 
 import typer
 
-from abgate.ab.directory import AB_FILE
+from abgate.ab.state import AB_FILE
 from abgate.cli import ci_outputs
 from abgate.cli.app import app
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.finish import finish
-from abgate.report import check_format, render
-from abgate.runner.records import write_text_atomic
+from abgate.report import check_format, render, write_text_atomic
 
 
 @app.command("report")

@@ -86,8 +86,10 @@ def _checked(doc: TomlDoc, data: Mapping[str, Any]) -> PolicyFile:
     return validated(PolicyFile, data, doc.label, doc=doc, style=POLICY)
 
 
-def _shipped_text(name: str = "default") -> str:
-    return resources.files("abgate").joinpath(f"policies/{name}.toml").read_text("utf-8")
+def _shipped(name: str = "default") -> TomlDoc:
+    """The shipped policy ``name`` (``abgate:policies/NAME.toml``), parsed."""
+    text = resources.files("abgate").joinpath(f"policies/{name}.toml").read_text("utf-8")
+    return parse_toml(text, f"abgate:policies/{name}.toml", prefix="policy ")
 
 
 def shipped_name(path: str | Path) -> str | None:
@@ -118,16 +120,12 @@ def _build(f: PolicyFile, label: str, sha256: str) -> Policy:
 def load_policy(path: str | Path | None = None) -> Policy:
     """Read a policy file over the shipped default; ``None`` gives the default itself,
     a shipped name (``"fast-path"``) that shipped policy."""
-    default = parse_toml(_shipped_text(), DEFAULT_POLICY, prefix="policy ")
+    default = _shipped()
     if path is None or shipped_name(path) == "default":
         return _build(_checked(default, default.data), DEFAULT_POLICY,
                       hashlib.sha256(default.raw).hexdigest())
     name = shipped_name(path)
-    if name is not None:
-        doc = parse_toml(_shipped_text(name), f"abgate:policies/{name}.toml",
-                         prefix="policy ")
-    else:
-        doc = read_toml(Path(path), "file", prefix="policy ")
+    doc = _shipped(name) if name is not None else read_toml(Path(path), "file", prefix="policy ")
     merged = _merge(default.data, doc.data)
     if "name" not in doc.data:
         merged["name"] = Path(path).stem

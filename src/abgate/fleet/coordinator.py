@@ -15,7 +15,7 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
-from abgate.ab.fleet_notes import AGREEMENT_PASS
+from abgate.ab.analyze import AGREEMENT_PASS
 from abgate.ab.phases import gather_evidence
 from abgate.ab.schedule import ArmSessions
 from abgate.ab.state import RunState

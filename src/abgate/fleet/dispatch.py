@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from abgate.ab.phases import write_sample
-from abgate.ab.sequential import capped, look
 from abgate.ab.state import Key, RunState
+from abgate.ab.strategies import capped, look
 from abgate.engines.base import GenerationRequest, GenerationResult
 from abgate.errors import AbgateError
 from abgate.fleet.matching import arm_order
@@ -91,7 +91,7 @@ class Dispatch:
         keys = state.keys()
         self.keys = capped(keys, sched.max_items) if self.sequential else keys
         self.look_every = int(sched.look_every or 1)
-        if self.sequential:  # the section ab.sequential.run_sequential starts, the same
+        if self.sequential:  # the section ab.strategies.run_sequential starts, the same
             doc = state.doc
             doc.sequential = docs.AbSequential(
                 look_every=sched.look_every, max_items=len({i.id for i, _ in self.keys}),

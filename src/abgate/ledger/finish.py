@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abgate import signals
-from abgate.ab.directory import AB_FILE
 from abgate.ab.finish import finish_ab
+from abgate.ab.state import AB_FILE
 from abgate.dirlock import exclusive
 from abgate.errors import UsageError
 from abgate.ledger.index import Added, index_quietly

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import Any
 
+from abgate.errors import UsageError
+
 # The one key vocabulary: class -> what its keys are. ``library`` is a shared object the
 # engine's processes mapped (never a Python package: that is ``package``).
 CLASSES: dict[str, str] = {
@@ -99,6 +101,19 @@ def unknown_class(pattern: str) -> str | None:
     if "." not in pattern or cls in CLASSES or any(c in cls for c in "*?["):
         return None
     return cls
+
+
+def check_patterns(where: str, value: Any) -> tuple[str, ...]:
+    """A list of key patterns from an experiment file (``changes``,
+    ``allow_differences``): a one-line UsageError names a bad entry."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise UsageError(f"{where}: must be a list of key patterns such as "
+                         f"[\"flash_attn\", \"env.*\"], got {value!r}")
+    for pattern in value:
+        if (group := unknown_class(pattern)) is not None:
+            raise UsageError(f"{where}: {pattern!r}: unknown key group {group!r}; a dotted "
+                             f"pattern starts with one of {', '.join(CLASSES)}")
+    return tuple(value)
 
 
 def libraries(mapped: Iterable[tuple[str, str | None]]) -> dict[str, str]:

@@ -3,7 +3,7 @@ endpoint fleet): one session's cluster or endpoints, each replica's facts, the l
 and the items each replica ran (:class:`FleetSession`), and in :class:`FleetRecord` the
 earlier sessions of a resumed A/B with what this one declared, took and left behind.
 Written by ``fleet.coordinator`` and ``fleet.endpoints`` (fields in that order), read
-by the analysis (``ab.fleet_notes``) and kept by a resume (``fleet.dispatch``)."""
+by the analysis (``ab.analyze``) and kept by a resume (``fleet.dispatch``)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
 writer lock's holder. Each has its own schema version
 (:data:`abgate.records.documents.SCHEMA_VERSIONS`), written and read by
 :mod:`abgate.runner.documents` (the two lines: ``ab.decision``, ``provenance.attach``;
-the lock: ``dirlock``, ``nestlock``)."""
+the lock: ``dirlock``)."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class AttachmentRecord(BaseModel):
 
 class LockHolder(BaseModel):
     """A directory's writer lock file (``.abgate.lock``, ``abgate.dirlock``): who holds
-    it, written by the holder and read by a writer it refuses (``abgate.nestlock``)."""
+    it, written by the holder and read by a writer it refuses."""
 
     pid: int
     command: str

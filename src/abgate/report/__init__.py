@@ -2,8 +2,9 @@
 
 ``render(out, fmt)`` returns one report as text (``md``, ``json`` or ``html``);
 ``write_reports(out)`` writes ``report.md``, ``report.json`` and ``report.html`` into
-the A/B directory. Nothing depends on when the report is rendered: the same records
-always give the same bytes. See ``docs/reports.md``.
+the A/B directory (``write_text_atomic``: whole or not at all, as every report file
+abgate writes: ``abgate report -o``, the CI outputs). Nothing depends on when the report
+is rendered: the same records always give the same bytes. See ``docs/reports.md``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from abgate import signals
+from abgate import safefs, signals
 from abgate.errors import UsageError, did_you_mean
 from abgate.report.agreement_plots import kld_plot
 from abgate.report.blocks import Doc
@@ -33,10 +34,9 @@ from abgate.report.sections import (
     weights_section,
 )
 from abgate.report.untrusted import user
-from abgate.runner.records import write_text_atomic
 
 __all__ = ["FORMATS", "build_doc", "check_format", "refresh_reports", "render", "render_data",
-           "write_reports"]
+           "write_reports", "write_text_atomic"]
 
 FILES = {"md": "report.md", "json": "report.json", "html": "report.html"}
 FORMATS = tuple(FILES)
@@ -107,6 +107,14 @@ def refresh_reports(out: Path, *, only_stale: bool = True) -> list[str]:
         written.append(name)
         signals.pause_point("reports")  # tests: a signal between two reports
     return written
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all, no temporary file left on any error
+    (a directory of that name, a full disk): a one-line error naming ``path``."""
+    if path.is_dir() and not path.is_symlink():
+        raise UsageError(f"cannot write {path}: it is a directory (give a file name)")
+    safefs.write_atomic(path, text.encode("utf-8"))
 
 
 def _holds(path: Path, text: str) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from abgate.ab.analyze import COMPARISON_FILE
-from abgate.ab.directory import AB_FILE
+from abgate.ab.state import AB_FILE
 from abgate.compare.gates import FAIL, PASS
 from abgate.records.comparison import ArmResult, ComparisonDoc
 from abgate.records.documents import AbRecord

@@ -3,22 +3,25 @@
 
 :func:`new_record` makes a record model; :func:`write_record` writes any document (a
 record or a JSON document) after validating it again (a writer's bug never reaches the
-disk); :func:`read_record` and :func:`read_document` read one into its model (a wrong
-type, a missing field, an unexpected kind or a newer schema version is a one-line error
-naming the file and the field); an older file is upgraded on read by the models' own
-migrations. :data:`DOCUMENT_FILES`, :data:`LINE_FILES` and :data:`NOT_RECORDS` account
-for every JSON file abgate writes in an output directory.
+disk), whole or not at all (:func:`write_json_atomic`); :func:`read_record` and
+:func:`read_document` read one into its model (a wrong type, a missing field, an
+unexpected kind or a newer schema version is a one-line error naming the file and the
+field); an older file is upgraded on read by the models' own migrations.
+:data:`DOCUMENT_FILES`, :data:`LINE_FILES` and :data:`NOT_RECORDS` account for every
+JSON file abgate writes in an output directory.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast, overload
 
 from pydantic import ValidationError
 
-from abgate import __version__
+from abgate import __version__, safefs
 from abgate.errors import AbgateError, UsageError
 from abgate.host import host_info
 from abgate.integrity import FIELD, verify_file
@@ -175,7 +178,15 @@ def write_record(path: Path, doc: Document | Result) -> None:
     else:
         data = doc.to_dict()
         _validated(path, data, None if isinstance(doc, RecordHeader) else type(doc))
-    rec.write_json_atomic(path, data)
+    write_json_atomic(path, data)
+
+
+def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write ``doc`` whole or not at all: a failure (a full disk, a read-only directory)
+    leaves the previous version and no temporary file, and is a one-line error; a link
+    at ``path`` is refused (:func:`abgate.safefs.write_atomic`)."""
+    text = json.dumps(redact(doc), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    safefs.write_atomic(path, text.encode("utf-8"))
 
 
 def _read(path: Path, model: type[Document | Result] | None,

@@ -24,7 +24,7 @@ from abgate.errors import AbgateError, UsageError, one_line
 from abgate.provenance import ContractOutcome
 from abgate.records.documents import AnyRecord, Kind, RecordHeader, RunRecord
 from abgate.records.samples import Sample, sample_key
-from abgate.records.sections import GitState, Resume
+from abgate.records.sections import GitState
 from abgate.redact import env_secrets, redact_text
 from abgate.runner import records as rec
 from abgate.runner.documents import new_spec_record, read_record, source_state, write_record
@@ -32,13 +32,12 @@ from abgate.runner.outdir import claimed, prepare_new_dir
 from abgate.runner.provenance import (
     ProvenanceOptions,
     check_before_load,
-    check_same_inputs,
     input_hashes,
     record_after_load,
 )
+from abgate.runner.resume import resumed
 from abgate.runner.samples import build_sample, checked_samples
 from abgate.runner.session import loaded
-from abgate.runner.source_check import check_same_source
 from abgate.runner.spec import PreparedRun
 from abgate.runner.summary import Summary, summarize
 from abgate.safefs import LogFile
@@ -179,11 +178,7 @@ def open_run_dir(p: PreparedRun, out: Path, resume: bool, force: bool,
             diffs = list(rec.iter_diff(doc.digested_spec(), p.spec))[:8]
             raise UsageError(f"--resume {out}: the run spec differs from the recorded one "
                              f"(at {', '.join(diffs) or 'spec'}); use a new directory")
-        changed = check_same_source(out, doc.git, git, allow_source_change)
-        if inputs is not None:
-            check_same_inputs(out, doc.inputs, inputs)
-        doc.resumes = [*doc.resumes, Resume(at=time.time(), from_status=doc.status, git=git,
-                                            inputs=inputs, source_changed=changed)]
+        resumed(doc, out, git, inputs, allow_source_change)
         return doc
     prepare_new_dir(out, force)
     made = new_spec_record("run", p, git=git, resumes=[], inputs=inputs)

@@ -107,21 +107,6 @@ def input_hashes(opts: ProvenanceOptions) -> dict[str, str | None]:
     return out
 
 
-def check_same_inputs(out: Path, recorded: Any, now: dict[str, str | None]) -> None:
-    """A resume reads the same contract, manifest (and, for an A/B, policy) as its first
-    start (an edited or a dropped one is refused: the records would vouch for a check
-    never made, or a verdict reached under two sets of rules)."""
-    if not isinstance(recorded, dict):
-        return  # a record from before inputs were hashed
-    for name, sha in now.items():
-        if name in recorded and recorded[name] != sha:  # (absent: not hashed back then)
-            then = "none" if recorded.get(name) is None else f"SHA {str(recorded[name])[:12]}"
-            shown = "none" if sha is None else f"SHA {sha[:12]}"
-            raise UsageError(f"--resume {out}: the --{name} differs from the first start's "
-                             f"({then} then, {shown} now); give the same file, or start a "
-                             "new directory")
-
-
 def check_before_load(opts: ProvenanceOptions, p: PreparedEngine,
                       exempt: Callable[[str], bool] | None = None) -> ContractOutcome | None:
     """Raise ContractViolation (exit 2: nothing loaded, nothing written) on a bad

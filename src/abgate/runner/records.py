@@ -5,7 +5,8 @@
   (a crash mid-write) is cut before anything is appended, its bytes kept in
   ``samples.jsonl.torn`` (:mod:`abgate.jsonl_append`); a bad line anywhere else is
   corruption and is refused.
-- ``run.json`` and ``summary.json`` are replaced atomically (write, fsync, rename).
+- ``run.json`` and ``summary.json`` are replaced atomically (write, fsync, rename), by
+  :func:`abgate.runner.documents.write_record`.
 - Every document carries ``schema_version``; a newer version than this build knows is
   refused with a clear message instead of being misread.
 - Documents pass through :func:`abgate.redact.redact` as they are written (a sample's
@@ -25,32 +26,16 @@ from typing import IO, Any
 from pydantic import BaseModel
 
 from abgate import safefs, safejson
-from abgate.errors import AbgateError, UsageError
+from abgate.errors import AbgateError
 from abgate.jsonl_append import repair_torn, torn_start
 from abgate.records.facts import iter_diff as iter_diff  # the one differ (records/facts.py)
 from abgate.records.migrations import Stamp
-from abgate.redact import redact, redact_sample_texts, redact_text
+from abgate.redact import redact_sample_texts, redact_text
 from abgate.safejson import parse, read_bytes
 
 SCHEMA_VERSION = 1
 RUN_FILE, SAMPLES_FILE, SUMMARY_FILE, LOG_FILE = (
     "run.json", "samples.jsonl", "summary.json", "run.log")
-
-
-def write_json_atomic(path: Path, doc: Mapping[str, Any]) -> None:
-    """Write ``doc`` whole or not at all: a failure (a full disk, a read-only directory)
-    leaves the previous version and no temporary file, and is a one-line error; a link
-    at ``path`` is refused (:func:`abgate.safefs.write_atomic`)."""
-    text = json.dumps(redact(doc), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-    safefs.write_atomic(path, text.encode("utf-8"))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` whole or not at all, no temporary file left on any error
-    (a directory of that name, a full disk): a one-line error naming ``path``."""
-    if path.is_dir() and not path.is_symlink():
-        raise UsageError(f"cannot write {path}: it is a directory (give a file name)")
-    safefs.write_atomic(path, text.encode("utf-8"))
 
 
 def check_schema(doc: Mapping[str, Any], where: Path) -> None:

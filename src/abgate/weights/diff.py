@@ -5,24 +5,37 @@ logical shape, both tensors are decoded to float32, compared (float64 sums), and
 before the next name is read, so at most one pair of decoded tensors is alive at a time.
 When the two stored tensors have the same type and the same bytes, only the reference is
 decoded (its norm is still needed for pooled group statistics).
+
+The compared tensors are aggregated by layer and by kind (:func:`aggregate`); for a
+group of compared tensors:
+
+- ``mean_rel_l2``: mean of the per-tensor relative errors, weighted by element count;
+- ``median_rel_l2``: median over tensors (unweighted), ``max_rel_l2``: the worst tensor;
+- ``min_sqnr_db``: the worst per-tensor SQNR;
+- ``pooled_rel_l2`` / ``pooled_sqnr_db``: the same formulas over the group's tensors
+  taken together, sqrt(sum ||other-ref||^2 / sum ||ref||^2), which weights each
+  tensor by its energy rather than its size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from abgate import __version__
 from abgate.identity import DEFAULT_CACHE
-from abgate.weights.groups import aggregate, by_kind, by_layer
-from abgate.weights.metrics import ErrorStats, error_stats, ref_only_stats, same_bytes
-from abgate.weights.names import layer_index, tensor_kind
+from abgate.weights.metrics import ErrorStats, error_stats, ref_only_stats, same_bytes, sqnr_db
+from abgate.weights.names import KINDS, layer_index, tensor_kind
 from abgate.weights.readers import Checkpoint, TensorInfo, UnsupportedTensor, open_checkpoint
-from abgate.weights.result import STATUSES, TensorDiff
+from abgate.weights.result import STATUSES, TensorDiff, json_float
 from abgate.weights.tables import outlier_warning
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "Progress", "compare", "describe", "diff_checkpoints"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "Progress", "aggregate", "by_kind", "by_layer", "compare",
+           "describe", "diff_checkpoints", "document", "status_counts"]
 
 SCHEMA, SCHEMA_VERSION = "abgate.weights_diff", 1
 
@@ -39,21 +52,33 @@ def diff_checkpoints(ref: Path, other: Path, progress: Progress | None = None) -
     """
     a, b = open_checkpoint(Path(ref)), open_checkpoint(Path(other))
     rows = list(compare(a, b, progress))
-    counts = {status: sum(1 for r in rows if r.status == status) for status in STATUSES}
+    return document({"ref": describe(a), "other": describe(b)}, a, b, rows,
+                    _warnings(a, b, status_counts(rows)))
+
+
+def status_counts(rows: Sequence[TensorDiff]) -> dict[str, int]:
+    """How many of ``rows`` have each status, in :data:`STATUSES` order."""
+    return {status: sum(1 for r in rows if r.status == status) for status in STATUSES}
+
+
+def document(sides: dict[str, Any], a: Checkpoint, b: Checkpoint, rows: Sequence[TensorDiff],
+             warnings: list[str]) -> dict[str, Any]:
+    """A weights diff (a checkpoint's, ``runtime.diff_loaded``'s): the schema, ``sides``
+    (each side's identity), the summary, the groups by kind and by layer, the tensor
+    rows, and ``warnings`` with the outliers' after them."""
     tensors = [r.to_json() for r in rows]
     outliers = outlier_warning(tensors)
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "abgate_version": __version__,
-        "ref": describe(a),
-        "other": describe(b),
+        **sides,
         "summary": {"n_tensors_ref": len(a.tensors), "n_tensors_other": len(b.tensors),
-                    **{f"n_{status}": n for status, n in counts.items()},
+                    **{f"n_{status}": n for status, n in status_counts(rows).items()},
                     "overall": aggregate(rows)},
         "groups": {"by_kind": by_kind(rows), "by_layer": by_layer(rows)},
         "tensors": tensors,
-        "warnings": _warnings(a, b, counts) + ([outliers] if outliers else []),
+        "warnings": warnings + ([outliers] if outliers else []),
     }
 
 
@@ -125,3 +150,63 @@ def _warnings(a: Checkpoint, b: Checkpoint, counts: dict[str, int]) -> list[str]
         if counts[status]:
             out.append(f"{counts[status]} tensor(s) {status.replace('_', ' ')}")
     return out
+
+
+def aggregate(rows: Sequence[TensorDiff]) -> dict[str, Any]:
+    """Aggregate statistics over the compared rows of ``rows`` (others are ignored)."""
+    done = [(r, r.stats) for r in rows if r.stats is not None]
+    out: dict[str, Any] = {"n_tensors": len(done),
+                           "n_elements": sum(r.n_elements for r, _ in done),
+                           "n_identical": sum(1 for _, s in done if s.identical)}
+    if not done:
+        return out | dict.fromkeys(("mean_rel_l2", "median_rel_l2", "max_rel_l2", "min_sqnr_db",
+                                    "pooled_rel_l2", "pooled_sqnr_db"))
+    rel = np.array([s.rel_l2 for _, s in done], dtype=np.float64)
+    sqnr = np.array([s.sqnr_db for _, s in done], dtype=np.float64)
+    weights = np.array([r.n_elements for r, _ in done], dtype=np.float64)
+    ref_sq = math.fsum(s.ref_sq for _, s in done)
+    err_sq = math.fsum(s.err_sq for _, s in done)
+    out |= {
+        "mean_rel_l2": _weighted_mean(rel, weights),
+        "median_rel_l2": float(np.median(rel)),
+        "max_rel_l2": float(np.max(rel)),
+        "min_sqnr_db": float(np.min(sqnr)),
+        "pooled_rel_l2": _pooled_rel(ref_sq, err_sq),
+        "pooled_sqnr_db": sqnr_db(ref_sq, err_sq),
+    }
+    return {k: json_float(v) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def by_layer(rows: Sequence[TensorDiff]) -> list[dict[str, Any]]:
+    """One aggregate per block index, in order; tensors outside blocks come last (null)."""
+    def order(layer: Hashable) -> tuple[int, int]:
+        return (1, 0) if layer is None else (0, int(str(layer)))
+
+    return _grouped(rows, "layer", lambda r: r.layer, order)
+
+
+def by_kind(rows: Sequence[TensorDiff]) -> list[dict[str, Any]]:
+    """One aggregate per tensor kind, in :data:`KINDS` order."""
+    return _grouped(rows, "kind", lambda r: r.kind, lambda k: KINDS.index(str(k)))
+
+
+def _grouped(rows: Sequence[TensorDiff], label: str, key: Callable[[TensorDiff], Hashable],
+             order: Callable[[Hashable], Any]) -> list[dict[str, Any]]:
+    groups: dict[Hashable, list[TensorDiff]] = {}
+    for row in rows:
+        if row.stats is not None:
+            groups.setdefault(key(row), []).append(row)
+    return [{label: k, **aggregate(groups[k])} for k in sorted(groups, key=order)]
+
+
+def _weighted_mean(values: np.ndarray[Any, Any], weights: np.ndarray[Any, Any]) -> float:
+    total = float(weights.sum())
+    if total == 0.0:
+        return float(np.mean(values))
+    return float(np.dot(values, weights) / total)
+
+
+def _pooled_rel(ref_sq: float, err_sq: float) -> float:
+    if err_sq == 0.0:
+        return 0.0
+    return math.inf if ref_sq == 0.0 else math.sqrt(err_sq / ref_sq)

@@ -6,7 +6,8 @@ a float32 reader) becomes a :class:`~abgate.weights.readers.Checkpoint` of forma
 ``runtime``; the rows, groups and layer x projection table are
 :func:`abgate.weights.diff.compare`'s. Each side is identified by what was loaded: the
 engine, the model by name (never an absolute path) and its SHA-256, and the effective
-configuration's digest, so a report can check a diff belongs to its arms.
+configuration's digest, so a report can check a diff belongs to its arms. The document
+is :func:`abgate.weights.diff.document`'s, as a checkpoint diff's.
 """
 
 from __future__ import annotations
@@ -17,13 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from abgate import __version__
 from abgate.engines.base import LoadedTensor
-from abgate.weights.diff import SCHEMA, SCHEMA_VERSION, Progress, compare
-from abgate.weights.groups import aggregate, by_kind, by_layer
+from abgate.weights.diff import Progress, compare, document, status_counts
 from abgate.weights.readers import Checkpoint, TensorInfo
-from abgate.weights.result import STATUSES
-from abgate.weights.tables import outlier_warning
 
 __all__ = ["diff_loaded", "loaded_checkpoint"]
 
@@ -58,23 +55,10 @@ def diff_loaded(ref: Mapping[str, LoadedTensor], other: Mapping[str, LoadedTenso
     a = loaded_checkpoint(str(ref_id.get("model", "ref")), ref)
     b = loaded_checkpoint(str(other_id.get("model", "other")), other)
     rows = list(compare(a, b, progress))
-    counts = {status: sum(1 for r in rows if r.status == status) for status in STATUSES}
-    warnings = [f"{n} tensor(s) {s.replace('_', ' ')}" for s, n in counts.items()
+    warnings = [f"{n} tensor(s) {s.replace('_', ' ')}" for s, n in status_counts(rows).items()
                 if n and s != "compared"]
-    tensors = [r.to_json() for r in rows]
-    outliers = outlier_warning(tensors)
-    warnings += [outliers] if outliers else []
-    return {
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "abgate_version": __version__,
-        "source": "runtime",
-        "ref": _side(ref_id, a), "other": _side(other_id, b),
-        "summary": {"n_tensors_ref": len(a.tensors), "n_tensors_other": len(b.tensors),
-                    **{f"n_{status}": n for status, n in counts.items()},
-                    "overall": aggregate(rows)},
-        "groups": {"by_kind": by_kind(rows), "by_layer": by_layer(rows)},
-        "tensors": tensors,
-        "warnings": warnings,
-    }
+    return document({"source": "runtime", "ref": _side(ref_id, a), "other": _side(other_id, b)},
+                    a, b, rows, warnings)
 
 
 def _side(identity: Mapping[str, Any], ckpt: Checkpoint) -> dict[str, Any]:
