@@ -81,7 +81,10 @@ def toml_engine_args(args: dict[str, object], default_threads: int | None = None
     return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in merged.items()) + " }"
 
 
-_ENGINE_MODULE = re.compile(r"^pytestmark = pytest\.mark\.engine\b", re.MULTILINE)
+# ``pytestmark = pytest.mark.engine`` or a list on that line holding it
+# (``pytestmark = [pytest.mark.engine, pytest.mark.extras]``)
+_ENGINE_MODULE = re.compile(r"^pytestmark = (?:\[[^\]\n]*?)?\bpytest\.mark\.engine\b",
+                            re.MULTILINE)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
