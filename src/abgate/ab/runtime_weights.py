@@ -15,20 +15,17 @@ and engine config digest, rendered by the report.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
-from abgate import safefs
 from abgate.engines.base import LoadedTensor
 from abgate.errors import UsageError
 from abgate.identity import digest_json
 from abgate.records import facts
 from abgate.records.sections import EngineRecord
-from abgate.redact import redact
 from abgate.runner.session import EngineSpec, PreparedEngine, loaded, prepare_engine
-from abgate.weights.diff import Progress
+from abgate.weights.diff import Progress, arm_diff_path, write_diff
 from abgate.weights.runtime import diff_loaded
 
 __all__ = ["check_exposable", "diff_arms", "read_arm", "weights_evidence"]
@@ -61,10 +58,7 @@ def weights_evidence(held: Held, arm: str, baseline: str, p: PreparedEngine,
     written = []
     for cand in [a for a in held if a != baseline and baseline in held]:
         doc = diff_loaded(held[baseline][0], held[cand][0], held[baseline][1], held[cand][1])
-        path = out / f"weights-diff-{cand}.json"
-        safefs.write_atomic(path, (json.dumps(redact(doc), indent=1, allow_nan=False)
-                                   + "\n").encode())
-        written.append(path)
+        written.append(write_diff(arm_diff_path(out, cand), doc))
         del held[cand]
     return written
 

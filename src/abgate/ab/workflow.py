@@ -15,13 +15,12 @@ Layout of an A/B directory::
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from abgate import safefs, signals
+from abgate import signals
 from abgate.ab.analyze import COMPARISON_FILE, analyze
 from abgate.ab.checks import Checked, check_experiment
 from abgate.ab.experiment import Experiment
@@ -33,7 +32,6 @@ from abgate.errors import AbgateError
 from abgate.records.comparison import ComparisonDoc
 from abgate.records.documents import AbRecord
 from abgate.records.side_documents import Summary
-from abgate.redact import redact
 from abgate.runner import records as rec
 from abgate.runner.documents import read_document, read_record
 from abgate.runner.execute import Status, end_record, fail_if_all_errors, tracked
@@ -127,18 +125,10 @@ def diff_weights(exp: Experiment, prepared: Mapping[str, PreparedRun], out: Path
     """``weights-diff-<arm>.json`` for each candidate whose model differs from the
     baseline's (needs ``abgate[weights]``; ``prepared``: the arms as the A/B's checks
     prepared them); the report shows them."""
-    from abgate.weights import diff_checkpoints
+    from abgate.weights import diff_arm_checkpoints
 
-    base = prepared[exp.baseline].engine.model
-    written = []
-    for arm in exp.candidates:
-        model = prepared[arm].engine.model
-        if model != base:
-            doc = diff_checkpoints(Path(base), Path(model))
-            path = out / f"weights-diff-{arm}.json"
-            safefs.write_atomic(path, (json.dumps(redact(doc), indent=1) + "\n").encode())
-            written.append(path)
-    return written
+    models = {arm: Path(prepared[arm].engine.model) for arm in exp.candidates}
+    return diff_arm_checkpoints(Path(prepared[exp.baseline].engine.model), models, out)
 
 
 def run_experiment(exp: Experiment, out: Path, *, resume: bool = False, force: bool = False,

@@ -6,8 +6,6 @@ not be compared; ``--json FILE`` writes the full result (see docs/weights-diff.m
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -22,7 +20,7 @@ from rich.table import Table
 
 from abgate.cli.app import app
 from abgate.errors import UsageError
-from abgate.weights import diff_checkpoints, read_float
+from abgate.weights import diff_checkpoints, read_float, write_diff
 from abgate.weights.diff import Progress as ProgressFn
 from abgate.weights.tables import OUTLIER_REL_L2, kind_ranges, layer_projection_table
 
@@ -72,7 +70,7 @@ def weights_diff_command(
             result = diff_checkpoints(ref, other, progress)
     render_result(result, top, Console())
     if json_out is not None:
-        _write_json(json_out, result)
+        write_diff(json_out, result)
         typer.echo(f"wrote {json_out}", err=True)
 
 
@@ -211,16 +209,6 @@ def _rel(x: Any) -> str:
 def _db(x: Any) -> str:
     value = read_float(x)
     return "-" if value is None else f"{value:.1f}"
-
-
-def _write_json(path: Path, result: dict[str, Any]) -> None:
-    text = json.dumps(result, indent=1, allow_nan=False) + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
 
 
 @contextmanager

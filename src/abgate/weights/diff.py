@@ -19,15 +19,17 @@ group of compared tensors:
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from abgate import __version__
+from abgate import __version__, safefs
 from abgate.identity import DEFAULT_CACHE
+from abgate.redact import redact
 from abgate.weights.metrics import ErrorStats, error_stats, ref_only_stats, same_bytes, sqnr_db
 from abgate.weights.names import KINDS, layer_index, tensor_kind
 from abgate.weights.readers import Checkpoint, TensorInfo, UnsupportedTensor, open_checkpoint
@@ -54,6 +56,27 @@ def diff_checkpoints(ref: Path, other: Path, progress: Progress | None = None) -
     rows = list(compare(a, b, progress))
     return document({"ref": describe(a), "other": describe(b)}, a, b, rows,
                     _warnings(a, b, status_counts(rows)))
+
+
+def write_diff(path: Path, doc: dict[str, Any]) -> Path:
+    """A weights diff ``doc`` written to ``path`` whole or not at all, never through a
+    link, secrets redacted: the one writer of a weights diff's JSON (``abgate
+    weights-diff --json``, an A/B's ``weights-diff-<arm>.json``)."""
+    safefs.write_atomic(path, (json.dumps(redact(doc), indent=1, allow_nan=False)
+                               + "\n").encode())
+    return path
+
+
+def arm_diff_path(out: Path, arm: str) -> Path:
+    """Where an A/B directory ``out`` keeps candidate ``arm``'s weights diff."""
+    return out / f"weights-diff-{arm}.json"
+
+
+def diff_arm_checkpoints(base: Path, models: Mapping[str, Path], out: Path) -> list[Path]:
+    """``weights-diff-<arm>.json`` in ``out`` for each candidate arm of ``models`` whose
+    checkpoint differs from the baseline's ``base``."""
+    return [write_diff(arm_diff_path(out, arm), diff_checkpoints(base, model))
+            for arm, model in models.items() if model != base]
 
 
 def status_counts(rows: Sequence[TensorDiff]) -> dict[str, int]:
