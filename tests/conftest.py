@@ -83,28 +83,46 @@ def toml_engine_args(args: dict[str, object], default_threads: int | None = None
 
 # ``pytestmark = pytest.mark.engine`` or a list on that line holding it
 # (``pytestmark = [pytest.mark.engine, pytest.mark.extras]``)
-_ENGINE_MODULE = re.compile(r"^pytestmark = (?:\[[^\]\n]*?)?\bpytest\.mark\.engine\b",
+_ENGINE_MODULE = re.compile(r"^pytestmark = (?:\[[^\]\n]*?)?\bpytest\.mark\.engine\b.*$",
                             re.MULTILINE)
+_MARK = re.compile(r"\bpytest\.mark\.(\w+)")
+_EXPR_NAME = re.compile(r"\b(?!(?:and|or|not)\b)[A-Za-z_]\w*\b")
+
+
+def can_select(expr: str, module_marks: set[str]) -> bool:
+    """Whether ``-m expr`` can select a test of a module whose every test carries
+    ``module_marks`` (a test may add marks of its own: every combination of the names
+    ``expr`` asks about is tried)."""
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expr)
+    free = sorted(set(_EXPR_NAME.findall(expr)) - module_marks)
+    for bits in range(1 << len(free)):
+        marks = module_marks | {n for i, n in enumerate(free) if bits >> i & 1}
+        if compiled.evaluate(lambda name, marks=marks, **kwargs: name in marks):
+            return True
+    return False
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A test module marked ``engine`` as a whole (``pytestmark = pytest.mark.engine``)
-    is not even imported when ``-m`` deselects engine tests (the fast tier): importing
-    one costs the tier its imports (torch and transformers, 1.5 s of CPU) and selects
-    nothing. (Its tests are then not counted as deselected.)"""
+    """A test module marked ``engine`` as a whole (``pytestmark = pytest.mark.engine``,
+    or a list holding it) is not even imported when ``-m`` can select none of its tests
+    (the fast tier, ``-m "not engine"``): importing one costs the tier its imports
+    (torch and transformers, 1.5 s of CPU) and selects nothing. (Its tests are then not
+    counted as deselected.) ``-m extras`` still imports a module marked
+    ``[pytest.mark.engine, pytest.mark.extras]`` (from 2026-12-04 to 12-06 it did not, and
+    CI's extras tier ran 25 of its 41 tests: tests/fast/test_xdist_groups.py)."""
     expr = config.getoption("markexpr")
     if not expr or collection_path.suffix != ".py" or not collection_path.name.startswith(
             "test_"):
         return None
-    from _pytest.mark.expression import Expression
-
-    if Expression.compile(expr).evaluate(lambda name, **kwargs: name == "engine"):
-        return None
     try:
-        whole_module_engine = _ENGINE_MODULE.search(collection_path.read_text()) is not None
+        line = _ENGINE_MODULE.search(collection_path.read_text())
     except OSError:
         return None
-    return True if whole_module_engine else None
+    if line is None:
+        return None
+    return None if can_select(expr, set(_MARK.findall(line.group(0)))) else True
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook reads the groups

@@ -20,3 +20,23 @@ def test_every_file_that_skips_without_an_extra_carries_the_extras_marker() -> N
             unmarked.append(str(path.relative_to(REPO)))
     assert unmarked == []
 
+
+
+def test_the_extras_tier_collects_every_extras_module() -> None:
+    """``-m extras`` (CI's extras tier) imports the modules marked ``engine`` and
+    ``extras`` as a whole; the fast tier's ``-m "not engine"`` skips importing them
+    (conftest.pytest_ignore_collect). From 2026-12-04 to 12-06 a module marked
+    ``[pytest.mark.engine, pytest.mark.extras]`` was not imported under ``-m extras``:
+    CI's extras tier ran 25 of 41 tests, none of the Ray fleet's, and passed."""
+    from tests.conftest import can_select
+
+    both, engine = {"engine", "extras"}, {"engine"}
+    assert can_select("extras", both)
+    assert not can_select("not engine", both) and not can_select("not engine", engine)
+    assert can_select("engine", engine) and can_select("engine and not extras", engine)
+    assert not can_select("engine and not extras", both)
+    # a test of the module may add a mark of its own
+    assert can_select("extras", engine) and can_select("slow", engine)
+    assert can_select("engine and slow", engine)
+    assert can_select("extras or slow", engine) and not can_select("not (engine or slow)",
+                                                                   engine)

@@ -41,6 +41,7 @@ FOREIGN: dict[str, str] = {
     "bench/prompt_file.py": "a user's --prompt-file (token IDs: a JSON list, or an object's "
                             "token_ids)",
     "bench/load_run.py": "vllm bench serve / served load results",
+    "bench/load_http.py": "an HTTP response's headers (Retry-After)",
     "tomlfile.py": "TOML documents",
     "schema.py": "pydantic error dicts",
     "safejson.py": "the JSON reader's own parse",
