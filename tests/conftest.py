@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.abc
 import importlib.machinery
 import json
@@ -127,17 +128,37 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n``, with ``--dist loadgroup`` as pyproject.toml sets), the
-    engine tier runs on one worker, one test after another: its tests time real engines
-    on one thread each and must not share the host with each other; the fast tier is
-    spread over the other workers meanwhile. A fast-tier module whose tests share a
-    fixture of module scope runs on one worker, so that the fixture (often a whole run)
-    is built once, not once per worker."""
+    """Under pytest-xdist (``-n``, with ``--dist loadgroup`` as pyproject.toml sets), every
+    test goes to whichever worker is free, the engine tier's as the fast tier's, except:
+    the tests of a module that start a real Ray cluster run on one worker, one after
+    another (two local clusters of several raylets at once would share 2 cores between
+    a dozen processes); a module whose tests share a fixture of module scope runs on one
+    worker, so that the fixture (often a whole run) is built once, not once per worker.
+    An engine beside other workers runs on one thread (:func:`requested_threads`), so two
+    engine tests at once each have a core of a 2-core host, as an engine test and a
+    fast-tier test had when the engine tier ran on one worker (until 2026-12-06: the
+    README's command then waited minutes on that worker after the other had finished)."""
     for item in items:
-        if item.get_closest_marker("engine") is not None:
-            item.add_marker(pytest.mark.xdist_group("engine"))
+        if _starts_ray(item):
+            item.add_marker(pytest.mark.xdist_group("ray"))
         elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+_RAY_MODULE = re.compile(r"""importorskip\(\s*["']ray["']""")
+
+
+def _starts_ray(item: pytest.Item) -> bool:
+    path = getattr(item, "path", None)
+    return path is not None and _module_starts_ray(Path(path))
+
+
+@functools.cache
+def _module_starts_ray(path: Path) -> bool:
+    try:
+        return _RAY_MODULE.search(path.read_text()) is not None
+    except OSError:
+        return False
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:

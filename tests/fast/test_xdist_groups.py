@@ -1,8 +1,9 @@
-"""The README's command runs the engine tier on one worker and a module's tests that share
-a module-scoped fixture on one worker (tests/conftest.py marks them with ``xdist_group``;
-``--dist loadgroup`` in pyproject.toml). pytest 9.2's node IDs broke that silently
-(pytest-dev/pytest-xdist#1386: every test spread as if unmarked), hence pyproject's
-``pytest<9.2``; this test fails the day the grouping stops again."""
+"""The README's command runs a module's tests that share a module-scoped fixture on one
+worker, and the modules that start a real Ray cluster on one worker (tests/conftest.py
+marks them with ``xdist_group``; ``--dist loadgroup`` in pyproject.toml). pytest 9.2's
+node IDs broke that silently (pytest-dev/pytest-xdist#1386: every test spread as if
+unmarked), hence pyproject's ``pytest<9.2``; this test fails the day the grouping stops
+again."""
 
 from __future__ import annotations
 
