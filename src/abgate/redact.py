@@ -19,6 +19,7 @@ evidence, not a secret.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -116,6 +117,7 @@ def _words(name: str) -> list[str]:
     return words
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the name; every key of every record
 def is_secret_name(name: str) -> bool:
     """Whether a value named ``name`` (env var, flag, key, header) must not be recorded.
 
@@ -186,7 +188,26 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """Free text (a log, a command string, an error message) with every secret
     replaced: the known ``secrets`` as literals, then the shapes, URL credentials,
     secret-named flags' values and ``NAME=VALUE`` / ``name: value`` pairs."""
-    for literal in _literals(secrets):
+    literals = tuple(_literals(secrets))
+    if len(text) <= _CACHED_LEN:
+        return _redacted_short(text, literals)
+    return _redacted(text, literals)
+
+
+# A record is written and read many times over a run, and most of its strings are short
+# (keys' values, paths, hashes): their redactions are remembered, keyed by the text and
+# every literal in force (the known secrets included, so a secret learnt later is
+# applied). Longer texts (outputs, logs) are redacted each time, and not kept.
+_CACHED_LEN = 512
+
+
+@functools.lru_cache(maxsize=16384)
+def _redacted_short(text: str, literals: tuple[str, ...]) -> str:
+    return _redacted(text, literals)
+
+
+def _redacted(text: str, literals: tuple[str, ...]) -> str:
+    for literal in literals:
         text = text.replace(literal, REDACTED)
     if not text:
         return text

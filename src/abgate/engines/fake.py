@@ -213,6 +213,8 @@ class FakeEngine(Engine):
         self.served = 0  # requests started in this process
         self._clock = time.perf_counter()
         self._kept: set[tuple[int, ...]] | None = None
+        # a prompt's seed words and target reply, asked once per token of its reply
+        self._prompt_facts: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
         self._restored = 0
 
     # -- the protocol -------------------------------------------------------------------
@@ -286,10 +288,17 @@ class FakeEngine(Engine):
             answer += 1
         return [*self.tokenize(f"The answer is {answer}."), EOS]
 
+    def _facts(self, prompt: list[int]) -> tuple[list[int], list[int]]:
+        key = tuple(prompt)
+        if key not in self._prompt_facts:
+            if len(self._prompt_facts) >= 256:
+                self._prompt_facts.clear()
+            self._prompt_facts[key] = (_words(prompt), self.target(prompt))
+        return self._prompt_facts[key]
+
     def _logits(self, prompt: list[int], j: int) -> npt.NDArray[np.float32]:
-        words = _words(prompt)
+        words, target = self._facts(prompt)
         noise = np.random.default_rng([self.cfg["seed"], j, *words]).standard_normal(VOCAB)
-        target = self.target(prompt)
         noise[target[j] if j < len(target) else EOS] += self.cfg["margin"]
         if self.cfg["perturb"]:
             extra = np.random.default_rng([self.cfg["seed"], j, 1, *words])
@@ -312,7 +321,7 @@ class FakeEngine(Engine):
         if p.top_p < 1.0:
             keep = int(np.searchsorted(np.cumsum(probs), p.top_p) + 1)
             order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
-        rng = np.random.default_rng([p.seed, j, *_words(prompt)])
+        rng = np.random.default_rng([p.seed, j, *self._facts(prompt)[0]])
         return int(rng.choice(order, p=probs))
 
     # -- requests -----------------------------------------------------------------------

@@ -123,7 +123,8 @@ class ChatPrompts:
             raise AbgateError(self.method)
 
         async def once() -> list[int]:
-            async with httpx.AsyncClient(headers=dict(self.headers), timeout=30.0) as c:
+            async with httpx.AsyncClient(headers=dict(self.headers), timeout=30.0,
+                                         verify=st.tls_context()) as c:
                 return (await self.render(c, url, messages))[0]
 
         try:

@@ -36,7 +36,8 @@ def discover(stats: Sequence[EndpointStats], headers: Mapping[str, str], opts: O
          model: str) -> ServerInfo:
     """The server's models, dialect and version, and a probe of every endpoint."""
     base = stats[0].url
-    with httpx.Client(base_url=base, headers=headers, timeout=30.0) as c:
+    with httpx.Client(base_url=base, headers=headers, timeout=30.0,
+                      verify=st.tls_context()) as c:
         try:
             models = c.get("/v1/models").raise_for_status().json()
         except (httpx.HTTPError, ValueError) as exc:

@@ -167,7 +167,8 @@ class OpenAIEngine(Engine):
         attempts = [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}),
                     ("/tokenize", {"content": text, "add_special": False}),
                     ("/extras/tokenize", {"model": model, "input": text})]
-        with httpx.Client(base_url=base, headers=self.headers, timeout=30.0) as c:
+        with httpx.Client(base_url=base, headers=self.headers, timeout=30.0,
+                          verify=st.tls_context()) as c:
             for path, body in attempts:
                 with st.suppress_http():
                     resp = c.post(path, json=body)

@@ -30,7 +30,8 @@ def eog_ids(model: str) -> tuple[int, ...]:
 
 def survives_text(base_url: str, headers: dict[str, str], ids: list[int]) -> bool:
     """Whether the server's detokenize -> tokenize round trip gives back ``ids``."""
-    with httpx.Client(base_url=base_url, headers=headers, timeout=30.0) as c:
+    with httpx.Client(base_url=base_url, headers=headers, timeout=30.0,
+                      verify=st.tls_context()) as c:
         text = c.post("/extras/detokenize", json={"tokens": ids}).json()["text"]
         back = c.post("/extras/tokenize", json={"input": text}).json()["tokens"]
     return list(back) == list(ids)
