@@ -97,7 +97,10 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
     # the replicas' actors through Ray's state API once the A/B closed them: none alive
     after = rec["actors_after_close"]
     assert after["checked"] and after["alive"] == [] and "ray" in after["via"]
-    assert sorted(len(v) for v in rec["items_by_replica"].values()) == [5, 5]
+    # each replica takes the next item when it is free: both served, every item once (an
+    # exact 5/5 split depends on the host: 4/6 with three tests' engines on 2 cores)
+    served = [len(v) for v in rec["items_by_replica"].values()]
+    assert len(served) == 2 and min(served) >= 1 and sum(served) == 10, served
     for r in rec["replicas"]:
         assert r["pid"] in r["process_tree"] and r["address"]
         assert any("llama" in name for name in r["libraries"])
