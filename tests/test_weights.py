@@ -298,6 +298,27 @@ def test_cli_prints_tables_and_writes_json(hf_pair: tuple[Path, Path], tmp_path:
     assert len(doc["tensors"]) == 21
 
 
+def test_cli_json_never_written_through_a_link(hf_pair: tuple[Path, Path], tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--json`` at a symbolic link: one line, before any checkpoint is read, and the
+    link's target untouched (the weights diff's one writer never writes through one)."""
+    from abgate.cli import weights_cmd
+    from tests.support.fake import cli
+
+    target, link = tmp_path / "elsewhere.json", tmp_path / "wd.json"
+    target.write_text("keep\n")
+    link.symlink_to(target)
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the diff ran before the bad path was refused")
+
+    monkeypatch.setattr(weights_cmd, "diff_checkpoints", never)
+    r = cli("weights-diff", *map(str, hf_pair), "--json", str(link))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("abgate: error: ") and "symbolic link" in r.stderr
+    assert target.read_text() == "keep\n" and link.is_symlink()
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda d: d / "nope.gguf", "checkpoint not found:"),
     (lambda d: d / "model.bin", "unsupported checkpoint format '.bin'"),

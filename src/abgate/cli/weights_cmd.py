@@ -20,6 +20,7 @@ from rich.table import Table
 
 from abgate.cli.app import app
 from abgate.errors import UsageError
+from abgate.safefs import refuse_link
 from abgate.weights import diff_checkpoints, read_float, write_diff
 from abgate.weights.diff import Progress as ProgressFn
 from abgate.weights.tables import OUTLIER_REL_L2, kind_ranges, layer_projection_table
@@ -61,6 +62,8 @@ def weights_diff_command(
     """Relative L2 error and SQNR of every tensor of OTHER against REF, by layer and kind."""
     if json_out is not None and not json_out.parent.is_dir():
         raise UsageError(f"cannot write {json_out}: directory {json_out.parent} does not exist")
+    if json_out is not None:
+        refuse_link(json_out)  # before the diff: write_diff never writes through a link
     with _progress() as progress:
         if engine is not None:
             result = _diff_engines(engine, model, arm_a or [], arm_b or [], env or [], progress)
