@@ -60,10 +60,11 @@ def weights_diff_command(
         "--env", metavar="NAME=VALUE", help="Env for both arms' engines (repeatable).")] = None,
 ) -> None:
     """Relative L2 error and SQNR of every tensor of OTHER against REF, by layer and kind."""
-    if json_out is not None and not json_out.parent.is_dir():
-        raise UsageError(f"cannot write {json_out}: directory {json_out.parent} does not exist")
-    if json_out is not None:
-        refuse_link(json_out)  # before the diff: write_diff never writes through a link
+    if json_out is not None:  # checked before the diff
+        if not json_out.parent.is_dir():
+            raise UsageError(f"cannot write {json_out}: directory {json_out.parent} "
+                             "does not exist")
+        refuse_link(json_out)  # write_diff never writes through a link
     with _progress() as progress:
         if engine is not None:
             result = _diff_engines(engine, model, arm_a or [], arm_b or [], env or [], progress)

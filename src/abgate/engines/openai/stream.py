@@ -296,12 +296,12 @@ DRAIN_S = 1.0
 
 
 @functools.cache
-@functools.cache
 def tls_context() -> ssl.SSLContext:
     """One default TLS context per process, for every client abgate makes: httpx builds
     (and loads the CA bundle into) a new one for every client otherwise, about 30 ms of
-    CPU each (until 2026-12-06 this built one per call as well: 226 of them, 6.4 s, in one
-    run of the fast tier)."""
+    CPU each (until 2026-12-06 only ``generate``'s clients took this one: the others,
+    discovery, tokenize, chat render, scoring, the load bench's, built 226 contexts, 6.4 s,
+    in one run of the fast tier)."""
     return httpx.create_ssl_context()
 
 
