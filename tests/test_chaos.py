@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import HANG_S, read_lines
 from tests.support.fake import cli
 from tests.support.fault_server import FaultServer
@@ -138,14 +140,10 @@ def _quality(w: Workload, out: Path) -> Any:
             for arm, c in comparison["comparisons"].items()}
 
 
-def test_kill_anywhere_then_resume(tmp_path: Path) -> None:
-    """``abgate run``, then ``abgate ab``, each killed anywhere and resumed."""
-    for command in ("run", "ab"):
-        (tmp_path / command).mkdir()
-        _kill_anywhere_then_resume(tmp_path / command, command)
-
-
-def _kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
+@pytest.mark.parametrize("command", ["run", "ab"])
+def test_kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
+    """``abgate run`` and ``abgate ab``, each killed anywhere and resumed (two tests, so
+    that two workers run them at once)."""
     rng = random.Random(SEED)
     with FaultServer(vary=True) as fs:
         w = Workload(command, fs.url, tmp_path)

@@ -32,15 +32,21 @@ ray = pytest.importorskip("ray")
 from ray._private.state import actors as ray_actors  # noqa: E402  (the GCS actor table)
 
 pytestmark = [pytest.mark.engine, pytest.mark.extras]  # a real Ray cluster; llama.cpp replicas
+N_ITEMS = 40  # (a): "the same 40 items" (issue 33)
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
-    # "fleet": a resource of the head and of test (d)'s slower node only
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1,
-                                                      "resources": {"fleet": 1}})
+    # "fleet": a resource of the head and of test (d)'s slower node only. The GCS calls a
+    # node dead after 4 missed health checks a second apart (Ray's defaults: 5, 3 s apart,
+    # which left test (b) waiting 15 s for the removed node), not so fast that a raylet
+    # slow to answer on a loaded 2-core host is taken for dead.
+    health = {"health_check_period_ms": 1000, "health_check_timeout_ms": 3000,
+              "health_check_failure_threshold": 4}
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"fleet": 1}, "_system_config": health})
     c.add_node(num_cpus=1)
     ray.init(address=c.address, log_to_driver=False)
     yield c
@@ -54,15 +60,22 @@ def _samples(out: Path, arm: str) -> list[dict[str, Any]]:
     return [s for s in map(json.loads, lines) if not str(s.get("key", "")).startswith("warmup")]
 
 
-def _llama_file(path: Path, data: Path, n: int) -> Path:
+def _llama_file(path: Path, n: int) -> Path:
+    """An A/A of llama.cpp arms on ``n`` short sums (the ``jsonl`` suite, answers matched
+    by a regex): 40 of them cost less than 10 GSM8K items did, prefill being most of an
+    item at one thread."""
+    data = path.with_suffix(".jsonl")
+    data.write_text("".join(json.dumps({
+        "id": f"sum-{i:02d}", "prompt": f"{i + 3} + {2 * i + 5} =",
+        "answer": rf"\b{3 * i + 8}\b", "scorer": "regex"}) + "\n" for i in range(n)))
     threads = "".join(f", {k} = {v}" for k, v in engine_threads(1).items())
     path.write_text(f"""name = "fleet"
 baseline = "a"
 [shared]
-suite = "gsm8k"
+suite = "jsonl"
 data = "{data}"
 limit = {n}
-max_tokens = 16
+max_tokens = 10
 engine_args = {{ n_ctx = 1024{threads} }}
 [schedule]
 mode = "interleave"
@@ -88,10 +101,12 @@ def _raylet_children(node: Any) -> set[int]:
     return pids
 
 
-def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: Path,
-                                                         gsm8k_path: Path) -> None:
-    """(a) 2 nodes x 1 replica (both arms resident on each) against one machine."""
-    exp = load_experiment(_llama_file(tmp_path / "x.toml", gsm8k_path, 10))
+def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: Path) -> None:
+    """(a) 2 nodes x 1 replica (both arms resident on each) against one machine, on the
+    same 40 items: the same greedy tokens and the same quality verdict (every quality
+    gate's outcome; the speed gate measures the host, which the two runs share
+    differently)."""
+    exp = load_experiment(_llama_file(tmp_path / "x.toml", N_ITEMS))
     one = run_experiment(exp, tmp_path / "one")
     fleet = run_experiment(exp, tmp_path / "fleet",
                            schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
@@ -100,9 +115,10 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
         mine = {s["key"]: s["output"]["token_ids"] for s in _samples(tmp_path / "one", arm)}
         theirs = {s["key"]: s["output"]["token_ids"]
                   for s in _samples(tmp_path / "fleet", arm)}
-        assert mine == theirs and len(mine) == 10
-    assert fleet.comparison.comparisons["b"].verdict.decision == \
-        one.comparison.comparisons["b"].verdict.decision
+        assert mine == theirs and len(mine) == N_ITEMS
+    verdicts = [r.comparison.comparisons["b"].verdict for r in (one, fleet)]
+    quality = [{g.name: g.outcome for g in v.gates if g.name != "speed"} for v in verdicts]
+    assert quality[0] == quality[1] and len(quality[0]) > 3, quality
     rec = json.loads((tmp_path / "fleet" / "ab.json").read_text())["fleet"]
     nodes = {r["node_id"] for r in rec["replicas"]}
     assert len(nodes) == 2 and not rec["lost"]
@@ -110,9 +126,9 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
     after = rec["actors_after_close"]
     assert after["checked"] and after["alive"] == [] and "ray" in after["via"]
     # each replica takes the next item when it is free: both served, every item once (an
-    # exact 5/5 split depends on the host: 4/6 with three tests' engines on 2 cores)
+    # even split depends on the host: 4/6 of 10 with three tests' engines on 2 cores)
     served = [len(v) for v in rec["items_by_replica"].values()]
-    assert len(served) == 2 and min(served) >= 1 and sum(served) == 10, served
+    assert len(served) == 2 and min(served) >= 1 and sum(served) == N_ITEMS, served
     for r in rec["replicas"]:
         assert r["pid"] in r["process_tree"] and r["address"]
         assert any("llama" in name for name in r["libraries"])
@@ -184,7 +200,12 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Pa
         {"worker": getattr(worker, "node_id", None), "when": when, "fleet": rec})
     lost = str(rec["lost"][0]["replica"])
     survivor = ({"0", "1"} - {lost}).pop()
-    assert len(rec["items_by_replica"][survivor]) >= 12 - 3, rec
+    # the item the lost replica was on ran on the survivor, never on the lost one (how
+    # many the lost one finished first is the host's race: up to 6 of 12 seen, since the
+    # samples are written in key order while the replicas run ahead of the writer)
+    at = rec["lost"][0]["at"]
+    assert at in rec["items_by_replica"][survivor], rec
+    assert at not in rec["items_by_replica"].get(lost, []), rec
     assert sum(map(len, rec["items_by_replica"].values())) == 12, rec
     notes = res.comparison.comparisons["b"].verdict.notes
     assert any("lost" in n and f"replica {lost}" in n.lower() for n in notes), notes

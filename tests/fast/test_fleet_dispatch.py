@@ -26,12 +26,12 @@ from tests.support.fake import experiment
 
 
 def _hanging(p: PreparedEngine) -> PreparedEngine:
-    args = {**p.resolved_args, "hang_at": 2, "hang_s": 4.0}
+    args = {**p.resolved_args, "hang_at": 2, "hang_s": 2.0}
     return replace(p, spec=replace(p.spec, args=args), resolved_args=args)
 
 
 class TwoThreads:
-    """Replica 1 hangs on its second request; the loop gives up on it after 1 s."""
+    """Replica 1 hangs (2 s) on its second request; the loop gives up on it after 0.8 s."""
 
     name = "two-threads"
 
@@ -47,7 +47,7 @@ class TwoThreads:
                 stack.callback(r.close)
             with futures.ThreadPoolExecutor(2) as ex:
                 Dispatch(state, ThreadPool(ex, replicas), self.ledger, poll_s=0.2,
-                         item_timeout_s=1.0).run([0, 1])
+                         item_timeout_s=0.8).run([0, 1])
             state.doc.fleet = FleetRecord(replicas=[{}, {}], lost=self.ledger.lost,
                                           items_by_replica=self.ledger.items_by_replica)
             state.save()
