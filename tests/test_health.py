@@ -135,8 +135,10 @@ def test_repetition_prefers_token_ids() -> None:
 # ---------------------------------------------------------------- clustered SE
 
 
-def _miller_se(correct: list[bool], clusters: list[str]) -> float:
-    """Miller (2024): SE_CLT^2 plus within-cluster cross terms, written out literally."""
+def _miller_var(correct: list[bool], clusters: list[str]) -> float:
+    """Miller (2024): SE_CLT^2 plus within-cluster cross terms, written out literally (the
+    squared SE: where the true SE is 0, both sides round to ~1e-17 of variance, which a
+    square root would blow up to ~1e-9 and a negative one would not take)."""
     n = len(correct)
     s = [float(c) for c in correct]
     mean = sum(s) / n
@@ -147,7 +149,7 @@ def _miller_se(correct: list[bool], clusters: list[str]) -> float:
         for j in range(n)
         if i != j and clusters[i] == clusters[j]
     )
-    return math.sqrt(clt + cross / n**2)
+    return clt + cross / n**2
 
 
 @no_deadline
@@ -160,7 +162,7 @@ def test_clustered_se_matches_miller(samples: list[tuple[bool, int]]) -> None:
     if len(set(clusters)) < 2:
         assert math.isnan(se)
     else:
-        assert se == pytest.approx(_miller_se(correct, clusters), abs=1e-12)
+        assert se**2 == pytest.approx(_miller_var(correct, clusters), abs=1e-15)
 
 
 def test_one_sample_per_item_is_the_binomial_se() -> None:
@@ -238,7 +240,8 @@ def test_aggregate_health() -> None:
     agg = aggregate_health(rows)
     assert (agg.n, agg.n_error, agg.n_scored, agg.n_items) == (6, 1, 5, 3)
     assert agg.accuracy == pytest.approx(2 / 5)  # the error is not a wrong answer
-    expected_se = _miller_se([True, False, True, False, False], ["1", "1", "2", "2", "3"])
+    expected_se = math.sqrt(_miller_var([True, False, True, False, False],
+                                        ["1", "1", "2", "2", "3"]))
     assert agg.accuracy_se == pytest.approx(expected_se)
     assert agg.invalid_reasons == {"no_answer": 1, "non_integral": 1}
     assert agg.invalid_rate == pytest.approx(2 / 5)
