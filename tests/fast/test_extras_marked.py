@@ -40,3 +40,21 @@ def test_the_extras_tier_collects_every_extras_module() -> None:
     assert can_select("engine and slow", engine)
     assert can_select("extras or slow", engine) and not can_select("not (engine or slow)",
                                                                    engine)
+
+
+def test_only_a_selection_without_engine_tests_gets_two_workers_a_core() -> None:
+    """``-n auto`` (pyproject.toml): two xdist workers a core for the fast tier alone, whose
+    tests mostly wait on the processes they start; one a core wherever an engine test may
+    run, whose tokens and speed are its core's (three workers on 2 cores gave a no-op
+    revision A/B -13% speed, INCONCLUSIVE, 2026-12-06)."""
+    from types import SimpleNamespace
+
+    from tests.conftest import pytest_xdist_auto_num_workers
+
+    cores = pytest_xdist_auto_num_workers(SimpleNamespace(getoption=lambda name: ""))
+    assert cores >= 1
+    for expr, workers in (("not engine", 2 * cores), ("not engine and not slow", 2 * cores),
+                          ("engine", cores), ("extras", cores), ("", cores),
+                          ("slow", cores)):
+        config = SimpleNamespace(getoption=lambda name, e=expr: e)
+        assert pytest_xdist_auto_num_workers(config) == workers, expr
