@@ -139,8 +139,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * cores if expr and not can_select(expr, {"engine"}) else cores
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-randomly's shuffle
+def pytest_collection_modifyitems(config: pytest.Config,
+                                  items: list[pytest.Item]) -> Iterator[None]:
     """Under pytest-xdist (``-n``, with ``--dist loadgroup`` as pyproject.toml sets), every
     test goes to whichever worker is free, the engine tier's as the fast tier's, except:
     the tests of a module that start a real Ray cluster run on one worker, one after
@@ -150,12 +151,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     An engine beside other workers runs on one thread (:func:`requested_threads`), so two
     engine tests at once each have a core of a 2-core host, as an engine test and a
     fast-tier test had when the engine tier ran on one worker (until 2026-12-06: the
-    README's command then waited minutes on that worker after the other had finished)."""
+    README's command then waited minutes on that worker after the other had finished).
+    The Ray tests go first (after any shuffle, their own order kept): one worker's chain of
+    clusters starting, serving and stopping, much of it waiting, then overlaps the other
+    tests from the start instead of ending the run alone."""
     for item in items:
         if _starts_ray(item):
             item.add_marker(pytest.mark.xdist_group("ray"))
         elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    yield  # the other hooks (pytest-randomly's shuffle, -m's deselection) run here
+    items.sort(key=lambda item: not _starts_ray(item))  # stable
 
 
 _RAY_MODULE = re.compile(r"""importorskip\(\s*["']ray["']""")
