@@ -126,17 +126,21 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None if can_select(expr, set(_MARK.findall(line.group(0)))) else True
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: a worker per core, or two per core when ``-m`` can select no engine
-    test (the fast tier, ``-m "not engine"``). Its tests spend much of their time waiting
-    on the processes they start (abgate subprocesses, servers, signals), so one worker a
-    core left the cores idle: on 2 cores (2026-12-06) the tier took 147 to 154 s with 2
-    workers, 135 s with 3 and 121 s with 4, for the same CPU time. An engine test keeps a
-    core to itself (its tokens and speed are the host's, :func:`requested_threads`)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-        else os.cpu_count() or 1
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: xdist's own count (a worker a core, or ``PYTEST_XDIST_AUTO_NUM_WORKERS``),
+    doubled when ``-m`` can select no engine test (the fast tier, ``-m "not engine"``). Its
+    tests spend much of their time waiting on the processes they start (abgate
+    subprocesses, servers, signals), so one worker a core left the cores idle: on 2 cores
+    (2026-12-06) the tier took 147 to 154 s with 2 workers, 135 s with 3 and 111 to 123 s
+    with 4, for the same CPU time. An engine test keeps a core to itself (its tokens and
+    speed are the host's, :func:`requested_threads`). None: xdist's count as it is."""
     expr = config.getoption("markexpr")
-    return 2 * cores if expr and not can_select(expr, {"engine"}) else cores
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or not expr or can_select(
+            expr, {"engine"}):
+        return None
+    from xdist.plugin import pytest_xdist_auto_num_workers as xdist_count
+
+    return 2 * xdist_count(config)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-randomly's shuffle

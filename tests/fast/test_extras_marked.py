@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.conftest import REPO
 
 NEEDS = re.compile(r"""importorskip\(\s*["'](torch|transformers|ray)["']""")
@@ -42,19 +44,27 @@ def test_the_extras_tier_collects_every_extras_module() -> None:
                                                                    engine)
 
 
-def test_only_a_selection_without_engine_tests_gets_two_workers_a_core() -> None:
+def test_only_a_selection_without_engine_tests_gets_two_workers_a_core(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """``-n auto`` (pyproject.toml): two xdist workers a core for the fast tier alone, whose
     tests mostly wait on the processes they start; one a core wherever an engine test may
     run, whose tokens and speed are its core's (three workers on 2 cores gave a no-op
     revision A/B -13% speed, INCONCLUSIVE, 2026-12-06)."""
     from types import SimpleNamespace
 
+    from xdist.plugin import pytest_xdist_auto_num_workers as xdist_count
+
     from tests.conftest import pytest_xdist_auto_num_workers
 
-    cores = pytest_xdist_auto_num_workers(SimpleNamespace(getoption=lambda name: ""))
+    def config(expr: str) -> SimpleNamespace:
+        return SimpleNamespace(getoption=lambda name: expr,
+                               option=SimpleNamespace(numprocesses="auto"))
+
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    cores = xdist_count(config(""))
     assert cores >= 1
     for expr, workers in (("not engine", 2 * cores), ("not engine and not slow", 2 * cores),
-                          ("engine", cores), ("extras", cores), ("", cores),
-                          ("slow", cores)):
-        config = SimpleNamespace(getoption=lambda name, e=expr: e)
-        assert pytest_xdist_auto_num_workers(config) == workers, expr
+                          ("engine", None), ("extras", None), ("", None), ("slow", None)):
+        assert pytest_xdist_auto_num_workers(config(expr)) == workers, expr
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")  # the user's count stands
+    assert pytest_xdist_auto_num_workers(config("not engine")) is None

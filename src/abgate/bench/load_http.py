@@ -29,8 +29,8 @@ from abgate.engines.openai.stream import (
     feed,
     finished,
     refused,
-    tls_context,
 )
+from abgate.engines.shared import http
 
 READ_BUFSIZE = 1 << 20  # an SSE line may be this long (aiohttp refuses longer ones)
 
@@ -38,7 +38,7 @@ READ_BUFSIZE = 1 << 20  # an SSE line may be this long (aiohttp refuses longer o
 def session(headers: Mapping[str, str], *, timeout_s: float = 600.0) -> aiohttp.ClientSession:
     """A session of one kept-alive connection (made inside the event loop that uses
     it)."""
-    connector = aiohttp.TCPConnector(limit=1, ssl=tls_context())
+    connector = aiohttp.TCPConnector(limit=1, ssl=http.tls_context())
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
     return aiohttp.ClientSession(headers=dict(headers), connector=connector, timeout=timeout,
                                  read_bufsize=READ_BUFSIZE)

@@ -37,8 +37,8 @@ from abgate.engines.openai.stream import (
     StreamState,
     identify,
     sampling_body,
-    tls_context,
 )
+from abgate.engines.shared import http
 from abgate.errors import AbgateError, UsageError
 from abgate.jsonl_append import append_line
 from abgate.redact import redact_text, redact_url
@@ -80,8 +80,7 @@ def _body(job: LoadJob, prompt: str, model: str, dialect: Dialect) -> dict[str, 
 
 def _discover(job: LoadJob) -> tuple[str, Dialect]:
     try:
-        with httpx.Client(base_url=job.url, headers=dict(job.headers), timeout=10.0,
-                          verify=tls_context()) as c:
+        with http.client(base_url=job.url, headers=dict(job.headers), timeout=10.0) as c:
             models = c.get("/v1/models").json()
             title = None
             with contextlib.suppress(httpx.HTTPError, ValueError):

@@ -36,6 +36,7 @@ import httpx
 
 from abgate.engines.base import GenerationRequest, Message
 from abgate.engines.openai import stream as st
+from abgate.engines.shared import http
 from abgate.errors import AbgateError
 from abgate.gguf_file import read_gguf, token_texts
 
@@ -123,8 +124,7 @@ class ChatPrompts:
             raise AbgateError(self.method)
 
         async def once() -> list[int]:
-            async with httpx.AsyncClient(headers=dict(self.headers), timeout=30.0,
-                                         verify=st.tls_context()) as c:
+            async with http.async_client(headers=dict(self.headers), timeout=30.0) as c:
                 return (await self.render(c, url, messages))[0]
 
         try:

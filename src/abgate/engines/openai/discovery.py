@@ -15,6 +15,7 @@ from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.openai import stream as st
 from abgate.engines.openai.endpoints import EndpointStats
 from abgate.engines.openai.options import Options
+from abgate.engines.shared import http
 from abgate.errors import AbgateError
 from abgate.redact import redact_url
 
@@ -36,8 +37,7 @@ def discover(stats: Sequence[EndpointStats], headers: Mapping[str, str], opts: O
          model: str) -> ServerInfo:
     """The server's models, dialect and version, and a probe of every endpoint."""
     base = stats[0].url
-    with httpx.Client(base_url=base, headers=headers, timeout=30.0,
-                      verify=st.tls_context()) as c:
+    with http.client(base_url=base, headers=headers, timeout=30.0) as c:
         try:
             models = c.get("/v1/models").raise_for_status().json()
         except (httpx.HTTPError, ValueError) as exc:
@@ -62,8 +62,7 @@ def probe(url: str, info: ServerInfo, headers: Mapping[str, str],
     body = st.request_body(req, opts.api, info.model, info.dialect)
 
     async def once() -> st.StreamState:
-        async with httpx.AsyncClient(headers=headers, timeout=60.0,
-                                     verify=st.tls_context()) as client:
+        async with http.async_client(headers=headers, timeout=60.0) as client:
             return await st.stream_once(client, url + PATHS[opts.api], body,
                                         opts.api)
 

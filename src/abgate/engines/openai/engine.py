@@ -59,6 +59,7 @@ from abgate.engines.openai.options import (
     check_llama_cpp_concurrency,
     check_options,
 )
+from abgate.engines.shared import http
 from abgate.engines.shared import server as srv
 from abgate.engines.shared.multicast import MULTICAST_OFF
 from abgate.engines.shared.process_roles import parallel_sizes
@@ -167,8 +168,7 @@ class OpenAIEngine(Engine):
         attempts = [("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}),
                     ("/tokenize", {"content": text, "add_special": False}),
                     ("/extras/tokenize", {"model": model, "input": text})]
-        with httpx.Client(base_url=base, headers=self.headers, timeout=30.0,
-                          verify=st.tls_context()) as c:
+        with http.client(base_url=base, headers=self.headers, timeout=30.0) as c:
             for path, body in attempts:
                 with st.suppress_http():
                     resp = c.post(path, json=body)
@@ -257,8 +257,7 @@ class OpenAIEngine(Engine):
             # it keeps one connection per endpoint alive. One pool shared by all workers
             # costs O(connections) per pool operation in httpcore: at concurrency 64 the
             # client spent 3x the CPU per token (benchmarks/client_ceiling.py)
-            async with httpx.AsyncClient(headers=self.headers, timeout=timeout,
-                                         verify=st.tls_context()) as client:
+            async with http.async_client(headers=self.headers, timeout=timeout) as client:
                 for req in queue:
                     done(await self._run_one(client, req))
 

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from abgate.engines.base import ScoringMethod, TokenScores
-from abgate.engines.openai.stream import tls_context
+from abgate.engines.shared import http
 from abgate.engines.shared.prompt_logprobs import number, scores_from_rows
 from abgate.errors import AbgateError
 
@@ -78,9 +78,8 @@ class Scorer:
                  timeout: float) -> None:
         self.route = route(kind)
         self.kind, self.model = kind, model
-        self._client = httpx.Client(base_url=base_url, headers=dict(headers),
-                                    timeout=httpx.Timeout(timeout, connect=30.0),
-                                    verify=tls_context())
+        self._client = http.client(base_url=base_url, headers=dict(headers),
+                                   timeout=httpx.Timeout(timeout, connect=30.0))
 
     def close(self) -> None:
         self._client.close()

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
-import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -25,6 +23,7 @@ import httpx
 
 from abgate.engines.base import GenerationRequest, SamplingParams
 from abgate.engines.openai.checks import retry_after
+from abgate.engines.shared import http
 from abgate.errors import AbgateError, UsageError
 from abgate.safejson import BadJson, parse
 
@@ -295,23 +294,12 @@ async def _drain(lines: AsyncIterator[str]) -> None:
 DRAIN_S = 1.0
 
 
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """One default TLS context per process, for every client abgate makes: httpx builds
-    (and loads the CA bundle into) a new one for every client otherwise, about 30 ms of
-    CPU each (until 2026-12-06 only ``generate``'s clients took this one: the others,
-    discovery, tokenize, chat render, scoring, the load bench's, built 226 contexts, 6.4 s,
-    in one run of the fast tier)."""
-    return httpx.create_ssl_context()
-
-
 # -- what the server says about itself ---------------------------------------------------
 
 
 async def reachable(url: str, headers: Mapping[str, str]) -> bool:
     try:
-        async with httpx.AsyncClient(headers=headers, timeout=3.0,
-                                     verify=tls_context()) as c:
+        async with http.async_client(headers=headers, timeout=3.0) as c:
             await c.get(url + "/v1/models")
         return True
     except httpx.HTTPError:

@@ -11,6 +11,7 @@ import httpx
 
 from abgate.engines.base import GenerationRequest
 from abgate.engines.openai import stream as st
+from abgate.engines.shared import http
 from abgate.gguf_file import read_gguf
 
 EOG_BIAS = -1.0e4  # logit bias that keeps end-of-generation tokens from being sampled
@@ -30,8 +31,7 @@ def eog_ids(model: str) -> tuple[int, ...]:
 
 def survives_text(base_url: str, headers: dict[str, str], ids: list[int]) -> bool:
     """Whether the server's detokenize -> tokenize round trip gives back ``ids``."""
-    with httpx.Client(base_url=base_url, headers=headers, timeout=30.0,
-                      verify=st.tls_context()) as c:
+    with http.client(base_url=base_url, headers=headers, timeout=30.0) as c:
         text = c.post("/extras/detokenize", json={"tokens": ids}).json()["text"]
         back = c.post("/extras/tokenize", json={"input": text}).json()["tokens"]
     return list(back) == list(ids)

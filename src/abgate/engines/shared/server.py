@@ -38,6 +38,7 @@ import httpx
 import psutil
 
 from abgate import safefs
+from abgate.engines.shared import http
 from abgate.engines.shared import process_roles as roles
 from abgate.engines.shared import supervise as supervise
 from abgate.engines.shared.multicast import server_env
@@ -212,7 +213,7 @@ class ManagedServer:
         """Wait until the server answers; returns the seconds it took."""
         deadline = time.monotonic() + timeout
         seen_at = 0.0
-        with httpx.Client(base_url=self.base_url, timeout=5.0, headers=headers) as client:
+        with http.client(base_url=self.base_url, timeout=5.0, headers=headers) as client:
             while True:
                 if time.monotonic() - seen_at >= 1.0:  # workers seen while they start
                     self.tracker.refresh()
