@@ -23,8 +23,7 @@ from abgate.ab.experiment import load_experiment
 from abgate.ab.workflow import run_experiment
 from abgate.errors import UsageError
 from abgate.fleet.cluster import cluster_spec
-from abgate.fleet.coordinator import fleet_strategy
-from abgate.records.samples import Sample
+from abgate.fleet.coordinator import RayPool, fleet_strategy
 from tests.conftest import engine_threads
 from tests.support.fake import ACCEPT_ARGS, experiment
 
@@ -135,24 +134,33 @@ def test_two_nodes_give_one_machines_tokens_and_verdict(cluster: Any, tmp_path: 
         assert "closed" in r and r["closed"]["busy_s"] > 0
 
 
-def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Path) -> None:
+def test_a_node_lost_mid_run_is_survived_exactly_once(
+        cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """(b) the worker node's raylet removed (from a thread of its own, as a node dies
-    outside the coordinator) after the third sample: the A/B completes, every
-    (item, seed, arm) once, the loss recorded and named in the verdict."""
+    outside the coordinator) once its replica has an item in flight: the A/B completes,
+    every (item, seed, arm) once, the loss recorded and named in the verdict."""
     path = experiment(tmp_path / "f.toml", "perturb = 0.05", limit=12, agreement=False,
                       extra="probes = false\n")
     exp = load_experiment(path)
     worker = next(n for n in cluster.worker_nodes)
-    seen: list[str] = []
     third, removed = threading.Event(), threading.Event()
+    sent: list[int] = []
+    submit = RayPool.submit
 
-    def progress(sample: Sample | dict[str, Any]) -> None:
-        if isinstance(sample, Sample):
-            seen.append(str(sample.key))
-            if len(seen) == 3:
+    # The trigger is the worker replica's second item handed out, not a sample written:
+    # samples are written in key order, and on a busy host the replica on the worker node
+    # ran every remaining item while the other's first item held the writer (CI,
+    # 2026-12-06, twice: 9 items served after the "third sample", no loss recorded).
+    def submitted(pool: RayPool, index: int, work: Any) -> Any:
+        handle = submit(pool, index, work)
+        if pool.nodes[index] == worker.node_id:
+            sent.append(index)
+            if len(sent) == 2:
                 third.set()
-                removed.wait(timeout=120)  # the lost node's item is then surely in flight
+                removed.wait(timeout=120)  # its item is in flight, or done and the next fails
+        return handle
 
+    monkeypatch.setattr(RayPool, "submit", submitted)
     when: dict[str, float] = {}
 
     def kill() -> None:
@@ -161,8 +169,7 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Pa
             on_node = {int(a["Pid"]) for a in ray_actors().values()
                        if a["Address"]["NodeID"] == worker.node_id and a["State"] == "ALIVE"}
             # and every process the node's raylet started (its workers are its children):
-            # the actor table can lag, and once it named none (CI, 2026-12-06: the replica
-            # then served 9 more items and no loss was recorded)
+            # the actor table can lag
             on_node |= _raylet_children(worker)
             cluster.remove_node(worker, allow_graceful=False)
             # The raylet is gone at once, but the replica's worker process notices only
@@ -184,7 +191,7 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Pa
     killer = threading.Thread(target=kill, daemon=True)
     killer.start()
     try:
-        res = run_experiment(exp, tmp_path / "out", progress=progress,
+        res = run_experiment(exp, tmp_path / "out",
                              schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
     finally:
         third.set()
@@ -197,7 +204,8 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(cluster: Any, tmp_path: Pa
         assert len(keys) == 12 and set(keys.values()) == {1}
     rec = json.loads((tmp_path / "out" / "ab.json").read_text())["fleet"]
     assert len(rec["lost"]) == 1 and "Error" in rec["lost"][0]["error"], json.dumps(
-        {"worker": getattr(worker, "node_id", None), "when": when, "fleet": rec})
+        {"worker": getattr(worker, "node_id", None), "when": when, "sent": sent,
+         "fleet": rec})
     lost = str(rec["lost"][0]["replica"])
     survivor = ({"0", "1"} - {lost}).pop()
     # the item the lost replica was on ran on the survivor, never on the lost one (how
