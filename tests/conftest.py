@@ -158,14 +158,35 @@ def pytest_collection_modifyitems(config: pytest.Config,
     README's command then waited minutes on that worker after the other had finished).
     The Ray tests go first (after any shuffle, their own order kept): one worker's chain of
     clusters starting, serving and stopping, much of it waiting, then overlaps the other
-    tests from the start instead of ending the run alone."""
+    tests from the start instead of ending the run alone. Then the costliest scopes (a
+    group's ``cost`` marks summed, :func:`_cost`), longest first, so that the run ends on
+    short tests: the engine tier ran 327 s when its 63 s revision A/B started two thirds
+    of the way in, and one worker finished it alone. pyproject.toml's
+    ``--no-loadscope-reorder`` keeps xdist from re-sorting the scopes by their number of
+    tests."""
     for item in items:
         if _starts_ray(item):
             item.add_marker(pytest.mark.xdist_group("ray"))
         elif _shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     yield  # the other hooks (pytest-randomly's shuffle, -m's deselection) run here
-    items.sort(key=lambda item: not _starts_ray(item))  # stable
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[_scope(item)] = cost.get(_scope(item), 0.0) + _cost(item)
+    items.sort(key=lambda item: (not _starts_ray(item), -cost[_scope(item)]))  # stable
+
+
+def _scope(item: pytest.Item) -> str:
+    """The unit pytest-xdist's loadgroup hands a worker: the test's group, or the test."""
+    group = item.get_closest_marker("xdist_group")
+    return str(group.args[0]) if group is not None and group.args else item.nodeid
+
+
+def _cost(item: pytest.Item) -> float:
+    """``@pytest.mark.cost(seconds)``: about how long the test takes alone on CI's 2-core
+    VM (``--durations`` of a run with ``-n 0``); unmarked tests count 0."""
+    mark = item.get_closest_marker("cost")
+    return float(mark.args[0]) if mark is not None else 0.0
 
 
 _RAY_MODULE = re.compile(r"""importorskip\(\s*["']ray["']""")

@@ -41,6 +41,7 @@ def test_a_served_arm_is_refused_before_anything_is_written(tmp_path: Path) -> N
 
 
 @pytest.mark.engine
+@pytest.mark.cost(11)
 def test_ab_writes_the_runtime_weights_diff_of_its_arms(
         tmp_path: Path, model_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The A/B through the CLI in this process, so that every hashing is seen."""

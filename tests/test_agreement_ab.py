@@ -64,6 +64,7 @@ def _failing(c: dict[str, Any]) -> set[str]:
     return {g["name"] for g in c["verdict"]["gates"] if g["outcome"] == "fail"}
 
 
+@pytest.mark.cost(20)
 def test_four_arm_agreement_ab(tmp_path: Path, gsm8k_path: Path) -> None:
     """The broken arm rejected by a distribution gate, the lossy one not, the A/A arm at
     zero KLD, and llama.cpp's full scoring recorded per arm."""

@@ -141,6 +141,7 @@ def _quality(w: Workload, out: Path) -> Any:
 
 
 @pytest.mark.parametrize("command", ["run", "ab"])
+@pytest.mark.cost(6)
 def test_kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
     """``abgate run`` and ``abgate ab``, each killed anywhere and resumed (two tests, so
     that two workers run them at once)."""
@@ -184,6 +185,7 @@ def test_kill_anywhere_then_resume(tmp_path: Path, command: str) -> None:
         assert kills  # the trials did interrupt something
 
 
+@pytest.mark.cost(10)
 def test_baseline_record_killed_anywhere_leaves_no_corrupt_file(tmp_path: Path) -> None:
     """``abgate baseline record`` SIGKILLed at random moments (start-up, loading,
     measuring, writing): the directory holds either no ``baseline.json`` or a complete,

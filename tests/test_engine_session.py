@@ -96,6 +96,7 @@ def test_run_json_and_manifest_agree_on_dirty(tmp_path: Path,
 @pytest.mark.engine
 @needs_server
 @pytest.mark.server
+@pytest.mark.cost(16)
 def test_launched_server_run_bench_and_baseline(tmp_path: Path, model_path: str) -> None:
     """A launched llama_cpp.server through the same session: a run records only its
     process tree (a library contract holds on it, and the tree is matched against a

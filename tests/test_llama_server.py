@@ -90,6 +90,7 @@ def _llama_server_bench_exact_prompts_and_lengths(tmp_path: Path) -> None:
 
 @needs_llama_server
 @pytest.mark.engine
+@pytest.mark.cost(14)
 def test_llama_server_ab_killed_run_and_bench(tmp_path: Path) -> None:
     """llama-server two ways, each its own launches: a run whose server is killed and
     then resumed, and a bench of exact prompt lengths. (An A/B of launched llama-servers

@@ -417,6 +417,7 @@ def _kill_server_mid_run_then_resume(tmp_path: Path, gsm8k_path: Path,
 @needs_server
 @pytest.mark.server
 @pytest.mark.engine
+@pytest.mark.cost(17)
 def test_launched_llama_cpp_server_runs(tmp_path: Path, gsm8k_path: Path,
                                        model_path: str) -> None:
     """Runs against a launched llama_cpp.server: the embedded engine's greedy answers

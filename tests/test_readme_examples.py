@@ -166,6 +166,7 @@ def _check_the_example_ab(out: Path, stderr: str) -> None:
 
 
 @pytest.mark.engine
+@pytest.mark.cost(17)
 def test_readme_examples_run_as_written(tmp_path: Path, gsm8k_path: Path) -> None:
     assert gsm8k_path == GSM8K
     work = tmp_path / "checkout"

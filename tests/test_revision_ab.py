@@ -125,6 +125,7 @@ def decided_from_the_small_policy(comp: dict[str, Any],
     assert head["comparison"]["n_items"] == n_items
 
 
+@pytest.mark.cost(63)
 def test_noop_accepted_then_planted_regressions_rejected(setup: dict[str, Any]) -> None:
     """The three A/Bs in order on one cache: the no-op first (it builds the base)."""
     _a_noop_commit_is_accepted_and_a_second_run_builds_nothing(setup)

@@ -71,6 +71,7 @@ def run_rev(setup: dict[str, Any], head: str, *extra: str) -> tuple[Any, Path, d
     return r, out, comp
 
 
+@pytest.mark.cost(28)
 def test_a_noop_commit_of_the_library_is_accepted_each_arm_in_its_build(
         setup: dict[str, Any]) -> None:
     r, out, comp = run_rev(setup, setup["revs"]["noop"], "--policy",
@@ -92,6 +93,7 @@ def test_a_noop_commit_of_the_library_is_accepted_each_arm_in_its_build(
         assert f"{b['directory']}/venv/" in mapped and "libllama" in mapped, arm
 
 
+@pytest.mark.cost(20)
 def test_a_planted_vocabulary_offset_bug_is_rejected_on_quality(
         setup: dict[str, Any]) -> None:
     # with distribution agreement: at 16 tokens neither arm reaches an answer, so accuracy

@@ -109,6 +109,7 @@ def test_served_example_ab_matched_prompts_and_cleanup(tmp_path: Path) -> None:
 @needs_server
 @pytest.mark.server
 @pytest.mark.engine
+@pytest.mark.cost(15)
 def test_served_arms_match_the_embedded_arm(tmp_path: Path) -> None:
     """The same GGUF, embedded and served: the same template, the same prompt tokens
     (and, on llama-cpp-python's server, the same llama.cpp: the same greedy text). With

@@ -161,6 +161,7 @@ engine_args = {{ rope-freq-base = 1.0 }}
 
 @needs_llama_server
 @pytest.mark.engine
+@pytest.mark.cost(28)
 def test_served_scoring_on_llama_server(tmp_path: Path, gsm8k_path: Path,
                                        embedded: llamacpp.LlamaCppEngine) -> None:
     """llama-server's top-k scores against the embedded engine's, and a served A/B that

@@ -16,6 +16,7 @@ EXAMPLE = REPO / "examples" / "smollm2-no-op.toml"
 
 
 @pytest.mark.engine
+@pytest.mark.cost(14)
 def test_two_suites_on_llamacpp(tmp_path: Path) -> None:
     qa = tmp_path / "qa.jsonl"
     qa.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"What is {i} plus {i}? "

@@ -68,6 +68,7 @@ def _llamacpp_exposes_its_gguf_tensors_dequantized(model_path: str) -> None:
     assert doc["summary"]["overall"]["max_rel_l2"] == 0.0
 
 
+@pytest.mark.cost(19)
 def test_runtime_weights_of_llamacpp_and_transformers(tmp_path: Path, model_path: str) -> None:
     """llama.cpp's GGUF tensors as loaded, then transformers' float32 and bfloat16 arms
     (skipped there without transformers, after the llama.cpp part has run)."""
