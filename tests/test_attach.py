@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
-from abgate.cli.app import app
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.provenance.attach import ATTACHMENTS_FILE, AttachRefused, attach
 from abgate.provenance.manifest import build_manifest, write_manifest

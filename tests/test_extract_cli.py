@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 import abgate.cli.extract_cmd  # noqa: F401  (registers the command)
-from abgate.cli.app import app
 from abgate.cli.extract_cmd import resolve_field
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.scoring.numbers import parse_digits
 

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import abgate.cli.provenance_cmd  # noqa: F401  (registers the commands)
-from abgate.cli.app import app
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.identity import canonical_json
 from abgate.provenance.environment import environment_snapshot, selected_env

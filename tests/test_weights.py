@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import abgate.cli.weights_cmd  # noqa: F401  (registers the command)
-from abgate.cli.app import app
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.weights import diff_checkpoints, error_stats, layer_index, open_checkpoint, tensor_kind
 

@@ -22,7 +22,7 @@ from abgate.runner.spec import prepare
 from tests.conftest import error_lines
 from tests.support.fake import cli, experiment
 
-assert abgate.ab.workflow and abgate.cli.app  # loaded, so the spies replace their names too
+assert abgate.ab.workflow and abgate.cli.app  # every command loaded: the spies replace them
 CONTRACT = 'name = "no-perturb"\n[settings]\nperturb = 0.0\n'
 
 

@@ -1,6 +1,6 @@
 """Thin command-line layer over abgate's public API.
 
-Every command module registers itself on :data:`abgate.cli.app.app`. Errors that
+Every command module registers itself on :data:`abgate.cli.typer_app.app`. Errors that
 abgate raises on purpose print as one line (``abgate: error: ...``) and exit with
 the error's code (2 for bad input, 1 for failures); nothing prints a traceback.
 Ctrl-C and SIGTERM are handled from the first line of :func:`main`, before the
@@ -36,15 +36,18 @@ def _commands(argv: list[str] | None = None) -> Any:
     one = COMMAND_MODULES.get(args[0]) if args else None
     for module in [one] if one else sorted(set(COMMAND_MODULES.values())):
         importlib.import_module(f"abgate.cli.{module}")
-    from abgate.cli.app import app as typer_app
+    from abgate.cli.typer_app import app as typer_app
 
     if not one:
-        globals()["app"] = typer_app  # not the submodule of that name, as before
+        globals()["app"] = typer_app
     return typer_app
 
 
 def __getattr__(name: str) -> Any:
-    if name == "app":  # ``from abgate.cli import app``: the Typer app, commands registered
+    # ``from abgate.cli import app``: the Typer app, every command registered. (The app's
+    # module is ``typer_app``, not ``app``: a submodule ``abgate.cli.app``, once imported,
+    # became the package's attribute ``app``, and this import returned the module.)
+    if name == "app":
         return _commands([])
     raise AttributeError(f"module 'abgate.cli' has no attribute {name!r}")
 

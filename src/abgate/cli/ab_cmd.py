@@ -20,9 +20,9 @@ from abgate.ab.state import AB_FILE
 from abgate.ab.workflow import recorded_result, run_experiment
 from abgate.cli import ci_outputs
 from abgate.cli import engine_opts as eo
-from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.render import markup, shown
+from abgate.cli.typer_app import app
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.engines.args import parse_pairs
 from abgate.errors import UsageError

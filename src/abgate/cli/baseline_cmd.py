@@ -17,9 +17,9 @@ from abgate.bench import BenchConfig, limits
 from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.cli import engine_opts as eo
-from abgate.cli.app import group
 from abgate.cli.cluster_out import Cluster, ClusterOpt, cluster_spec_of, print_cluster_check
 from abgate.cli.ledger_cmd import index_finished
+from abgate.cli.typer_app import group
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.compare.drift import parse_allow
 from abgate.engines.args import parse_pairs

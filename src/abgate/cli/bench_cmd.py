@@ -16,10 +16,10 @@ from abgate.bench.prompt_file import read_prompt_file
 from abgate.bench.prompts import input_lens, parse_shas
 from abgate.bench.session import BenchConfig, PreparedBench, execute_bench, prepare_bench
 from abgate.cli import engine_opts as eo
-from abgate.cli.app import app
 from abgate.cli.cluster_out import Cluster, ClusterOpt, cluster_spec_of, print_cluster_bench
 from abgate.cli.ledger_cmd import index_finished
 from abgate.cli.load_cmd import run_load_bench
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.records.bench_sections import (

@@ -11,8 +11,8 @@ from abgate import signals
 from abgate.ab.decision import DECISIONS, check_decision, record_decision
 from abgate.ab.finish import comparison_current
 from abgate.ab.state import AB_FILE
-from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir
+from abgate.cli.typer_app import app
 from abgate.cli.verify_cmd import SignKey, check_sign_key, sign_after
 from abgate.runner.documents import read_record
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from abgate.cli.app import app
+from abgate.cli.typer_app import app
 from abgate.engines import engine_sources
 
 

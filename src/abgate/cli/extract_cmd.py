@@ -14,7 +14,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from abgate.cli.app import app
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.safejson import BadJson, parse
 from abgate.scoring.extract import Extraction, extract_integer

@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from abgate.cli.app import app, group
 from abgate.cli.render import markup, shown
+from abgate.cli.typer_app import app, group
 from abgate.compare.drift import parse_allow
 from abgate.errors import UsageError
 from abgate.ledger.compare import compare, resolve

@@ -12,8 +12,8 @@ from rich.console import Console
 from abgate import safefs
 from abgate.ab import load_experiment
 from abgate.ab.planning import PlanDoc, pilot_experiment, plan_experiment
-from abgate.cli.app import app
 from abgate.cli.render import markup
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 
 __all__ = ["plan_command"]

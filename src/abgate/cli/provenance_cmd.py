@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from abgate.cli.app import app, group
 from abgate.cli.finishing import finish_dir
+from abgate.cli.typer_app import app, group
 from abgate.errors import AbgateError, UsageError
 from abgate.provenance.attach import AttachRefused, attach
 from abgate.provenance.manifest import BuildOptions, build_manifest, write_manifest

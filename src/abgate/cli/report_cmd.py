@@ -11,7 +11,7 @@ import typer
 
 from abgate.ab.state import AB_FILE
 from abgate.cli import ci_outputs
-from abgate.cli.app import app
+from abgate.cli.typer_app import app
 from abgate.errors import AbgateError, UsageError
 from abgate.ledger.finish import finish
 from abgate.report import check_format, render, write_text_atomic

@@ -9,9 +9,9 @@ import typer
 
 from abgate import signals
 from abgate.cli import engine_opts as eo
-from abgate.cli.app import app
 from abgate.cli.finishing import finish_dir, finishing, resumed_line
 from abgate.cli.render import print_run_summary
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.progress import reporter
 from abgate.records.documents import AnyRecord, RunRecord

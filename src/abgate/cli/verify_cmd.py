@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from abgate.cli.app import app
+from abgate.cli.typer_app import app
 from abgate.errors import UsageError
 from abgate.signing import check_key, sign_directory
 from abgate.verify import verify_directory
