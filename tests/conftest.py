@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.abc
 import importlib.machinery
 import json
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.scheduling import scope, scope_costs, shares_a_module_fixture, starts_ray
 
 REPO = Path(__file__).resolve().parents[1]
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -159,56 +160,18 @@ def pytest_collection_modifyitems(config: pytest.Config,
     The Ray tests go first (after any shuffle, their own order kept): one worker's chain of
     clusters starting, serving and stopping, much of it waiting, then overlaps the other
     tests from the start instead of ending the run alone. Then the costliest scopes (a
-    group's ``cost`` marks summed, :func:`_cost`), longest first, so that the run ends on
-    short tests: the engine tier ran 327 s when its 63 s revision A/B started two thirds
-    of the way in, and one worker finished it alone. pyproject.toml's
-    ``--no-loadscope-reorder`` keeps xdist from re-sorting the scopes by their number of
-    tests."""
+    group's ``cost`` marks summed: tests/support/scheduling.py), longest first, so that
+    the run ends on short tests (the 63 s revision A/B had started two thirds of the way
+    in, and one worker finished it alone). pyproject.toml's ``--no-loadscope-reorder``
+    keeps xdist from re-sorting the scopes by their number of tests."""
     for item in items:
-        if _starts_ray(item):
+        if starts_ray(item):
             item.add_marker(pytest.mark.xdist_group("ray"))
-        elif _shares_a_module_fixture(item):
+        elif shares_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     yield  # the other hooks (pytest-randomly's shuffle, -m's deselection) run here
-    cost: dict[str, float] = {}
-    for item in items:
-        cost[_scope(item)] = cost.get(_scope(item), 0.0) + _cost(item)
-    items.sort(key=lambda item: (not _starts_ray(item), -cost[_scope(item)]))  # stable
-
-
-def _scope(item: pytest.Item) -> str:
-    """The unit pytest-xdist's loadgroup hands a worker: the test's group, or the test."""
-    group = item.get_closest_marker("xdist_group")
-    return str(group.args[0]) if group is not None and group.args else item.nodeid
-
-
-def _cost(item: pytest.Item) -> float:
-    """``@pytest.mark.cost(seconds)``: about how long the test takes alone on CI's 2-core
-    VM (``--durations`` of a run with ``-n 0``); unmarked tests count 0."""
-    mark = item.get_closest_marker("cost")
-    return float(mark.args[0]) if mark is not None else 0.0
-
-
-_RAY_MODULE = re.compile(r"""importorskip\(\s*["']ray["']""")
-
-
-def _starts_ray(item: pytest.Item) -> bool:
-    path = getattr(item, "path", None)
-    return path is not None and _module_starts_ray(Path(path))
-
-
-@functools.cache
-def _module_starts_ray(path: Path) -> bool:
-    try:
-        return _RAY_MODULE.search(path.read_text()) is not None
-    except OSError:
-        return False
-
-
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    return any(d.scope == "module" for chain in defs for d in chain)
+    cost = scope_costs(items)
+    items.sort(key=lambda item: (not starts_ray(item), -cost[scope(item)]))  # stable
 
 
 def pytest_report_header(config: pytest.Config) -> str:

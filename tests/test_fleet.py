@@ -143,7 +143,7 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(
                       extra="probes = false\n")
     exp = load_experiment(path)
     worker = next(n for n in cluster.worker_nodes)
-    third, removed = threading.Event(), threading.Event()
+    handed, removed = threading.Event(), threading.Event()
     sent: list[int] = []
     submit = RayPool.submit
 
@@ -156,7 +156,7 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(
         if pool.nodes[index] == worker.node_id:
             sent.append(index)
             if len(sent) == 2:
-                third.set()
+                handed.set()
                 removed.wait(timeout=120)  # its item is in flight, or done and the next fails
         return handle
 
@@ -164,8 +164,8 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(
     when: dict[str, float] = {}
 
     def kill() -> None:
-        if third.wait(timeout=600):
-            when["third"] = time.time()
+        if handed.wait(timeout=600):
+            when["handed"] = time.time()
             on_node = {int(a["Pid"]) for a in ray_actors().values()
                        if a["Address"]["NodeID"] == worker.node_id and a["State"] == "ALIVE"}
             # and every process the node's raylet started (its workers are its children):
@@ -194,7 +194,7 @@ def test_a_node_lost_mid_run_is_survived_exactly_once(
         res = run_experiment(exp, tmp_path / "out",
                              schedule=fleet_strategy(cluster_spec("auto", {"replicas": 2})))
     finally:
-        third.set()
+        handed.set()
         killer.join(timeout=120)
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()

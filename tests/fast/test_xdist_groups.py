@@ -28,13 +28,11 @@ def test_a_grouped_test_runs_in_its_group(request: pytest.FixtureRequest, shared
 def test_the_costliest_scopes_come_first(request: pytest.FixtureRequest) -> None:
     """After the Ray group, the scopes (groups, or single tests) in this run's collection
     are in order of their summed ``cost`` marks, and xdist is told to keep that order."""
-    from tests.conftest import _cost, _scope, _starts_ray
+    from tests.support.scheduling import scope, scope_costs, starts_ray
 
-    items = [i for i in request.session.items if not _starts_ray(i)]
-    cost: dict[str, float] = {}
-    for item in items:
-        cost[_scope(item)] = cost.get(_scope(item), 0.0) + _cost(item)
-    order = [cost[_scope(i)] for i in items]
+    items = [i for i in request.session.items if not starts_ray(i)]
+    cost = scope_costs(items)
+    order = [cost[scope(i)] for i in items]
     assert order == sorted(order, reverse=True), order[:20]
     if getattr(request.config.option, "dist", "no") == "loadgroup":
         assert request.config.getoption("loadscopereorder") is False
