@@ -477,7 +477,7 @@ def gguf_run(tmp_path_factory: pytest.TempPathFactory, model_path: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.cost(29)
+@pytest.mark.cost(20)
 def test_abgate_run_on_the_smollm2_gguf(gguf_run: Path, tmp_path: Path,
                                         model_path: str) -> None:
     doc = json.loads((gguf_run / "run.json").read_text())

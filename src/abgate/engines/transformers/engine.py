@@ -142,10 +142,11 @@ class TransformersEngine(Engine):
         self._allocated_before = int(torch.cuda.memory_allocated()) if self._on_cuda else 0
         t0 = time.perf_counter()
         try:
-            self._tokenizer = ld.load_tokenizer(self._tf, model)
-            self._model = ld.load_model(torch, self._tf, model, r, self._device)
-            self._assistant, self._assistant_tok = ld.load_assistant(self._tf, r, self._model,
-                                                                     self._device)
+            with ld.gguf_parsed_once():
+                self._tokenizer = ld.load_tokenizer(self._tf, model)
+                self._model = ld.load_model(torch, self._tf, model, r, self._device)
+                self._assistant, self._assistant_tok = ld.load_assistant(
+                    self._tf, r, self._model, self._device)
         except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise AbgateError(f"transformers could not load {model}: {first}") from None

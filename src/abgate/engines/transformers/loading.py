@@ -5,8 +5,11 @@ engine imports this module."""
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,35 @@ class Source:
         if self.gguf:
             kw["gguf_file"] = self.gguf
         return kw
+
+
+@contextmanager
+def gguf_parsed_once() -> Iterator[None]:
+    """Within this block, gguf-py's reader and tensor-name table are built once per file
+    and architecture. transformers parses a GGUF file once for the config, again for the
+    tokenizer and again for the weights, and rebuilds the name table for every submodule
+    (397 times for SmolLM2-135M: 5.2 of the model's 16.7 s load on one core, measured
+    2026-12-06). Both are only read; the originals are put back on exit. Loads are
+    single-threaded, as everything that touches these module attributes is."""
+    try:
+        gguf: Any = importlib.import_module("gguf")
+    except ImportError:  # no GGUF support installed: transformers says so if it is needed
+        yield
+        return
+    reader, names = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], Any] = {}
+
+    def one_reader(path: Any, mode: str = "r") -> Any:
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = one_reader, functools.cache(names)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, names
 
 
 def uses_cuda(torch: Any, device: str, device_map: Any) -> bool:
