@@ -4,7 +4,7 @@ a hub id).
 
 Everything abgate records about an artefact's identity goes through this module so
 that the same bytes always give the same hex string, on every machine, and so that a
-file is read once per process however many records mention it.
+file is read once however many records and processes mention it (until it changes).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from abgate.digest_store import DigestStore
 from abgate.errors import AbgateError
 from abgate.records.sections import ModelRef
 
@@ -111,22 +112,28 @@ HASH_TRIES = 3
 
 class HashCache:
     """SHA-256 of files, remembered by real path and stat signature (size, mtime,
-    ctime, inode, device) so repeat calls are cheap.
+    ctime, inode, device) so repeat calls are cheap; with a ``store``
+    (:mod:`abgate.digest_store`), across processes too.
 
     A file rewritten in place gets a new ctime (even when its size and mtime are put
     back), a file renamed over it a new inode: either is hashed again. A file whose
     signature changes while it is read is read again (an error after three tries).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, store: DigestStore | None = None) -> None:
         self._known: dict[tuple[str, StatSig], str] = {}
-        self.misses = 0
+        self._store = store
+        self.misses = 0  # files read (not found here or in the store)
 
     def hash(self, path: Path) -> FileHash:
         real = os.path.realpath(path)
         sig = stat_signature(real)
         for _ in range(HASH_TRIES):
             digest = self._known.get((real, sig))
+            if digest is None and self._store is not None:
+                digest = self._store.get(real, sig)
+                if digest is not None:
+                    self._known[(real, sig)] = digest
             if digest is not None:
                 return FileHash(sha256=digest, size=sig.size, real=real, signature=sig)
             self.misses += 1
@@ -134,6 +141,8 @@ class HashCache:
             after = stat_signature(real)
             if after == sig:
                 self._known[(real, sig)] = digest
+                if self._store is not None:
+                    self._store.put(real, sig, digest)
                 return FileHash(sha256=digest, size=sig.size, real=real, signature=sig)
             sig = after
         raise AbgateError(f"{path}: the file changed while it was hashed, {HASH_TRIES} "
@@ -143,8 +152,9 @@ class HashCache:
         self._known.clear()
 
 
-#: Process-wide cache used when a caller does not bring its own.
-DEFAULT_CACHE = HashCache()
+#: Process-wide cache used when a caller does not bring its own, backed by the
+#: machine's digest store (``ABGATE_DIGEST_CACHE=off``: none).
+DEFAULT_CACHE = HashCache(DigestStore.default())
 
 
 def model_files(path: Path) -> list[Path]:

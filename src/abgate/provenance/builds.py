@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from abgate.digest_store import cache_dir
 from abgate.errors import UsageError, one_line
 from abgate.identity import sha256_bytes, sha256_file
 from abgate.provenance.gitinfo import git_text, toplevel
@@ -87,10 +88,7 @@ def parse_rev_range(text: str) -> tuple[str, str]:
 
 def cache_root() -> Path:
     """abgate's build cache: ``$ABGATE_CACHE`` or ``$XDG_CACHE_HOME/abgate``."""
-    if os.environ.get("ABGATE_CACHE"):
-        return Path(os.environ["ABGATE_CACHE"]) / "builds"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "abgate" / "builds"
+    return cache_dir() / "builds"
 
 
 def repository(path: Path) -> Path:
