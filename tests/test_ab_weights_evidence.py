@@ -55,7 +55,8 @@ def test_ab_writes_the_runtime_weights_diff_of_its_arms(
         return sha256_file(path)
 
     monkeypatch.setattr(identity, "sha256_file", counting)
-    identity.DEFAULT_CACHE.clear()
+    identity.DEFAULT_CACHE.clear()  # and no digests from other processes: each file read once
+    monkeypatch.setattr(identity.DEFAULT_CACHE, "_store", None)
     text = _with_weights(experiment({"model": model_path}, f"model = {json.dumps(str(copy))}"))
     out = tmp_path / "AB"
     r = cli("ab", str(write(tmp_path, text)), "-o", str(out))
