@@ -158,14 +158,26 @@ def test_missing_and_reshaped_tensors_are_listed(smol: Path, variants: dict[str,
     assert any("shape mismatch" in w for w in result["warnings"])
 
 
-def test_gguf_index_matches_gguf_reader(variants: dict[str, Path]) -> None:
-    from abgate.weights.readers import read_gguf_tensors
+def test_gguf_index_and_values_match_gguf_reader(variants: dict[str, Path]) -> None:
+    """The table and every decoded tensor (the checkpoint reader's and the llama.cpp
+    engine's loaded weights) against ``gguf.GGUFReader`` and ``gguf``'s dequantization."""
+    from abgate.engines.llamacpp.weights import loaded_weights
+    from abgate.gguf_tensors import GGUFTensors, read_gguf_tensors
 
     for path in variants.values():
         ours = [(t.name, t.start, t.n_bytes, t.qtype) for t in read_gguf_tensors(path)]
-        theirs = [(t.name, t.data_offset, t.n_bytes, t.tensor_type)
-                  for t in gguf.GGUFReader(path).tensors]
+        reader = gguf.GGUFReader(path)
+        theirs = [(t.name, t.data_offset, t.n_bytes, t.tensor_type) for t in reader.tensors]
         assert ours == theirs
+        mapped, held = GGUFTensors.open(path), loaded_weights(str(path))
+        assert held is not None and set(held) == set(mapped.by_name)
+        for t in reader.tensors:
+            shape = tuple(int(d) for d in reversed([int(x) for x in t.shape]))
+            decoded = gguf.quants.dequantize(t.data, t.tensor_type)
+            expected = decoded.astype(np.float32).reshape(shape)
+            np.testing.assert_array_equal(held[t.name].read(), expected)
+            np.testing.assert_array_equal(
+                mapped.load(mapped.by_name[t.name]).reshape(shape), expected)
 
 
 # --- safetensors ------------------------------------------------------------------------

@@ -5,9 +5,10 @@ reading their data, then hands out one tensor at a time as a float32 array
 (:meth:`Checkpoint.load`) or as its stored bytes (:meth:`Checkpoint.raw`). Nothing is
 cached, so a caller that drops each array before asking for the next holds one tensor.
 
-GGUF headers are read by :mod:`abgate.gguf_file`, each tensor's type and exact size
-checked against ``gguf``'s table, and the data memory-mapped; every non-integer type
-(F32, F16, BF16, Q4_0 ... K-quants, IQ types) is decoded with ``gguf.quants.dequantize``.
+GGUF tensors are read through :mod:`abgate.gguf_tensors` (the header walked by
+:mod:`abgate.gguf_file`, each tensor's type and exact size checked against ``gguf``'s
+table, the data memory-mapped, every non-integer type decoded with
+``gguf.quants.dequantize``), as the llama.cpp engine reads the weights it loaded.
 safetensors is read with the ``safetensors`` package's numpy API, except BF16, which
 numpy cannot represent: those tensors are read from the file's bytes and widened to
 float32 (a BF16 value is the top 16 bits of a float32).
@@ -20,17 +21,14 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from abgate.errors import AbgateError, UsageError
-from abgate.gguf_file import read_gguf
+from abgate.errors import UsageError
+from abgate.gguf_tensors import GGUFTensors
 from abgate.safejson import parse
-
-if TYPE_CHECKING:
-    from gguf import GGMLQuantizationType
 
 __all__ = ["Checkpoint", "TensorInfo", "UnsupportedTensor", "open_checkpoint"]
 
@@ -100,86 +98,21 @@ def open_checkpoint(path: Path) -> Checkpoint:
 
 # --- GGUF -------------------------------------------------------------------------------
 
-# Types numpy holds natively; everything else goes through gguf.quants.dequantize.
-_GGUF_NATIVE = {"F64": "<f8", "I8": "i1", "I16": "<i2", "I32": "<i4", "I64": "<i8"}
-
-
-@dataclass(frozen=True)
-class GGUFTensor:
-    """One GGUF tensor as this reader decodes it."""
-
-    name: str
-    dims: tuple[int, ...]  # GGML order: fastest-varying first (reverse of numpy's order)
-    qtype: GGMLQuantizationType
-    start: int  # absolute byte offset
-    n_bytes: int  # exact, from gguf's GGML_QUANT_SIZES (no alignment padding)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Logical numpy (row-major) shape."""
-        return tuple(reversed(self.dims))
-
-
-def read_gguf_tensors(path: Path) -> list[GGUFTensor]:
-    """The tensors of the GGUF file at ``path``, in file order (needs ``gguf``)."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
-    try:
-        header = read_gguf(path)
-    except AbgateError as exc:
-        raise UsageError(str(exc)) from None
-    tensors: list[GGUFTensor] = []
-    for t in header.tensors:
-        try:
-            qtype = GGMLQuantizationType(t.ggml_type)
-            block, type_size = GGML_QUANT_SIZES[qtype]
-        except (ValueError, KeyError):
-            raise UsageError(f"{path}: tensor {t.name!r} has unknown ggml type "
-                             f"{t.ggml_type}") from None
-        if t.dims and t.dims[0] % block:
-            raise UsageError(f"{path}: tensor {t.name!r}: row of {t.dims[0]} is not a "
-                             f"multiple of {block}")
-        n_bytes = math.prod(t.dims) // block * type_size
-        if t.start + n_bytes > header.size:
-            raise UsageError(f"{path}: tensor {t.name!r} runs past the end of the file")
-        tensors.append(GGUFTensor(t.name, t.dims, qtype, t.start, n_bytes))
-    return tensors
-
 
 def _open_gguf(path: Path) -> Checkpoint:
-    try:
-        from gguf.quants import dequantize
-    except ImportError:
-        raise UsageError(f"{path}: reading GGUF needs the 'gguf' package "
-                         "(pip install 'abgate[weights]')") from None
-    index = read_gguf_tensors(path)
-    by_name: dict[str, GGUFTensor] = {}
-    for t in index:
-        if by_name.setdefault(t.name, t) is not t:
-            raise UsageError(f"{path}: tensor {t.name!r} appears more than once")
-    tensors = {t.name: TensorInfo(t.name, t.shape, t.qtype.name, math.prod(t.dims), path)
-               for t in index}
-    data = np.memmap(path, dtype=np.uint8, mode="r")
-
-    def raw(name: str) -> ByteArray:
-        t = by_name[name]
-        return data[t.start:t.start + t.n_bytes]
+    tensors = GGUFTensors.open(path)  # a one-line UsageError for a bad or unreadable file
+    infos = {t.name: TensorInfo(t.name, t.shape, t.qtype.name, math.prod(t.dims), path)
+             for t in tensors.table}
 
     def load(name: str) -> F32Array:
-        t = by_name[name]
-        if t.n_bytes == 0:
-            return np.zeros(t.shape, dtype=np.float32)
-        native = _GGUF_NATIVE.get(t.qtype.name)
-        if native is not None:
-            return raw(name).view(native).astype(np.float32)
-        rows = raw(name).reshape(-1, t.n_bytes // max(1, math.prod(t.dims[1:])))
         try:
-            values = dequantize(rows, t.qtype)
+            return tensors.load(tensors.by_name[name])
         except NotImplementedError:
-            raise UnsupportedTensor(f"gguf cannot dequantize {t.qtype.name}") from None
-        return np.asarray(values, dtype=np.float32)
+            raise UnsupportedTensor("gguf cannot dequantize "
+                                    f"{tensors.by_name[name].qtype.name}") from None
 
-    return Checkpoint(path, "gguf", (path,), tensors, load, raw)
+    return Checkpoint(path, "gguf", (path,), infos,
+                      load, lambda name: tensors.raw(tensors.by_name[name]))
 
 
 # --- safetensors ------------------------------------------------------------------------
