@@ -62,6 +62,15 @@ def requested_threads(default: int | None = None) -> int | None:
     return int(raw)
 
 
+# torch (the transformers engine, in a test's process or in the abgate it starts) and the
+# BLAS under numpy take their thread count from OMP_NUM_THREADS when they start: set here,
+# before any test module imports torch, so that they too run on the tests' thread count.
+# At torch's default (every core) beside another xdist worker, its waiting threads spun:
+# the SmolLM2 GGUF run on transformers took 34.8 s of CPU for 15 s alone (2026-12-06).
+if requested_threads() is not None:
+    os.environ.setdefault("OMP_NUM_THREADS", str(requested_threads()))
+
+
 def engine_threads(default: int | None = None) -> dict[str, int]:
     """The llama.cpp engine args that pin generation and prompt threads (the one place
     tests read ``ABGATE_TEST_THREADS``); empty when neither it nor ``default`` is set.
