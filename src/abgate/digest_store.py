@@ -11,8 +11,9 @@ changed file is always read again; what the store can't vouch for is a file chan
 someone who can also write the store. ``ABGATE_DIGEST_CACHE=off`` turns it off (every
 process reads every file again, as before).
 
-A store that can't be opened, read or written is dropped for the process: the files are
-then hashed as if there were none. It is a cache, never a record: nothing is fsynced.
+A store that can't be opened, read or written, or is a symbolic link, is dropped for the
+process: the files are then hashed as if there were none. It is a cache, never a record:
+nothing is fsynced.
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ class DigestStore:
             return self._db
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.is_symlink():  # nothing is written through a link (issue 35)
+                raise OSError(f"{self.path} is a symbolic link")
             db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=OFF")

@@ -1,7 +1,7 @@
 """Digests kept across processes (abgate/digest_store.py): a second process (here, a
 second HashCache on the same store) reads nothing for an unchanged file; a file rewritten
 with its size and mtime put back, or replaced by a rename, is read again and gets its new
-digest; a damaged or unwritable store costs a re-read, never a wrong digest or an error;
+digest; a damaged, unwritable or symlinked store costs a re-read, never a wrong digest or an error;
 ``ABGATE_DIGEST_CACHE=off`` keeps no store."""
 
 from __future__ import annotations
@@ -58,19 +58,23 @@ def test_an_unchanged_file_is_read_once_a_changed_one_again(
     assert HashCache(DigestStore(store)).hash(f).sha256 == _sha(f) and len(reads) == 3
 
 
-def test_a_damaged_or_unwritable_store_costs_a_read_not_a_wrong_digest(
+def test_a_damaged_unwritable_or_linked_store_costs_a_read_not_a_wrong_digest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reads = _reads(monkeypatch)
     f = tmp_path / "lib.so"
     f.write_bytes(b"\x7fELF")
     damaged = tmp_path / "damaged.sqlite3"
     damaged.write_bytes(b"not a database" * 100)
-    for store in (DigestStore(damaged), DigestStore(tmp_path / "a-file" / "digests.sqlite3")):
+    target = tmp_path / "elsewhere.sqlite3"
+    (tmp_path / "linked.sqlite3").symlink_to(target)
+    for store in (DigestStore(damaged), DigestStore(tmp_path / "a-file" / "digests.sqlite3"),
+                  DigestStore(tmp_path / "linked.sqlite3")):
         (tmp_path / "a-file").touch()
         for _ in range(2):
             assert HashCache(store).hash(f).sha256 == _sha(f)
-    assert len(reads) == 4
+    assert len(reads) == 6
     assert damaged.read_bytes() == b"not a database" * 100  # left as it was
+    assert not target.exists()  # nothing written through the link
 
 
 def test_the_default_store_follows_the_cache_and_can_be_turned_off(tmp_path: Path) -> None:
