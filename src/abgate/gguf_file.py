@@ -22,7 +22,8 @@ without being decoded and kept as ``None``, so their keys are still listed.
 A tensor's ``n_bytes`` is the distance from its start to the next tensor's start (the
 last one runs to the end of the file). That needs no table of quantisation block sizes
 and includes alignment padding (under ``alignment`` bytes per tensor); a reader that needs
-the exact size derives it from the ggml type (``abgate.weights`` uses ``gguf``'s table).
+the exact size derives it from the ggml type (:mod:`abgate.gguf_tensors` uses ``gguf``'s
+table).
 
 Only the standard library is used, so the roofline works without the optional ``gguf``
 package. Every failure is a one-line :class:`AbgateError` naming the file.
